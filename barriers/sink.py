@@ -1,0 +1,58 @@
+"""Sink interfaces: where a barrier's bundles go.
+
+A sink is declared once in the flow; each barrier opens its own partition of it.
+A partition acknowledges a bundle by returning from ``write`` (only then does the
+barrier send the next one) and can say which bundle it has last (``t_last``),
+which is what exactly-once recovery filters replayed output with.
+
+>>> class PrintSink(Sink):
+...     def open(self, partition, partitions):
+...         return PrintPartition()
+>>> class PrintPartition(SinkPartition):
+...     def write(self, bundle):
+...         print(bundle.payloads())
+>>> part = PrintSink("console").open(0, 1)
+>>> part.write(Bundle([(Meta(1, 0, 0, 1), "hello")]))
+['hello']
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Optional
+
+from driftstream.ordering.meta import Meta
+
+from .bundle import Bundle
+
+
+class SinkPartition(ABC):
+    """One partition of a sink, written by exactly one barrier."""
+
+    @abstractmethod
+    def write(self, bundle: Bundle) -> None:
+        """Make the bundle durable (or visible); returning acknowledges it."""
+
+    def last_bundle(self) -> Optional[Meta]:
+        """The ``t_last`` of the last bundle this partition holds, or None if unknown/empty."""
+        return None
+
+    def collected(self) -> Optional[list]:
+        """For in-memory sinks: the ``(meta, payload)`` pairs written, handed back to the driver."""
+        return None
+
+    def close(self) -> None:
+        """Release resources; called once when the run ends."""
+
+
+class Sink(ABC):
+    """A named output of a flow. Subclasses open one partition per barrier."""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("a sink needs a non-empty str name")
+        self.name = name
+
+    @abstractmethod
+    def open(self, partition: int, partitions: int) -> SinkPartition:
+        """Open partition ``partition`` of ``partitions`` (one per barrier)."""

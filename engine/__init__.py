@@ -1,0 +1,12 @@
+"""driftstream's public API.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+"""
+
+from .errors import FlowError, StepError
+from .flow import Flow, KeyedStream, Stream
+from .result import Metrics, RunResult
+from .source import Source, SourcePartition
+
+__all__ = ["Flow", "Stream", "KeyedStream", "FlowError", "StepError", "RunResult", "Metrics", "Source", "SourcePartition"]

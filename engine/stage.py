@@ -1,0 +1,318 @@
+"""One instance of a stage, as pure Python: the same object runs inside a Ray actor
+and inside the simulator.
+
+It takes batches (or source reads), runs the fused chain of steps over them,
+buffers what leaves the stage per destination instance, and accumulates the
+XOR acks of everything it received and sent. The runtime around it moves
+batches, flushes acks to the acker and delivers watermarks.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> flow = Flow("doc")
+>>> flow.source(MemorySource(["a", "b"])).map(str.upper).sink(MemorySink("out"))
+>>> stage = StageRuntime(flow.plan(1), stage_index=0, instance=0, seed=1)
+>>> stage.process_source([(Meta(0, 0, 0, 0), "a"), (Meta(1, 0, 0, 1), "b")])
+>>> stage.on_watermark(TOP)
+>>> [p for _, p in stage.collected()["out"]]
+['A', 'B']
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from driftstream.barriers.barrier import Barrier
+from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.ordering.meta import BOTTOM, TOP, Meta
+from driftstream.ordering.partitioning import stable_hash
+
+from .errors import StepError, short_repr
+from .plan import Plan
+
+
+@dataclass
+class Batch:
+    """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
+
+    ``batch_id`` was XORed by the sender into the acker entry of every time in
+    ``times``; the receiver XORs it again once the batch is processed.
+    """
+
+    entry: int
+    batch_id: int
+    times: list
+    items: list
+
+
+class _OutBuffer:
+    __slots__ = ("batch_id", "items", "times")
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        self.items: list = []
+        self.times: set = set()
+
+
+class StageRuntime:
+    """The fused chain of one stage instance, with its keyed state and barriers."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        stage_index: int,
+        instance: int,
+        seed: Optional[int] = None,
+        clock: Callable[[], float] = time.time,
+        sample_every: int = 1,
+        backend_factory: Optional[Callable[[str], Any]] = None,
+    ) -> None:
+        self.plan = plan
+        self.stage = plan.stages[stage_index]
+        self.instance = instance
+        self.rng = random.Random(seed)
+        self.clock = clock
+        self.sample_every = max(1, sample_every)
+        self.watermark: tuple = BOTTOM
+        self.acks: dict = {}
+        self.out: dict = {}
+        self.counts: dict = {}
+        self.keyed: dict = {}
+        self.barriers: dict = {}
+        self.emit_times: dict = {}
+        self.release_times: dict = {}
+        self.peak_log_entries = 0
+        self.failure: Optional[StepError] = None
+        self._runners: dict = {}
+        for sid in self.stage.step_ids:
+            step = plan.steps[sid]
+            self.counts[step.name] = 0
+            if step.kind in ("stateful_map", "stateful_flat_map"):
+                backend = backend_factory(step.name) if backend_factory else None
+                self.keyed[sid] = DriftingKeyedState(step.fn, flat=step.kind == "stateful_flat_map", backend=backend)
+            elif step.kind == "sink":
+                self.barriers[sid] = (Barrier(), step.sink.open(instance, plan.parallelism))
+            self._runners[sid] = self._make_runner(step)
+
+    # -- data in ------------------------------------------------------------------------
+
+    def process_source(self, items: list) -> None:
+        """Run elements read by this stage's source, ``(meta, payload)`` pairs, through the chain."""
+        now, every, emit = self.clock(), self.sample_every, self.emit_times
+        for meta, _ in items:
+            if meta[3] % every == 0:
+                emit[meta[:4]] = now
+        self.process(self.stage.source_id, [(m, p, None) for m, p in items])
+
+    def receive(self, batch: Batch) -> None:
+        """Process a batch from another stage and ack it."""
+        self.process(batch.entry, batch.items)
+        acks, bid = self.acks, batch.batch_id
+        for t in batch.times:
+            acks[t] = acks.get(t, 0) ^ bid
+
+    def process(self, entry: int, items: list) -> None:
+        """Run ``items`` from step ``entry`` through the rest of the stage."""
+        pending = {entry: items}
+        runners, successors, channels = self._runners, self.plan.successors, self.plan.channels
+        for sid in self.stage.step_ids:
+            batch = pending.pop(sid, None)
+            if not batch:
+                continue
+            outs = runners[sid](batch)
+            if not outs:
+                continue
+            for succ in successors[sid]:
+                if succ in pending:
+                    pending[succ] = pending[succ] + outs
+                else:
+                    pending[succ] = outs
+            for ch in channels[sid]:
+                self._route(ch, outs)
+        if self.keyed:
+            size = sum(k.log_size() for k in self.keyed.values())
+            if size > self.peak_log_entries:
+                self.peak_log_entries = size
+
+    # -- data out -----------------------------------------------------------------------
+
+    def _buffer(self, dest: tuple) -> _OutBuffer:
+        buf = self.out.get(dest)
+        if buf is None:
+            buf = self.out[dest] = _OutBuffer(self.rng.getrandbits(64) or 1)
+        return buf
+
+    def _route(self, ch, outs: list) -> None:
+        acks = self.acks
+        if ch.keyed:
+            step = self.plan.steps[ch.dst]
+            fn, n = step.fn, self.plan.parallelism
+            bufs: dict = {}
+            try:
+                for item in outs:
+                    meta, payload = item[0], item[1]
+                    key = fn(payload)
+                    dst = stable_hash(key) % n
+                    buf = bufs.get(dst)
+                    if buf is None:
+                        buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))
+                    buf.items.append((meta, payload, key))
+                    t = meta[:4]
+                    if t not in buf.times:
+                        buf.times.add(t)
+                        acks[t] = acks.get(t, 0) ^ buf.batch_id
+            except Exception as exc:
+                raise self._error(step.name, meta, payload, exc) from exc
+        else:
+            buf = self._buffer((ch.dst_stage, self.instance, ch.dst))
+            bid, times, append = buf.batch_id, buf.times, buf.items.append
+            for item in outs:
+                append((item[0], item[1], None))
+                t = item[0][:4]
+                if t not in times:
+                    times.add(t)
+                    acks[t] = acks.get(t, 0) ^ bid
+
+    def take_batches(self) -> list:
+        """``(stage index, instance, Batch)`` for every non-empty output buffer; empties them."""
+        if not self.out:
+            return []
+        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, list(buf.times), buf.items)) for dest, buf in self.out.items()]
+        self.out = {}
+        return out
+
+    def take_acks(self) -> dict:
+        """The XORs accumulated since the last call (to send to the acker)."""
+        acks, self.acks = self.acks, {}
+        return acks
+
+    # -- watermark ----------------------------------------------------------------------
+
+    def on_watermark(self, watermark: tuple) -> None:
+        """Fold settled keyed state and release settled output; ignores stale watermarks."""
+        if watermark <= self.watermark:
+            return
+        self.watermark = watermark
+        for ks in self.keyed.values():
+            ks.advance(watermark)
+        for sid, (barrier, sink) in self.barriers.items():
+            bundle = barrier.release(watermark)
+            if bundle:
+                sink.write(bundle)
+                now, every, rel = self.clock(), self.sample_every, self.release_times
+                for meta, _ in bundle.elements:
+                    if meta[3] % every == 0:
+                        rel[meta[:4]] = now
+
+    # -- results ------------------------------------------------------------------------
+
+    def collected(self) -> dict:
+        """Per sink name: the ``(meta, payload)`` pairs an in-memory sink partition holds."""
+        out = {}
+        for sid, (_, sink) in self.barriers.items():
+            got = sink.collected()
+            if got is not None:
+                out[self.plan.steps[sid].name] = got
+        return out
+
+    def metrics(self) -> dict:
+        steps = self.plan.steps
+        return {
+            "elements": dict(self.counts),
+            "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in self.keyed.items()},
+            "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
+            "released": {steps[sid].name: b.released for sid, (b, _) in self.barriers.items()},
+            "peak_log_entries": self.peak_log_entries,
+            "log_entries": sum(k.log_size() for k in self.keyed.values()),
+        }
+
+    def close(self) -> None:
+        for _, sink in self.barriers.values():
+            sink.close()
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _error(self, step_name: str, meta: Meta, payload: Any, exc: BaseException) -> StepError:
+        if isinstance(exc, StepError):
+            return exc
+        return StepError(step_name, short_repr(payload), meta, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+    def _make_runner(self, step) -> Callable[[list], list]:
+        """A function from a list of ``(meta, payload, key)`` to the step's outputs."""
+        counts, name, fn, error = self.counts, step.name, step.fn, self._error
+        kind = step.kind
+
+        def guard(body: Callable[[list], list]) -> Callable[[list], list]:
+            def run(items: list) -> list:
+                counts[name] += len(items)
+                return body(items)
+
+            return run
+
+        if kind in ("source", "key_by", "merge"):
+            return guard(lambda items: items)
+        if kind == "map":
+
+            def run_map(items: list) -> list:
+                out = []
+                try:
+                    for meta, payload, _ in items:
+                        out.append((meta, fn(payload), None))
+                except Exception as exc:
+                    raise error(name, meta, payload, exc) from exc
+                return out
+
+            return guard(run_map)
+        if kind == "flat_map":
+
+            def run_flat_map(items: list) -> list:
+                out = []
+                append = out.append
+                try:
+                    for meta, payload, _ in items:
+                        for k, value in enumerate(fn(payload)):
+                            append((Meta(meta[0], meta[1], meta[2], meta[3], meta[4] + (k,), meta[5]), value, None))
+                except Exception as exc:
+                    raise error(name, meta, payload, exc) from exc
+                return out
+
+            return guard(run_flat_map)
+        if kind == "filter":
+
+            def run_filter(items: list) -> list:
+                out = []
+                try:
+                    for item in items:
+                        meta, payload = item[0], item[1]
+                        if fn(payload):
+                            out.append(item)
+                except Exception as exc:
+                    raise error(name, meta, payload, exc) from exc
+                return out
+
+            return guard(run_filter)
+        if kind in ("stateful_map", "stateful_flat_map"):
+            ks = self.keyed[step.id]
+
+            def run_stateful(items: list) -> list:
+                try:
+                    return [(m, p, None) for m, p in ks.apply_batch(items)]
+                except StateFnError as exc:
+                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+            return guard(run_stateful)
+        if kind == "sink":
+            barrier = self.barriers[step.id][0]
+
+            def run_sink(items: list) -> list:
+                add = barrier.add
+                for meta, payload, _ in items:
+                    add(meta, payload)
+                return []
+
+            return guard(run_sink)
+        raise AssertionError(f"unknown step kind {kind}")
+

@@ -1,0 +1,117 @@
+"""In-memory sources and sinks: for tests, examples and the simulator.
+
+>>> from driftstream.engine import Flow
+>>> flow = Flow("upper")
+>>> out = MemorySink("out")
+>>> flow.source(MemorySource(["a", "b"])).map(str.upper).sink(out)
+>>> flow.run(runtime="simulator", seed=1).output("out")
+['A', 'B']
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Optional, Sequence
+
+from driftstream.barriers.bundle import Bundle
+from driftstream.barriers.sink import Sink, SinkPartition
+from driftstream.ordering.meta import Meta
+
+from .source import Source, SourcePartition
+
+
+class _ListPartition(SourcePartition):
+    """Element ``i`` of the source (in partition ``i % partitions``) gets time ``(i, source, p, i)``."""
+
+    def __init__(self, items: Sequence, partition: int, partitions: int, source_id: int) -> None:
+        self.items, self.partition, self.step, self.source_id = items, partition, partitions, source_id
+        self.pos = partition
+        self.done = self.pos >= len(items)
+
+    def _due(self) -> int:
+        return len(self.items)
+
+    def read(self, max_items: int) -> list:
+        stop = min(self._due(), self.pos + max_items * self.step)
+        if self.pos >= stop:
+            return []
+        sid, p, items = self.source_id, self.partition, self.items
+        out = [(Meta(i, sid, p, i), items[i]) for i in range(self.pos, stop, self.step)]
+        self.pos = out[-1][0][3] + self.step
+        self.done = self.pos >= len(items)
+        return out
+
+
+class MemorySource(Source):
+    """A bounded source over a list; element ``i`` goes to partition ``i % partitions``.
+
+    >>> [m.ts for m, _ in MemorySource(["a", "b", "c"], partitions=2).open(1, 0).read(10)]
+    [1]
+    """
+
+    def __init__(self, items: Iterable, partitions: int = 1) -> None:
+        if partitions < 1:
+            raise ValueError("MemorySource needs partitions >= 1")
+        self.items = list(items)
+        self._partitions = partitions
+
+    def partitions(self) -> int:
+        return self._partitions
+
+    def open(self, partition: int, source_id: int) -> SourcePartition:
+        return _ListPartition(self.items, partition, self._partitions, source_id)
+
+
+class _PacedPartition(_ListPartition):
+    def __init__(self, items: Sequence, partition: int, partitions: int, source_id: int, rate: float) -> None:
+        super().__init__(items, partition, partitions, source_id)
+        self.rate = rate
+        self.start: Optional[float] = None
+
+    def _due(self) -> int:
+        if self.start is None:
+            self.start = time.time()
+        return min(len(self.items), int((time.time() - self.start) * self.rate) + 1)
+
+    def next_ready_in(self) -> Optional[float]:
+        if self.start is None or self.done:
+            return None
+        return max(0.0, self.start + self.pos / self.rate - time.time())
+
+
+class PacedSource(MemorySource):
+    """Like MemorySource, but element ``i`` becomes available ``i / rate`` seconds after the
+    partition is first read: a steady input rate for latency measurements.
+    The times are still the indexes, so the output does not depend on the pacing.
+    """
+
+    def __init__(self, items: Iterable, rate: float, partitions: int = 1) -> None:
+        super().__init__(items, partitions)
+        if rate <= 0:
+            raise ValueError("PacedSource needs rate > 0 (elements per second)")
+        self.rate = rate
+
+    def open(self, partition: int, source_id: int) -> SourcePartition:
+        return _PacedPartition(self.items, partition, self._partitions, source_id, self.rate)
+
+
+class _MemoryPartition(SinkPartition):
+    def __init__(self) -> None:
+        self.elements: list = []
+
+    def write(self, bundle: Bundle) -> None:
+        self.elements.extend(bundle.elements)
+
+    def last_bundle(self) -> Optional[Meta]:
+        return self.elements[-1][0] if self.elements else None
+
+    def collected(self) -> list:
+        return self.elements
+
+
+class MemorySink(Sink):
+    """Collects released elements in the actor; the driver gets them as ``result.output(name)``."""
+
+    def open(self, partition: int, partitions: int) -> SinkPartition:
+        return _MemoryPartition()
+

@@ -1,0 +1,77 @@
+"""The acker: XOR-tracking of in-flight elements per global time, and the watermark.
+
+Every batch sent between instances gets a random 64-bit id. The sender XORs it
+into the entry of each global time in the batch; the receiver XORs it again,
+in the same flush as the ids of everything it emitted for that batch. An entry
+is back to zero exactly when every element of that time has been fully
+processed (up to a 2^-64 chance of a false zero per id).
+
+The watermark is the exclusive frontier below which every time is settled:
+
+    watermark = min(successor(min(source bounds)), earliest non-zero entry)
+
+>>> a = Acker(sources=1)
+>>> a.update({(1, 0, 0, 1): 0xA5}, source=0, bound=(1, 0, 0, 1))
+(1, 0, 0, 1)
+>>> a.update({(1, 0, 0, 1): 0xA5})               # the receiver acks: time 1 settles
+(1, 0, 0, 2)
+>>> a.update({}, source=0, bound=TOP)            # the source is exhausted
+(inf,)
+
+Costs: ``update`` is O(k log n) for k entries touched, n live entries;
+reading the watermark is amortised O(log n) (a heap with lazy deletion).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Mapping, Optional
+
+from .meta import BOTTOM, TOP, Time, successor
+
+
+class Acker:
+    """XOR table plus per-source-instance bounds; computes the watermark."""
+
+    def __init__(self, sources: int) -> None:
+        # One bound per source *instance*; BOTTOM until it reports.
+        self.bounds: list = [BOTTOM] * sources
+        self.entries: dict = {}
+        self._heap: list = []
+        self.watermark: Time = BOTTOM if sources else TOP
+
+    def update(self, xors: Mapping, source: Optional[int] = None, bound: Optional[Time] = None) -> Time:
+        """Fold one flush of XORs (and, from a source instance, its new bound).
+
+        A source sends its XORs and the bound that covers them in one call, so the
+        acker can never see the bound before the ids of what it covers.
+        Returns the watermark after the update.
+        """
+        entries = self.entries
+        for t, x in xors.items():
+            v = entries.get(t, 0) ^ x
+            if v:
+                if t not in entries:
+                    heapq.heappush(self._heap, t)
+                entries[t] = v
+            elif t in entries:
+                del entries[t]
+        if bound is not None:
+            self.bounds[source] = bound
+        return self._recompute()
+
+    def in_flight(self) -> int:
+        """Number of global times with elements still in flight (O(1))."""
+        return len(self.entries)
+
+    def _recompute(self) -> Time:
+        heap, entries = self._heap, self.entries
+        while heap and heap[0] not in entries:
+            heapq.heappop(heap)
+        frontier = successor(min(self.bounds)) if self.bounds else TOP
+        if heap and heap[0] < frontier:
+            frontier = heap[0]
+        # The frontier never moves back: new entries only appear at or above it.
+        if frontier > self.watermark:
+            self.watermark = frontier
+        return self.watermark

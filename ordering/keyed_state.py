@@ -1,0 +1,231 @@
+"""Order-sensitive keyed state that repairs itself when an element arrives late.
+
+Per key there is a *base* state (the fold of everything below the watermark, kept
+in a state backend) and an in-memory *log* of the elements at or above the
+watermark, each with the state after it and the outputs it produced. Elements
+may arrive in any order; the log is kept sorted by Meta, and whenever an element
+lands anywhere but the tail, the tail is re-applied and only the outputs that
+changed are invalidated (a tombstone) and re-emitted.
+
+>>> def concat(state, x):
+...     new = (state or "") + x
+...     return new, new
+>>> ks = DriftingKeyedState(concat)
+>>> ks.apply(Meta(2, 0, 0, 2), "b", "k")
+[(Meta(ts=2, source=0, partition=0, offset=2, child_ids=(), tombstone=False), 'b')]
+>>> [(m.ts, m.tombstone, p) for m, p in ks.apply(Meta(1, 0, 0, 1), "a", "k")]
+[(1, False, 'a'), (2, True, 'b'), (2, False, 'ab')]
+>>> ks.advance((3,)); ks.log_size(), ks.backend.get("k")
+(0, 'ab')
+
+The user function must not mutate the state it is given (it may be applied
+again to the same state after a late arrival): return a new value instead.
+
+Costs: an in-order element is O(log n) (a bisect and a heap push) plus one call
+of the function; an element that lands i places before the tail costs i + 1
+calls; ``advance`` is O(log n) per log entry it folds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from itertools import count
+from typing import Any, Callable, Hashable, Iterable
+
+from .meta import Meta
+
+#: ``fn(state, element) -> (new_state, output)``; for flat: ``(new_state, iterable_of_outputs)``.
+StateFn = Callable[[Any, Any], tuple]
+
+
+class StateFnError(Exception):
+    """The user function raised on ``(meta, payload)``; the original is ``__cause__``."""
+
+    def __init__(self, meta: Meta, payload: Any) -> None:
+        super().__init__(meta, payload)
+        self.meta, self.payload = meta, payload
+
+
+class DictBackend:
+    """Base states in a dict: the backend for unit tests and the simulator.
+
+    >>> b = DictBackend(); b.put("k", 1); b.get("k"), b.get("missing")
+    (1, None)
+    """
+
+    def __init__(self) -> None:
+        self._data: dict = {}
+
+    def get(self, key: Hashable) -> Any:
+        return self._data.get(key)
+
+    def put(self, key: Hashable, state: Any) -> None:
+        self._data[key] = state
+
+    def items(self) -> Iterable[tuple]:
+        return self._data.items()
+
+
+class _KeyLog:
+    """The elements of one key at or above the watermark, sorted by Meta."""
+
+    __slots__ = ("metas", "payloads", "states", "outputs")
+
+    def __init__(self) -> None:
+        self.metas: list = []
+        self.payloads: list = []
+        self.states: list = []
+        self.outputs: list = []  # per entry: the list of payloads it emitted
+
+    def insert(self, i: int, meta: Meta, payload: Any) -> None:
+        self.metas.insert(i, meta)
+        self.payloads.insert(i, payload)
+        self.states.insert(i, None)
+        self.outputs.insert(i, [])
+
+    def remove(self, i: int) -> list:
+        del self.metas[i], self.payloads[i], self.states[i]
+        return self.outputs.pop(i)
+
+    def find(self, meta: Meta, payload: Any) -> int:
+        """Index of the entry with this Meta and payload, or -1."""
+        i = bisect_left(self.metas, meta)
+        while i < len(self.metas) and self.metas[i] == meta:
+            if self.payloads[i] == payload:
+                return i
+            i += 1
+        return -1
+
+
+class DriftingKeyedState:
+    """The state of one stateful operator instance, for all its keys.
+
+    ``apply`` takes one element (or tombstone) and returns the elements to emit,
+    tombstones included, as ``(meta, payload)`` pairs. ``advance(watermark)``
+    folds every entry below the watermark into the backend.
+    """
+
+    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Any = None) -> None:
+        self.fn = fn
+        self.flat = flat
+        self.backend = backend if backend is not None else DictBackend()
+        self.logs: dict = {}
+        # Tombstones whose invalidee has not arrived yet (any arrival order is legal).
+        self.pending_tombstones: dict = {}
+        self._heap: list = []  # (meta, seq, key): which keys hold entries below a watermark
+        self._seq = count()
+        self._size = 0
+        self.tombstones_emitted = 0
+
+    def log_size(self) -> int:
+        """Number of entries held in memory over all keys (O(1))."""
+        return self._size
+
+    def apply(self, meta: Meta, payload: Any, key: Hashable) -> list:
+        """Take one element or tombstone of ``key``; return what to emit downstream."""
+        return self.apply_batch([(meta, payload, key)])
+
+    def apply_batch(self, items: list) -> list:
+        """Take ``(meta, payload, key)`` elements and tombstones; return what to emit.
+
+        The whole batch lands in the logs first, then each touched key is re-applied
+        once from its earliest change: a tombstone and its replacement arriving
+        together cost one re-application, not two.
+        """
+        out: list = []
+        touched: dict = {}  # key -> earliest log index changed
+        for meta, payload, key in items:
+            i = self._land(meta, payload, key, out)
+            if i >= 0 and (key not in touched or i < touched[key]):
+                touched[key] = i
+        for key, i in touched.items():
+            log = self.logs.get(key)
+            if log is None:
+                continue
+            if log.metas:
+                self._replay(key, log, i, out)
+            else:
+                del self.logs[key]
+        return out
+
+    def _land(self, meta: Meta, payload: Any, key: Hashable, out: list) -> int:
+        """Put one element into (or a tombstone's invalidee out of) the key's log.
+
+        Returns the log index from which the key must be re-applied, or -1.
+        """
+        log = self.logs.get(key)
+        if meta[5]:
+            invalidee = meta.invalidee()
+            i = log.find(invalidee, payload) if log is not None else -1
+            if i < 0:
+                self.pending_tombstones.setdefault(key, []).append((invalidee, payload))
+                return -1
+            self._size -= 1
+            self._emit_diff(invalidee, log.remove(i), [], out)
+            return i
+        pending = self.pending_tombstones.get(key)
+        if pending and (meta, payload) in pending:
+            pending.remove((meta, payload))
+            if not pending:
+                del self.pending_tombstones[key]
+            return -1
+        if log is None:
+            log = self.logs[key] = _KeyLog()
+        i = bisect_right(log.metas, meta)
+        log.insert(i, meta, payload)
+        self._size += 1
+        heapq.heappush(self._heap, (meta, next(self._seq), key))
+        return i
+
+    def advance(self, watermark: tuple) -> None:
+        """Fold every entry below ``watermark`` into the backend and forget it."""
+        heap = self._heap
+        while heap and heap[0][0] < watermark:
+            key = heapq.heappop(heap)[2]
+            log = self.logs.get(key)
+            if log is None:
+                continue
+            n = bisect_left(log.metas, watermark)
+            if n == 0:
+                continue
+            self.backend.put(key, log.states[n - 1])
+            del log.metas[:n], log.payloads[:n], log.states[:n], log.outputs[:n]
+            self._size -= n
+            if not log.metas:
+                del self.logs[key]
+        for key in [k for k, p in self.pending_tombstones.items() if p and p[0][0] < watermark]:
+            # An unmatched tombstone below the watermark would mean its invalidee was lost.
+            raise AssertionError(f"tombstone for {self.pending_tombstones[key][0][0]} below the watermark never met its element")
+
+    def _replay(self, key: Hashable, log: _KeyLog, i: int, out: list) -> None:
+        """Re-apply entries i.. of the log, emitting only the outputs that changed."""
+        fn, flat = self.fn, self.flat
+        state = log.states[i - 1] if i > 0 else self.backend.get(key)
+        metas, payloads, states, outputs = log.metas, log.payloads, log.states, log.outputs
+        for j in range(i, len(metas)):
+            try:
+                state, result = fn(state, payloads[j])
+                if flat:
+                    new = list(result) if result is not None else []
+                else:
+                    new = [] if result is None else [result]
+            except Exception as exc:
+                raise StateFnError(metas[j], payloads[j]) from exc
+            old = outputs[j]
+            if new != old:
+                self._emit_diff(metas[j], old, new, out)
+                outputs[j] = new
+            states[j] = state
+
+    def _emit_diff(self, meta: Meta, old: list, new: list, out: list) -> None:
+        flat = self.flat
+        for k in range(max(len(old), len(new))):
+            if k < len(old) and k < len(new) and old[k] == new[k]:
+                continue
+            m = meta.child(k) if flat else meta
+            if k < len(old):
+                out.append((m.as_tombstone(), old[k]))
+                self.tombstones_emitted += 1
+            if k < len(new):
+                out.append((m, new[k]))

@@ -1,0 +1,59 @@
+"""A sequential reference: apply a flow to its whole input one element at a time in t order.
+
+No batching, no parallelism, no late arrivals: the output every runtime must match.
+"""
+
+from __future__ import annotations
+
+from driftstream.engine.flow import Flow
+from driftstream.engine.testing import MemorySource
+from driftstream.ordering.meta import Meta
+
+
+def reference_outputs(flow: Flow) -> dict:
+    """``{sink name: [payload, ...]}`` in t order, for flows over MemorySources."""
+    steps = flow.steps
+    children: dict = {s.id: [] for s in steps}
+    for s in steps:
+        for i in s.inputs:
+            children[i].append(s.id)
+    states: dict = {s.id: {} for s in steps}
+    keys: dict = {}
+    out: dict = {s.name: [] for s in steps if s.kind == "sink"}
+
+    def push(sid: int, meta: Meta, x, key=None) -> None:
+        step = steps[sid]
+        if step.kind in ("source", "merge"):
+            results = [(meta, x, None)]
+        elif step.kind == "key_by":
+            results = [(meta, x, step.fn(x))]
+        elif step.kind == "map":
+            results = [(meta, step.fn(x), None)]
+        elif step.kind == "flat_map":
+            results = [(meta.child(k), y, None) for k, y in enumerate(step.fn(x))]
+        elif step.kind == "filter":
+            results = [(meta, x, None)] if step.fn(x) else []
+        elif step.kind in ("stateful_map", "stateful_flat_map"):
+            table = states[sid]
+            new, o = step.fn(table.get(key), x)
+            table[key] = new
+            if step.kind == "stateful_map":
+                results = [] if o is None else [(meta, o, None)]
+            else:
+                results = [(meta.child(k), y, None) for k, y in enumerate(o or [])]
+        elif step.kind == "sink":
+            out[step.name].append((meta, x))
+            return
+        for m, y, k in results:
+            for c in children[sid]:
+                push(c, m, y, k)
+
+    inputs = []
+    for s in steps:
+        if s.kind == "source":
+            assert isinstance(s.source, MemorySource)
+            n = s.source.partitions()
+            inputs += [(Meta(i, s.id, i % n, i), s.id, x) for i, x in enumerate(s.source.items)]
+    for meta, sid, x in sorted(inputs, key=lambda e: e[0]):
+        push(sid, meta, x)
+    return {name: [p for _, p in sorted(v, key=lambda e: e[0])] for name, v in out.items()}
