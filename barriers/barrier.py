@@ -10,63 +10,47 @@
 >>> b.release((3,)).payloads()
 ['fixed']
 
-Tombstones and elements may arrive in any order: a tombstone whose invalidee is
-not here yet waits for it and the two annihilate. A barrier releases nothing
-that a tombstone could still delete, because a tombstone always has the same
-global time as its invalidee and the watermark passes a time only when all of
-its elements and tombstones have arrived.
+Tombstones and elements may arrive in any order. A tombstone always has the same
+global time as its invalidee, and the watermark passes a time only when all of
+its elements and tombstones have arrived; so the barrier resolves tombstones
+when it releases, not when they arrive.
 
-Costs: ``add`` is O(log n); ``release`` is O(k log n) for k released elements.
+Costs: ``add`` is O(1); ``release`` sorts the buffer (Timsort: near O(n) when
+most of it was sorted at the previous release) and is O(n) in what it keeps.
 """
 
 from __future__ import annotations
 
-import heapq
+from bisect import bisect_left
+from operator import itemgetter
 from typing import Any, Optional
 
-from driftstream.ordering.meta import Meta
+from driftstream.ordering.meta import Meta, invalidee_of
 
 from .bundle import Bundle
+
+_meta = itemgetter(0)
 
 
 class Barrier:
     """Buffer of one sink partition; releases bundles in Meta order."""
 
     def __init__(self) -> None:
-        self._heap: list = []        # metas (a Meta may be pushed once per live payload)
-        self._buffer: dict = {}      # meta -> list of payloads
-        self._pending_tombstones: dict = {}  # invalidee meta -> list of payloads
+        self._items: list = []  # (meta, payload), sorted up to the last release
+        self._tombstones: dict = {}  # invalidee meta -> payloads to cancel
         self.released = 0
         self.tombstones_released = 0
         self.dropped_replayed = 0
         self.t_last: Optional[Meta] = None
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._buffer.values())
+        return len(self._items)
 
-    def add(self, meta: Meta, payload: Any) -> None:
+    def add(self, meta: tuple, payload: Any) -> None:
         if meta[5]:
-            invalidee = meta.invalidee()
-            live = self._buffer.get(invalidee)
-            if live is not None and payload in live:
-                live.remove(payload)
-                if not live:
-                    del self._buffer[invalidee]
-            else:
-                self._pending_tombstones.setdefault(invalidee, []).append(payload)
-            return
-        pending = self._pending_tombstones.get(meta)
-        if pending is not None and payload in pending:
-            pending.remove(payload)
-            if not pending:
-                del self._pending_tombstones[meta]
-            return
-        live = self._buffer.get(meta)
-        if live is None:
-            self._buffer[meta] = [payload]
+            self._tombstones.setdefault(invalidee_of(meta), []).append(payload)
         else:
-            live.append(payload)
-        heapq.heappush(self._heap, meta)
+            self._items.append((meta, payload))
 
     def skip_through(self, t_last: Optional[Meta]) -> None:
         """Drop, now and from now on, every element at or before ``t_last``.
@@ -78,25 +62,32 @@ class Barrier:
 
     def release(self, watermark: tuple) -> Bundle:
         """Pop every element below ``watermark``, in Meta order, as one bundle."""
-        heap, buffer = self._heap, self._buffer
-        out: list = []
-        while heap and heap[0] < watermark:
-            meta = heapq.heappop(heap)
-            live = buffer.get(meta)
-            if not live:
-                continue  # annihilated by a tombstone after it was pushed
-            out.append((meta, live.pop(0)))
-            if not live:
-                del buffer[meta]
-        if self._pending_tombstones:
-            for meta, payloads in list(self._pending_tombstones.items()):
-                if meta < watermark:
-                    # Settled yet unmatched: the element it invalidates never came. Keep it visible.
-                    self.tombstones_released += len(payloads)
-                    del self._pending_tombstones[meta]
-        if self.t_last is not None and out:
-            before = len(out)
-            out = [e for e in out if e[0] > self.t_last]
-            self.dropped_replayed += before - len(out)
-        self.released += len(out)
-        return Bundle(out)
+        items = self._items
+        if not items:
+            ready: list = []
+        else:
+            items.sort(key=_meta)
+            n = len(items) if items[-1][0] < watermark else bisect_left(items, watermark, key=_meta)
+            ready = items[:n]
+            del items[:n]
+        tombstones = self._tombstones
+        if tombstones:
+            kept = []
+            for meta, payload in ready:
+                cancel = tombstones.get(meta)
+                if cancel and payload in cancel:
+                    cancel.remove(payload)
+                    if not cancel:
+                        del tombstones[meta]
+                else:
+                    kept.append((meta, payload))
+            ready = kept
+            for meta in [m for m in tombstones if m < watermark]:
+                # Settled yet unmatched: the element it invalidates never came. Keep it visible.
+                self.tombstones_released += len(tombstones.pop(meta))
+        if self.t_last is not None and ready:
+            before = len(ready)
+            ready = [e for e in ready if e[0] > self.t_last]
+            self.dropped_replayed += before - len(ready)
+        self.released += len(ready)
+        return Bundle(ready)

@@ -10,6 +10,7 @@ forward (instance i to instance i).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .errors import FlowError
 
@@ -38,6 +39,8 @@ class Channel:
     dst: int
     dst_stage: int
     keyed: bool
+    #: for an edge into a merge: the input's position, appended to child_ids
+    tag: Optional[int] = None
 
 
 @dataclass
@@ -49,7 +52,7 @@ class Plan:
     steps: list
     stages: list
     stage_of: dict
-    successors: dict  # step id -> list of step ids in the same stage
+    successors: dict  # step id -> list of (step id in the same stage, merge tag or None)
     channels: dict  # step id -> list of Channel out of it
 
     @property
@@ -105,11 +108,14 @@ def compile_plan(flow, parallelism: int) -> Plan:
     successors: dict = {s.id: [] for s in steps}
     channels: dict = {s.id: [] for s in steps}
     for step in steps:
-        for i in step.inputs:
+        for position, i in enumerate(step.inputs):
+            # Two inputs of a merge may carry equal Metas (one element, two branches);
+            # the input's position in child_ids keeps them apart and ordered.
+            tag = position if step.kind == "merge" else None
             if stage_of[i] == stage_of[step.id]:
-                successors[i].append(step.id)
+                successors[i].append((step.id, tag))
             else:
-                channels[i].append(Channel(i, step.id, stage_of[step.id], step.kind == "key_by"))
+                channels[i].append(Channel(i, step.id, stage_of[step.id], step.kind == "key_by", tag))
                 if step.id not in stages[stage_of[step.id]].entries:
                     stages[stage_of[step.id]].entries.append(step.id)
     for step in steps:
@@ -125,7 +131,7 @@ def compile_plan(flow, parallelism: int) -> Plan:
 def _reaching_sink(steps: list, successors: dict, channels: dict) -> set:
     reach = {s.id for s in steps if s.kind == "sink"}
     for step in reversed(steps):
-        nxt = successors[step.id] + [c.dst for c in channels[step.id]]
+        nxt = [d for d, _ in successors[step.id]] + [c.dst for c in channels[step.id]]
         if any(n in reach for n in nxt):
             reach.add(step.id)
     return reach

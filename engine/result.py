@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from driftstream.ordering.meta import Meta
+
 from .errors import FlowError
 
 
@@ -97,7 +99,8 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for t, w in r["release_times"].items():
             if w > release.get(t, 0.0):
                 release[t] = w
-    for elems in outputs.values():
+    for name, elems in outputs.items():
         elems.sort(key=lambda e: e[0])
+        outputs[name] = [(Meta._make(m), p) for m, p in elems]
     m.latency_ms = percentiles([(w - emit[t]) * 1000.0 for t, w in release.items() if t in emit])
     return RunResult(outputs, m)

@@ -48,7 +48,9 @@ class Simulation:
         }
         self.source_keys = plan.source_instances
         self.readers = [
-            SourceReader(plan.steps[plan.stages[si].source_id].source, plan.stages[si].source_id, inst, plan.stages[si].parallelism, max_inflight)
+            SourceReader(
+                plan.steps[plan.stages[si].source_id].source, plan.stages[si].source_id, inst, plan.stages[si].parallelism, max_inflight, batch_size
+            )
             for si, inst in self.source_keys
         ]
         self.reader_of = {key: r for key, r in zip(self.source_keys, self.readers)}

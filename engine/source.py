@@ -8,8 +8,10 @@ timestamp), so a replay reproduces the same times.
 >>> from driftstream.engine.testing import MemorySource
 >>> src = MemorySource(["a", "b", "c"], partitions=2)
 >>> reader = SourceReader(src, source_id=0, instance=0, instances=1, max_inflight=10)
->>> [(m.ts, m.partition, p) for m, p in reader.poll(10)]
-[(0, 0, 'a'), (1, 1, 'b'), (2, 0, 'c')]
+>>> [(m[0], p) for m, p in reader.poll(10)]       # (ts, payload): partition 0 first
+[(0, 'a'), (2, 'c')]
+>>> [(m[0], p) for m, p in reader.poll(10)]
+[(1, 'b')]
 >>> reader.done, reader.bound()
 (True, (inf,))
 """
@@ -60,14 +62,16 @@ class SourceReader:
 
     Credit: at most ``max_inflight`` emitted elements may be unsettled (at or above
     the watermark) at once; ``on_watermark`` returns credit. That bounds every
-    buffer downstream (stateful logs, barriers) by the in-flight window.
+    buffer downstream (stateful logs, barriers) by the in-flight window. Each
+    partition may overshoot the slowest one by one read, so the window is at
+    least ``(partitions + 1) * batch_size``: a smaller one could starve the
+    slowest partition of credit and stall the watermark.
     """
 
-    def __init__(self, source: Source, source_id: int, instance: int, instances: int, max_inflight: int) -> None:
+    def __init__(self, source: Source, source_id: int, instance: int, instances: int, max_inflight: int, batch_size: int = 1) -> None:
         self.parts = [source.open(p, source_id) for p in range(source.partitions()) if p % instances == instance]
         self._last: list = [BOTTOM] * len(self.parts)
-        self._next = 0
-        self.max_inflight = max_inflight
+        self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size)
         self._inflight: deque = deque()  # times emitted and not yet below the watermark
         self.emitted = 0
 
@@ -84,27 +88,27 @@ class SourceReader:
         return min(live) if live else TOP
 
     def poll(self, max_items: int) -> list:
-        """Read up to ``max_items`` (fewer when credit runs low), round-robin over partitions."""
+        """Read up to ``max_items`` (fewer when credit runs low) from the partition
+        that is furthest behind in time and has data ready.
+
+        Reading the laggard first keeps partitions aligned in time: fewer late
+        arrivals downstream, and the watermark (the minimum bound) always moves,
+        so credit always comes back.
+        """
         budget = min(max_items, self.max_inflight - len(self._inflight))
-        out: list = []
-        n = len(self.parts)
-        for _ in range(n):
-            if budget <= 0:
-                break
-            i = self._next
-            self._next = (i + 1) % n
-            part = self.parts[i]
-            if part.done:
-                continue
-            items = part.read(budget)
+        if budget <= 0:
+            return []
+        order = sorted((last, i) for i, (part, last) in enumerate(zip(self.parts, self._last)) if not part.done)
+        for _, i in order:
+            items = self.parts[i].read(budget)
             if items:
-                out.extend(items)
-                budget -= len(items)
                 self._last[i] = items[-1][0][:4]
-        for meta, _ in out:
-            self._inflight.append(meta[:4])
-        self.emitted += len(out)
-        return out
+                append = self._inflight.append
+                for meta, _ in items:
+                    append(meta[:4])
+                self.emitted += len(items)
+                return items
+        return []
 
     def next_ready_in(self) -> Optional[float]:
         waits = [w for w in (p.next_ready_in() for p in self.parts if not p.done) if w is not None]

@@ -48,6 +48,11 @@ class Batch:
     items: list
 
 
+def _tagged(items: list, tag: int) -> list:
+    """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
+    return [((m[0], m[1], m[2], m[3], m[4] + (tag,), m[5]), p, k) for m, p, k in items]
+
+
 class _OutBuffer:
     __slots__ = ("batch_id", "items", "times")
 
@@ -109,10 +114,28 @@ class StageRuntime:
 
     def receive(self, batch: Batch) -> None:
         """Process a batch from another stage and ack it."""
-        self.process(batch.entry, batch.items)
-        acks, bid = self.acks, batch.batch_id
-        for t in batch.times:
-            acks[t] = acks.get(t, 0) ^ bid
+        self.receive_many([batch])
+
+    def receive_many(self, batches: list) -> None:
+        """Process several batches as one (per entry step) and ack them all.
+
+        Batches that arrived together are applied together: a stateful step
+        re-applies each key at most once for all of them, instead of once per
+        batch that landed before another.
+        """
+        by_entry: dict = {}
+        for batch in batches:
+            if batch.entry in by_entry:
+                by_entry[batch.entry] = by_entry[batch.entry] + batch.items
+            else:
+                by_entry[batch.entry] = batch.items
+        for entry, items in by_entry.items():
+            self.process(entry, items)
+        acks = self.acks
+        for batch in batches:
+            bid = batch.batch_id
+            for t in batch.times:
+                acks[t] = acks.get(t, 0) ^ bid
 
     def process(self, entry: int, items: list) -> None:
         """Run ``items`` from step ``entry`` through the rest of the stage."""
@@ -125,11 +148,12 @@ class StageRuntime:
             outs = runners[sid](batch)
             if not outs:
                 continue
-            for succ in successors[sid]:
+            for succ, tag in successors[sid]:
+                items_in = outs if tag is None else _tagged(outs, tag)
                 if succ in pending:
-                    pending[succ] = pending[succ] + outs
+                    pending[succ] = pending[succ] + items_in
                 else:
-                    pending[succ] = outs
+                    pending[succ] = items_in
             for ch in channels[sid]:
                 self._route(ch, outs)
         if self.keyed:
@@ -147,6 +171,8 @@ class StageRuntime:
 
     def _route(self, ch, outs: list) -> None:
         acks = self.acks
+        if ch.tag is not None:
+            outs = _tagged(outs, ch.tag)
         if ch.keyed:
             step = self.plan.steps[ch.dst]
             fn, n = step.fn, self.plan.parallelism
@@ -201,7 +227,10 @@ class StageRuntime:
         for sid, (barrier, sink) in self.barriers.items():
             bundle = barrier.release(watermark)
             if bundle:
-                sink.write(bundle)
+                try:
+                    sink.write(bundle)
+                except Exception as exc:
+                    raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), exc) from exc
                 now, every, rel = self.clock(), self.sample_every, self.release_times
                 for meta, _ in bundle.elements:
                     if meta[3] % every == 0:
@@ -274,7 +303,7 @@ class StageRuntime:
                 try:
                     for meta, payload, _ in items:
                         for k, value in enumerate(fn(payload)):
-                            append((Meta(meta[0], meta[1], meta[2], meta[3], meta[4] + (k,), meta[5]), value, None))
+                            append(((meta[0], meta[1], meta[2], meta[3], meta[4] + (k,), meta[5]), value, None))
                 except Exception as exc:
                     raise error(name, meta, payload, exc) from exc
                 return out

@@ -36,7 +36,7 @@ class _ListPartition(SourcePartition):
         if self.pos >= stop:
             return []
         sid, p, items = self.source_id, self.partition, self.items
-        out = [(Meta(i, sid, p, i), items[i]) for i in range(self.pos, stop, self.step)]
+        out = [((i, sid, p, i, (), False), items[i]) for i in range(self.pos, stop, self.step)]
         self.pos = out[-1][0][3] + self.step
         self.done = self.pos >= len(items)
         return out
@@ -45,7 +45,7 @@ class _ListPartition(SourcePartition):
 class MemorySource(Source):
     """A bounded source over a list; element ``i`` goes to partition ``i % partitions``.
 
-    >>> [m.ts for m, _ in MemorySource(["a", "b", "c"], partitions=2).open(1, 0).read(10)]
+    >>> [m[0] for m, _ in MemorySource(["a", "b", "c"], partitions=2).open(1, 0).read(10)]
     [1]
     """
 

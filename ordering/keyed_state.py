@@ -13,7 +13,7 @@ changed are invalidated (a tombstone) and re-emitted.
 >>> ks = DriftingKeyedState(concat)
 >>> ks.apply(Meta(2, 0, 0, 2), "b", "k")
 [(Meta(ts=2, source=0, partition=0, offset=2, child_ids=(), tombstone=False), 'b')]
->>> [(m.ts, m.tombstone, p) for m, p in ks.apply(Meta(1, 0, 0, 1), "a", "k")]
+>>> [(m[0], m[5], p) for m, p in ks.apply(Meta(1, 0, 0, 1), "a", "k")]   # (ts, tombstone, payload)
 [(1, False, 'a'), (2, True, 'b'), (2, False, 'ab')]
 >>> ks.advance((3,)); ks.log_size(), ks.backend.get("k")
 (0, 'ab')
@@ -33,7 +33,7 @@ from bisect import bisect_left, bisect_right
 from itertools import count
 from typing import Any, Callable, Hashable, Iterable
 
-from .meta import Meta
+from .meta import Meta, child_of, invalidee_of, tombstone_of
 
 #: ``fn(state, element) -> (new_state, output)``; for flat: ``(new_state, iterable_of_outputs)``.
 StateFn = Callable[[Any, Any], tuple]
@@ -78,24 +78,39 @@ class _KeyLog:
         self.states: list = []
         self.outputs: list = []  # per entry: the list of payloads it emitted
 
-    def insert(self, i: int, meta: Meta, payload: Any) -> None:
-        self.metas.insert(i, meta)
+    def insert(self, meta: tuple, payload: Any) -> int:
+        """Insert after any equal Meta; returns the index. O(1) at the tail, else O(n)."""
+        metas = self.metas
+        if not metas or metas[-1] <= meta:
+            i = len(metas)
+            metas.append(meta)
+            self.payloads.append(payload)
+            self.states.append(None)
+            self.outputs.append(_NO_OUTPUT)
+            return i
+        i = bisect_right(metas, meta)
+        metas.insert(i, meta)
         self.payloads.insert(i, payload)
         self.states.insert(i, None)
-        self.outputs.insert(i, [])
+        self.outputs.insert(i, _NO_OUTPUT)
+        return i
 
     def remove(self, i: int) -> list:
         del self.metas[i], self.payloads[i], self.states[i]
         return self.outputs.pop(i)
 
-    def find(self, meta: Meta, payload: Any) -> int:
+    def find(self, meta: tuple, payload: Any) -> int:
         """Index of the entry with this Meta and payload, or -1."""
-        i = bisect_left(self.metas, meta)
-        while i < len(self.metas) and self.metas[i] == meta:
+        metas = self.metas
+        i = bisect_left(metas, meta)
+        while i < len(metas) and metas[i] == meta:
             if self.payloads[i] == payload:
                 return i
             i += 1
         return -1
+
+
+_NO_OUTPUT: list = []  # shared, never mutated: outputs are replaced, not changed
 
 
 class DriftingKeyedState:
@@ -113,7 +128,9 @@ class DriftingKeyedState:
         self.logs: dict = {}
         # Tombstones whose invalidee has not arrived yet (any arrival order is legal).
         self.pending_tombstones: dict = {}
-        self._heap: list = []  # (meta, seq, key): which keys hold entries below a watermark
+        # (first meta, seq, key) per key whose log became non-empty or got a new head;
+        # stale rows are skipped when popped. One push per key, not per element.
+        self._heap: list = []
         self._seq = count()
         self._size = 0
         self.tombstones_emitted = 0
@@ -149,54 +166,64 @@ class DriftingKeyedState:
                 del self.logs[key]
         return out
 
-    def _land(self, meta: Meta, payload: Any, key: Hashable, out: list) -> int:
+    def _land(self, meta: tuple, payload: Any, key: Hashable, out: list) -> int:
         """Put one element into (or a tombstone's invalidee out of) the key's log.
 
         Returns the log index from which the key must be re-applied, or -1.
         """
         log = self.logs.get(key)
         if meta[5]:
-            invalidee = meta.invalidee()
+            invalidee = invalidee_of(meta)
             i = log.find(invalidee, payload) if log is not None else -1
             if i < 0:
                 self.pending_tombstones.setdefault(key, []).append((invalidee, payload))
                 return -1
             self._size -= 1
-            self._emit_diff(invalidee, log.remove(i), [], out)
+            self._emit_diff(invalidee, log.remove(i), _NO_OUTPUT, out)
             return i
-        pending = self.pending_tombstones.get(key)
-        if pending and (meta, payload) in pending:
-            pending.remove((meta, payload))
-            if not pending:
-                del self.pending_tombstones[key]
-            return -1
+        if self.pending_tombstones:
+            pending = self.pending_tombstones.get(key)
+            if pending and (meta, payload) in pending:
+                pending.remove((meta, payload))
+                if not pending:
+                    del self.pending_tombstones[key]
+                return -1
         if log is None:
             log = self.logs[key] = _KeyLog()
-        i = bisect_right(log.metas, meta)
-        log.insert(i, meta, payload)
+        i = log.insert(meta, payload)
         self._size += 1
-        heapq.heappush(self._heap, (meta, next(self._seq), key))
+        if i == 0:
+            heapq.heappush(self._heap, (meta, next(self._seq), key))
         return i
 
     def advance(self, watermark: tuple) -> None:
         """Fold every entry below ``watermark`` into the backend and forget it."""
-        heap = self._heap
+        heap, logs = self._heap, self.logs
         while heap and heap[0][0] < watermark:
             key = heapq.heappop(heap)[2]
-            log = self.logs.get(key)
+            log = logs.get(key)
             if log is None:
+                continue  # stale row: the log was folded since
+            metas = log.metas
+            if not metas[0] < watermark:
+                # Stale row: its head was retracted by a tombstone. Track the new head,
+                # or the key would never be folded again.
+                heapq.heappush(heap, (metas[0], next(self._seq), key))
                 continue
-            n = bisect_left(log.metas, watermark)
-            if n == 0:
-                continue
+            n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
             self.backend.put(key, log.states[n - 1])
-            del log.metas[:n], log.payloads[:n], log.states[:n], log.outputs[:n]
+            del metas[:n], log.payloads[:n], log.states[:n], log.outputs[:n]
             self._size -= n
-            if not log.metas:
-                del self.logs[key]
-        for key in [k for k, p in self.pending_tombstones.items() if p and p[0][0] < watermark]:
-            # An unmatched tombstone below the watermark would mean its invalidee was lost.
-            raise AssertionError(f"tombstone for {self.pending_tombstones[key][0][0]} below the watermark never met its element")
+            if metas:
+                heapq.heappush(heap, (metas[0], next(self._seq), key))
+            else:
+                del logs[key]
+        if self.pending_tombstones:
+            for key, pending in self.pending_tombstones.items():
+                for invalidee, _ in pending:  # any of them, not only the first to arrive
+                    if invalidee < watermark:
+                        # An unmatched tombstone below the watermark would mean its invalidee was lost.
+                        raise AssertionError(f"tombstone for {invalidee} below the watermark never met its element")
 
     def _replay(self, key: Hashable, log: _KeyLog, i: int, out: list) -> None:
         """Re-apply entries i.. of the log, emitting only the outputs that changed."""
@@ -207,25 +234,28 @@ class DriftingKeyedState:
             try:
                 state, result = fn(state, payloads[j])
                 if flat:
-                    new = list(result) if result is not None else []
+                    new = list(result) if result is not None else _NO_OUTPUT
                 else:
-                    new = [] if result is None else [result]
+                    new = _NO_OUTPUT if result is None else [result]
             except Exception as exc:
                 raise StateFnError(metas[j], payloads[j]) from exc
             old = outputs[j]
             if new != old:
-                self._emit_diff(metas[j], old, new, out)
+                if not old and not flat:
+                    out.append((metas[j], result))  # first application: nothing to invalidate
+                else:
+                    self._emit_diff(metas[j], old, new, out)
                 outputs[j] = new
             states[j] = state
 
-    def _emit_diff(self, meta: Meta, old: list, new: list, out: list) -> None:
+    def _emit_diff(self, meta: tuple, old: list, new: list, out: list) -> None:
         flat = self.flat
         for k in range(max(len(old), len(new))):
             if k < len(old) and k < len(new) and old[k] == new[k]:
                 continue
-            m = meta.child(k) if flat else meta
+            m = child_of(meta, k) if flat else meta
             if k < len(old):
-                out.append((m.as_tombstone(), old[k]))
+                out.append((tombstone_of(m), old[k]))
                 self.tombstones_emitted += 1
             if k < len(new):
                 out.append((m, new[k]))

@@ -39,6 +39,8 @@ def stable_hash(key: Any) -> int:
     if key is None:
         return 0x9E3779B1
     if t is float:
+        if key.is_integer():  # 1.0 == 1 (and -0.0 == 0): equal keys must meet in one instance
+            return stable_hash(int(key))
         return zlib.crc32(struct.pack("<d", key)) ^ 0x27D4EB2F
     if t is tuple:
         h = 0x345678

@@ -15,15 +15,15 @@ def reference_outputs(flow: Flow) -> dict:
     steps = flow.steps
     children: dict = {s.id: [] for s in steps}
     for s in steps:
-        for i in s.inputs:
-            children[i].append(s.id)
+        for position, i in enumerate(s.inputs):
+            children[i].append((s.id, position if s.kind == "merge" else None))
     states: dict = {s.id: {} for s in steps}
     keys: dict = {}
     out: dict = {s.name: [] for s in steps if s.kind == "sink"}
 
     def push(sid: int, meta: Meta, x, key=None) -> None:
         step = steps[sid]
-        if step.kind in ("source", "merge"):
+        if step.kind in ("source", "merge"):  # a merge's input tag is already in meta
             results = [(meta, x, None)]
         elif step.kind == "key_by":
             results = [(meta, x, step.fn(x))]
@@ -45,8 +45,8 @@ def reference_outputs(flow: Flow) -> dict:
             out[step.name].append((meta, x))
             return
         for m, y, k in results:
-            for c in children[sid]:
-                push(c, m, y, k)
+            for c, tag in children[sid]:
+                push(c, m if tag is None else m.child(tag), y, k)
 
     inputs = []
     for s in steps:
@@ -54,6 +54,6 @@ def reference_outputs(flow: Flow) -> dict:
             assert isinstance(s.source, MemorySource)
             n = s.source.partitions()
             inputs += [(Meta(i, s.id, i % n, i), s.id, x) for i, x in enumerate(s.source.items)]
-    for meta, sid, x in sorted(inputs, key=lambda e: e[0]):
+    for meta, sid, x in sorted(inputs, key=lambda e: e[0]):  # t order
         push(sid, meta, x)
     return {name: [p for _, p in sorted(v, key=lambda e: e[0])] for name, v in out.items()}

@@ -53,3 +53,16 @@ def test_simulation_is_reproducible_per_seed():
     for r in runs:
         r.run()
     assert runs[0].steps_taken == runs[1].steps_taken
+
+
+def test_merge_of_two_branches_of_one_element_is_deterministic():
+    # Both branches carry the same input Meta; merge tags them by input position.
+    flow = Flow("branches")
+    keyed = flow.source(MemorySource([("k", c) for c in "abcdef"], partitions=2)).key_by(lambda kv: kv[0])
+    left = keyed.stateful_map(lambda s, kv: ((s or "") + kv[1], "L" + (s or "") + kv[1]))
+    right = keyed.stateful_map(lambda s, kv: ((s or "") + kv[1].upper(), "R" + (s or "") + kv[1].upper()))
+    left.merge(right).key_by(lambda x: "one").stateful_map(lambda s, x: ((s or "") + x[-1], (s or "") + x[-1])).sink(MemorySink("out"))
+    expected = reference_outputs(flow)["out"]
+    assert expected[-1] == "aAbBcCdDeEfF"  # per element: the left branch (input 0), then the right
+    outs = {tuple(flow.run(runtime="simulator", parallelism=3, seed=s).output("out")) for s in range(40)}
+    assert outs == {tuple(expected)}

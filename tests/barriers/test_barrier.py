@@ -1,0 +1,262 @@
+"""Barrier and Bundle: release only below the watermark, in Meta order; tombstones in any
+order relative to their invalidee; duplicate metas; ``skip_through`` for replays; and the
+property that any arrival order releases the same sequence."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings, strategies as st
+
+from driftstream.barriers.barrier import Barrier
+from driftstream.barriers.bundle import Bundle
+from driftstream.ordering.meta import BOTTOM, TOP, Meta
+
+
+def M(ts, *child, tombstone=False):
+    return Meta(ts, 0, 0, ts, tuple(child), tombstone)
+
+
+def released(bundle):
+    return [(tuple(m), p) for m, p in bundle.elements]
+
+
+# -- Bundle ----------------------------------------------------------------------------
+
+
+def test_bundle_t_last_is_the_meta_of_the_last_element():
+    b = Bundle([(M(1), "x"), (M(2, 0), "y")])
+    assert b.t_last == M(2, 0)
+    assert b.payloads() == ["x", "y"]
+    assert len(b) == 2 and bool(b)
+
+
+def test_empty_bundle():
+    b = Bundle([])
+    assert b.t_last is None and not b and len(b) == 0 and b.payloads() == []
+
+
+def test_bundle_explicit_t_last_is_kept():
+    assert Bundle([(M(1), "x")], t_last=M(5)).t_last == M(5)
+
+
+def test_bundle_after_keeps_what_is_strictly_after_t_last():
+    b = Bundle([(M(1), "a"), (M(2), "b"), (M(2, 0), "c"), (M(3), "d")])
+    assert b.after(None) is b
+    assert b.after(M(2)).payloads() == ["c", "d"]
+    assert b.after(M(0)).payloads() == ["a", "b", "c", "d"]
+    assert b.after(M(3)).payloads() == [] and b.after(M(3)).t_last is None
+    assert b.after(M(2, 0)).t_last == M(3)
+
+
+# -- Barrier: release --------------------------------------------------------------------
+
+
+def test_releases_only_below_the_watermark_in_meta_order():
+    b = Barrier()
+    for m, p in [(M(3), "c"), (M(1, 1), "b2"), (M(5), "e"), (M(1), "b"), (M(1, 0), "b1"), (M(0), "a")]:
+        b.add(m, p)
+    assert len(b) == 6
+    assert not b.release(BOTTOM)
+    bundle = b.release((3, 0, 0, 3))  # exclusive: time 3 is not settled
+    assert bundle.payloads() == ["a", "b", "b1", "b2"]
+    assert bundle.t_last == M(1, 1)
+    assert len(b) == 2
+    assert not b.release((3, 0, 0, 3))  # nothing new below the same watermark
+    assert b.release((4,)).payloads() == ["c"]
+    b.add(M(4), "d")  # arrives after a release, above the last watermark
+    assert b.release(TOP).payloads() == ["d", "e"]
+    assert len(b) == 0
+    assert b.released == 7
+
+
+def test_watermark_equal_to_a_time_does_not_release_it():
+    b = Barrier()
+    b.add(M(2, 1, tombstone=False), "b")
+    b.add(M(2), "a")
+    assert not b.release((2, 0, 0, 2))
+    assert not b.release((2,))
+    assert b.release((2, 0, 0, 3)).payloads() == ["a", "b"]
+
+
+def test_tombstone_after_its_invalidee_deletes_it():
+    b = Barrier()
+    b.add(M(1), "a")
+    b.add(M(2), "old")
+    b.add(M(2, tombstone=True), "old")
+    b.add(M(2), "new")
+    assert b.release(TOP).payloads() == ["a", "new"]
+    assert b.tombstones_released == 0
+
+
+def test_tombstone_before_its_invalidee_annihilates_with_it():
+    b = Barrier()
+    b.add(M(2, tombstone=True), "old")
+    b.add(M(2), "new")
+    b.add(M(1), "a")
+    b.add(M(2), "old")
+    assert b.release(TOP).payloads() == ["a", "new"]
+    assert b.tombstones_released == 0 and b.released == 2
+
+
+def test_tombstone_matches_the_payload_not_only_the_meta():
+    b = Barrier()
+    b.add(M(1), "keep")
+    b.add(M(1, tombstone=True), "other")
+    assert b.release((1, 0, 0, 2)).payloads() == ["keep"]
+    # The unmatched tombstone is settled: counted, never released as an element.
+    assert b.tombstones_released == 1
+
+
+def test_tombstone_does_not_delete_a_child_or_a_parent():
+    b = Barrier()
+    b.add(M(1), "x")
+    b.add(M(1, 0), "x")
+    b.add(M(1, 0, tombstone=True), "x")
+    assert released(b.release(TOP)) == [(M(1), "x")]
+
+
+def test_duplicate_metas_with_different_payloads_are_all_released():
+    b = Barrier()
+    b.add(M(1), "p")
+    b.add(M(1), "q")
+    b.add(M(1), "p")  # an equal duplicate too
+    b.add(M(0), "first")
+    bundle = b.release(TOP)
+    assert bundle.payloads()[0] == "first"
+    assert Counter(bundle.payloads()[1:]) == Counter({"p": 2, "q": 1})
+    assert [m for m, _ in bundle.elements] == [M(0), M(1), M(1), M(1)]
+
+
+def test_tombstone_deletes_one_of_duplicate_metas_by_payload():
+    b = Barrier()
+    b.add(M(1), "p")
+    b.add(M(1), "q")
+    b.add(M(1), "q")
+    b.add(M(1, tombstone=True), "q")
+    assert sorted(b.release(TOP).payloads()) == ["p", "q"]
+
+
+def test_metas_may_be_plain_tuples():
+    b = Barrier()
+    b.add((2, 0, 0, 2, (), False), "b")
+    b.add(tuple(M(1)), "a")
+    b.add((2, 0, 0, 2, (), True), "b")
+    assert b.release(TOP).payloads() == ["a"]
+
+
+# -- Barrier: skip_through (exactly-once after recovery) ---------------------------------
+
+
+def test_skip_through_drops_replayed_elements_at_or_before_t_last():
+    b = Barrier()
+    b.skip_through(M(2, 0))
+    for m, p in [(M(1), "a"), (M(2), "b"), (M(2, 0), "b0"), (M(2, 1), "b1"), (M(3), "c")]:
+        b.add(m, p)
+    bundle = b.release((3,))
+    assert bundle.payloads() == ["b1"]
+    assert b.dropped_replayed == 3
+    assert b.release(TOP).payloads() == ["c"]
+    assert b.released == 2
+
+
+def test_skip_through_applies_to_later_releases_too():
+    b = Barrier()
+    b.skip_through(M(5))
+    b.add(M(2), "replayed")
+    assert not b.release((3,))
+    b.add(M(4), "replayed too")
+    b.add(M(6), "new")
+    assert b.release(TOP).payloads() == ["new"]
+    assert b.dropped_replayed == 2
+
+
+def test_skip_through_none_keeps_everything():
+    b = Barrier()
+    b.skip_through(None)
+    b.add(M(1), "a")
+    assert b.release(TOP).payloads() == ["a"]
+    assert b.dropped_replayed == 0
+
+
+def test_recovered_output_equals_output_without_failure():
+    """A sink held bundles up to t_last; after a replay the barrier completes it exactly."""
+    elements = [(M(t, *c), f"{t}{c}") for t in range(6) for c in [(), (0,), (1,)]]
+    full = Barrier()
+    for m, p in elements:
+        full.add(m, p)
+    expected = full.release(TOP).elements
+
+    first = Barrier()
+    for m, p in elements[:10]:
+        first.add(m, p)
+    written = first.release((3,)).elements  # the sink got this, then the run failed
+    t_last = written[-1][0]
+
+    replay = Barrier()
+    replay.skip_through(t_last)
+    for m, p in reversed(elements):  # the replay re-emits everything from the snapshot, in any order
+        replay.add(m, p)
+    rest = []
+    for w in [(2,), (4,), TOP]:
+        rest += replay.release(w).elements
+    assert written + rest == expected
+
+
+# -- the determinism property ----------------------------------------------------------
+
+meta_keys = st.tuples(st.integers(0, 6), st.integers(0, 2), st.lists(st.integers(0, 1), max_size=2).map(tuple))
+
+
+@st.composite
+def scenarios(draw):
+    """Final elements, plus corrections (an old version and its tombstone, with or
+    without a replacement) and permanent duplicates, all in a random arrival order."""
+    final, deliveries = [], []
+    for ts, part, child in draw(st.lists(meta_keys, min_size=1, max_size=12, unique=True)):
+        meta = Meta(ts, 0, part, ts, child)
+        kind = draw(st.sampled_from(["plain", "corrected", "retracted", "duplicated"]))
+        if kind in ("corrected", "retracted"):
+            old = draw(st.text("xyzw", min_size=1, max_size=2))
+            deliveries += [(meta, old), (meta.as_tombstone(), old)]
+        if kind != "retracted":
+            copies = draw(st.integers(2, 3)) if kind == "duplicated" else 1
+            for _ in range(copies):
+                payload = draw(st.text("xyz", min_size=1, max_size=2))
+                final.append((meta, payload))
+                deliveries.append((meta, payload))
+    order = draw(st.permutations(deliveries))
+    release_after = draw(st.sets(st.integers(0, len(order))))
+    return final, order, release_after
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios())
+def test_any_arrival_order_releases_the_same_sequence(scenario):
+    final, order, release_after = scenario
+    b = Barrier()
+    out = []
+    previous_w = BOTTOM
+    for i, (meta, payload) in enumerate(order):
+        b.add(meta, payload)
+        if i + 1 in release_after and i + 1 < len(order):
+            # A legal watermark: every element and tombstone below it has arrived.
+            w = min(m.time for m, _ in order[i + 1 :])
+            bundle = b.release(w)
+            assert all(previous_w <= m < w for m, _ in bundle.elements)
+            assert [m for m, _ in bundle.elements] == sorted(m for m, _ in bundle.elements)
+            if bundle:
+                assert bundle.t_last == bundle.elements[-1][0]
+            previous_w = max(previous_w, w)
+            out += bundle.elements
+    out += b.release(TOP).elements
+    assert len(b) == 0
+    assert b.tombstones_released == 0  # every tombstone met its element
+    # Released in Meta order, the same metas, the same payloads per meta.
+    assert [m for m, _ in out] == sorted(m for m, _ in final)
+    assert Counter((tuple(m), p) for m, p in out) == Counter((tuple(m), p) for m, p in final)
+    # Where metas are unique (everything but permanent duplicates), the exact sequence.
+    counts = Counter(m for m, _ in final)
+    unique = [(tuple(m), p) for m, p in final if counts[m] == 1]
+    assert [(tuple(m), p) for m, p in out if counts[m] == 1] == sorted(unique)
+    assert b.released == len(final)
