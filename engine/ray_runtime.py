@@ -67,11 +67,24 @@ class AckerActor:
         self.push_scheduled = False
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
+        self.advanced: Optional[asyncio.Event] = None
         self.updates = 0
 
     async def connect(self, subscribers: list) -> None:
+        """``subscribers``: the stage actors that hold keyed state or barriers (they get every watermark)."""
         self.subscribers = subscribers
         self.done = asyncio.Event()
+        self.advanced = asyncio.Event()
+
+    async def watermark_after(self, w: tuple) -> tuple:
+        """Return the watermark once it is above ``w``: how a source out of credit waits.
+
+        Sources pull instead of being pushed every watermark: fewer wake-ups of
+        processes on the latency path.
+        """
+        while self.acker.watermark <= w and self.error is None:
+            await self.advanced.wait()
+        return self.acker.watermark
 
     async def ack(self, sender: Any, seq: int, xors: dict, source_index: Optional[int], bound: Optional[tuple]) -> None:
         # Ray does not promise order for async actors; a bound must never overtake its XORs.
@@ -87,6 +100,8 @@ class AckerActor:
         if self.acker.watermark > self.pushed and not self.push_scheduled:
             self.push_scheduled = True
             asyncio.get_running_loop().call_soon(self._push)
+            self.advanced.set()
+            self.advanced = asyncio.Event()
 
     def _push(self) -> None:
         self.push_scheduled = False
@@ -109,6 +124,7 @@ class AckerActor:
         if self.error is None:
             self.error = error
         self.done.set()
+        self.advanced.set()
 
     async def wait(self) -> Optional[BaseException]:
         await self.done.wait()
@@ -144,11 +160,9 @@ class StageActor:
         self.failed = False
         self.acker = None
         self.peers: dict = {}
-        self.credit: Optional[asyncio.Event] = None
 
     async def connect(self, acker, peers: dict) -> None:
         self.acker, self.peers = acker, peers
-        self.credit = asyncio.Event()
 
     async def start(self) -> None:
         if self.reader is not None:
@@ -173,6 +187,9 @@ class StageActor:
         self._flush()
 
     async def watermark(self, w: tuple) -> None:
+        self._apply_watermark(w)
+
+    def _apply_watermark(self, w: tuple) -> None:
         if self.failed:
             return
         try:
@@ -181,7 +198,6 @@ class StageActor:
             return self._fail(exc)
         if self.reader is not None:
             self.reader.on_watermark(w)
-            self.credit.set()
 
     async def report(self) -> dict:
         self.rt.close()
@@ -222,8 +238,7 @@ class StageActor:
         reader = self.reader
         while not reader.done and not self.failed:
             if not reader.has_credit():
-                self.credit.clear()
-                await self.credit.wait()
+                self._apply_watermark(await self.acker.watermark_after.remote(self.rt.watermark))
                 continue
             items = reader.poll(self.batch_size)
             if items:
@@ -266,7 +281,8 @@ def run_on_ray(
                 opts = dict(options, seed=None if seed is None else seed * 1000 + len(actors))
                 actors[(s.index, i)] = StageActor.options(name=s.actor_names[i], namespace=NAMESPACE, **spread).remote(plan, s.index, i, opts)
                 handles.append(actors[(s.index, i)])
-        ray.get([a.connect.remote(acker, actors) for a in actors.values()] + [acker.connect.remote(list(actors.values()))])
+        subscribers = [actors[key] for key in actors if _needs_watermarks(plan, key[0])]
+        ray.get([a.connect.remote(acker, actors) for a in actors.values()] + [acker.connect.remote(subscribers)])
         t0 = time.time()
         ray.get([a.start.remote() for a in actors.values()])
         error = _wait(acker, list(actors.values()), timeout)
@@ -280,6 +296,11 @@ def run_on_ray(
         _kill(plan.flow_name, handles)
         if started_ray:
             ray.shutdown()
+
+
+def _needs_watermarks(plan: Plan, stage_index: int) -> bool:
+    kinds = {plan.steps[sid].kind for sid in plan.stages[stage_index].step_ids}
+    return bool(kinds & {"stateful_map", "stateful_flat_map", "sink"})
 
 
 def _wait(acker, actors: list, timeout: Optional[float]) -> Optional[BaseException]:

@@ -39,6 +39,13 @@ class SourcePartition(ABC):
         """Seconds until the next element is ready, if the partition knows (paced sources)."""
         return None
 
+    def bound(self) -> Optional[Time]:
+        """A time below every element this partition will still produce, if it knows one
+        from durable data (e.g. the next index of a list). None: the reader uses the
+        time of the last element read, which is always safe but waits for the next one.
+        """
+        return None
+
     def close(self) -> None:
         """Release resources."""
 
@@ -84,8 +91,12 @@ class SourceReader:
 
     def bound(self) -> Time:
         """Every time at or below the bound that this instance will ever emit has been emitted."""
-        live = [last for part, last in zip(self.parts, self._last) if not part.done]
+        live = [self._bound(i) for i, part in enumerate(self.parts) if not part.done]
         return min(live) if live else TOP
+
+    def _bound(self, i: int) -> Time:
+        known = self.parts[i].bound()
+        return known if known is not None else self._last[i]
 
     def poll(self, max_items: int) -> list:
         """Read up to ``max_items`` (fewer when credit runs low) from the partition
@@ -98,7 +109,7 @@ class SourceReader:
         budget = min(max_items, self.max_inflight - len(self._inflight))
         if budget <= 0:
             return []
-        order = sorted((last, i) for i, (part, last) in enumerate(zip(self.parts, self._last)) if not part.done)
+        order = sorted((self._bound(i), i) for i, part in enumerate(self.parts) if not part.done)
         for _, i in order:
             items = self.parts[i].read(budget)
             if items:

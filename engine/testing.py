@@ -31,6 +31,10 @@ class _ListPartition(SourcePartition):
     def _due(self) -> int:
         return len(self.items)
 
+    def bound(self) -> tuple:
+        # The next element has time (pos, source, p, pos): nothing below it is still to come.
+        return (self.pos, self.source_id, self.partition, self.pos - 1)
+
     def read(self, max_items: int) -> list:
         stop = min(self._due(), self.pos + max_items * self.step)
         if self.pos >= stop:
