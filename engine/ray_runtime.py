@@ -1,9 +1,10 @@
 """The Ray runtime: one async actor per stage instance, one acker actor.
 
 Actors are named ``<flow>/<stage>/<index>`` (the acker ``<flow>/acker``) in
-namespace ``driftstream``. Data moves as batches between stage actors; every
-stage actor flushes its XOR acks to the acker in per-sender sequence; the
-acker pushes watermarks to every stage actor. The driver waits for the
+namespace ``driftstream``. Ray places, starts and kills them; batches, acks
+and watermarks travel on the data plane (:mod:`.transport`, TCP between the
+actors). Every stage actor flushes its XOR acks to the acker; the acker pushes
+watermarks to every stage actor. The driver waits for the
 watermark to reach TOP (or for a failure), collects results and kills every
 actor it started.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import secrets
 import time
 from typing import Any, Optional
 
@@ -29,6 +31,7 @@ from .plan import Plan
 from .result import RunResult, merge_instances
 from .source import SourceReader
 from .stage import StageRuntime
+from .transport import Endpoint
 
 NAMESPACE = "driftstream"
 
@@ -53,55 +56,46 @@ def ensure_ray(address: Optional[str] = None) -> bool:
     return True
 
 
+def _node_ip() -> str:
+    return ray.util.get_node_ip_address()
+
+
 @ray.remote(num_cpus=0)
 class AckerActor:
-    """Wraps :class:`~driftstream.ordering.acker.Acker`: orders each sender's flushes,
-    pushes watermarks (coalesced), and tells the driver when the run ends or fails."""
+    """Wraps :class:`~driftstream.ordering.acker.Acker`: folds the stage actors' flushes,
+    pushes watermarks (coalesced) and tells the driver when the run ends or fails.
 
-    def __init__(self, sources: int) -> None:
+    Flushes arrive on one TCP connection per stage actor, so each sender's flushes
+    are folded in the order it sent them: a bound never overtakes its XORs.
+    """
+
+    def __init__(self, sources: int, token: bytes) -> None:
         self.acker = Acker(sources)
-        self.next_seq: dict = {}
-        self.held: dict = {}
-        self.subscribers: list = []
+        self.endpoint = Endpoint(token, self._on_message)
+        self.subscribers: dict = {}
         self.pushed = self.acker.watermark
         self.push_scheduled = False
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
-        self.advanced: Optional[asyncio.Event] = None
         self.updates = 0
 
-    async def connect(self, subscribers: list) -> None:
-        """``subscribers``: the stage actors that hold keyed state or barriers (they get every watermark)."""
-        self.subscribers = subscribers
+    async def listen(self) -> tuple:
         self.done = asyncio.Event()
-        self.advanced = asyncio.Event()
+        return await self.endpoint.listen(_node_ip())
 
-    async def watermark_after(self, w: tuple) -> tuple:
-        """Return the watermark once it is above ``w``: how a source out of credit waits.
+    async def connect(self, subscribers: dict, addresses: dict) -> None:
+        """``subscribers``: every stage actor by key, with its data-plane address."""
+        self.subscribers = subscribers
+        for key in subscribers:
+            await self.endpoint.connect(key, addresses[key])
 
-        Sources pull instead of being pushed every watermark: fewer wake-ups of
-        processes on the latency path.
-        """
-        while self.acker.watermark <= w and self.error is None:
-            await self.advanced.wait()
-        return self.acker.watermark
-
-    async def ack(self, sender: Any, seq: int, xors: dict, source_index: Optional[int], bound: Optional[tuple]) -> None:
-        # Ray does not promise order for async actors; a bound must never overtake its XORs.
-        held = self.held.setdefault(sender, {})
-        held[seq] = (xors, source_index, bound)
-        expected = self.next_seq.get(sender, 0)
-        while expected in held:
-            xors, source_index, bound = held.pop(expected)
-            self.acker.update(xors, source_index, bound)
-            self.updates += 1
-            expected += 1
-        self.next_seq[sender] = expected
+    def _on_message(self, message: tuple) -> None:
+        _, xors, source_index, bound = message
+        self.acker.update(xors, source_index, bound)
+        self.updates += 1
         if self.acker.watermark > self.pushed and not self.push_scheduled:
             self.push_scheduled = True
             asyncio.get_running_loop().call_soon(self._push)
-            self.advanced.set()
-            self.advanced = asyncio.Event()
 
     def _push(self) -> None:
         self.push_scheduled = False
@@ -109,9 +103,14 @@ class AckerActor:
         if w <= self.pushed:
             return
         self.pushed = w
-        refs = [s.watermark.remote(w) for s in self.subscribers]
         if w == TOP:
+            # The last watermark goes by Ray call so that the driver can wait for every
+            # stage to have released its output before it collects results.
+            refs = [h.watermark.remote(w) for h in self.subscribers.values()]
             asyncio.get_running_loop().create_task(self._finish(refs))
+            return
+        for key in self.subscribers:
+            self.endpoint.send(key, ("wm", w))
 
     async def _finish(self, refs: list) -> None:
         try:
@@ -124,7 +123,6 @@ class AckerActor:
         if self.error is None:
             self.error = error
         self.done.set()
-        self.advanced.set()
 
     async def wait(self) -> Optional[BaseException]:
         await self.done.wait()
@@ -133,13 +131,17 @@ class AckerActor:
     async def status(self) -> dict:
         return {"watermark": self.acker.watermark, "in_flight": self.acker.in_flight(), "updates": self.updates}
 
+    async def close(self) -> None:
+        await self.endpoint.close()
+
 
 @ray.remote(num_cpus=0)
 class StageActor:
     """One stage instance around a pure :class:`StageRuntime`."""
 
-    def __init__(self, plan: Plan, stage_index: int, instance: int, options: dict) -> None:
+    def __init__(self, plan: Plan, stage_index: int, instance: int, options: dict, token: bytes) -> None:
         self.key = (stage_index, instance)
+        self.plan = plan
         self.rt = StageRuntime(plan, stage_index, instance, sample_every=options.get("sample_every", 1))
         stage = plan.stages[stage_index]
         self.reader: Optional[SourceReader] = None
@@ -153,27 +155,41 @@ class StageActor:
         self.batch_size = options.get("batch_size", 256)
         self.chaos = options.get("chaos")
         self.rng = random.Random(options.get("seed"))
-        self.seq = 0
         self.last_bound = None
         self.inbox: list = []
         self.drain_scheduled = False
         self.failed = False
         self.acker = None
-        self.peers: dict = {}
+        self.endpoint = Endpoint(token, self._on_message)
+        self.credit: Optional[asyncio.Event] = None
 
-    async def connect(self, acker, peers: dict) -> None:
-        self.acker, self.peers = acker, peers
+    async def listen(self) -> tuple:
+        self.credit = asyncio.Event()
+        return await self.endpoint.listen(_node_ip())
+
+    async def connect(self, acker, addresses: dict) -> None:
+        """Open data-plane connections to the acker and to every instance of a downstream stage."""
+        self.acker = acker
+        await self.endpoint.connect("acker", addresses["acker"])
+        stage = self.plan.stages[self.key[0]]
+        downstream = {ch.dst_stage for sid in stage.step_ids for ch in self.plan.channels[sid]}
+        for key in addresses:
+            if key != "acker" and key[0] in downstream:
+                await self.endpoint.connect(key, addresses[key])
 
     async def start(self) -> None:
         if self.reader is not None:
             asyncio.get_running_loop().create_task(self._source_loop())
 
-    async def push(self, batch) -> None:
-        # Batches queued behind each other are processed together (see StageRuntime.receive_many).
-        self.inbox.append(batch)
-        if not self.drain_scheduled:
-            self.drain_scheduled = True
-            asyncio.get_running_loop().call_soon(self._drain)
+    def _on_message(self, message: tuple) -> None:
+        if message[0] == "push":
+            # Batches queued behind each other are processed together (see StageRuntime.receive_many).
+            self.inbox.append(message[1])
+            if not self.drain_scheduled:
+                self.drain_scheduled = True
+                asyncio.get_running_loop().call_soon(self._drain)
+        else:
+            self._apply_watermark(message[1])
 
     def _drain(self) -> None:
         self.drain_scheduled = False
@@ -198,9 +214,11 @@ class StageActor:
             return self._fail(exc)
         if self.reader is not None:
             self.reader.on_watermark(w)
+            self.credit.set()
 
     async def report(self) -> dict:
         self.rt.close()
+        await self.endpoint.close()
         return {
             "collected": self.rt.collected(),
             "metrics": self.rt.metrics(),
@@ -216,12 +234,12 @@ class StageActor:
         self.acker.fail.remote(exc)
 
     def _flush(self) -> None:
+        send = self.endpoint.send
         for stage, inst, batch in self.rt.take_batches():
-            peer = self.peers[(stage, inst)]
             if self.chaos:
-                asyncio.get_running_loop().call_later(self.rng.uniform(0, self.chaos), peer.push.remote, batch)
+                asyncio.get_running_loop().call_later(self.rng.uniform(0, self.chaos), send, (stage, inst), ("push", batch))
             else:
-                peer.push.remote(batch)
+                send((stage, inst), ("push", batch))
         acks = self.rt.take_acks()
         bound = None
         if self.reader is not None:
@@ -231,14 +249,14 @@ class StageActor:
             else:
                 self.last_bound = bound
         if acks or bound is not None:
-            self.acker.ack.remote(self.key, self.seq, acks, self.source_index, bound)
-            self.seq += 1
+            send("acker", ("ack", acks, self.source_index, bound))
 
     async def _source_loop(self) -> None:
         reader = self.reader
         while not reader.done and not self.failed:
             if not reader.has_credit():
-                self._apply_watermark(await self.acker.watermark_after.remote(self.rt.watermark))
+                self.credit.clear()
+                await self.credit.wait()
                 continue
             items = reader.poll(self.batch_size)
             if items:
@@ -273,16 +291,20 @@ def run_on_ray(
         _check_no_leftovers(plan.flow_name)
         options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every}
         spread = {"scheduling_strategy": "SPREAD"}
-        acker = AckerActor.options(name=f"{plan.flow_name}/acker", namespace=NAMESPACE, **spread).remote(len(plan.source_instances))
+        token = secrets.token_bytes(32)
+        acker = AckerActor.options(name=f"{plan.flow_name}/acker", namespace=NAMESPACE, **spread).remote(len(plan.source_instances), token)
         handles.append(acker)
         actors: dict = {}
         for s in plan.stages:
             for i in range(s.parallelism):
                 opts = dict(options, seed=None if seed is None else seed * 1000 + len(actors))
-                actors[(s.index, i)] = StageActor.options(name=s.actor_names[i], namespace=NAMESPACE, **spread).remote(plan, s.index, i, opts)
+                actors[(s.index, i)] = StageActor.options(name=s.actor_names[i], namespace=NAMESPACE, **spread).remote(
+                    plan, s.index, i, opts, token
+                )
                 handles.append(actors[(s.index, i)])
-        subscribers = [actors[key] for key in actors if _needs_watermarks(plan, key[0])]
-        ray.get([a.connect.remote(acker, actors) for a in actors.values()] + [acker.connect.remote(subscribers)])
+        keys = list(actors)
+        addresses = dict(zip(keys + ["acker"], ray.get([actors[k].listen.remote() for k in keys] + [acker.listen.remote()])))
+        ray.get([a.connect.remote(acker, addresses) for a in actors.values()] + [acker.connect.remote(actors, addresses)])
         t0 = time.time()
         ray.get([a.start.remote() for a in actors.values()])
         error = _wait(acker, list(actors.values()), timeout)
@@ -296,11 +318,6 @@ def run_on_ray(
         _kill(plan.flow_name, handles)
         if started_ray:
             ray.shutdown()
-
-
-def _needs_watermarks(plan: Plan, stage_index: int) -> bool:
-    kinds = {plan.steps[sid].kind for sid in plan.stages[stage_index].step_ids}
-    return bool(kinds & {"stateful_map", "stateful_flat_map", "sink"})
 
 
 def _wait(acker, actors: list, timeout: Optional[float]) -> Optional[BaseException]:
