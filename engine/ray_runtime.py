@@ -194,25 +194,14 @@ class StageActor:
     def _drain(self) -> None:
         self.drain_scheduled = False
         batches, self.inbox = self.inbox, []
-        if self.failed:
-            return
-        try:
-            self.rt.receive_many(batches)
-        except StepError as exc:
-            return self._fail(exc)
-        self._flush()
+        if self._guarded(self.rt.receive_many, batches):
+            self._flush()
 
     async def watermark(self, w: tuple) -> None:
         self._apply_watermark(w)
 
     def _apply_watermark(self, w: tuple) -> None:
-        if self.failed:
-            return
-        try:
-            self.rt.on_watermark(w)
-        except StepError as exc:
-            return self._fail(exc)
-        if self.reader is not None:
+        if self._guarded(self.rt.on_watermark, w) and self.reader is not None:
             self.reader.on_watermark(w)
             self.credit.set()
 
@@ -229,9 +218,17 @@ class StageActor:
     async def ping(self) -> bool:
         return True
 
-    def _fail(self, exc: StepError) -> None:
-        self.failed = True
-        self.acker.fail.remote(exc)
+    def _guarded(self, fn, *args) -> bool:
+        """Run ``fn(*args)`` unless the run has failed; a StepError fails the run. True if it ran."""
+        if self.failed:
+            return False
+        try:
+            fn(*args)
+            return True
+        except StepError as exc:
+            self.failed = True
+            self.acker.fail.remote(exc)
+            return False
 
     def _flush(self) -> None:
         send = self.endpoint.send
@@ -259,11 +256,8 @@ class StageActor:
                 await self.credit.wait()
                 continue
             items = reader.poll(self.batch_size)
-            if items:
-                try:
-                    self.rt.process_source(items)
-                except StepError as exc:
-                    return self._fail(exc)
+            if items and not self._guarded(self.rt.process_source, items):
+                return
             self._flush()
             if items:
                 await asyncio.sleep(0)

@@ -89,5 +89,9 @@ class Endpoint:
                 handler(message)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            # The loop is shutting down. Ending normally (not cancelled) keeps
+            # Python 3.11's stream callback from logging a spurious traceback.
+            pass
         finally:
             writer.close()
