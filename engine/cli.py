@@ -2,7 +2,8 @@
 
     driftstream run package.module:flow [--parallelism N] [--address HOST:PORT] [--runtime ray|simulator]
     driftstream plan package.module:flow [--parallelism N]
-    driftstream bench wordcount [--words-per-s N] ...
+    driftstream bench wordcount [--rate N] ...
+    driftstream kafka start|stop
 """
 
 from __future__ import annotations
@@ -55,6 +56,16 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_main(args.rest)
 
 
+def _kafka(args: argparse.Namespace) -> int:
+    from .local_kafka import cli_start, cli_stop
+
+    if args.action == "start":
+        print(cli_start(args.port))
+    else:
+        print("stopped" if cli_stop() else "no local broker was running")
+    return 0
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="driftstream", description="deterministic stream processing on Ray")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +81,10 @@ def main(argv: Optional[list] = None) -> int:
     plan.add_argument("flow")
     plan.add_argument("--parallelism", "-p", type=int, default=1)
     plan.set_defaults(fn=_plan)
+    kafka = sub.add_parser("kafka", help="start or stop the local Kafka-protocol broker (Tansu)")
+    kafka.add_argument("action", choices=["start", "stop"])
+    kafka.add_argument("--port", type=int, default=None)
+    kafka.set_defaults(fn=_kafka)
     bench = sub.add_parser("bench", help="benchmarks (driftstream bench wordcount --help)", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(fn=_bench)

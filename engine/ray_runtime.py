@@ -208,9 +208,13 @@ class StageActor:
     async def report(self) -> dict:
         self.rt.close()
         await self.endpoint.close()
+        metrics = self.rt.metrics()
+        if self.reader is not None:
+            metrics["dead_letters"] = self.reader.dead_letters
+            self.reader.close()
         return {
             "collected": self.rt.collected(),
-            "metrics": self.rt.metrics(),
+            "metrics": metrics,
             "emit_times": self.rt.emit_times,
             "release_times": self.rt.release_times,
         }

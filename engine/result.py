@@ -36,6 +36,7 @@ class Metrics:
     ``tombstones_emitted``: per stateful step; ``tombstones_at_sinks``: tombstones
     a barrier could not match and released (0 in a correct run);
     ``peak_log_entries``: the largest in-memory keyed log seen by any instance;
+    ``dead_letters``: input records diverted to a dead-letter destination;
     ``latency_ms``: source emit -> barrier release percentiles.
     """
 
@@ -44,6 +45,7 @@ class Metrics:
     tombstones_at_sinks: dict = field(default_factory=dict)
     released: dict = field(default_factory=dict)
     peak_log_entries: int = 0
+    dead_letters: int = 0
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)
 
@@ -52,7 +54,7 @@ class Metrics:
         return sum(self.tombstones_emitted.values())
 
     def summary(self) -> str:
-        lines = [f"wall time {self.wall_time:.2f}s"]
+        lines = [f"wall time {self.wall_time:.2f}s" + (f", {self.dead_letters} dead letters" if self.dead_letters else "")]
         for name, n in self.elements.items():
             extra = f", {self.tombstones_emitted[name]} tombstones emitted" if name in self.tombstones_emitted else ""
             lines.append(f"  {name}: {n} elements{extra}")
@@ -95,6 +97,7 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
             for name, n in im[key].items():
                 target[name] = target.get(name, 0) + n
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
+        m.dead_letters += im.get("dead_letters", 0)
         emit.update(r["emit_times"])
         for t, w in r["release_times"].items():
             if w > release.get(t, 0.0):

@@ -139,6 +139,9 @@ class Simulation:
             {"collected": s.collected(), "metrics": s.metrics(), "emit_times": s.emit_times, "release_times": s.release_times}
             for s in self.stages.values()
         ]
+        reports[0]["metrics"]["dead_letters"] = sum(r.dead_letters for r in self.readers)
+        for r in self.readers:
+            r.close()
         for s in self.stages.values():
             s.close()
         sinks = [s.name for s in self.plan.steps if s.kind == "sink"]

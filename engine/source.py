@@ -121,6 +121,11 @@ class SourceReader:
                 return items
         return []
 
+    @property
+    def dead_letters(self) -> int:
+        """Records its partitions sent to a dead-letter destination."""
+        return sum(getattr(p, "dead_letters", 0) for p in self.parts)
+
     def next_ready_in(self) -> Optional[float]:
         waits = [w for w in (p.next_ready_in() for p in self.parts if not p.done) if w is not None]
         return min(waits) if waits else None

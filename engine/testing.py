@@ -119,3 +119,6 @@ class MemorySink(Sink):
     def open(self, partition: int, partitions: int) -> SinkPartition:
         return _MemoryPartition()
 
+
+
+from .local_kafka import local_kafka  # noqa: E402  (re-exported: driftstream.engine.testing.local_kafka)

