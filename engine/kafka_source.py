@@ -74,21 +74,21 @@ class KafkaSource(Source):
             self._partitions = n
         return self._partitions
 
-    def open(self, partition: int, source_id: int) -> SourcePartition:
-        return KafkaPartitionReader(self, partition, source_id)
+    def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
+        return KafkaPartitionReader(self, partition, source_id, start)
 
 
 class KafkaPartitionReader(SourcePartition):
     """One topic partition: decodes records, stamps times, diverts bad records."""
 
-    def __init__(self, source: KafkaSource, partition: int, source_id: int) -> None:
+    def __init__(self, source: KafkaSource, partition: int, source_id: int, start: Optional[tuple] = None) -> None:
         self.source = source
         self.partition = partition
         self.source_id = source_id
         self.tp = TopicPartition(source.topic, partition)
         self.consumer = consumer(source.bootstrap_servers, max_poll_records=2048, fetch_max_wait_ms=5)
         self.consumer.assign([self.tp])
-        offset, ts = source.start_offsets.get(partition, (0, None))
+        offset, ts = start if start is not None else source.start_offsets.get(partition, (0, None))
         self.end = true_end(self.consumer, self.tp) if source.bounded else None
         self.consumer.assign([self.tp])
         self.consumer.seek(self.tp, offset)

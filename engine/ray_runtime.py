@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import secrets
 import time
 from typing import Any, Optional
 
@@ -28,9 +27,10 @@ from driftstream.ordering.meta import TOP
 
 from .errors import StepError
 from .plan import Plan
-from .result import RunResult, merge_instances
+from .result import RunResult
 from .source import SourceReader
 from .stage import StageRuntime
+from .stage_snapshots import StageSnapshots
 from .transport import Endpoint
 
 NAMESPACE = "driftstream"
@@ -119,6 +119,22 @@ class AckerActor:
             self.error = self.error or exc
         self.done.set()
 
+    async def snapshot(self, snapshot_id: int) -> tuple:
+        """Attach snapshot ``snapshot_id`` to the current watermark T; returns T.
+
+        Each stage actor gets the marker after every earlier watermark (one FIFO
+        connection from the acker), so it has not pruned past T when it snapshots.
+        """
+        w = self.acker.watermark
+        if w != TOP:
+            for key in self.subscribers:
+                self.endpoint.send(key, ("wm", w, snapshot_id))
+        return w
+
+    async def alive(self) -> None:
+        """Never returns: the supervisor holds this call to learn at once when the actor dies."""
+        await asyncio.Event().wait()
+
     async def fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
@@ -142,14 +158,32 @@ class StageActor:
     def __init__(self, plan: Plan, stage_index: int, instance: int, options: dict, token: bytes) -> None:
         self.key = (stage_index, instance)
         self.plan = plan
-        self.rt = StageRuntime(plan, stage_index, instance, sample_every=options.get("sample_every", 1))
         stage = plan.stages[stage_index]
+        restore = options.get("restore") or {}
+        self.snapshots = StageSnapshots(options.get("snapshot_dir"), f"{plan.flow_name}-{stage.name}-{instance}", restore)
+        self.rt = StageRuntime(
+            plan,
+            stage_index,
+            instance,
+            sample_every=options.get("sample_every", 1),
+            backend_factory=self.snapshots.backend if options.get("snapshot_dir") else None,
+        )
+        if options.get("skip_released"):
+            # Exactly-once after a failure: the sinks already hold everything up to their last bundle.
+            for barrier, sink in self.rt.barriers.values():
+                barrier.skip_through(sink.last_bundle())
         self.reader: Optional[SourceReader] = None
         self.source_index: Optional[int] = None
         if stage.source_id >= 0:
             step = plan.steps[stage.source_id]
             self.reader = SourceReader(
-                step.source, step.id, instance, stage.parallelism, options.get("max_inflight", 2_000), options.get("batch_size", 256)
+                step.source,
+                step.id,
+                instance,
+                stage.parallelism,
+                options.get("max_inflight", 2_000),
+                options.get("batch_size", 256),
+                starts=restore.get("sources"),
             )
             self.source_index = plan.source_instances.index(self.key)
         self.batch_size = options.get("batch_size", 256)
@@ -190,6 +224,16 @@ class StageActor:
                 asyncio.get_running_loop().call_soon(self._drain)
         else:
             self._apply_watermark(message[1])
+            if len(message) > 2:
+                self.snapshots.take(message[2], message[1], self.reader)
+
+    async def prepared(self, snapshot_id: int) -> dict:
+        """This instance's part of snapshot ``snapshot_id`` once it is durable in the store."""
+        return await self.snapshots.prepared(snapshot_id)
+
+    async def alive(self) -> None:
+        """Never returns: the supervisor holds this call to learn at once when the actor dies."""
+        await asyncio.Event().wait()
 
     def _drain(self) -> None:
         self.drain_scheduled = False
@@ -207,6 +251,7 @@ class StageActor:
 
     async def report(self) -> dict:
         self.rt.close()
+        self.snapshots.close()
         await self.endpoint.close()
         metrics = self.rt.metrics()
         if self.reader is not None:
@@ -281,57 +326,24 @@ def run_on_ray(
     chaos: Optional[float] = None,
     sample_every: int = 1,
     timeout: Optional[float] = None,
+    guarantee: str = "none",
+    snapshot_interval: float = 1.0,
+    snapshot_dir: Optional[str] = None,
+    resume: bool = False,
 ) -> RunResult:
     """Run ``plan`` on Ray to the end; see :meth:`driftstream.engine.Flow.run`."""
+    from .supervisor import RaySupervisor
+
+    options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every}
+    supervisor = RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
     started_ray = ensure_ray(address)
-    handles: list = []
     try:
         _check_no_leftovers(plan.flow_name)
-        options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every}
-        spread = {"scheduling_strategy": "SPREAD"}
-        token = secrets.token_bytes(32)
-        acker = AckerActor.options(name=f"{plan.flow_name}/acker", namespace=NAMESPACE, **spread).remote(len(plan.source_instances), token)
-        handles.append(acker)
-        actors: dict = {}
-        for s in plan.stages:
-            for i in range(s.parallelism):
-                opts = dict(options, seed=None if seed is None else seed * 1000 + len(actors))
-                actors[(s.index, i)] = StageActor.options(name=s.actor_names[i], namespace=NAMESPACE, **spread).remote(
-                    plan, s.index, i, opts, token
-                )
-                handles.append(actors[(s.index, i)])
-        keys = list(actors)
-        addresses = dict(zip(keys + ["acker"], ray.get([actors[k].listen.remote() for k in keys] + [acker.listen.remote()])))
-        ray.get([a.connect.remote(acker, addresses) for a in actors.values()] + [acker.connect.remote(actors, addresses)])
-        t0 = time.time()
-        ray.get([a.start.remote() for a in actors.values()])
-        error = _wait(acker, list(actors.values()), timeout)
-        wall = time.time() - t0
-        if error is not None:
-            raise error
-        reports = ray.get([a.report.remote() for a in actors.values()])
-        sinks = [s.name for s in plan.steps if s.kind == "sink"]
-        return merge_instances(reports, wall, sinks)
+        return supervisor.run(timeout)
     finally:
-        _kill(plan.flow_name, handles)
+        supervisor.shutdown()
         if started_ray:
             ray.shutdown()
-
-
-def _wait(acker, actors: list, timeout: Optional[float]) -> Optional[BaseException]:
-    """Wait for the end of the run; notice dead actors (they cannot report a failure)."""
-    done_ref = acker.wait.remote()
-    deadline = None if timeout is None else time.time() + timeout
-    while True:
-        ready, _ = ray.wait([done_ref], timeout=1.0)
-        if ready:
-            return ray.get(done_ref)
-        try:
-            ray.get([a.ping.remote() for a in actors] + [acker.status.remote()], timeout=30)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-            return RuntimeError(f"a driftstream actor died or hung: {exc}")
-        if deadline is not None and time.time() > deadline:
-            return TimeoutError(f"run did not finish within {timeout}s")
 
 
 def _check_no_leftovers(flow_name: str) -> None:

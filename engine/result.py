@@ -46,6 +46,8 @@ class Metrics:
     released: dict = field(default_factory=dict)
     peak_log_entries: int = 0
     dead_letters: int = 0
+    snapshots: int = 0
+    recoveries: int = 0
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)
 

@@ -39,6 +39,10 @@ class SourcePartition(ABC):
         """Seconds until the next element is ready, if the partition knows (paced sources)."""
         return None
 
+    def position(self) -> tuple:
+        """``(next offset, running ts)``: where a replay of what this partition has not read yet starts."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be replayed: it has no position()")
+
     def bound(self) -> Optional[Time]:
         """A time below every element this partition will still produce, if it knows one
         from durable data (e.g. the next index of a list). None: the reader uses the
@@ -60,8 +64,12 @@ class Source(ABC):
         """How many partitions the source has."""
 
     @abstractmethod
-    def open(self, partition: int, source_id: int) -> SourcePartition:
-        """Open one partition; ``source_id`` is the Meta ``source`` field to stamp."""
+    def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
+        """Open one partition; ``source_id`` is the Meta ``source`` field to stamp.
+
+        ``start``: a :meth:`SourcePartition.position` saved by a snapshot; the partition
+        then re-emits exactly the elements from there on, with the same times.
+        """
 
 
 class SourceReader:
@@ -75,8 +83,19 @@ class SourceReader:
     slowest partition of credit and stall the watermark.
     """
 
-    def __init__(self, source: Source, source_id: int, instance: int, instances: int, max_inflight: int, batch_size: int = 1) -> None:
-        self.parts = [source.open(p, source_id) for p in range(source.partitions()) if p % instances == instance]
+    def __init__(
+        self,
+        source: Source,
+        source_id: int,
+        instance: int,
+        instances: int,
+        max_inflight: int,
+        batch_size: int = 1,
+        starts: Optional[dict] = None,
+    ) -> None:
+        starts = starts or {}
+        self.numbers = [p for p in range(source.partitions()) if p % instances == instance]
+        self.parts = [source.open(p, source_id, starts.get(p)) for p in self.numbers]
         self._last: list = [BOTTOM] * len(self.parts)
         self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size)
         self._inflight: deque = deque()  # times emitted and not yet below the watermark
@@ -129,6 +148,20 @@ class SourceReader:
     def next_ready_in(self) -> Optional[float]:
         waits = [w for w in (p.next_ready_in() for p in self.parts if not p.done) if w is not None]
         return min(waits) if waits else None
+
+    def resume_positions(self, t: Time) -> dict:
+        """Per partition number: where a replay must start to re-emit exactly the elements at or above ``t``.
+
+        Call it when the watermark is ``t``: every element below ``t`` has left the
+        in-flight window, so the first in-flight element of a partition is its first
+        element at or above ``t``. Replaying from its offset with its own ts as the
+        running ts reproduces the same times (the running max is idempotent).
+        """
+        first: dict = {}
+        for time_ in self._inflight:
+            if time_ >= t and time_[2] not in first:
+                first[time_[2]] = (time_[3], time_[0])
+        return {p: first.get(p, part.position()) for p, part in zip(self.numbers, self.parts)}
 
     def on_watermark(self, watermark: Time) -> None:
         inflight = self._inflight

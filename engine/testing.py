@@ -23,10 +23,13 @@ from .source import Source, SourcePartition
 class _ListPartition(SourcePartition):
     """Element ``i`` of the source (in partition ``i % partitions``) gets time ``(i, source, p, i)``."""
 
-    def __init__(self, items: Sequence, partition: int, partitions: int, source_id: int) -> None:
+    def __init__(self, items: Sequence, partition: int, partitions: int, source_id: int, start: Optional[tuple] = None) -> None:
         self.items, self.partition, self.step, self.source_id = items, partition, partitions, source_id
-        self.pos = partition
+        self.pos = partition if start is None else start[0]
         self.done = self.pos >= len(items)
+
+    def position(self) -> tuple:
+        return (self.pos, self.pos)
 
     def _due(self) -> int:
         return len(self.items)
@@ -62,25 +65,26 @@ class MemorySource(Source):
     def partitions(self) -> int:
         return self._partitions
 
-    def open(self, partition: int, source_id: int) -> SourcePartition:
-        return _ListPartition(self.items, partition, self._partitions, source_id)
+    def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
+        return _ListPartition(self.items, partition, self._partitions, source_id, start)
 
 
 class _PacedPartition(_ListPartition):
-    def __init__(self, items: Sequence, partition: int, partitions: int, source_id: int, rate: float) -> None:
-        super().__init__(items, partition, partitions, source_id)
+    def __init__(self, items: Sequence, partition: int, partitions: int, source_id: int, rate: float, start: Optional[tuple] = None) -> None:
+        super().__init__(items, partition, partitions, source_id, start)
         self.rate = rate
-        self.start: Optional[float] = None
+        self.first = self.pos  # pacing restarts where a replay starts
+        self.started: Optional[float] = None
 
     def _due(self) -> int:
-        if self.start is None:
-            self.start = time.time()
-        return min(len(self.items), int((time.time() - self.start) * self.rate) + 1)
+        if self.started is None:
+            self.started = time.time()
+        return min(len(self.items), self.first + int((time.time() - self.started) * self.rate) + 1)
 
     def next_ready_in(self) -> Optional[float]:
-        if self.start is None or self.done:
+        if self.started is None or self.done:
             return None
-        return max(0.0, self.start + self.pos / self.rate - time.time())
+        return max(0.0, self.started + (self.pos - self.first) / self.rate - time.time())
 
 
 class PacedSource(MemorySource):
@@ -95,8 +99,8 @@ class PacedSource(MemorySource):
             raise ValueError("PacedSource needs rate > 0 (elements per second)")
         self.rate = rate
 
-    def open(self, partition: int, source_id: int) -> SourcePartition:
-        return _PacedPartition(self.items, partition, self._partitions, source_id, self.rate)
+    def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
+        return _PacedPartition(self.items, partition, self._partitions, source_id, self.rate, start)
 
 
 class _MemoryPartition(SinkPartition):

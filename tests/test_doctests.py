@@ -10,7 +10,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["driftstream.ordering", "driftstream.barriers", "driftstream.engine"]
+PACKAGES = ["driftstream.ordering", "driftstream.barriers", "driftstream.snapshots", "driftstream.engine"]
 SKIP = {"driftstream.engine.ray_runtime", "driftstream.engine.cli"}
 
 

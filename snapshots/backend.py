@@ -1,0 +1,129 @@
+"""RocksDB base-state store of one stateful operator instance, with checkpoints.
+
+``RocksDBBackend`` speaks the backend protocol of ``DictBackend`` —
+``get(key)`` (None when missing), ``put(key, state)``, ``items()`` — over a RocksDB
+directory (through rocksdict). Keys and states go through ``codec``, and
+rocksdict runs in raw-bytes mode, so nothing is ever pickled, in either direction.
+
+>>> import tempfile, os
+>>> root = tempfile.mkdtemp()
+>>> b = RocksDBBackend(os.path.join(root, "db"))
+>>> b.put("k", {"n": 1}); b.get("k"), b.get("missing")
+({'n': 1}, None)
+>>> cp = b.checkpoint(os.path.join(root, "cp"))     # hard links: milliseconds
+>>> b.put("k", {"n": 2})                              # later writes stay out of it
+>>> r = RocksDBBackend.restore(cp, os.path.join(root, "restored"))
+>>> r.get("k"), b.get("k")
+({'n': 1}, {'n': 2})
+>>> r.close(); b.close()
+>>> import shutil; shutil.rmtree(root)
+
+Keys equal under ``==`` are one key, as in a dict: ``1``, ``1.0`` and ``True``
+share a row (see ``codec.encode_key``), and ``items()`` gives back the canonical
+form (``1``). Unlike a dict, ``items()`` runs in the byte order of the encoded
+keys, not in insertion order.
+
+Costs (2-core machine, small states, codec included): ``get`` about 3 µs,
+``put`` about 2.5 µs, ``items`` about 3 µs per key; larger states add their
+codec cost. ``checkpoint`` flushes the memtable and hard-links the files, so it
+costs the flush (about 30 ms after 50k fresh puts), not the size of the
+database; ``restore`` copies the checkpoint, O(its size).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Hashable, Iterator, Union
+
+from rocksdict import Checkpoint, Options, Rdict, WriteOptions
+
+from .codec import decode, encode, encode_key
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class RocksDBBackend:
+    """Base states of one stateful operator instance in a RocksDB directory at ``path``.
+
+    Opens the database at ``path``, creating it if missing.
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+        # Raw mode: rocksdict stores our bytes as they are. In its default mode it
+        # pickles any value that is not str/int/float/bytes, and unpickles on read.
+        self._db = Rdict(str(self.path), Options(raw_mode=True))
+        self._closed = False
+        # No write-ahead log: the working database is never recovered after a crash
+        # (recovery restores the last checkpoint instead), and a checkpoint flushes
+        # the memtable itself, so the WAL would only nearly double the cost of every put (4 µs vs 2 µs measured).
+        wo = WriteOptions()
+        wo.disable_wal = True
+        self._db.set_write_options(wo)
+
+    def get(self, key: Hashable) -> Any:
+        """The state stored for ``key``, or None. O(log n) in RocksDB plus decoding."""
+        raw = self._db.get(encode_key(key))
+        return None if raw is None else decode(raw)
+
+    def put(self, key: Hashable, state: Any) -> None:
+        """Store ``state`` for ``key`` (TypeError if the codec cannot encode either)."""
+        self._db.put(encode_key(key), encode(state))
+
+    def items(self) -> Iterator[tuple]:
+        """Every ``(key, state)``, in the byte order of the encoded keys. O(n) over the whole run."""
+        for k, v in self._db.items():
+            yield decode(k), decode(v)
+
+    def checkpoint(self, dest_dir: PathLike) -> Path:
+        """Write a consistent RocksDB checkpoint of the current contents into ``dest_dir``.
+
+        ``dest_dir`` must not exist yet (RocksDB refuses an existing directory, even an
+        empty one); its parent is created if needed. Immutable table files are hard
+        links when ``dest_dir`` is on the same filesystem, copies otherwise. Writes made
+        after this call do not reach the checkpoint. Returns ``dest_dir`` as a Path.
+        """
+        dest = Path(dest_dir)
+        if dest.exists():
+            raise FileExistsError(f"checkpoint directory {dest} already exists")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        Checkpoint(self._db).create_checkpoint(str(dest))
+        return dest
+
+    @classmethod
+    def restore(cls, checkpoint_dir: PathLike, path: PathLike) -> "RocksDBBackend":
+        """Open a backend at ``path`` holding exactly the states of ``checkpoint_dir``.
+
+        The checkpoint is copied first, never opened in place: opening a RocksDB
+        directory writes to it (a new MANIFEST, LOG, LOCK and WAL, then every put),
+        so the checkpoint would stop being the snapshot it stands for. ``path`` must
+        not exist. Cost: a copy of the checkpoint, O(its size). A directory that is
+        already a private copy (e.g. just downloaded from the snapshot store) can be
+        opened directly with ``RocksDBBackend(dir)`` instead, saving the copy.
+        """
+        src, dest = Path(checkpoint_dir), Path(path)
+        if not (src / "CURRENT").is_file():
+            raise FileNotFoundError(f"{src} is not a RocksDB checkpoint (no CURRENT file)")
+        if dest.exists():
+            raise FileExistsError(f"restore target {dest} already exists")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dest)
+        return cls(dest)
+
+    def close(self) -> None:
+        """Flush and close the database; calling it again does nothing (other calls then raise DbClosedError)."""
+        if not self._closed:
+            self._closed = True
+            self._db.close()
+
+    def __enter__(self) -> "RocksDBBackend":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RocksDBBackend({str(self.path)!r})"
+

@@ -1,0 +1,226 @@
+"""The snapshot store: checkpoint directories and manifests under one URI.
+
+Any filesystem ``pyarrow.fs`` understands works the same way: a local directory
+(a plain path or ``file://``, the default), ``s3://``, ``hdfs://``, ``gs://``.
+Layout::
+
+    <root>/<snapshot_id>/<participant>/...   one participant's checkpoint files
+    <root>/<snapshot_id>/MANIFEST.json       present only once the snapshot is committed
+
+A snapshot exists for recovery only once its manifest does. Participants upload
+first, the coordinator commits the manifest last — written under a temporary name
+and then moved into place, so a reader never sees half a manifest — and then the
+snapshots older than the newest ``keep`` committed ones are deleted.
+
+>>> import tempfile, os, pathlib
+>>> tmp = tempfile.mkdtemp()
+>>> cp = pathlib.Path(tmp, "cp"); cp.mkdir(); _ = (cp / "data.sst").write_bytes(b"rows")
+>>> store = SnapshotStore(os.path.join(tmp, "store"))
+>>> store.read_latest_manifest() is None
+True
+>>> _ = store.upload(1, "count-0", cp)
+>>> store.write_manifest(1, {"time": [5, 0, 0, 5], "participants": ["count-0"]})
+>>> store.read_latest_manifest()
+{'participants': ['count-0'], 'snapshot_id': 1, 'time': [5, 0, 0, 5]}
+>>> sorted(os.listdir(store.download(1, "count-0", os.path.join(tmp, "restored"))))
+['data.sst']
+>>> import shutil; shutil.rmtree(tmp)
+
+Manifests are JSON, never pickle. Costs: ``upload`` and ``download`` move the
+bytes of one checkpoint; ``read_latest_manifest`` and ``prune`` list the root
+(one listing, plus one existence check per snapshot directory on object stores).
+Local stores are not fsync'ed: a committed manifest survives a process crash,
+not necessarily a power cut (a manifest that no longer parses is skipped, and
+the one before it used, which is why ``keep`` is at least 2 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import pyarrow.fs as pafs
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "MANIFEST.json"
+_PARTICIPANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*\Z")  # one path segment; '.' and '_' prefixes are ours
+_ID_DIGITS = 10  # zero-padded directory names, so a listing sorts like the ids (ids may outgrow it)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class SnapshotStore:
+    """Checkpoints and manifests of one job under ``uri``; keeps the newest ``keep`` committed snapshots."""
+
+    def __init__(self, uri: str, *, keep: int = 2) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, not {keep}")
+        self.uri = uri
+        self.keep = keep
+        # A plain path (even relative) is a local directory; pyarrow wants URIs to be absolute.
+        self.fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else os.path.abspath(uri))
+        self.root = root.rstrip("/")
+        self._local = pafs.LocalFileSystem()
+
+    # -- checkpoint files ---------------------------------------------------------------
+
+    def upload(self, snapshot_id: int, participant: str, local_dir: PathLike) -> str:
+        """Copy the files under ``local_dir`` to ``<root>/<snapshot_id>/<participant>/``.
+
+        A previous upload of the same participant to the same snapshot is replaced,
+        so a retried upload leaves no stale files. Returns the destination path in
+        the store's filesystem. Cost: the bytes of ``local_dir``.
+        """
+        src = Path(local_dir)
+        if not src.is_dir():
+            raise NotADirectoryError(f"{src} is not a directory")
+        dest = self._participant_dir(snapshot_id, participant)
+        if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(dest)
+        self.fs.create_dir(dest, recursive=True)
+        pafs.copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
+        return dest
+
+    def download(self, snapshot_id: int, participant: str, local_dir: PathLike) -> Path:
+        """Copy a participant's files of a snapshot into ``local_dir`` (which must not exist).
+
+        The result is a private copy: a RocksDB checkpoint downloaded this way can be
+        opened in place. Cost: the bytes of the participant's files.
+        """
+        src = self._participant_dir(snapshot_id, participant)
+        if self.fs.get_file_info(src).type != pafs.FileType.Directory:
+            raise FileNotFoundError(f"snapshot {snapshot_id} has no files for participant {participant!r} in {self.uri}")
+        dest = Path(local_dir)
+        if dest.exists():
+            raise FileExistsError(f"download target {dest} already exists")
+        dest.mkdir(parents=True)
+        pafs.copy_files(src, str(dest.resolve()), source_filesystem=self.fs, destination_filesystem=self._local)
+        return dest
+
+    # -- manifests ----------------------------------------------------------------------
+
+    def write_manifest(self, snapshot_id: int, manifest: dict) -> None:
+        """Commit snapshot ``snapshot_id``: write its manifest atomically, then prune old snapshots.
+
+        The manifest is stored as JSON with ``"snapshot_id"`` added (a manifest that
+        already has one must agree). It must survive JSON unchanged — str keys, lists
+        not tuples, no NaN — so that what recovery reads is what was written; anything
+        else raises ValueError/TypeError before the store is touched. Ids must not go
+        backwards: committing an id below the newest committed one raises ValueError
+        (re-committing the same id replaces its manifest).
+        """
+        if not isinstance(manifest, dict):
+            raise TypeError(f"a manifest is a dict, not {type(manifest).__name__}")
+        _check_id(snapshot_id)
+        if manifest.get("snapshot_id", snapshot_id) != snapshot_id:
+            raise ValueError(f"manifest says snapshot_id={manifest['snapshot_id']!r}, committed as {snapshot_id}")
+        manifest = {**manifest, "snapshot_id": snapshot_id}
+        text = json.dumps(manifest, sort_keys=True, indent=1)
+        if json.loads(text) != manifest:
+            raise ValueError("the manifest does not survive JSON unchanged (tuples, non-str keys or NaN?)")
+        committed = self.committed_ids()
+        if committed and snapshot_id < committed[-1]:
+            raise ValueError(f"snapshot {snapshot_id} is older than the newest committed one, {committed[-1]}")
+        snap = self._snapshot_dir(snapshot_id)
+        self.fs.create_dir(snap, recursive=True)
+        # Readers only ever open MANIFEST.json: the temporary name (a dot, a random part)
+        # is invisible to them, and the move replaces the name in one step (a rename on
+        # local disks and HDFS; on object stores the final object appears whole).
+        tmp = f"{snap}/.{MANIFEST}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(text.encode("utf-8"))
+        self.fs.move(tmp, f"{snap}/{MANIFEST}")
+        self.prune()
+
+    def read_manifest(self, snapshot_id: int) -> Optional[dict]:
+        """The committed manifest of ``snapshot_id``, or None if it is not committed (or unreadable)."""
+        path = f"{self._snapshot_dir(snapshot_id)}/{MANIFEST}"
+        # Ask first rather than catch: object stores do not all report a missing key as FileNotFoundError.
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as f:
+            data = f.read()
+        try:
+            manifest = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            log.warning("snapshot store %s: manifest %s does not parse; ignoring that snapshot", self.uri, path)
+            return None
+        return manifest if isinstance(manifest, dict) else None
+
+    def read_latest_manifest(self) -> Optional[dict]:
+        """The manifest of the newest committed snapshot, or None when nothing is committed.
+
+        Temporary (half-written) manifests are never read; a committed one that does
+        not parse is skipped in favour of the one before it.
+        """
+        for snapshot_id in reversed(self.committed_ids()):
+            manifest = self.read_manifest(snapshot_id)
+            if manifest is not None:
+                return manifest
+        return None
+
+    # -- listing and retention ------------------------------------------------------------
+
+    def snapshot_ids(self) -> list:
+        """Ids of every snapshot directory, committed or not, ascending. One listing of the root."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        return sorted(int(i.base_name) for i in infos if i.type == pafs.FileType.Directory and i.base_name.isdigit())
+
+    def committed_ids(self) -> list:
+        """Ids of the snapshots that have a manifest, ascending."""
+        ids = self.snapshot_ids()
+        if not ids:
+            return []
+        infos = self.fs.get_file_info([f"{self._snapshot_dir(i)}/{MANIFEST}" for i in ids])
+        return [i for i, info in zip(ids, infos) if info.type == pafs.FileType.File]
+
+    def prune(self) -> list:
+        """Delete every snapshot older than the newest ``keep`` committed ones; return the deleted ids.
+
+        Uncommitted snapshots newer than that are kept: they may be in progress.
+        """
+        committed = self.committed_ids()
+        if len(committed) <= self.keep:
+            return []
+        oldest_kept = committed[-self.keep]
+        doomed = [i for i in self.snapshot_ids() if i < oldest_kept]
+        for snapshot_id in doomed:
+            self.delete_snapshot(snapshot_id)
+        return doomed
+
+    def delete_snapshot(self, snapshot_id: int) -> None:
+        """Delete one snapshot: its manifest first, so a half-deleted snapshot is never taken for committed."""
+        snap = self._snapshot_dir(snapshot_id)
+        manifest = f"{snap}/{MANIFEST}"
+        if self.fs.get_file_info(manifest).type == pafs.FileType.File:
+            self.fs.delete_file(manifest)
+        if self.fs.get_file_info(snap).type != pafs.FileType.NotFound:
+            self.fs.delete_dir(snap)
+
+    # -- paths --------------------------------------------------------------------------------
+
+    def _snapshot_dir(self, snapshot_id: int) -> str:
+        _check_id(snapshot_id)
+        return f"{self.root}/{snapshot_id:0{_ID_DIGITS}d}"
+
+    def _participant_dir(self, snapshot_id: int, participant: str) -> str:
+        if not isinstance(participant, str) or not _PARTICIPANT.match(participant) or participant == MANIFEST:
+            raise ValueError(
+                f"participant name {participant!r} must be one path segment of letters, digits, '.', '_', '=' or '-', "
+                "starting with a letter or digit"
+            )
+        return f"{self._snapshot_dir(snapshot_id)}/{participant}"
+
+    def __repr__(self) -> str:
+        return f"SnapshotStore({self.uri!r}, keep={self.keep})"
+
+
+def _check_id(snapshot_id: Any) -> None:
+    if type(snapshot_id) is not int or snapshot_id < 0:
+        raise ValueError(f"a snapshot id is a non-negative int, not {snapshot_id!r}")

@@ -1,0 +1,214 @@
+"""SnapshotStore over pyarrow.fs: uploads and downloads of checkpoint directories,
+atomic manifests (temporary and torn files are never read), retention of the newest
+committed snapshots, and a RocksDB checkpoint's full trip through the store."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from driftstream.snapshots.backend import RocksDBBackend
+from driftstream.snapshots.store import MANIFEST, SnapshotStore
+
+
+def _checkpoint_dir(path: Path, files: dict) -> Path:
+    for name, data in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(data)
+    return path
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def store(tmp_path):
+    return SnapshotStore(str(tmp_path / "store"))
+
+
+def _snap_dir(store: SnapshotStore, snapshot_id: int) -> Path:
+    return Path(store._snapshot_dir(snapshot_id))
+
+
+# -- files --------------------------------------------------------------------------------
+
+
+def test_upload_then_download_copies_every_file(store, tmp_path):
+    files = {"000009.sst": b"\x00" * 5000, "CURRENT": b"MANIFEST-000005\n", "sub/nested": b"n"}
+    src = _checkpoint_dir(tmp_path / "cp", files)
+    dest = store.upload(3, "wordcount-1", src)
+    assert dest.endswith("/0000000003/wordcount-1")
+    assert _tree(store.download(3, "wordcount-1", tmp_path / "down")) == files
+
+
+def test_a_repeated_upload_replaces_the_previous_one(store, tmp_path):
+    store.upload(1, "p", _checkpoint_dir(tmp_path / "a", {"old.sst": b"1", "CURRENT": b"a"}))
+    store.upload(1, "p", _checkpoint_dir(tmp_path / "b", {"CURRENT": b"b"}))
+    assert _tree(store.download(1, "p", tmp_path / "down")) == {"CURRENT": b"b"}
+
+
+def test_download_errors(store, tmp_path):
+    with pytest.raises(FileNotFoundError, match="participant 'p'"):
+        store.download(1, "p", tmp_path / "down")
+    store.upload(1, "p", _checkpoint_dir(tmp_path / "cp", {"x": b"x"}))
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(FileExistsError):
+        store.download(1, "p", tmp_path / "exists")
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", ".hidden", "_x", MANIFEST, "a b"])
+def test_participant_names_must_be_one_plain_path_segment(store, tmp_path, name):
+    with pytest.raises(ValueError, match="participant name"):
+        store.upload(1, name, _checkpoint_dir(tmp_path / "cp", {"x": b"x"}))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.0, "1", True])
+def test_snapshot_ids_are_non_negative_ints(store, bad):
+    with pytest.raises(ValueError, match="non-negative int"):
+        store.write_manifest(bad, {})
+
+
+# -- manifests ------------------------------------------------------------------------------
+
+
+def test_nothing_committed_reads_as_none(tmp_path):
+    assert SnapshotStore(str(tmp_path / "never-created")).read_latest_manifest() is None
+
+
+def test_the_latest_committed_manifest_wins(store):
+    store.write_manifest(1, {"time": [1]})
+    store.write_manifest(2, {"time": [2]})
+    assert store.read_latest_manifest() == {"time": [2], "snapshot_id": 2}
+    assert store.read_manifest(1) == {"time": [1], "snapshot_id": 1}
+    assert store.committed_ids() == [1, 2]
+
+
+def test_a_manifest_is_plain_json_and_no_temporary_file_remains(store):
+    store.write_manifest(5, {"sources": {"0": [[0, 17, 123.5]]}, "time": [9, 0, 1, 4]})
+    snap = _snap_dir(store, 5)
+    assert [p.name for p in snap.iterdir()] == [MANIFEST]
+    assert json.loads((snap / MANIFEST).read_text()) == {"sources": {"0": [[0, 17, 123.5]]}, "time": [9, 0, 1, 4], "snapshot_id": 5}
+
+
+def test_a_half_written_temporary_manifest_is_ignored(store):
+    store.write_manifest(1, {"time": [1]})
+    snap2 = _snap_dir(store, 2)  # a coordinator that died while writing snapshot 2's manifest
+    snap2.mkdir(parents=True)
+    (snap2 / f".{MANIFEST}.0123abcd.tmp").write_text('{"time": [2], "snaps')
+    (snap2 / "count-0").mkdir()
+    (snap2 / "count-0" / "CURRENT").write_text("x")
+    assert store.committed_ids() == [1]
+    assert store.read_latest_manifest() == {"time": [1], "snapshot_id": 1}
+    store.write_manifest(2, {"time": [2]})  # the retry commits over the leftovers
+    assert store.read_latest_manifest() == {"time": [2], "snapshot_id": 2}
+
+
+def test_a_torn_committed_manifest_falls_back_to_the_one_before(store, caplog):
+    store.write_manifest(1, {"time": [1]})
+    store.write_manifest(2, {"time": [2]})
+    (_snap_dir(store, 2) / MANIFEST).write_text('{"time": [')  # e.g. a power cut on an unsynced disk
+    with caplog.at_level(logging.WARNING, logger="driftstream.snapshots.store"):
+        assert store.read_latest_manifest() == {"time": [1], "snapshot_id": 1}
+    assert "does not parse" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "manifest, error",
+    [({"time": (1, 2)}, ValueError), ({1: "int key"}, (TypeError, ValueError)), ({"x": float("nan")}, ValueError), ({"x": {1, 2}}, TypeError),
+     ({"snapshot_id": 9}, ValueError), ([1], TypeError)],
+    ids=["tuple", "int-key", "nan", "set", "other-id", "not-a-dict"],
+)
+def test_manifests_must_survive_json_unchanged(store, manifest, error):
+    with pytest.raises(error):
+        store.write_manifest(1, manifest)
+    assert store.snapshot_ids() == []  # refused before anything was written
+
+
+def test_commits_cannot_go_backwards_but_may_be_repeated(store):
+    store.write_manifest(4, {"v": 1})
+    store.write_manifest(4, {"v": 2})
+    assert store.read_latest_manifest() == {"v": 2, "snapshot_id": 4}
+    with pytest.raises(ValueError, match="older than the newest committed"):
+        store.write_manifest(3, {})
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+
+def test_retention_keeps_the_last_two_committed_snapshots(store, tmp_path):
+    cp = _checkpoint_dir(tmp_path / "cp", {"CURRENT": b"x"})
+    store.upload(2, "p", cp)  # abandoned: never committed, older than what is kept
+    for i in (1, 3, 4, 5):
+        store.upload(i, "p", cp)
+        store.write_manifest(i, {"n": i})
+    store.upload(6, "p", cp)  # in progress: newer than every commit
+    assert store.committed_ids() == [4, 5]
+    assert store.snapshot_ids() == [4, 5, 6]
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["0000000004", "0000000005", "0000000006"]
+    assert _tree(store.download(4, "p", tmp_path / "down")) == {"CURRENT": b"x"}
+
+
+def test_retention_with_keep_three_and_explicit_prune(tmp_path):
+    store = SnapshotStore(str(tmp_path / "store"), keep=3)
+    for i in range(1, 6):
+        store.write_manifest(i, {})
+    assert store.committed_ids() == [3, 4, 5]
+    assert store.prune() == []
+    with pytest.raises(ValueError, match="keep"):
+        SnapshotStore(str(tmp_path / "x"), keep=0)
+
+
+def test_deleting_a_snapshot_removes_its_manifest_and_files(store, tmp_path):
+    store.upload(1, "p", _checkpoint_dir(tmp_path / "cp", {"a": b"a"}))
+    store.write_manifest(1, {})
+    store.delete_snapshot(1)
+    store.delete_snapshot(1)  # already gone: nothing to do
+    assert store.read_latest_manifest() is None and store.snapshot_ids() == []
+
+
+# -- URIs ----------------------------------------------------------------------------------------
+
+
+def test_plain_paths_file_uris_and_relative_paths_name_the_same_store(tmp_path, monkeypatch):
+    SnapshotStore(str(tmp_path / "s")).write_manifest(1, {"via": "path"})
+    assert SnapshotStore(f"file://{tmp_path}/s").read_latest_manifest() == {"via": "path", "snapshot_id": 1}
+    monkeypatch.chdir(tmp_path)
+    assert SnapshotStore("s").read_latest_manifest() == {"via": "path", "snapshot_id": 1}
+
+
+def test_a_non_local_filesystem_works_the_same(tmp_path):
+    # pyarrow's in-memory mock filesystem stands in for s3:// or hdfs:// (same FileSystem API, paths without a leading slash).
+    store = SnapshotStore("mock:///bucket/job", keep=2)
+    cp = _checkpoint_dir(tmp_path / "cp", {"CURRENT": b"c", "1.sst": b"s"})
+    for i in (1, 2, 3):
+        store.upload(i, "p", cp)
+        store.write_manifest(i, {"i": i})
+    assert store.committed_ids() == [2, 3]
+    assert store.read_latest_manifest() == {"i": 3, "snapshot_id": 3}
+    assert _tree(store.download(3, "p", tmp_path / "down")) == {"CURRENT": b"c", "1.sst": b"s"}
+
+
+# -- end to end ------------------------------------------------------------------------------------
+
+
+def test_a_rocksdb_checkpoint_through_the_store_restores_the_same_states(tmp_path):
+    states = {f"k{i}": {"count": i, "seen": [i, i + 1]} for i in range(500)}
+    with RocksDBBackend(tmp_path / "work") as b:
+        for k, v in states.items():
+            b.put(k, v)
+        cp = b.checkpoint(tmp_path / "cp")
+        b.put("k1", "after the snapshot")
+    store = SnapshotStore(f"file://{tmp_path}/store")
+    store.upload(1, "count-0", cp)
+    store.write_manifest(1, {"participants": ["count-0"], "time": [7, 0, 0, 7]})
+
+    recovered = SnapshotStore(str(tmp_path / "store"))  # a fresh process's view
+    manifest = recovered.read_latest_manifest()
+    [participant] = manifest["participants"]
+    local = recovered.download(manifest["snapshot_id"], participant, tmp_path / "recovered")
+    with RocksDBBackend(local) as r:  # a download is a private copy: open it in place
+        assert dict(r.items()) == states
