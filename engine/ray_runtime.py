@@ -70,6 +70,14 @@ class AckerActor:
     """
 
     def __init__(self, sources: int, token: bytes) -> None:
+        self._setup(sources, token)
+
+    async def reset(self, sources: int, token: bytes) -> None:
+        """Start over with an empty table (recovery of a surviving acker)."""
+        await self.endpoint.close()
+        self._setup(sources, token)
+
+    def _setup(self, sources: int, token: bytes) -> None:
         self.acker = Acker(sources)
         self.endpoint = Endpoint(token, self._on_message)
         self.subscribers: dict = {}
@@ -158,6 +166,27 @@ class StageActor:
     def __init__(self, plan: Plan, stage_index: int, instance: int, options: dict, token: bytes) -> None:
         self.key = (stage_index, instance)
         self.plan = plan
+        self.source_task: Optional[asyncio.Task] = None
+        self._setup(options, token)
+
+    async def reset(self, options: dict, token: bytes) -> None:
+        """Start over in this process from a snapshot (recovery of a survivor: no new process).
+
+        The old data-plane endpoint is closed first, so nothing sent before the
+        reset can reach the new state.
+        """
+        if self.source_task is not None:
+            self.source_task.cancel()
+            self.source_task = None
+        await self.endpoint.close()
+        self.rt.close()
+        self.snapshots.close()
+        if self.reader is not None:
+            self.reader.close()
+        self._setup(options, token)
+
+    def _setup(self, options: dict, token: bytes) -> None:
+        plan, (stage_index, instance) = self.plan, self.key
         stage = plan.stages[stage_index]
         restore = options.get("restore") or {}
         self.snapshots = StageSnapshots(options.get("snapshot_dir"), f"{plan.flow_name}-{stage.name}-{instance}", restore)
@@ -196,8 +225,16 @@ class StageActor:
         self.acker = None
         self.endpoint = Endpoint(token, self._on_message)
         self.credit: Optional[asyncio.Event] = None
+        self.first_release_at: Optional[float] = None
+        self.released: Optional[asyncio.Event] = None
+
+    async def first_release(self) -> float:
+        """Wall time of this actor's first release to a sink (waits for it): recovery timing."""
+        await self.released.wait()
+        return self.first_release_at
 
     async def listen(self) -> tuple:
+        self.released = asyncio.Event()
         self.credit = asyncio.Event()
         return await self.endpoint.listen(_node_ip())
 
@@ -213,7 +250,7 @@ class StageActor:
 
     async def start(self) -> None:
         if self.reader is not None:
-            asyncio.get_running_loop().create_task(self._source_loop())
+            self.source_task = asyncio.get_running_loop().create_task(self._source_loop())
 
     def _on_message(self, message: tuple) -> None:
         if message[0] == "push":
@@ -245,7 +282,12 @@ class StageActor:
         self._apply_watermark(w)
 
     def _apply_watermark(self, w: tuple) -> None:
-        if self._guarded(self.rt.on_watermark, w) and self.reader is not None:
+        released = self.rt.released_total()
+        ok = self._guarded(self.rt.on_watermark, w)
+        if self.first_release_at is None and self.rt.released_total() > released:
+            self.first_release_at = time.time()
+            self.released.set()
+        if ok and self.reader is not None:
             self.reader.on_watermark(w)
             self.credit.set()
 
@@ -355,16 +397,17 @@ def _check_no_leftovers(flow_name: str) -> None:
         )
 
 
-def _kill(flow_name: str, handles: list) -> None:
+def _kill(handles: list, names: list) -> None:
+    """Kill ``handles`` and wait until their ``names`` are free for new actors."""
     for h in handles:
         try:
             ray.kill(h, no_restart=True)
         except Exception:
             pass
-    prefix = f"{flow_name}/"
+    names = set(names)
     deadline = time.time() + 10
-    while time.time() < deadline:
-        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]
-        if not any(n.startswith(prefix) for n in names):
+    while names and time.time() < deadline:
+        live = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE}
+        if not live & names:
             return
-        time.sleep(0.05)
+        time.sleep(0.02)

@@ -48,6 +48,10 @@ class Metrics:
     dead_letters: int = 0
     snapshots: int = 0
     recoveries: int = 0
+    #: per snapshot: seconds from request to committed manifest
+    snapshot_s: list = field(default_factory=list)
+    #: per recovery: seconds from detection to restored actors and to the first new output
+    recovery_s: list = field(default_factory=list)
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)
 

@@ -236,6 +236,10 @@ class StageRuntime:
                     if meta[3] % every == 0:
                         rel[meta[:4]] = now
 
+    def released_total(self) -> int:
+        """Elements released to sinks so far, over all this instance's barriers (O(sinks))."""
+        return sum(b.released for b, _ in self.barriers.values())
+
     # -- results ------------------------------------------------------------------------
 
     def collected(self) -> dict:

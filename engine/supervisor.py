@@ -35,11 +35,14 @@ GUARANTEES = ("exactly-once", "at-least-once", "none")
 
 @dataclass
 class Recovery:
-    """Timings of one recovery, in seconds from the failure being detected."""
+    """One recovery: when the failure was detected (wall time), seconds from then until
+    every actor was restored and running, and until the first new output was released."""
 
     detected_at: float
     restored_s: float = 0.0
     snapshot_id: Optional[int] = None
+    first_output_s: Optional[float] = None
+    pending: Optional[list] = None  # refs of first_release() calls, resolved lazily
 
 
 @dataclass
@@ -91,23 +94,34 @@ class RaySupervisor:
         self.resume = resume
         self.status = SupervisorStatus()
         self.handles: list = []
+        self.names: list = []
         self.acker = None
         self.actors: dict = {}
         self.next_snapshot_id = 1
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def launch(self, manifest: Optional[dict], recovering: bool) -> None:
-        """Create the acker and every stage actor, restored from ``manifest`` when given."""
+    def launch(self, manifest: Optional[dict], recovering: bool, survivors: Optional[dict] = None) -> None:
+        """Start the acker and every stage actor, restored from ``manifest`` when given.
+
+        ``survivors`` (actor name -> handle) are reset in place instead of replaced:
+        a new process costs ~1 s of CPU on a small machine, a reset milliseconds.
+        """
         from .ray_runtime import NAMESPACE, AckerActor, StageActor
 
         plan = self.plan
+        survivors = survivors or {}
         spread = {"scheduling_strategy": "SPREAD"}
         token = secrets.token_bytes(32)
-        self.acker = AckerActor.options(name=f"{plan.flow_name}/acker", namespace=NAMESPACE, **spread).remote(
-            len(plan.source_instances), token
-        )
+        resets: list = []
+        acker_name = f"{plan.flow_name}/acker"
+        if acker_name in survivors:
+            self.acker = survivors[acker_name]
+            resets.append(self.acker.reset.remote(len(plan.source_instances), token))
+        else:
+            self.acker = AckerActor.options(name=acker_name, namespace=NAMESPACE, **spread).remote(len(plan.source_instances), token)
         self.handles = [self.acker]
+        self.names = [acker_name]
         self.actors = {}
         for s in plan.stages:
             for i in range(s.parallelism):
@@ -119,9 +133,16 @@ class RaySupervisor:
                     skip_released=recovering and self.guarantee == "exactly-once",
                     restore=_restore_for(manifest, key),
                 )
-                actor = StageActor.options(name=s.actor_names[i], namespace=NAMESPACE, **spread).remote(plan, s.index, i, opts, token)
+                name = s.actor_names[i]
+                if name in survivors:
+                    actor = survivors[name]
+                    resets.append(actor.reset.remote(opts, token))
+                else:
+                    actor = StageActor.options(name=name, namespace=NAMESPACE, **spread).remote(plan, s.index, i, opts, token)
                 self.actors[(s.index, i)] = actor
                 self.handles.append(actor)
+                self.names.append(name)
+        ray.get(resets)
         keys = list(self.actors)
         addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
@@ -164,30 +185,40 @@ class RaySupervisor:
             if not died:
                 break
             if self.store is None:
-                _kill(self.plan.flow_name, self.handles)
+                _kill(self.handles, self.names)
                 raise RuntimeError("an actor of the run died and guarantee='none' takes no snapshots to recover from")
-            self.recover()
+            dead = {n for n, ref in zip(self.names, alive) if ref in ready or _dead(ref)}
+            self.recover(dead)
         wall = time.time() - t0
         if error is not None:
             raise error
+        self.resolve_recoveries()
         reports = ray.get([a.report.remote() for a in self.actors.values()])
         result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
         result.metrics.snapshots = len(self.status.snapshots)
         result.metrics.recoveries = len(self.status.recoveries)
+        result.metrics.recovery_s = [
+            {"detected_at": r.detected_at, "restored": r.restored_s, "first_output": r.first_output_s, "snapshot": r.snapshot_id}
+            for r in self.status.recoveries
+        ]
+        result.metrics.snapshot_s = [r.duration_s for r in self.status.snapshots]
         return result
 
-    def _launch_surviving(self, manifest: Optional[dict], recovering: bool, attempts: int = 5) -> Optional[dict]:
-        """Launch; if an actor dies while the run starts, start again (from the newest manifest)."""
+    def _launch_surviving(
+        self, manifest: Optional[dict], recovering: bool, attempts: int = 5, survivors: Optional[dict] = None
+    ) -> Optional[dict]:
+        """Launch; if an actor dies while the run starts, start again (from the newest manifest),
+        this time with every actor new."""
         from .ray_runtime import _kill
 
         for attempt in range(attempts):
             try:
-                self.launch(manifest, recovering)
+                self.launch(manifest, recovering, survivors if attempt == 0 else None)
                 return manifest
             except ray.exceptions.RayActorError:
                 if self.store is None or attempt == attempts - 1:
                     raise
-                _kill(self.plan.flow_name, self.handles)
+                _kill(self.handles, self.names)
                 manifest, recovering = self.store.read_latest_manifest(), True
                 self.status.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest["id"]))
         return manifest
@@ -215,18 +246,44 @@ class RaySupervisor:
         self.status.snapshots.append(record)
         return record
 
-    def recover(self) -> None:
+    def recover(self, dead: Optional[set] = None) -> None:
+        """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
         from .ray_runtime import _kill
 
         detected = time.time()
-        _kill(self.plan.flow_name, self.handles)
-        manifest = self._launch_surviving(self.store.read_latest_manifest(), recovering=True)
-        self.status.recoveries.append(Recovery(detected, time.time() - detected, None if manifest is None else manifest["id"]))
+        dead = set(self.names) if dead is None else dead
+        _kill([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in self.names if n in dead])
+        survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
+        manifest = self._launch_surviving(self.store.read_latest_manifest(), recovering=True, survivors=survivors)
+        sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k[0]].step_ids)]
+        recovery = Recovery(detected, time.time() - detected, None if manifest is None else manifest["id"], pending=[a.first_release.remote() for a in sinks])
+        self.status.recoveries.append(recovery)
+
+    def resolve_recoveries(self) -> None:
+        """Fill in first_output_s of recoveries whose first output has been released."""
+        for r in self.status.recoveries:
+            if r.pending:
+                ready, _ = ray.wait(r.pending, num_returns=len(r.pending), timeout=0)
+                times = []
+                for ref in ready:
+                    try:
+                        times.append(ray.get(ref))
+                    except ray.exceptions.RayActorError:
+                        pass
+                if times:
+                    r.first_output_s = min(times) - r.detected_at
+                    r.pending = None
 
     def shutdown(self) -> None:
         from .ray_runtime import _kill
 
-        _kill(self.plan.flow_name, self.handles)
+        _kill(self.handles, self.names)
+
+
+def _dead(ref) -> bool:
+    """True if the actor behind a pending ``alive()`` call has died (the call then fails at once)."""
+    ready, _ = ray.wait([ref], timeout=0)
+    return bool(ready)
 
 
 def _restore_for(manifest: Optional[dict], key: str) -> dict:

@@ -49,6 +49,7 @@ class Endpoint:
         self.handler = handler
         self.server: Optional[asyncio.AbstractServer] = None
         self.writers: dict = {}
+        self.closed = False
         self.sent = 0
         self.received = 0
 
@@ -64,12 +65,18 @@ class Endpoint:
         self.writers[name] = writer
 
     def send(self, name: Any, message: Any) -> None:
-        """Queue ``message`` for peer ``name``; never blocks (sources' credit bounds what is queued)."""
+        """Queue ``message`` for peer ``name``; never blocks (sources' credit bounds what is queued).
+
+        After ``close()`` messages are dropped: they belong to an incarnation that is gone.
+        """
+        if self.closed:
+            return
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         self.writers[name].write(_LEN.pack(len(data)) + data)
         self.sent += 1
 
     async def close(self) -> None:
+        self.closed = True
         for w in self.writers.values():
             w.close()
         self.writers = {}
@@ -84,9 +91,11 @@ class Endpoint:
             handler, loads, unpack, readexactly = self.handler, pickle.loads, _LEN.unpack, reader.readexactly
             while True:
                 (n,) = unpack(await readexactly(4))
-                message = loads(await readexactly(n))
+                data = await readexactly(n)
+                if self.closed:
+                    return  # a message for an incarnation that has been reset
                 self.received += 1
-                handler(message)
+                handler(loads(data))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
