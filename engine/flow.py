@@ -143,6 +143,18 @@ class Flow:
         raise FlowError(f"unknown runtime {runtime!r}: use runtime='ray' or runtime='simulator'")
 
 
+    def start(self, parallelism: int = 1, address: Optional[str] = None, **options: Any) -> "FlowHandle":
+        """Start the flow on Ray in the background (for unbounded sources); returns a
+        :class:`~driftstream.engine.handle.FlowHandle` with ``status()``, ``stop()`` and ``wait()``.
+
+        Takes the options of :meth:`run`; with ``resume=True`` and the same ``snapshot_dir``
+        it continues from the newest snapshot, also after the previous driver was killed.
+        """
+        from .ray_runtime import start_on_ray
+
+        return start_on_ray(self.plan(parallelism), address=address, **options)
+
+
 class Stream:
     """The output of a step; each method adds a step and returns its output stream."""
 
@@ -211,3 +223,4 @@ class KeyedStream(Stream):
 
 from .plan import Plan  # noqa: E402  (for the type name in signatures)
 from .result import RunResult  # noqa: E402
+from .handle import FlowHandle  # noqa: E402

@@ -51,6 +51,9 @@ def ensure_ray(address: Optional[str] = None) -> bool:
         os.environ.setdefault(k, v)
     kwargs: dict = {"namespace": NAMESPACE, "log_to_driver": True, "configure_logging": False}
     if address is None:
+        # "local": always a new local instance; plain ray.init() would attach to any
+        # cluster this machine's last `ray start` left a trace of.
+        address = "local"
         kwargs["include_dashboard"] = False
     ray.init(address=address, **kwargs)
     return True
@@ -309,6 +312,15 @@ class StageActor:
     async def ping(self) -> bool:
         return True
 
+    async def stats(self) -> dict:
+        """Progress counters for ``FlowHandle.status()``."""
+        reader = self.reader
+        return {
+            "emitted": 0 if reader is None else reader.emitted,
+            "dead_letters": 0 if reader is None else reader.dead_letters,
+            "released": self.rt.released_total(),
+        }
+
     def _guarded(self, fn, *args) -> bool:
         """Run ``fn(*args)`` unless the run has failed; a StepError fails the run. True if it ran."""
         if self.failed:
@@ -359,6 +371,30 @@ class StageActor:
             self._flush()
 
 
+def start_on_ray(
+    plan: Plan,
+    address: Optional[str] = None,
+    seed: Optional[int] = None,
+    batch_size: int = 256,
+    max_inflight: int = 2_000,
+    chaos: Optional[float] = None,
+    sample_every: int = 1,
+    guarantee: str = "none",
+    snapshot_interval: float = 1.0,
+    snapshot_dir: Optional[str] = None,
+    resume: bool = False,
+) -> "FlowHandle":
+    """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
+    from .handle import FlowHandle
+    from .supervisor import RaySupervisor
+
+    options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every}
+    supervisor = RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
+    started_ray = ensure_ray(address)
+    _check_no_leftovers(plan.flow_name)
+    return FlowHandle(supervisor, started_ray)
+
+
 def run_on_ray(
     plan: Plan,
     address: Optional[str] = None,
@@ -388,9 +424,14 @@ def run_on_ray(
             ray.shutdown()
 
 
-def _check_no_leftovers(flow_name: str) -> None:
+def _check_no_leftovers(flow_name: str, grace_s: float = 10.0) -> None:
+    """Fail if actors of a flow with this name run; waits ``grace_s`` for those of a dead driver to go."""
     prefix = f"{flow_name}/"
-    if any(a["name"].startswith(prefix) for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE):
+    deadline = time.time() + grace_s
+    while any(a["name"].startswith(prefix) for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE):
+        if time.time() < deadline:
+            time.sleep(0.1)
+            continue
         raise RuntimeError(
             f"actors of a flow named {flow_name!r} are already running in namespace {NAMESPACE!r}: "
             "wait for that run to end or give this flow another name"

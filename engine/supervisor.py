@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import secrets
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -92,6 +93,7 @@ class RaySupervisor:
                 for sid in self.store.snapshot_ids():
                     self.store.delete_snapshot(sid)
         self.resume = resume
+        self.stop_requested = threading.Event()
         self.status = SupervisorStatus()
         self.handles: list = []
         self.names: list = []
@@ -148,14 +150,17 @@ class RaySupervisor:
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
         ray.get([a.start.remote() for a in self.actors.values()])
 
-    def run(self, timeout: Optional[float] = None) -> RunResult:
+    def run(self, timeout: Optional[float] = None, on_launched=None) -> RunResult:
         from .ray_runtime import _kill
 
         manifest = self.store.read_latest_manifest() if (self.resume and self.store) else None
         if manifest is not None:
             self.next_snapshot_id = manifest["id"] + 1
         t0 = time.time()
-        self._launch_surviving(manifest, recovering=manifest is not None)
+        # A resumed run's sinks may hold output past the manifest (or output without any manifest).
+        self._launch_surviving(manifest, recovering=self.resume)
+        if on_launched is not None:
+            on_launched()
         deadline = None if timeout is None else t0 + timeout
         next_snapshot = time.time() + self.snapshot_interval
         while True:
@@ -164,13 +169,21 @@ class RaySupervisor:
             error: Optional[BaseException] = None
             died = False
             while True:
-                wait_s = 1.0 if self.store is None else max(0.0, next_snapshot - time.time())
+                wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
                 ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
                 if done_ref in ready:
                     error = ray.get(done_ref)
                     break
                 if ready:
                     died = True
+                    break
+                if self.stop_requested.is_set():
+                    if self.store is not None:
+                        try:
+                            self.snapshot()  # the final snapshot: a resume starts from here
+                        except ray.exceptions.RayActorError:
+                            died = True
+                            break
                     break
                 if deadline is not None and time.time() > deadline:
                     error = TimeoutError(f"run did not finish within {timeout}s")
@@ -273,6 +286,26 @@ class RaySupervisor:
                 if times:
                     r.first_output_s = min(times) - r.detected_at
                     r.pending = None
+
+    def live_status(self) -> dict:
+        """Watermark, progress and dead letters now, plus snapshot and recovery history."""
+        acker = ray.get(self.acker.status.remote(), timeout=10)
+        stats = ray.get([a.stats.remote() for a in self.actors.values()], timeout=10)
+        last = self.status.snapshots[-1] if self.status.snapshots else None
+        self.resolve_recoveries()
+        return {
+            "watermark": acker["watermark"],
+            "in_flight": acker["in_flight"],
+            "emitted": sum(s["emitted"] for s in stats),
+            "released": sum(s["released"] for s in stats),
+            "dead_letters": sum(s["dead_letters"] for s in stats),
+            "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
+            "snapshots": len(self.status.snapshots),
+            "recoveries": [
+                {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id}
+                for r in self.status.recoveries
+            ],
+        }
 
     def shutdown(self) -> None:
         from .ray_runtime import _kill

@@ -18,7 +18,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, namespace="driftstream", configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="driftstream", configure_logging=False)
     yield ray
     ray.shutdown()
 
