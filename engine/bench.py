@@ -84,11 +84,12 @@ _LAT_FIELDS = ("p50", "p75", "p95", "p99", "max")
 def rolling_hash(state, x):
     """Order-sensitive keyed state: a rolling hash of the key's history of indexes.
 
-    ``x`` is ``(index, emit wall time)``; the hash depends on the index only, so a
-    replay (which emits at another time) must reproduce it exactly.
+    ``x`` is ``(index, emit wall time, wall time the source partition was opened)``; the
+    hash depends on the index only, so a replay (which emits at another time) must
+    reproduce it exactly. The output carries the times through to the sink.
     """
     new = ((state or 0) * 31 + x[0]) % _PRIME
-    return new, [x[0], new, x[1]]
+    return new, [x[0], new, x[1], x[2]]
 
 
 def _key(x) -> int:
@@ -131,6 +132,7 @@ class _ScheduledPartition(_ListPartition):
         super().__init__(items, partition, partitions, source_id, start)
         self.rate, self.clock_path = rate, clock_path
         self.epoch: Optional[float] = None
+        self.opened_at = time.time()  # after a failure: when the restored run reopened it
 
     def _due(self) -> int:
         if self.epoch is None:
@@ -146,8 +148,8 @@ class _ScheduledPartition(_ListPartition):
         out = super().read(max_items)
         if not out:
             return out
-        now = time.time()
-        return [(m, (p, now)) for m, p in out]
+        now, opened = time.time(), self.opened_at
+        return [(m, (p, now, opened)) for m, p in out]
 
 
 class ScheduledSource(MemorySource):
@@ -157,7 +159,8 @@ class ScheduledSource(MemorySource):
     where a replay starts, the schedule is one for the whole run (the epoch is the
     first read by any partition, kept in ``clock_path``): a replay finds what became
     available meanwhile as a backlog and reads it as fast as credit allows. Each
-    payload is ``(i, wall time of emission)``; times are the indexes, as in MemorySource.
+    payload is ``(i, wall time of emission, wall time the partition was opened)``; times
+    are the indexes, as in MemorySource.
     """
 
     def __init__(self, n: int, rate: float, partitions: int, clock_path: str) -> None:
@@ -304,8 +307,8 @@ def _killer(actor_name: str, workdir: str, at: tuple, log: list, stop: threading
 
 
 def _read_run(workdir: str, n: int) -> tuple:
-    """``(rows, check)``: per released element ``(index, emit, release)`` (release None if its
-    side record was lost to a kill), and the exactly-once check of the sink's content."""
+    """``(rows, check)``: per released element ``(index, emit, release, source opened)`` (release
+    None if its side record was lost to a kill), and the exactly-once check of the sink's content."""
     out_dir = os.path.join(workdir, "out")
     released: dict = {}
     for path in glob.glob(os.path.join(out_dir, "*.released")):
@@ -329,14 +332,14 @@ def _read_run(workdir: str, n: int) -> tuple:
     rows = []
     duplicates = wrong = 0
     for meta, value in records:
-        i, h, emit = value
+        i, h, emit, opened = value
         if i in seen:
             duplicates += 1
             continue
         seen.add(i)
         if not (0 <= i < n) or h != expected[i] or meta.ts != i:
             wrong += 1
-        rows.append((i, emit, released.get(i)))
+        rows.append((i, emit, released.get(i), opened))
     check = {
         "elements": n,
         "lines": len(records),
@@ -395,7 +398,7 @@ def _steady_figures(label: str, guarantee: str, interval: Optional[float], run: 
     """Latency (warm-up skipped), snapshot durations, and latency during / outside snapshots."""
     m = run["metrics"]
     first = int(warmup * rate)
-    kept = [(i, e, r) for i, e, r in run["rows"] if i >= first and r is not None]
+    kept = [(i, e, r) for i, e, r, _ in run["rows"] if i >= first and r is not None]
     epoch = run["epoch"]
     fig: dict = {
         "config": label,
@@ -514,12 +517,12 @@ def recovery(
     with _workdir(workdir) as root:
         r = _run_eo(name, "exactly-once", snapshot_interval, n, rate, partitions, parallelism, root, kill_at=tuple(kill_at), settle=settle, **run)
     m, epoch, kills = r["metrics"], r["epoch"], r["kills"]
-    timed = [(i, e, rel) for i, e, rel in r["rows"] if rel is not None]
-    sched = {i: epoch + i / rate for i, _, _ in timed}
-    emit_pts = sorted((rel, (rel - e) * 1000.0) for i, e, rel in timed)
-    e2e_pts = sorted((rel, (rel - sched[i]) * 1000.0) for i, _, rel in timed)
+    timed = [row for row in r["rows"] if row[2] is not None]
+    sched = {row[0]: epoch + row[0] / rate for row in timed}
+    emit_pts = sorted((rel, (rel - e) * 1000.0) for i, e, rel, _ in timed)
+    e2e_pts = sorted((rel, (rel - sched[i]) * 1000.0) for i, _, rel, _ in timed)
     first_kill = kills[0]["kill_at"] if kills else float("inf")
-    steady = [(i, e, rel) for i, e, rel in timed if i >= warmup * rate and rel < first_kill]
+    steady = [(i, e, rel) for i, e, rel, _ in timed if i >= warmup * rate and rel < first_kill]
     base_emit = _ms([rel - e for _, e, rel in steady])
     base_e2e = _ms([rel - sched[i] for i, _, rel in steady])
     recoveries = sorted(m.recovery_s, key=lambda x: x["detected_at"])
@@ -536,8 +539,10 @@ def recovery(
             f["kill_to_detected_s"] = detected - t_kill
             f["kill_to_restored_s"] = detected - t_kill + rec["restored"]
             f["kill_to_first_output_s"] = None if rec["first_output"] is None else detected - t_kill + rec["first_output"]
-            # New output: every element released after a recovery was (re-)emitted after its detection.
-            new = [rel for i, e, rel in timed if e >= detected and rel < t_next]
+            # New output: elements emitted by source partitions the recovery reopened. (Emit
+            # time alone does not tell: the old actors run on for a few ms after detection.)
+            t_next_detected = next((x["detected_at"] for x in recoveries if x["detected_at"] > detected), float("inf"))
+            new = [rel for _, _, rel, opened in timed if detected <= opened < t_next_detected and rel < t_next]
             if new:
                 first_new = min(new)
                 f["kill_to_first_output_elements_s"] = first_new - t_kill
@@ -740,12 +745,16 @@ def main(argv: Optional[list] = None) -> int:
 def _main_exactly_once(args: argparse.Namespace) -> int:
     print(f"exactly-once bench: {args.rate:,.0f} elements/s, {args.partitions} partitions, parallelism {args.parallelism}, "
           f"{args.seconds:g} s per configuration; key_by -> stateful_map (rolling hash, {EO_KEYS} keys) -> FileSink", flush=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     started = time.time()
     figures = exactly_once(args.rate, args.seconds, args.partitions, args.parallelism, args.intervals, args.warmup,
                            args.recovery_interval, args.kill_at)
     print(format_latency(figures["latency"], figures["floors"], args.rate, args.warmup))
     if figures["recovery"] is not None:
         print(format_recovery(figures["recovery"]))
+    if load is not None:
+        figures["load_average_1min"] = {"before": load, "after": os.getloadavg()[0]}
+        print(f"load average (1 min) before {load:.2f}, after {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(f"total bench time {time.time() - started:.1f} s")
     if args.json:
         with open(args.json, "w") as fh:

@@ -295,6 +295,12 @@ class StageActor:
             self.credit.set()
 
     async def report(self) -> dict:
+        """Stop, close sinks and backends, and hand back outputs and metrics (copies: Ray
+        serialises the result outside the event loop)."""
+        if self.source_task is not None:
+            self.source_task.cancel()
+            self.source_task = None
+        self.failed = True  # nothing more is processed in this incarnation
         self.rt.close()
         self.snapshots.close()
         await self.endpoint.close()
@@ -305,8 +311,8 @@ class StageActor:
         return {
             "collected": self.rt.collected(),
             "metrics": metrics,
-            "emit_times": self.rt.emit_times,
-            "release_times": self.rt.release_times,
+            "emit_times": dict(self.rt.emit_times),
+            "release_times": dict(self.rt.release_times),
         }
 
     async def ping(self) -> bool:

@@ -167,12 +167,20 @@ class RaySupervisor:
             done_ref = self.acker.wait.remote()
             alive = [h.alive.remote() for h in self.handles]
             error: Optional[BaseException] = None
+            reports: Optional[list] = None
             died = False
             while True:
                 wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
                 ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
                 if done_ref in ready:
                     error = ray.get(done_ref)
+                    if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
+                        died, error = True, None  # a stage died while releasing the end: recover
+                    elif error is None:
+                        try:
+                            reports = ray.get([a.report.remote() for a in self.actors.values()])
+                        except ray.exceptions.RayActorError:
+                            died = True
                     break
                 if ready:
                     died = True
@@ -206,7 +214,8 @@ class RaySupervisor:
         if error is not None:
             raise error
         self.resolve_recoveries()
-        reports = ray.get([a.report.remote() for a in self.actors.values()])
+        if reports is None:
+            reports = ray.get([a.report.remote() for a in self.actors.values()])
         result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
         result.metrics.snapshots = len(self.status.snapshots)
         result.metrics.recoveries = len(self.status.recoveries)
