@@ -377,9 +377,8 @@ class StageActor:
             self._flush()
 
 
-def start_on_ray(
+def _supervisor(
     plan: Plan,
-    address: Optional[str] = None,
     seed: Optional[int] = None,
     batch_size: int = 256,
     max_inflight: int = 2_000,
@@ -389,37 +388,32 @@ def start_on_ray(
     snapshot_interval: float = 1.0,
     snapshot_dir: Optional[str] = None,
     resume: bool = False,
-) -> "FlowHandle":
-    """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
-    from .handle import FlowHandle
+    faults: Optional[dict] = None,
+):
     from .supervisor import RaySupervisor
 
-    options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every}
-    supervisor = RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
+    options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every, "faults": faults or {}}
+    return RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
+
+
+def start_on_ray(plan: Plan, address: Optional[str] = None, **options) -> "FlowHandle":
+    """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
+    from .handle import FlowHandle
+
+    supervisor = _supervisor(plan, **options)
     started_ray = ensure_ray(address)
     _check_no_leftovers(plan.flow_name)
     return FlowHandle(supervisor, started_ray)
 
 
-def run_on_ray(
-    plan: Plan,
-    address: Optional[str] = None,
-    seed: Optional[int] = None,
-    batch_size: int = 256,
-    max_inflight: int = 2_000,
-    chaos: Optional[float] = None,
-    sample_every: int = 1,
-    timeout: Optional[float] = None,
-    guarantee: str = "none",
-    snapshot_interval: float = 1.0,
-    snapshot_dir: Optional[str] = None,
-    resume: bool = False,
-) -> RunResult:
-    """Run ``plan`` on Ray to the end; see :meth:`driftstream.engine.Flow.run`."""
-    from .supervisor import RaySupervisor
+def run_on_ray(plan: Plan, address: Optional[str] = None, timeout: Optional[float] = None, **options) -> RunResult:
+    """Run ``plan`` on Ray to the end; see :meth:`driftstream.engine.Flow.run`.
 
-    options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every}
-    supervisor = RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
+    Options: ``seed``, ``batch_size``, ``max_inflight``, ``chaos``, ``sample_every``,
+    ``guarantee``, ``snapshot_interval``, ``snapshot_dir``, ``resume`` and, for tests,
+    ``faults`` (see :class:`~driftstream.engine.supervisor.RaySupervisor`).
+    """
+    supervisor = _supervisor(plan, **options)
     started_ray = ensure_ray(address)
     try:
         _check_no_leftovers(plan.flow_name)

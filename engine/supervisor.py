@@ -93,6 +93,9 @@ class RaySupervisor:
                 for sid in self.store.snapshot_ids():
                     self.store.delete_snapshot(sid)
         self.resume = resume
+        # Test-only fault injection: {"before_commit" | "after_restore": [actor name, ...]}; each
+        # entry is a real ray.kill of that actor at that moment of the protocol, used once.
+        self.faults: dict = {k: list(v) for k, v in options.pop("faults", {}).items()} if "faults" in options else {}
         self.stop_requested = threading.Event()
         self.status = SupervisorStatus()
         self.handles: list = []
@@ -263,6 +266,7 @@ class RaySupervisor:
             "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
             "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
         }
+        self._inject("before_commit")
         self.store.write_manifest(sid, manifest)
         record = SnapshotRecord(sid, t, time.time() - started)
         self.status.snapshots.append(record)
@@ -280,6 +284,14 @@ class RaySupervisor:
         sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k[0]].step_ids)]
         recovery = Recovery(detected, time.time() - detected, None if manifest is None else manifest["id"], pending=[a.first_release.remote() for a in sinks])
         self.status.recoveries.append(recovery)
+        self._inject("after_restore")
+
+    def _inject(self, moment: str) -> None:
+        names = self.faults.get(moment)
+        if names:
+            from .ray_runtime import NAMESPACE
+
+            ray.kill(ray.get_actor(names.pop(0), namespace=NAMESPACE), no_restart=True)
 
     def resolve_recoveries(self) -> None:
         """Fill in first_output_s of recoveries whose first output has been released."""

@@ -131,3 +131,24 @@ def test_guarantee_none_takes_no_snapshot(ray_session, tmp_path):
     )
     assert result.metrics.snapshots == 0
     assert not (tmp_path / "snaps").exists()
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        {"before_commit": ["faults/by_key/1"]},  # killed after every participant prepared, before the manifest
+        {"after_restore": ["faults/by_key/0"]},  # killed again while recovering, before the replay ends
+    ],
+    ids=["during-snapshot", "during-recovery"],
+)
+def test_killed_during_snapshot_or_recovery(ray_session, tmp_path, faults):
+    build("faults-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+    out = tmp_path / "out"
+    if "after_restore" in faults:  # the first failure, so that there is a recovery to interrupt
+        kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["faults/src/0"])
+    result = build("faults", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"), faults=faults
+    )
+    assert read_file_sink(out, "out") == expected
+    assert result.metrics.recoveries >= (2 if "after_restore" in faults else 1)
