@@ -17,6 +17,7 @@ decoded as JSON or passed on as bytes; never unpickled.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Callable, Optional, Union
 
 from kafka import KafkaProducer, TopicPartition
@@ -40,6 +41,10 @@ class KafkaSource(Source):
     (raise to reject a record: it goes to the dead-letter topic).
     ``bounded=True`` reads what the topic holds when each partition is opened, then ends.
     ``start_offsets``: ``{partition: (offset, running_ts)}`` to replay from (recovery).
+    ``tick_interval``: seconds a partition may stay idle before the source appends a tick
+    record to it (unbounded sources; None: never). The watermark is the minimum over all
+    partitions, so one idle partition would hold back every other one's output; the tick
+    moves its time forward through the log, so a replay sees the same times.
     """
 
     def __init__(
@@ -50,6 +55,7 @@ class KafkaSource(Source):
         dlq_topic: Optional[str] = None,
         bounded: bool = False,
         start_offsets: Optional[dict] = None,
+        tick_interval: Optional[float] = 0.02,
     ) -> None:
         if value_format == "json":
             self.decode: Optional[Callable[[bytes], Any]] = _json
@@ -63,6 +69,7 @@ class KafkaSource(Source):
         self.bootstrap_servers = bootstrap_servers
         self.dlq_topic = dlq_topic or f"{topic}.dlq"
         self.bounded = bounded
+        self.tick_interval = None if bounded else tick_interval
         self.start_offsets = dict(start_offsets or {})
         self._partitions: Optional[int] = None
 
@@ -95,7 +102,9 @@ class KafkaPartitionReader(SourcePartition):
         self.next_offset = offset
         self.ts = ts  # running max of record timestamps up to next_offset
         self.dead_letters = 0
-        self._dlq: Optional[KafkaProducer] = None
+        self.ticks_sent = 0
+        self._last_activity = time.time()
+        self._producer: Optional[KafkaProducer] = None
         self._buffer: list = []
         self.done = self.end is not None and offset >= self.end
 
@@ -107,7 +116,9 @@ class KafkaPartitionReader(SourcePartition):
         if not self._buffer:
             self._buffer = self.consumer.poll(timeout_ms=0, max_records=max(max_items, 1)).get(self.tp, [])
             if not self._buffer:
+                self._maybe_tick()
                 return []
+        self._last_activity = time.time()
         records, self._buffer = self._buffer[:max_items], self._buffer[max_items:]
         out: list = []
         decode, sid, p = self.source.decode, self.source_id, self.partition
@@ -140,11 +151,24 @@ class KafkaPartitionReader(SourcePartition):
             return None
         return (self.ts, self.source_id, self.partition, self.next_offset - 1)
 
+    def _producer_client(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = KafkaProducer(bootstrap_servers=self.source.bootstrap_servers, acks="all", linger_ms=0)
+        return self._producer
+
+    def _maybe_tick(self) -> None:
+        interval = self.source.tick_interval
+        if interval is None or time.time() - self._last_activity < interval:
+            return
+        # Durable: the tick is read back like any record, so its timestamp is part of the log.
+        self._producer_client().send(self.source.topic, value=b"", partition=self.partition, headers=[(TICK_HEADER, b"1")])
+        self.ticks_sent += 1
+        self._last_activity = time.time()
+
     def _dead_letter(self, rec: Any, exc: Exception) -> None:
-        if self._dlq is None:
-            self._dlq = KafkaProducer(bootstrap_servers=self.source.bootstrap_servers, acks="all", linger_ms=0)
         error = f"{type(exc).__name__}: {exc}"
-        self._dlq.send(
+        dlq = self._producer_client()
+        dlq.send(
             self.source.dlq_topic,
             value=rec.value,
             headers=[
@@ -154,13 +178,13 @@ class KafkaPartitionReader(SourcePartition):
                 ("offset", str(rec.offset).encode()),
             ],
         )
-        self._dlq.flush()
+        dlq.flush()
         self.dead_letters += 1
 
     def close(self) -> None:
         self.consumer.close()
-        if self._dlq is not None:
-            self._dlq.close()
+        if self._producer is not None:
+            self._producer.close()
 
     def __repr__(self) -> str:
         return f"KafkaPartitionReader({self.source.topic}[{self.partition}] at {self.next_offset}, ts={short_repr(self.ts)})"

@@ -4,6 +4,7 @@ Meta headers and t_last read back, dead letters, replay from offsets."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -131,3 +132,26 @@ def test_a_missing_input_topic_fails_with_what_to_do(kafka_broker):
     flow.source(KafkaSource("no-such-topic-" + uuid.uuid4().hex[:6], kafka_broker.bootstrap_servers)).sink(MemorySink("o"))
     with pytest.raises(Exception, match="does not exist .* create it first"):
         flow.run(runtime="simulator")
+
+
+def test_an_idle_partition_is_moved_on_by_tick_records(ray_session, kafka_broker, tmp_path):
+    """Data on partition 0 only: without ticks partition 1 would hold the watermark forever."""
+    from driftstream.barriers.file_sink import FileSink, read_file_sink
+
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("idle")
+    ensure_topic(bs, topic, 2)
+    now = int(time.time() * 1000)
+    produce(bs, topic, [(0, now + i, json.dumps(i).encode()) for i in range(50)])
+    flow = Flow("ticks")
+    flow.source(KafkaSource(topic, bs, tick_interval=0.02)).map(lambda x: x * 2).sink(FileSink(tmp_path, name="out"))
+    handle = flow.start(parallelism=1)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(read_file_sink(tmp_path, "out")) < 50:
+        time.sleep(0.05)
+    handle.stop(timeout=30)
+    assert [v for _, v in read_file_sink(tmp_path, "out")] == [2 * i for i in range(50)]
+    c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, auto_offset_reset="earliest")
+    ticks = read_partition(c, TopicPartition(topic, 1), 0)
+    c.close()
+    assert ticks and all(dict(r.headers).get("driftstream-tick") == b"1" for r in ticks)
