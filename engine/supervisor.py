@@ -165,60 +165,19 @@ class RaySupervisor:
         if on_launched is not None:
             on_launched()
         deadline = None if timeout is None else t0 + timeout
-        next_snapshot = time.time() + self.snapshot_interval
         while True:
-            done_ref = self.acker.wait.remote()
-            alive = [h.alive.remote() for h in self.handles]
-            error: Optional[BaseException] = None
-            reports: Optional[list] = None
-            died = False
-            while True:
-                wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
-                ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
-                if done_ref in ready:
-                    error = ray.get(done_ref)
-                    if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
-                        died, error = True, None  # a stage died while releasing the end: recover
-                    elif error is None:
-                        try:
-                            reports = ray.get([a.report.remote() for a in self.actors.values()])
-                        except ray.exceptions.RayActorError:
-                            died = True
-                    break
-                if ready:
-                    died = True
-                    break
-                if self.stop_requested.is_set():
-                    if self.store is not None:
-                        try:
-                            self.snapshot()  # the final snapshot: a resume starts from here
-                        except ray.exceptions.RayActorError:
-                            died = True
-                            break
-                    break
-                if deadline is not None and time.time() > deadline:
-                    error = TimeoutError(f"run did not finish within {timeout}s")
-                    break
-                if self.store is not None and time.time() >= next_snapshot:
-                    try:
-                        self.snapshot()
-                    except ray.exceptions.RayActorError:
-                        died = True
-                        break
-                    next_snapshot = time.time() + self.snapshot_interval
-            if not died:
+            outcome, detail = self._watch(deadline)
+            if outcome != "died":
                 break
             if self.store is None:
                 _kill(self.handles, self.names)
                 raise RuntimeError("an actor of the run died and guarantee='none' takes no snapshots to recover from")
-            dead = {n for n, ref in zip(self.names, alive) if ref in ready or _dead(ref)}
-            self.recover(dead)
+            self.recover(detail)
         wall = time.time() - t0
-        if error is not None:
-            raise error
+        if outcome == "error":
+            raise detail
         self.resolve_recoveries()
-        if reports is None:
-            reports = ray.get([a.report.remote() for a in self.actors.values()])
+        reports = detail if outcome == "done" else ray.get([a.report.remote() for a in self.actors.values()])
         result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
         result.metrics.snapshots = len(self.status.snapshots)
         result.metrics.recoveries = len(self.status.recoveries)
@@ -228,6 +187,45 @@ class RaySupervisor:
         ]
         result.metrics.snapshot_s = [r.duration_s for r in self.status.snapshots]
         return result
+
+    def _watch(self, deadline: Optional[float]) -> tuple:
+        """Take snapshots on schedule until the run ends, fails, is stopped or loses an actor.
+
+        Returns ``("done", reports)``, ``("stopped", None)``, ``("error", exception)`` or
+        ``("died", names of dead actors)``.
+        """
+        done_ref = self.acker.wait.remote()
+        alive = [h.alive.remote() for h in self.handles]
+
+        def dead() -> tuple:
+            ray.wait(alive, num_returns=1, timeout=2.0)  # a call that saw the death may beat the alive() ref
+            return "died", {n for n, ref in zip(self.names, alive) if _dead(ref)}
+
+        next_snapshot = time.time() + self.snapshot_interval
+        while True:
+            wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
+            ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
+            try:
+                if done_ref in ready:
+                    error = ray.get(done_ref)
+                    if error is None:
+                        return "done", ray.get([a.report.remote() for a in self.actors.values()])
+                    if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
+                        return dead()  # a stage died while releasing the end
+                    return "error", error
+                if ready:
+                    return dead()
+                if self.stop_requested.is_set():
+                    if self.store is not None:
+                        self.snapshot()  # the final snapshot: a resume starts from here
+                    return "stopped", None
+                if deadline is not None and time.time() > deadline:
+                    return "error", TimeoutError("run did not finish in time")
+                if self.store is not None and time.time() >= next_snapshot:
+                    self.snapshot()
+                    next_snapshot = time.time() + self.snapshot_interval
+            except ray.exceptions.RayActorError:
+                return dead()
 
     def _launch_surviving(
         self, manifest: Optional[dict], recovering: bool, attempts: int = 5, survivors: Optional[dict] = None
