@@ -198,7 +198,11 @@ class RaySupervisor:
         alive = [h.alive.remote() for h in self.handles]
 
         def dead() -> tuple:
-            ray.wait(alive, num_returns=1, timeout=2.0)  # a call that saw the death may beat the alive() ref
+            # A call that saw the death may beat the alive() ref; actors that shared the dead
+            # one's node go a few milliseconds apart: take them all in one recovery.
+            ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
+            if ready:
+                ray.wait(alive, num_returns=len(alive), timeout=0.1)
             return "died", {n for n, ref in zip(self.names, alive) if _dead(ref)}
 
         next_snapshot = time.time() + self.snapshot_interval

@@ -69,10 +69,11 @@ class Endpoint:
 
         After ``close()`` messages are dropped: they belong to an incarnation that is gone.
         """
-        if self.closed:
-            return
+        writer = self.writers[name] if not self.closed else None
+        if writer is None or writer.transport.is_closing():
+            return  # the peer is gone; the supervisor is about to restart this incarnation
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        self.writers[name].write(_LEN.pack(len(data)) + data)
+        writer.write(_LEN.pack(len(data)) + data)
         self.sent += 1
 
     async def close(self) -> None:

@@ -1,0 +1,92 @@
+"""Exactly-once on a Ray cluster that loses a node: a head and two worker nodes on this
+machine (``ray.cluster_utils.Cluster``); a worker node hosting actors of the run is removed
+mid-stream; the sink's output equals a failure-free run's, element for element and in
+order (payloads and Meta).
+
+The cluster runs in a subprocess (``cluster_run.py``): the rest of the suite shares one
+local Ray session, and a process is connected to one Ray cluster at a time. The
+subprocess gets its own ``RAY_TMPDIR``, so no other ``ray.init()`` on the machine finds
+this cluster's address file, and every process of the cluster carries that directory on
+its command line: that is how the test checks that none is left behind (a plain
+``pgrep -f raylet`` would also see other Ray instances on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SCRIPT = Path(__file__).with_name("cluster_run.py")
+TIMEOUT = 240
+
+
+def processes_with(marker: str) -> list:
+    """Pids of the processes whose command line contains ``marker``."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        pids.append(int(pid))
+            except OSError:
+                pass
+    return pids
+
+
+def test_worker_node_removed_mid_stream(tmp_path):
+    result_path = tmp_path / "result.json"
+    ray_tmp = tempfile.mkdtemp(prefix="dsr-", dir="/tmp")  # short: Ray's socket paths live under it
+    env = dict(os.environ, RAY_TMPDIR=ray_tmp)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(result_path), str(tmp_path / "work")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+    finally:
+        deadline = time.time() + 10
+        while processes_with(ray_tmp) and time.time() < deadline:
+            time.sleep(0.2)
+        leftovers = processes_with(ray_tmp)
+        for pid in leftovers:  # this cluster's own processes only (the marker is our temp dir)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+    tail = "\n".join(output.splitlines()[-40:])
+    assert result_path.exists(), f"cluster_run.py wrote no result (exit code {proc.returncode}):\n{tail}"
+    report = json.loads(result_path.read_text())
+    print(f"\nremoved a worker node hosting {report.get('actors_on_removed_node')}: "
+          f"{report.get('recoveries')} recoveries {report.get('recovery_s')}, run {report.get('run_s', 0):.1f} s, "
+          f"script {report.get('total_s', 0):.1f} s")
+    assert "error" not in report, f"{report['error']}\n--- subprocess output (tail) ---\n{tail}"
+    assert not report.get("remove_error"), report["remove_error"]
+    assert not report.get("not_exercised"), f"SPREAD placed every actor on the head in all attempts: {report['placements']}"
+    assert report["actors_on_removed_node"], report
+    assert report["recoveries"] >= 1, report
+    assert report["got_len"] == report["expected_len"] == report["n"], report
+    assert report["equal"], f"first differing element: {report['first_difference']}"
+    assert report["removed_node"] not in report["nodes_alive_after"]
+    assert leftovers == [], f"processes of the cluster left running: {leftovers}"
+    assert report["leftover_processes"] == []
