@@ -31,7 +31,12 @@ class StageSnapshots:
         self.store = SnapshotStore(store_uri) if store_uri else None
         self.prefix = participant_prefix
         self.restore = restore
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-")) if store_uri else None
+        self.workdir = None
+        if store_uri:
+            # A killed incarnation of this instance could not clean up after itself.
+            for stale in Path(tempfile.gettempdir()).glob(f"driftstream-{participant_prefix}-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-"))
         self.backends: dict = {}
         self.pending: dict = {}
 

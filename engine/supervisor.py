@@ -172,7 +172,7 @@ class RaySupervisor:
             if self.store is None:
                 _kill(self.handles, self.names)
                 raise RuntimeError("an actor of the run died and guarantee='none' takes no snapshots to recover from")
-            self.recover(detail)
+            self.recover(*detail)
         wall = time.time() - t0
         if outcome == "error":
             raise detail
@@ -192,18 +192,19 @@ class RaySupervisor:
         """Take snapshots on schedule until the run ends, fails, is stopped or loses an actor.
 
         Returns ``("done", reports)``, ``("stopped", None)``, ``("error", exception)`` or
-        ``("died", names of dead actors)``.
+        ``("died", (names of dead actors, wall time the death was seen))``.
         """
         done_ref = self.acker.wait.remote()
         alive = [h.alive.remote() for h in self.handles]
 
         def dead() -> tuple:
+            seen = time.time()
             # A call that saw the death may beat the alive() ref; actors that shared the dead
             # one's node go a few milliseconds apart: take them all in one recovery.
             ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
             if ready:
                 ray.wait(alive, num_returns=len(alive), timeout=0.1)
-            return "died", {n for n, ref in zip(self.names, alive) if _dead(ref)}
+            return "died", ({n for n, ref in zip(self.names, alive) if _dead(ref)}, seen)
 
         next_snapshot = time.time() + self.snapshot_interval
         while True:
@@ -274,11 +275,11 @@ class RaySupervisor:
         self.status.snapshots.append(record)
         return record
 
-    def recover(self, dead: Optional[set] = None) -> None:
+    def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
         from .ray_runtime import _kill
 
-        detected = time.time()
+        detected = detected or time.time()
         dead = set(self.names) if dead is None else dead
         _kill([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in self.names if n in dead])
         survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
