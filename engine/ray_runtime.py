@@ -146,6 +146,10 @@ class AckerActor:
         """Never returns: the supervisor holds this call to learn at once when the actor dies."""
         await asyncio.Event().wait()
 
+    async def ping(self) -> bool:
+        """The heartbeat: answered only while the event loop is not stuck."""
+        return True
+
     async def fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
@@ -389,10 +393,18 @@ def _supervisor(
     snapshot_dir: Optional[str] = None,
     resume: bool = False,
     faults: Optional[dict] = None,
+    heartbeat_timeout: float = 10.0,
 ):
     from .supervisor import RaySupervisor
 
-    options = {"batch_size": batch_size, "max_inflight": max_inflight, "chaos": chaos, "sample_every": sample_every, "faults": faults or {}}
+    options = {
+        "batch_size": batch_size,
+        "max_inflight": max_inflight,
+        "chaos": chaos,
+        "sample_every": sample_every,
+        "faults": faults or {},
+        "heartbeat_timeout": heartbeat_timeout,
+    }
     return RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
 
 
@@ -410,7 +422,8 @@ def run_on_ray(plan: Plan, address: Optional[str] = None, timeout: Optional[floa
     """Run ``plan`` on Ray to the end; see :meth:`driftstream.engine.Flow.run`.
 
     Options: ``seed``, ``batch_size``, ``max_inflight``, ``chaos``, ``sample_every``,
-    ``guarantee``, ``snapshot_interval``, ``snapshot_dir``, ``resume`` and, for tests,
+    ``guarantee``, ``snapshot_interval``, ``snapshot_dir``, ``resume``, ``heartbeat_timeout``
+    (seconds an actor may not answer a ping before it is taken for dead) and, for tests,
     ``faults`` (see :class:`~driftstream.engine.supervisor.RaySupervisor`).
     """
     supervisor = _supervisor(plan, **options)

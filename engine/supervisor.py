@@ -34,6 +34,14 @@ from .result import RunResult, merge_instances
 GUARANTEES = ("exactly-once", "at-least-once", "none")
 
 
+class Hung(Exception):
+    """Actors that did not answer within the heartbeat timeout: they are killed and replaced."""
+
+    def __init__(self, names: set) -> None:
+        super().__init__(f"no answer from {sorted(names)}")
+        self.names = names
+
+
 @dataclass
 class Recovery:
     """One recovery: when the failure was detected (wall time), seconds from then until
@@ -96,6 +104,7 @@ class RaySupervisor:
         # Test-only fault injection: {"before_commit" | "after_restore": [actor name, ...]}; each
         # entry is a real ray.kill of that actor at that moment of the protocol, used once.
         self.faults: dict = {k: list(v) for k, v in options.pop("faults", {}).items()} if "faults" in options else {}
+        self.heartbeat_timeout = options.pop("heartbeat_timeout", 10.0)
         self.stop_requested = threading.Event()
         self.status = SupervisorStatus()
         self.handles: list = []
@@ -207,10 +216,14 @@ class RaySupervisor:
             return "died", ({n for n, ref in zip(self.names, alive) if _dead(ref)}, seen)
 
         next_snapshot = time.time() + self.snapshot_interval
+        pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
         while True:
             wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
             ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
             try:
+                hung = self._heartbeat(pings)
+                if hung:
+                    raise Hung(hung)
                 if done_ref in ready:
                     error = ray.get(done_ref)
                     if error is None:
@@ -231,6 +244,27 @@ class RaySupervisor:
                     next_snapshot = time.time() + self.snapshot_interval
             except ray.exceptions.RayActorError:
                 return dead()
+            except Hung as exc:
+                from .ray_runtime import _kill
+
+                _kill([h for n, h in zip(self.names, self.handles) if n in exc.names], sorted(exc.names))
+                return "died", (exc.names, time.time())
+
+    def _heartbeat(self, pings: dict) -> set:
+        """Ping every actor about once a second; return the names of those that have not
+        answered for ``heartbeat_timeout`` seconds (hung, e.g. a user function that never returns)."""
+        now = time.time()
+        hung = set()
+        for name, handle in zip(self.names, self.handles):
+            sent = pings.get(name)
+            if sent is None:
+                pings[name] = (handle.ping.remote(), now)
+            elif ray.wait([sent[0]], timeout=0)[0]:
+                if now - sent[1] >= 1.0:
+                    pings[name] = (handle.ping.remote(), now)
+            elif now - sent[1] > self.heartbeat_timeout:
+                hung.add(name)
+        return hung if self.store is not None else set()
 
     def _launch_surviving(
         self, manifest: Optional[dict], recovering: bool, attempts: int = 5, survivors: Optional[dict] = None
@@ -255,12 +289,19 @@ class RaySupervisor:
         """Take one snapshot and commit its manifest; None if the run is already complete."""
         sid = self.next_snapshot_id
         started = time.time()
-        t = ray.get(self.acker.snapshot.remote(sid))
+        try:
+            t = ray.get(self.acker.snapshot.remote(sid), timeout=self.heartbeat_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise Hung({self.names[0]}) from None  # the acker
         if t == (float("inf"),):
             return None
         self.next_snapshot_id += 1
         keys = list(self.actors)
-        parts = ray.get([self.actors[k].prepared.remote(sid) for k in keys])
+        refs = [self.actors[k].prepared.remote(sid) for k in keys]
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
+        if late:
+            raise Hung({self.plan.stages[k[0]].actor_names[k[1]] for k, r in zip(keys, refs) if r in late})
+        parts = ray.get(refs)
         manifest = {
             "id": sid,
             "flow": self.plan.flow_name,

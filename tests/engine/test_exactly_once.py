@@ -152,3 +152,25 @@ def test_killed_during_snapshot_or_recovery(ray_session, tmp_path, faults):
     )
     assert read_file_sink(out, "out") == expected
     assert result.metrics.recoveries >= (2 if "after_restore" in faults else 1)
+
+
+def test_a_hung_actor_misses_heartbeats_and_is_replaced(ray_session, tmp_path):
+    marker = tmp_path / "hung-once"
+
+    def hang_once(state, x):
+        if x[1] == N // 2 and not marker.exists():  # only the first incarnation hangs
+            marker.write_text("x")
+            time.sleep(120)
+        return checksum(state, x)
+
+    build("hb-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    items = [("k%d" % (i % 7), i) for i in range(N)]
+    flow = Flow("hb")
+    flow.source(PacedSource(items, rate=3000, partitions=3)).key_by(lambda x: x[0], name="by_key").stateful_map(hang_once).sink(
+        FileSink(tmp_path / "out", name="out")
+    )
+    result = flow.run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"), heartbeat_timeout=2.0
+    )
+    assert marker.exists() and result.metrics.recoveries >= 1
+    assert read_file_sink(tmp_path / "out", "out") == read_file_sink(tmp_path / "ref", "out")
