@@ -46,7 +46,7 @@ from driftstream.examples import wordcount
 
 from .flow import Flow
 from .result import percentiles
-from .testing import MemorySource, PacedSource, _ListPartition
+from .testing import MemorySource, PacedSource, wait_for_actor, _ListPartition
 
 
 def throughput(lines: int = 40_000, parallelism: int = 2, batch_size: int = 256, max_inflight: int = 1_000, **run: object) -> dict:
@@ -219,37 +219,6 @@ def eo_flow(name: str, n: int, rate: float, partitions: int, workdir: str) -> Fl
     return flow
 
 
-@contextlib.contextmanager
-def _snapshot_windows():
-    """Wall-time windows ``(requested, committed)`` of every snapshot taken meanwhile in this process.
-
-    Metrics give only each snapshot's duration, not when it happened, so this wraps
-    ``RaySupervisor.snapshot`` (the supervisor runs in the driver). Yields None if
-    the supervisor has no such method.
-    """
-    from . import supervisor
-
-    cls = getattr(supervisor, "RaySupervisor", None)
-    original = getattr(cls, "snapshot", None)
-    if original is None:
-        yield None
-        return
-    windows: list = []
-
-    def timed(self, *args, **kwargs):
-        started = time.time()
-        record = original(self, *args, **kwargs)
-        if record is not None:
-            windows.append((started, time.time()))
-        return record
-
-    cls.snapshot = timed
-    try:
-        yield windows
-    finally:
-        cls.snapshot = original
-
-
 def _killer(actor_name: str, workdir: str, at: tuple, log: list, stop: threading.Event, settle: float = 1.0) -> threading.Thread:
     """Kill ``actor_name`` (instance 0 of the stateful stage) ``at[k]`` seconds after the run's
     epoch (its first read). Each kill also waits until the previous one has been recovered
@@ -261,15 +230,7 @@ def _killer(actor_name: str, workdir: str, at: tuple, log: list, stop: threading
     side_file = os.path.join(workdir, "out", "out-0.jsonl.released")
 
     def lookup(not_id=None):
-        while not stop.is_set():
-            try:
-                handle = ray.get_actor(actor_name, namespace="driftstream")
-                if handle._actor_id != not_id:
-                    return handle
-            except ValueError:
-                pass
-            time.sleep(0.01)
-        return None
+        return wait_for_actor(actor_name, not_id, stop)
 
     def released_since(t: float) -> bool:
         try:
@@ -375,21 +336,20 @@ def _run_eo(name: str, guarantee: str, interval: Optional[float], n: int, rate: 
         opts.update(snapshot_interval=interval, snapshot_dir=os.path.join(workdir, "snapshots"))
     kills: list = []
     stop = threading.Event()
-    with _snapshot_windows() as windows:
-        killer = _killer(f"{name}/by_key/0", workdir, kill_at, kills, stop, settle) if kill_at else None
-        try:
-            result = flow.run(**opts)
-        finally:
-            stop.set()
-            if killer is not None:
-                killer.join(timeout=5)
+    killer = _killer(f"{name}/by_key/0", workdir, kill_at, kills, stop, settle) if kill_at else None
+    try:
+        result = flow.run(**opts)
+    finally:
+        stop.set()
+        if killer is not None:
+            killer.join(timeout=5)
     rows, check = _read_run(workdir, n)
     return {
         "rows": rows,
         "check": check,
         "metrics": result.metrics,
         "epoch": _shared_epoch(os.path.join(workdir, "epoch")),
-        "windows": windows,
+        "windows": result.metrics.snapshot_windows,
         "kills": kills,
     }
 

@@ -18,7 +18,7 @@ import asyncio
 import os
 import random
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import ray
 
@@ -32,6 +32,9 @@ from .source import SourceReader
 from .stage import StageRuntime
 from .stage_snapshots import StageSnapshots
 from .transport import Endpoint
+
+if TYPE_CHECKING:
+    from .handle import FlowHandle
 
 NAMESPACE = "driftstream"
 

@@ -50,6 +50,8 @@ class Metrics:
     recoveries: int = 0
     #: per snapshot: seconds from request to committed manifest
     snapshot_s: list = field(default_factory=list)
+    #: per snapshot: wall times ``(requested, committed)``
+    snapshot_windows: list = field(default_factory=list)
     #: per recovery: seconds from detection to restored actors and to the first new output
     recovery_s: list = field(default_factory=list)
     wall_time: float = 0.0

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from driftstream.barriers.barrier import Barrier
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
-from driftstream.ordering.meta import BOTTOM, TOP, Meta
+from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
 from driftstream.ordering.partitioning import stable_hash
 
 from .errors import StepError, short_repr
@@ -50,7 +50,7 @@ class Batch:
 
 def _tagged(items: list, tag: int) -> list:
     """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
-    return [((m[0], m[1], m[2], m[3], m[4] + (tag,), m[5]), p, k) for m, p, k in items]
+    return [(child_of(m, tag), p, k) for m, p, k in items]
 
 
 class _OutBuffer:
@@ -307,7 +307,7 @@ class StageRuntime:
                 try:
                     for meta, payload, _ in items:
                         for k, value in enumerate(fn(payload)):
-                            append(((meta[0], meta[1], meta[2], meta[3], meta[4] + (k,), meta[5]), value, None))
+                            append((child_of(meta, k), value, None))
                 except Exception as exc:
                     raise error(name, meta, payload, exc) from exc
                 return out

@@ -59,6 +59,7 @@ class SnapshotRecord:
     snapshot_id: int
     t: tuple
     duration_s: float
+    requested_at: float = 0.0
 
 
 @dataclass
@@ -195,6 +196,7 @@ class RaySupervisor:
             for r in self.status.recoveries
         ]
         result.metrics.snapshot_s = [r.duration_s for r in self.status.snapshots]
+        result.metrics.snapshot_windows = [(r.requested_at, r.requested_at + r.duration_s) for r in self.status.snapshots]
         return result
 
     def _watch(self, deadline: Optional[float]) -> tuple:
@@ -312,7 +314,7 @@ class RaySupervisor:
         }
         self._inject("before_commit")
         self.store.write_manifest(sid, manifest)
-        record = SnapshotRecord(sid, t, time.time() - started)
+        record = SnapshotRecord(sid, t, time.time() - started, started)
         self.status.snapshots.append(record)
         return record
 

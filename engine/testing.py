@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Iterable, Optional, Sequence
 
@@ -125,4 +126,20 @@ class MemorySink(Sink):
 
 
 
-from .local_kafka import local_kafka  # noqa: E402  (re-exported: driftstream.engine.testing.local_kafka)
+def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None):
+    """The live Ray actor named ``name`` (namespace driftstream) once it exists, skipping the
+    incarnation whose actor id is ``not_id``; None if ``stop`` is set first. For fault tests."""
+    import ray
+
+    while stop is None or not stop.is_set():
+        try:
+            handle = ray.get_actor(name, namespace="driftstream")
+            if handle._actor_id != not_id:
+                return handle
+        except ValueError:
+            pass
+        time.sleep(0.01)
+    return None
+
+
+from .local_kafka import local_kafka  # noqa: E402,F401  (re-exported: driftstream.engine.testing.local_kafka)

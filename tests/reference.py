@@ -18,7 +18,6 @@ def reference_outputs(flow: Flow) -> dict:
         for position, i in enumerate(s.inputs):
             children[i].append((s.id, position if s.kind == "merge" else None))
     states: dict = {s.id: {} for s in steps}
-    keys: dict = {}
     out: dict = {s.name: [] for s in steps if s.kind == "sink"}
 
     def push(sid: int, meta: Meta, x, key=None) -> None:

@@ -13,7 +13,7 @@ import ray
 from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.kafka_sink import KafkaSink, read_kafka_sink
-from driftstream.engine.testing import MemorySource, PacedSource
+from driftstream.engine.testing import MemorySource, PacedSource, wait_for_actor
 
 pytestmark = pytest.mark.ray
 
@@ -50,22 +50,12 @@ def kill_when(progress, victims: list) -> threading.Thread:
 def kill_after(victims: list, delay: float) -> threading.Thread:
     """Kill ``victims`` one after another, each ``delay`` seconds after the run is up again."""
 
-    def lookup(name, not_id=None):
-        while True:
-            try:
-                handle = ray.get_actor(name, namespace="driftstream")
-                if handle._actor_id != not_id:
-                    return handle
-            except ValueError:
-                pass
-            time.sleep(0.02)
-
     def run():
         killed = None
         for name in victims:
             if killed is not None:
-                lookup(killed[0], killed[1])  # the recovery has replaced the last victim
-            handle = lookup(name)
+                wait_for_actor(killed[0], killed[1])  # the recovery has replaced the last victim
+            handle = wait_for_actor(name)
             time.sleep(delay)
             ray.kill(handle, no_restart=True)
             killed = (name, handle._actor_id)
