@@ -1,11 +1,13 @@
 """A stage instance's side of snapshots: RocksDB backends, checkpoints, uploads, restore.
 
 On ``snapshot(T)`` (delivered with watermark T, after the keyed state folded
-everything below T into RocksDB) the instance takes a RocksDB checkpoint of
-each stateful step (hard links: milliseconds, in the event loop), notes where
-its source partitions must replay from, and uploads the checkpoints to the
-snapshot store in a background thread. Processing never waits for the upload;
-``prepared(id)`` answers once it is durable.
+everything below T into its base states) the instance takes, in the event loop,
+only what changed since the last snapshot (references to immutable states:
+O(changed keys), no encoding) and where its source partitions must replay from.
+One background thread per instance then, snapshot after snapshot in order,
+encodes and writes those states to RocksDB, takes a RocksDB checkpoint (hard
+links) and uploads it to the snapshot store. Processing never waits for any of
+it; ``prepared(id)`` answers once the snapshot is durable.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
+from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
 
 
@@ -39,33 +43,45 @@ class StageSnapshots:
             self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-"))
         self.backends: dict = {}
         self.pending: dict = {}
+        # One thread: snapshot k's writes must land before snapshot k+1's checkpoint.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") if store_uri else None
 
     def participant(self, step_name: str) -> str:
         return f"{self.prefix}-{step_name}"
 
-    def backend(self, step_name: str) -> RocksDBBackend:
-        """The RocksDB backend of a stateful step: restored from the snapshot if there is one."""
+    def backend(self, step_name: str) -> StateCache:
+        """The base states of a stateful step (RocksDB behind a write-back cache),
+        restored from the snapshot if there is one."""
         path = self.workdir / f"db-{step_name}"
         participant = self.restore.get("states", {}).get(step_name)
         if participant is not None:
             self.store.download(self.restore["snapshot"], participant, path)
-        backend = self.backends[step_name] = RocksDBBackend(path)
+        backend = self.backends[step_name] = StateCache(RocksDBBackend(path))
         return backend
 
     def take(self, snapshot_id: int, t: tuple, reader: Any) -> None:
-        """Checkpoint now, upload in the background; see :meth:`prepared`."""
+        """Take the changed states and source positions now; write, checkpoint and upload in
+        the background; see :meth:`prepared`."""
         if self.store is None:
             return
-        checkpoints = {}
-        for step_name, backend in self.backends.items():
-            checkpoints[step_name] = backend.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
+        batches = {step_name: cache.take_dirty() for step_name, cache in self.backends.items()}
         sources = reader.resume_positions(t) if reader is not None else {}
         loop = asyncio.get_running_loop()
-        self.pending[snapshot_id] = loop.run_in_executor(None, self._upload, snapshot_id, checkpoints, sources)
+        future = loop.run_in_executor(self._worker, self._persist, snapshot_id, batches, sources)
+        future.add_done_callback(lambda f: self._written(f, batches))
+        self.pending[snapshot_id] = future
 
-    def _upload(self, snapshot_id: int, checkpoints: dict, sources: dict) -> dict:
+    def _written(self, future: Any, batches: dict) -> None:
+        if not future.cancelled() and future.exception() is None:
+            for step_name, batch in batches.items():
+                self.backends[step_name].mark_written(batch)
+
+    def _persist(self, snapshot_id: int, batches: dict, sources: dict) -> dict:
         states = {}
-        for step_name, local in checkpoints.items():
+        for step_name, batch in batches.items():
+            cache = self.backends[step_name]
+            cache.write(batch)
+            local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
             participant = self.participant(step_name)
             self.store.upload(snapshot_id, participant, local)
             shutil.rmtree(local, ignore_errors=True)
@@ -80,6 +96,8 @@ class StageSnapshots:
         raise TimeoutError(f"{self.prefix} never received snapshot {snapshot_id}")
 
     def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=True, cancel_futures=True)
         for backend in self.backends.values():
             backend.close()
         if self.workdir is not None:
