@@ -18,7 +18,8 @@ import asyncio
 import os
 import random
 import time
-from typing import TYPE_CHECKING, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Optional
 
 import ray
 
@@ -189,11 +190,32 @@ class StageActor:
             self.source_task.cancel()
             self.source_task = None
         await self.endpoint.close()
+        self._stop_sink_threads()
         self.rt.close()
         self.snapshots.close()
         if self.reader is not None:
             self.reader.close()
         self._setup(options, token)
+
+    def _stop_sink_threads(self) -> None:
+        for pool in self.sink_threads.values():
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _write_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
+        self.writes_idle.clear()
+        future = asyncio.get_running_loop().run_in_executor(self.sink_threads[sid], sink.write, bundle)
+        rt = self.rt
+        future.add_done_callback(lambda f: self._bundle_written(rt, sid, bundle, f))
+
+    def _bundle_written(self, rt: StageRuntime, sid: int, bundle: Any, future: Any) -> None:
+        if future.cancelled() or rt is not self.rt:
+            return  # written for an incarnation that was reset since
+        error = future.exception()
+        if self._guarded(self.rt.bundle_written, sid, bundle, error) and self.first_release_at is None:
+            self.first_release_at = time.time()
+            self.released.set()
+        if not self.rt.writing or self.failed:
+            self.writes_idle.set()
 
     def _setup(self, options: dict, token: bytes) -> None:
         plan, (stage_index, instance) = self.plan, self.key
@@ -206,7 +228,13 @@ class StageActor:
             instance,
             sample_every=options.get("sample_every", 1),
             backend_factory=self.snapshots.backend if options.get("snapshot_dir") else None,
+            bundle_writer=self._write_bundle,
         )
+        # One thread per sink partition: its bundles are written in order, and the event
+        # loop goes on while the broker acknowledges one.
+        self.sink_threads = {sid: ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink") for sid in self.rt.barriers}
+        self.writes_idle = asyncio.Event()
+        self.writes_idle.set()
         if options.get("skip_released"):
             # Exactly-once after a failure: the sinks already hold everything up to their last bundle.
             for barrier, sink in self.rt.barriers.values():
@@ -289,14 +317,12 @@ class StageActor:
             self._flush()
 
     async def watermark(self, w: tuple) -> None:
+        """The last watermark: returns once the sinks acknowledged everything it released."""
         self._apply_watermark(w)
+        await self.writes_idle.wait()
 
     def _apply_watermark(self, w: tuple) -> None:
-        released = self.rt.released_total()
         ok = self._guarded(self.rt.on_watermark, w)
-        if self.first_release_at is None and self.rt.released_total() > released:
-            self.first_release_at = time.time()
-            self.released.set()
         if ok and self.reader is not None:
             self.reader.on_watermark(w)
             self.credit.set()
@@ -307,7 +333,10 @@ class StageActor:
         if self.source_task is not None:
             self.source_task.cancel()
             self.source_task = None
+        if not self.failed:
+            await self.writes_idle.wait()
         self.failed = True  # nothing more is processed in this incarnation
+        self._stop_sink_threads()
         self.rt.close()
         self.snapshots.close()
         await self.endpoint.close()

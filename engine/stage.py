@@ -74,8 +74,15 @@ class StageRuntime:
         clock: Callable[[], float] = time.time,
         sample_every: int = 1,
         backend_factory: Optional[Callable[[str], Any]] = None,
+        bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
     ) -> None:
+        """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
+        must call :meth:`bundle_written` once the sink has it; default: write now, in
+        this call. The Ray runtime writes in a thread so the event loop never waits
+        for a broker's acknowledgement."""
         self.plan = plan
+        self.write_bundle = bundle_writer or self._write_now
+        self.writing: set = set()  # sink steps with a bundle not yet acknowledged
         self.stage = plan.stages[stage_index]
         self.instance = instance
         self.rng = random.Random(seed)
@@ -224,17 +231,40 @@ class StageRuntime:
         self.watermark = watermark
         for ks in self.keyed.values():
             ks.advance(watermark)
-        for sid, (barrier, sink) in self.barriers.items():
-            bundle = barrier.release(watermark)
-            if bundle:
-                try:
-                    sink.write(bundle)
-                except Exception as exc:
-                    raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), exc) from exc
-                now, every, rel = self.clock(), self.sample_every, self.release_times
-                for meta, _ in bundle.elements:
-                    if meta[3] % every == 0:
-                        rel[meta[:4]] = now
+        for sid in self.barriers:
+            self._release(sid)
+
+    def _release(self, sid: int) -> None:
+        """Release what the watermark settled, unless the sink still has a bundle to
+        acknowledge: the bundle protocol keeps one bundle in flight per sink partition,
+        and what settles meanwhile leaves in the next one."""
+        if sid in self.writing:
+            return
+        barrier, sink = self.barriers[sid]
+        bundle = barrier.release(self.watermark)
+        if bundle:
+            self.writing.add(sid)
+            self.write_bundle(sid, sink, bundle)
+
+    def _write_now(self, sid: int, sink: Any, bundle: Any) -> None:
+        try:
+            sink.write(bundle)
+        except Exception as exc:
+            self.bundle_written(sid, bundle, exc)
+        else:
+            self.bundle_written(sid, bundle)
+
+    def bundle_written(self, sid: int, bundle: Any, error: Optional[BaseException] = None) -> None:
+        """The sink acknowledged ``bundle`` (or failed with ``error``: a StepError naming the
+        sink and the bundle); then releases what settled while it was in flight."""
+        self.writing.discard(sid)
+        if error is not None:
+            raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
+        now, every, rel = self.clock(), self.sample_every, self.release_times
+        for meta, _ in bundle.elements:
+            if meta[3] % every == 0:
+                rel[meta[:4]] = now
+        self._release(sid)
 
     def released_total(self) -> int:
         """Elements released to sinks so far, over all this instance's barriers (O(sinks))."""
