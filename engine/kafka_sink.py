@@ -56,9 +56,15 @@ class _KafkaSinkPartition(SinkPartition):
     def __init__(self, sink: KafkaSink, partition: int) -> None:
         self.sink = sink
         self.partition = partition
-        # One request in flight keeps the partition in the order we send.
+        # One request in flight keeps the partition in the order we send. The flush at the
+        # end of each bundle sends it: a long linger and large batches spare the producer
+        # a wake-up of its network thread per record (about a third of its CPU cost).
         self.producer = KafkaProducer(
-            bootstrap_servers=sink.bootstrap_servers, acks="all", linger_ms=0, max_in_flight_requests_per_connection=1
+            bootstrap_servers=sink.bootstrap_servers,
+            acks="all",
+            linger_ms=1000,
+            batch_size=1 << 20,
+            max_in_flight_requests_per_connection=1,
         )
 
     def write(self, bundle: Bundle) -> None:

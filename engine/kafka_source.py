@@ -17,7 +17,9 @@ decoded as JSON or passed on as bytes; never unpickled.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import deque
 from typing import Any, Callable, Optional, Union
 
 from kafka import KafkaProducer, TopicPartition
@@ -25,6 +27,9 @@ from kafka import KafkaProducer, TopicPartition
 from .errors import FlowError, short_repr
 from .kafka_io import consumer, partition_count, true_end
 from .source import Source, SourcePartition
+
+#: Batches of records a partition's fetcher thread may hold ahead of the event loop.
+PREFETCH_BATCHES = 4
 
 #: Header that marks a tick record: appended to keep an idle partition's time moving; never reaches user code.
 TICK_HEADER = "driftstream-tick"
@@ -107,15 +112,49 @@ class KafkaPartitionReader(SourcePartition):
         self._producer: Optional[KafkaProducer] = None
         self._buffer: list = []
         self.done = self.end is not None and offset >= self.end
+        # kafka-python's poll() hands every call to its network thread and blocks until
+        # that thread answers: polled from the event loop, each empty poll costs a
+        # thread switch under the GIL. A fetcher thread long-polls instead and the
+        # event loop only takes what it has fetched.
+        self._fetched: deque = deque()
+        self._fetched_count = 0
+        self._closing = threading.Event()
+        self._room = threading.Semaphore(PREFETCH_BATCHES)
+        self._fetch_error: Optional[BaseException] = None
+        self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
+        if not self.done:
+            self._fetcher.start()
 
     def position(self) -> tuple:
         """``(next offset, running ts)``: where a replay of what follows must start."""
         return self.next_offset, self.ts
 
+    def _fetch(self) -> None:
+        try:
+            while not self._closing.is_set():
+                if not self._room.acquire(timeout=0.1):
+                    continue  # the event loop has not caught up: fetch no further ahead
+                records: list = []
+                while not records and not self._closing.is_set():
+                    records = self.consumer.poll(timeout_ms=100, max_records=2048).get(self.tp, [])
+                if records:
+                    self._fetched.append(records)
+                else:
+                    self._room.release()
+                if self.end is not None and records and records[-1].offset + 1 >= self.end:
+                    return
+        except BaseException as exc:  # handed to the event loop by read()
+            if not self._closing.is_set():
+                self._fetch_error = exc
+
     def read(self, max_items: int) -> list:
         if not self._buffer:
-            self._buffer = self.consumer.poll(timeout_ms=0, max_records=max(max_items, 1)).get(self.tp, [])
-            if not self._buffer:
+            if self._fetched:
+                self._buffer = self._fetched.popleft()
+                self._room.release()
+            else:
+                if self._fetch_error is not None:
+                    raise self._fetch_error
                 self._maybe_tick()
                 return []
         self._last_activity = time.time()
@@ -182,6 +221,9 @@ class KafkaPartitionReader(SourcePartition):
         self.dead_letters += 1
 
     def close(self) -> None:
+        self._closing.set()
+        if self._fetcher.is_alive():
+            self._fetcher.join(timeout=5)
         self.consumer.close()
         if self._producer is not None:
             self._producer.close()
