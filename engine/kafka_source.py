@@ -129,6 +129,13 @@ class KafkaPartitionReader(SourcePartition):
         """``(next offset, running ts)``: where a replay of what follows must start."""
         return self.next_offset, self.ts
 
+    def lag(self) -> Optional[int]:
+        """High watermark of the last fetch - next offset to read (0 when caught up).
+        Tansu reports the high watermark as the last batch's base offset + 1, so there it
+        can fall short by the size of the last batch."""
+        high = self.consumer.highwater(self.tp)
+        return None if high is None else max(0, high - self.next_offset)
+
     def _fetch(self) -> None:
         try:
             while not self._closing.is_set():

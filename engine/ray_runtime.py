@@ -360,6 +360,7 @@ class StageActor:
         return {
             "emitted": 0 if reader is None else reader.emitted,
             "dead_letters": 0 if reader is None else reader.dead_letters,
+            "source_lag": None if reader is None else reader.lag(),
             "released": self.rt.released_total(),
         }
 

@@ -50,6 +50,11 @@ class SourcePartition(ABC):
         """
         return None
 
+    def lag(self) -> Optional[int]:
+        """Records the partition holds beyond what was read, if it knows (Kafka: from the
+        last fetch's high watermark, no broker call). None: unknown."""
+        return None
+
     def close(self) -> None:
         """Release resources."""
 
@@ -139,6 +144,12 @@ class SourceReader:
                 self.emitted += len(items)
                 return items
         return []
+
+    def lag(self) -> Optional[int]:
+        """Records not yet read, summed over this instance's partitions (None if none knows)."""
+        lags = [p.lag() for p in self.parts]
+        known = [x for x in lags if x is not None]
+        return sum(known) if known else None
 
     @property
     def dead_letters(self) -> int:

@@ -366,6 +366,7 @@ class RaySupervisor:
             "emitted": sum(s["emitted"] for s in stats),
             "released": sum(s["released"] for s in stats),
             "dead_letters": sum(s["dead_letters"] for s in stats),
+            "source_lag": _sum_known(s["source_lag"] for s in stats),
             "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
             "snapshots": len(self.status.snapshots),
             "recoveries": [
@@ -378,6 +379,12 @@ class RaySupervisor:
         from .ray_runtime import _kill
 
         _kill(self.handles, self.names)
+
+
+def _sum_known(values) -> Optional[int]:
+    """Sum of the values that are not None; None if all are."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _dead(ref) -> bool:

@@ -155,3 +155,36 @@ def test_an_idle_partition_is_moved_on_by_tick_records(ray_session, kafka_broker
     ticks = read_partition(c, TopicPartition(topic, 1), 0)
     c.close()
     assert ticks and all(dict(r.headers).get("driftstream-tick") == b"1" for r in ticks)
+
+
+def _slow(doc):
+    time.sleep(0.002)
+    return doc["v"]
+
+
+def test_status_reports_the_source_lag(ray_session, kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    src = topic_name("lag")
+    ensure_topic(bs, src, 1)
+    produce(bs, src, [(0, 1_000 + i, json.dumps({"v": i}).encode()) for i in range(1_500)])
+    f = Flow(f"lag-{uuid.uuid4().hex[:6]}")
+    f.source(KafkaSource(src, bs), name="in").map(_slow, name="slow").sink(MemorySink("out"))
+    handle = f.start(parallelism=1, batch_size=32, max_inflight=64)
+    try:
+        lags = []
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                status = handle.status()
+            except Exception:
+                time.sleep(0.1)
+                continue
+            if status.get("source_lag") is not None:
+                lags.append(status["source_lag"])
+                if lags[-1] == 0 and status["emitted"] == 1_500:
+                    break
+            time.sleep(0.1)
+        assert any(lag > 0 for lag in lags), lags  # behind while the slow map works through the backlog
+        assert lags[-1] == 0  # caught up
+    finally:
+        handle.stop(timeout=60)
