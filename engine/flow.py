@@ -126,7 +126,7 @@ class Flow:
         that delivers batches in adversarial orders.
         Options: ``batch_size`` (elements per source read), ``max_inflight`` (credit per
         source instance), ``chaos`` (test-only: max random delay in seconds per batch).
-        Ray only: ``guarantee`` ("none" (default), "at-least-once", "exactly-once"),
+        Ray only: ``guarantee`` ("none" (default), "at-least-once", "at-most-once", "exactly-once"),
         ``snapshot_interval`` (seconds), ``snapshot_dir`` (a local path or a pyarrow.fs URI;
         default: a directory per flow under the temp dir), ``resume`` (start from the
         newest snapshot in ``snapshot_dir`` instead of from the beginning).

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Union
 from kafka import KafkaProducer, TopicPartition
 
 from .errors import FlowError, short_repr
-from .kafka_io import consumer, partition_count, true_end
+from .kafka_io import consumer, partition_count, read_partition, true_end
 from .source import Source, SourcePartition
 
 #: Batches of records a partition's fetcher thread may hold ahead of the event loop.
@@ -119,11 +119,11 @@ class KafkaPartitionReader(SourcePartition):
         self._fetched: deque = deque()
         self._fetched_count = 0
         self._closing = threading.Event()
-        self._room = threading.Semaphore(PREFETCH_BATCHES)
         self._fetch_error: Optional[BaseException] = None
         self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
-        if not self.done:
-            self._fetcher.start()
+        self._fetcher_started = False  # started by the first read(), after any skip_after()
+        self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
+        self.skipped = 0
 
     def position(self) -> tuple:
         """``(next offset, running ts)``: where a replay of what follows must start."""
@@ -136,34 +136,77 @@ class KafkaPartitionReader(SourcePartition):
         high = self.consumer.highwater(self.tp)
         return None if high is None else max(0, high - self.next_offset)
 
-    def _fetch(self) -> None:
+    def skip_after(self, t: tuple) -> int:
+        """Replay the records whose time is at or below ``t``, then jump to the live end.
+
+        Finds the first record after ``t`` by reading from the replay position with a
+        consumer of its own (the records since the snapshot: at most an interval's worth).
+        """
+        if self._fetcher_started or self.done:
+            raise RuntimeError("skip_after must come before the first read")
+        c = consumer(self.source.bootstrap_servers)
         try:
-            while not self._closing.is_set():
-                if not self._room.acquire(timeout=0.1):
-                    continue  # the event loop has not caught up: fetch no further ahead
-                records: list = []
-                while not records and not self._closing.is_set():
-                    records = self.consumer.poll(timeout_ms=100, max_records=2048).get(self.tp, [])
-                if records:
-                    self._fetched.append(records)
-                else:
-                    self._room.release()
-                if self.end is not None and records and records[-1].offset + 1 >= self.end:
+            live_end = true_end(c, self.tp)
+            first_after, ts = live_end, self.ts
+            for rec in read_partition(c, self.tp, self.next_offset):
+                ts = rec.timestamp if ts is None or rec.timestamp > ts else ts
+                if (ts, self.source_id, self.partition, rec.offset) > tuple(t[:4]):
+                    first_after = rec.offset
+                    break
+        finally:
+            c.close()
+        if first_after < live_end:
+            self._jump = (first_after, live_end)
+        return max(0, live_end - first_after)
+
+    def _fetch(self) -> None:
+        consumer_, tp, closing, fetched = self.consumer, self.tp, self._closing, self._fetched
+        try:
+            while not closing.is_set():
+                if len(fetched) >= PREFETCH_BATCHES:
+                    time.sleep(0.002)  # the event loop has not caught up: fetch no further ahead
+                    continue
+                jump = self._jump
+                if jump is not None and consumer_.position(tp) >= jump[0]:
+                    self._jump = None
+                    consumer_.seek(tp, jump[1])
+                    fetched.append(jump)
+                    continue
+                records = consumer_.poll(timeout_ms=100, max_records=2048).get(tp, [])
+                if not records:
+                    continue
+                if jump is not None and records[-1].offset >= jump[0]:
+                    # Keep what precedes the jump; skip the rest (at-most-once).
+                    self._jump = None
+                    consumer_.seek(tp, jump[1])
+                    records = [r for r in records if r.offset < jump[0]]
+                    if records:
+                        fetched.append(records)
+                    fetched.append(jump)
+                    continue
+                fetched.append(records)
+                if self.end is not None and records[-1].offset + 1 >= self.end:
                     return
         except BaseException as exc:  # handed to the event loop by read()
-            if not self._closing.is_set():
+            if not closing.is_set():
                 self._fetch_error = exc
 
     def read(self, max_items: int) -> list:
-        if not self._buffer:
-            if self._fetched:
-                self._buffer = self._fetched.popleft()
-                self._room.release()
+        if not self._fetcher_started and not self.done:
+            self._fetcher_started = True
+            self._fetcher.start()
+        while not self._buffer and self._fetched:
+            got = self._fetched.popleft()
+            if isinstance(got, tuple):  # the at-most-once jump: (first skipped offset, live end)
+                self.skipped += got[1] - got[0]
+                self.next_offset = got[1]
             else:
-                if self._fetch_error is not None:
-                    raise self._fetch_error
-                self._maybe_tick()
-                return []
+                self._buffer = got
+        if not self._buffer:
+            if self._fetch_error is not None:
+                raise self._fetch_error
+            self._maybe_tick()
+            return []
         self._last_activity = time.time()
         records, self._buffer = self._buffer[:max_items], self._buffer[max_items:]
         out: list = []
@@ -229,7 +272,7 @@ class KafkaPartitionReader(SourcePartition):
 
     def close(self) -> None:
         self._closing.set()
-        if self._fetcher.is_alive():
+        if self._fetcher_started:
             self._fetcher.join(timeout=5)
         self.consumer.close()
         if self._producer is not None:

@@ -286,9 +286,20 @@ class StageActor:
             if key != "acker" and key[0] in downstream:
                 await self.endpoint.connect(key, addresses[key])
 
-    async def start(self) -> None:
+    async def released_through(self) -> Optional[tuple]:
+        """The latest ``t_last`` over this instance's sinks (after a recovery), or None."""
+        lasts = [b.t_last for b, _ in self.rt.barriers.values() if b.t_last is not None]
+        return max(lasts) if lasts else None
+
+    async def start(self, skip_after: Optional[tuple] = None) -> int:
+        """Start reading. ``skip_after`` (at-most-once recovery): replay only up to that
+        time, then skip to the live end; returns the number of records skipped."""
+        skipped = 0
         if self.reader is not None:
+            if skip_after is not None:
+                skipped = self.reader.skip_after(skip_after)
             self.source_task = asyncio.get_running_loop().create_task(self._source_loop())
+        return skipped
 
     def _on_message(self, message: tuple) -> None:
         if message[0] == "push":

@@ -46,6 +46,8 @@ class Metrics:
     released: dict = field(default_factory=dict)
     peak_log_entries: int = 0
     dead_letters: int = 0
+    #: input records an at-most-once recovery skipped (lost by choice, never duplicated)
+    skipped: int = 0
     snapshots: int = 0
     recoveries: int = 0
     #: per snapshot: seconds from request to committed manifest

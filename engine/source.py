@@ -50,6 +50,13 @@ class SourcePartition(ABC):
         """
         return None
 
+    def skip_after(self, t: Time) -> int:
+        """At-most-once recovery: replay only up to time ``t`` (the last released output),
+        then jump to the live end of the partition, skipping what lies between.
+        Returns the number of records skipped. Default: the partition cannot tell a
+        live end, skips nothing, and the replay goes on as under exactly-once."""
+        return 0
+
     def lag(self) -> Optional[int]:
         """Records the partition holds beyond what was read, if it knows (Kafka: from the
         last fetch's high watermark, no broker call). None: unknown."""
@@ -144,6 +151,10 @@ class SourceReader:
                 self.emitted += len(items)
                 return items
         return []
+
+    def skip_after(self, t: Time) -> int:
+        """See :meth:`SourcePartition.skip_after`; the records skipped over all partitions."""
+        return sum(p.skip_after(t) for p in self.parts if not p.done)
 
     def lag(self) -> Optional[int]:
         """Records not yet read, summed over this instance's partitions (None if none knows)."""

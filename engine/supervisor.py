@@ -25,13 +25,14 @@ from typing import Optional
 
 import ray
 
+from driftstream.ordering.meta import BOTTOM
 from driftstream.snapshots.store import SnapshotStore
 
 from .errors import FlowError
 from .plan import Plan
 from .result import RunResult, merge_instances
 
-GUARANTEES = ("exactly-once", "at-least-once", "none")
+GUARANTEES = ("exactly-once", "at-least-once", "at-most-once", "none")
 
 
 class Hung(Exception):
@@ -66,6 +67,8 @@ class SnapshotRecord:
 class SupervisorStatus:
     snapshots: list = field(default_factory=list)
     recoveries: list = field(default_factory=list)
+    #: input records skipped by at-most-once recoveries (lost on purpose)
+    skipped: int = 0
 
 
 def default_snapshot_dir(flow_name: str) -> str:
@@ -145,7 +148,7 @@ class RaySupervisor:
                     self.options,
                     seed=None if self.seed is None else self.seed * 1000 + len(self.actors),
                     snapshot_dir=self.snapshot_dir,
-                    skip_released=recovering and self.guarantee == "exactly-once",
+                    skip_released=recovering and self.guarantee in ("exactly-once", "at-most-once"),
                     restore=_restore_for(manifest, key),
                 )
                 name = s.actor_names[i]
@@ -161,7 +164,13 @@ class RaySupervisor:
         keys = list(self.actors)
         addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
-        ray.get([a.start.remote() for a in self.actors.values()])
+        skip_after = None
+        if recovering and self.guarantee == "at-most-once":
+            # Replay only what released output depends on (up to the latest t_last over
+            # the sinks), so state agrees with that output; skip the rest of the backlog.
+            lasts = [t for t in ray.get([a.released_through.remote() for a in self.actors.values()]) if t is not None]
+            skip_after = max(lasts) if lasts else BOTTOM
+        self.status.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
 
     def run(self, timeout: Optional[float] = None, on_launched=None) -> RunResult:
         from .ray_runtime import _kill
@@ -191,6 +200,7 @@ class RaySupervisor:
         result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
         result.metrics.snapshots = len(self.status.snapshots)
         result.metrics.recoveries = len(self.status.recoveries)
+        result.metrics.skipped = self.status.skipped
         result.metrics.recovery_s = [
             {"detected_at": r.detected_at, "restored": r.restored_s, "first_output": r.first_output_s, "snapshot": r.snapshot_id}
             for r in self.status.recoveries
@@ -367,6 +377,7 @@ class RaySupervisor:
             "released": sum(s["released"] for s in stats),
             "dead_letters": sum(s["dead_letters"] for s in stats),
             "source_lag": _sum_known(s["source_lag"] for s in stats),
+            "skipped": self.status.skipped,
             "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
             "snapshots": len(self.status.snapshots),
             "recoveries": [
