@@ -1,5 +1,5 @@
 """The examples in the docstrings run and are right: doctest every module of the installed
-driftstream.ordering, driftstream.barriers and driftstream.engine packages (one test per
+driftstream packages, examples included (one test per
 module; the Ray runtime and the CLI are left out: they need Ray or a terminal)."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ["driftstream.ordering", "driftstream.barriers", "driftstream.snapshots", "driftstream.engine"]
+PACKAGES = ["driftstream.ordering", "driftstream.barriers", "driftstream.snapshots", "driftstream.engine", "driftstream.examples",
+            "driftstream.examples.inverted_index"]
 SKIP = {"driftstream.engine.ray_runtime", "driftstream.engine.cli"}
 
 

@@ -1,0 +1,585 @@
+"""The inverted-index benchmark: driftstream against Spark Structured Streaming, side by side.
+
+Every run uses the same corpus slice, the same paced feeder (Poisson arrivals)
+and the same measuring consumer (:mod:`.measure`), on fresh topics of one local
+(or given) broker. A document's latency is from ``sent_at_ms`` until its last
+change record was read from the output topic; the first ``skip`` documents of
+every run are left out. Each run's output is checked against the PySpark
+ground truth (every word's ``df`` sequence and the rebuilt index).
+
+    driftstream bench inverted-index                 # grid, throughput, recovery; results/ + plots
+    driftstream bench inverted-index --quick         # a short grid only
+    driftstream demo                                 # README's first command: EO at 50 docs/s, ~1 min
+
+Python::
+
+    bench = Benchmark(corpus_path, bootstrap_servers)      # doctest: +SKIP
+    run = bench.run(Config("driftstream", "exactly-once", snapshot_interval=0.05), rate=50, docs=1000)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from driftstream.engine.result import percentiles
+
+from .documents import rebuild_index
+from .feeder import Feeder, create_topic
+from .measure import OutputMeter, document_latencies
+
+#: Output topic partitions = driftstream's parallelism (one barrier writes each).
+PARALLELISM = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """One engine configuration. ``engine``: "driftstream" or "spark"."""
+
+    engine: str
+    guarantee: str = "exactly-once"
+    snapshot_interval: float = 1.0
+    trigger: str = "100ms"
+
+    @property
+    def label(self) -> str:
+        if self.engine == "spark":
+            return f"spark EO trigger {self.trigger}"
+        if self.guarantee == "none":
+            return "driftstream none"
+        return f"driftstream EO {_interval(self.snapshot_interval)}"
+
+
+def _interval(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:g} s"
+
+
+#: The grid of the issue: driftstream none and exactly-once x three snapshot intervals, Spark x three triggers.
+GRID = [
+    Config("driftstream", "none"),
+    Config("driftstream", "exactly-once", 0.05),
+    Config("driftstream", "exactly-once", 0.5),
+    Config("driftstream", "exactly-once", 1.0),
+    Config("spark", trigger="0"),
+    Config("spark", trigger="100ms"),
+    Config("spark", trigger="1s"),
+]
+
+
+@dataclass
+class RunResult:
+    """What one run measured. ``latency_ms``: p50/p75/p95/p99/max/count after the skip;
+    ``timeline``: ``(seconds since the first send, latency ms)`` per document."""
+
+    label: str
+    config: dict
+    rate: float
+    docs: int
+    achieved_rate: float
+    latency_ms: dict
+    records: int
+    expected_records: int
+    duplicates: int
+    incomplete: int
+    problems: list
+    timeline: list = field(default_factory=list)
+    failures_at_s: list = field(default_factory=list)
+    recovery_s: list = field(default_factory=list)
+    engine: dict = field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return not self.problems and self.duplicates == 0 and self.incomplete == 0
+
+
+class Benchmark:
+    """Runs configurations against one broker and corpus; ``truth`` (a GroundTruth) enables the check."""
+
+    def __init__(
+        self,
+        corpus: Any,
+        bootstrap_servers: str,
+        truth: Any = None,
+        skip: int = 200,
+        workdir: Optional[str] = None,
+        progress: Optional[Callable[[str, int, int, int, int], None]] = None,
+    ) -> None:
+        from .corpus import read_corpus
+
+        self.table = read_corpus(corpus) if isinstance(corpus, (str, os.PathLike)) else corpus
+        self.bootstrap_servers = bootstrap_servers
+        self.truth = truth
+        self.skip = skip
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="driftstream-bench-"))
+        self.progress = progress or (lambda *a: None)
+
+    def run(self, config: Config, rate: float, docs: int, kill_at: tuple = (), drain_timeout: float = 120.0) -> RunResult:
+        """Feed ``docs`` documents at ``rate`` docs/s through ``config``; ``kill_at``: seconds
+        after the first send at which to kill a stateful driftstream actor (recovery runs)."""
+        tag = uuid.uuid4().hex[:8]
+        in_topic, out_topic = f"ii-{tag}-in", f"ii-{tag}-out"
+        create_topic(self.bootstrap_servers, in_topic, 1)
+        create_topic(self.bootstrap_servers, out_topic, PARALLELISM)
+        feeder = Feeder(self.table, self.bootstrap_servers, in_topic, rate=rate, limit=docs)
+        expected = sum(feeder.expected_n_changes)
+        engine = _start_engine(config, self.bootstrap_servers, in_topic, out_topic, self.workdir / tag, tag)
+        meter = OutputMeter(self.bootstrap_servers, out_topic).start()
+        kills: list = []
+        try:
+            feeder.start()
+            t0 = time.time()
+            pending_kills = sorted(kill_at)
+            while not feeder.join(timeout=0.2):
+                if pending_kills and time.time() - t0 >= pending_kills[0]:
+                    pending_kills.pop(0)
+                    kills.append(engine.kill_stateful_actor())
+                self.progress(config.label, len(feeder.sends), docs, meter.count, expected)
+            deadline = time.time() + drain_timeout
+            while meter.count < expected and time.time() < deadline:
+                self.progress(config.label, docs, docs, meter.count, expected)
+                if not meter.wait_for(expected, timeout=1.0) and not engine.alive():
+                    break
+            self.progress(config.label, docs, docs, meter.count, expected)
+        finally:
+            arrivals = meter.stop()
+            info = engine.stop()
+        lat = document_latencies(feeder.sends, arrivals)
+        records = [r for _, r in arrivals]
+        first_send = feeder.sends[0].sent_at_ms if feeder.sends else 0.0
+        timeline = [((d.sent_at_ms - first_send) / 1000.0, d.latency_ms) for d in lat.documents]
+        result = RunResult(
+            label=config.label,
+            config=asdict(config),
+            rate=rate,
+            docs=docs,
+            achieved_rate=feeder.achieved_rate or 0.0,
+            latency_ms=lat.summary(self.skip),
+            records=len(records),
+            expected_records=expected,
+            duplicates=lat.duplicates,
+            incomplete=lat.incomplete,
+            problems=self._check(records, feeder),
+            timeline=timeline,
+            failures_at_s=[(k - first_send / 1000.0) for k in kills],
+            engine=info,
+        )
+        result.recovery_s = recovery_times(timeline, result.failures_at_s)
+        return result
+
+    def _check(self, records: list, feeder: Feeder) -> list:
+        if self.truth is None:
+            return []
+        from .ground_truth import check
+
+        return check(records, truth_prefix(self.truth, sum(feeder.expected_n_changes)))
+
+
+def truth_prefix(truth: Any, n_changes: int) -> Any:
+    """The ground truth of the first sends only: their ``n_changes`` change records come first
+    (``df`` depends only on what was sent before), and the index they rebuild."""
+    from .ground_truth import GroundTruth
+
+    changes = truth.changes[:n_changes]
+    return GroundTruth(index=rebuild_index(changes), changes=changes)
+
+
+def recovery_times(timeline: list, failures_at_s: list) -> list:
+    """Per failure: seconds from the kill until latency is back under the pre-failure p99.
+
+    Pre-failure p99: over the documents sent in the 10 s before the kill. Back under:
+    the first document sent after the kill whose latency is below it, measured at its
+    arrival (send time + latency).
+
+    >>> tl = [(t / 10, 5.0) for t in range(100)] + [(10.0, 900.0), (10.5, 400.0), (11.0, 4.0)]
+    >>> recovery_times(tl, [10.0])
+    [1.004]
+    """
+    out = []
+    for kill in failures_at_s:
+        before = [lat for t, lat in timeline if kill - 10 <= t < kill]
+        if not before:
+            continue
+        p99 = percentiles(before)["p99"]
+        back = [t + lat / 1000.0 for t, lat in timeline if t >= kill and lat < p99]
+        out.append(round(min(back) - kill, 3) if back else None)
+    return out
+
+
+# -- engines ------------------------------------------------------------------------------
+
+
+class _Driftstream:
+    def __init__(self, config: Config, bootstrap: str, in_topic: str, out_topic: str, workdir: Path, tag: str) -> None:
+        from .pipeline import kafka_flow
+
+        self.name = f"ii-{tag}"
+        flow = kafka_flow(bootstrap, in_topic, out_topic, name=self.name)
+        self.handle = flow.start(
+            parallelism=PARALLELISM,
+            guarantee=config.guarantee,
+            snapshot_interval=config.snapshot_interval,
+            snapshot_dir=str(workdir / "snapshots"),
+        )
+        self._wait_running()
+
+    def _wait_running(self, timeout: float = 120.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                status = self.handle.status()
+            except Exception:  # the supervisor is still creating actors
+                status = {"running": True}
+            if not status.get("running", False):
+                raise RuntimeError(f"driftstream flow failed to start: {status.get('error')}")
+            if "watermark" in status:
+                return
+            time.sleep(0.1)
+        raise TimeoutError("driftstream flow did not start within %s s" % timeout)
+
+    def alive(self) -> bool:
+        return bool(self.handle.status().get("running"))
+
+    def kill_stateful_actor(self) -> float:
+        import ray
+
+        ray.kill(ray.get_actor(f"{self.name}/by_word/0", namespace="driftstream"), no_restart=True)
+        return time.time()
+
+    def stop(self) -> dict:
+        status = self.handle.status()
+        result = self.handle.stop()
+        snaps = result.metrics.snapshot_s if hasattr(result.metrics, "snapshot_s") else []
+        return {
+            "snapshots": result.metrics.snapshots,
+            "snapshot_ms": percentiles([s * 1000.0 for s in snaps]) if snaps else {},
+            "recoveries": [asdict(r) if hasattr(r, "__dataclass_fields__") else r for r in status.get("recoveries", [])],
+            "dead_letters": result.metrics.dead_letters,
+        }
+
+
+class _Spark:
+    def __init__(self, config: Config, bootstrap: str, in_topic: str, out_topic: str, workdir: Path, tag: str) -> None:
+        from .spark_baseline import start_spark_baseline
+
+        self.handle = start_spark_baseline(bootstrap, in_topic, out_topic, str(workdir / "checkpoint"), trigger=config.trigger)
+
+    def alive(self) -> bool:
+        return self.handle.alive()
+
+    def kill_stateful_actor(self) -> float:
+        raise ValueError("failure injection is for driftstream runs")
+
+    def stop(self) -> dict:
+        self.handle.stop()
+        return {}
+
+
+def _start_engine(config: Config, bootstrap: str, in_topic: str, out_topic: str, workdir: Path, tag: str) -> Any:
+    cls = {"driftstream": _Driftstream, "spark": _Spark}[config.engine]
+    return cls(config, bootstrap, in_topic, out_topic, workdir, tag)
+
+
+# -- suites -------------------------------------------------------------------------------
+
+
+def throughput(
+    bench: Benchmark, config: Config, rates: list, seconds: float = 15.0, p99_limit_ms: float = 100.0
+) -> dict:
+    """Raise the rate until p99 reaches ``p99_limit_ms`` or the feeder cannot keep up;
+    returns the highest rate that stayed under, with every step's figures."""
+    steps, best = [], None
+    for rate in rates:
+        docs = min(len(bench.table), max(bench.skip + 200, int(rate * seconds)))
+        r = bench.run(config, rate=rate, docs=docs)
+        steps.append({"rate": rate, "achieved_rate": r.achieved_rate, "latency_ms": r.latency_ms, "correct": r.correct})
+        if r.latency_ms.get("p99", float("inf")) >= p99_limit_ms or r.achieved_rate < 0.9 * rate:
+            break
+        best = rate
+    return {"label": config.label, "max_rate_p99_under_100ms": best, "steps": steps}
+
+
+def write_results(results: dict, out_dir: str) -> dict:
+    """Write ``results.json``, ``results.md`` and the PNG plots into ``out_dir``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "markdown": out / "results.md"}
+    paths["json"].write_text(json.dumps(results, indent=1, default=str))
+    paths["markdown"].write_text(markdown(results))
+    paths.update(plot(results, out))
+    return {k: str(v) for k, v in paths.items()}
+
+
+def markdown(results: dict) -> str:
+    """The latency table (and throughput, recovery) as Markdown."""
+    lines = [
+        f"Inverted index, {results.get('rate', 50)} docs/s, {results.get('docs')} documents per run "
+        f"(first {results.get('skip', 200)} skipped), machine: {results.get('machine', '')}",
+        "",
+        "| configuration | p50 ms | p75 ms | p95 ms | p99 ms | max ms | docs | output correct |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results.get("grid", []):
+        lat = r["latency_ms"]
+        ok = "yes" if not r["problems"] and not r["duplicates"] and not r["incomplete"] else "NO"
+        lines.append(
+            f"| {r['label']} | {_f(lat.get('p50'))} | {_f(lat.get('p75'))} | {_f(lat.get('p95'))} | "
+            f"{_f(lat.get('p99'))} | {_f(lat.get('max'))} | {lat.get('count', 0)} | {ok} |"
+        )
+    if results.get("floors"):
+        lines += ["", "| floor | measured | met |", "|---|---|---|"]
+        for f in results["floors"]:
+            lines.append(f"| {f['floor']} | {f['measured']} | {'yes' if f['met'] else 'no'} |")
+    if results.get("throughput"):
+        lines += ["", "| engine | highest docs/s with p99 < 100 ms | steps (rate: p99 ms) |", "|---|---:|---|"]
+        for t in results["throughput"]:
+            steps = ", ".join(f"{s['rate']:g}: {_f(s['latency_ms'].get('p99'))}" for s in t["steps"])
+            lines.append(f"| {t['label']} | {t['max_rate_p99_under_100ms'] or 'none'} | {steps} |")
+    rec = results.get("recovery")
+    if rec:
+        lines += [
+            "",
+            f"Recovery ({rec['label']}, failures at {', '.join(f'{x:.1f}' for x in rec['failures_at_s'])} s): "
+            f"kill -> latency back under the pre-failure p99 in {', '.join(_f(x, 2) + ' s' for x in rec['recovery_s'])}; "
+            f"output correct: {'yes' if not rec['problems'] and not rec['duplicates'] and not rec['incomplete'] else 'NO'}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _f(x: Any, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def floors(grid: list, throughputs: list) -> list:
+    """The issue's floors, evaluated on one run's figures."""
+    by = {r["label"]: r["latency_ms"] for r in grid}
+    out = []
+    none = by.get("driftstream none", {})
+    eos = {k: v for k, v in by.items() if k.startswith("driftstream EO")}
+    sparks = {k: v for k, v in by.items() if k.startswith("spark")}
+    for q in ("p50", "p99"):
+        if eos and sparks:
+            worst = max(v[q] for v in eos.values())
+            best_spark = min(v[q] for v in sparks.values())
+            out.append({
+                "floor": f"driftstream EO {q} >= 10x lower than Spark EO at every trigger",
+                "measured": f"worst driftstream EO {q} {worst:.1f} ms vs best Spark {q} {best_spark:.1f} ms ({best_spark / worst:.1f}x)",
+                "met": best_spark >= 10 * worst,
+            })
+    if eos and none:
+        diff = max(v["p50"] for v in eos.values()) - none["p50"]
+        out.append({"floor": "driftstream EO p50 within 5 ms of none", "measured": f"+{diff:.2f} ms (worst interval)", "met": diff <= 5})
+    tp = {t["label"]: t["max_rate_p99_under_100ms"] or 0 for t in throughputs}
+    ds = max((v for k, v in tp.items() if k.startswith("driftstream")), default=None)
+    sp = max((v for k, v in tp.items() if k.startswith("spark")), default=None)
+    if ds is not None and sp is not None:
+        out.append({"floor": "throughput at p99 < 100 ms higher than Spark's", "measured": f"{ds} vs {sp} docs/s", "met": ds > sp})
+    return out
+
+
+def plot(results: dict, out: Path) -> dict:
+    """PNG plots: latency percentiles per configuration; latency over time with failures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = {}
+    grid = results.get("grid", [])
+    if grid:
+        qs = ["p50", "p75", "p95", "p99"]
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        width = 0.8 / len(grid)
+        for i, r in enumerate(grid):
+            vals = [max(r["latency_ms"].get(q, 0.0), 0.01) for q in qs]
+            ax.bar([k + i * width for k in range(len(qs))], vals, width, label=r["label"])
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(qs))], qs)
+        ax.set_yscale("log")
+        ax.set_ylabel("latency, ms (log scale)")
+        ax.set_title(f"Inverted index at {results.get('rate', 50)} docs/s: document latency percentiles")
+        ax.legend(fontsize=8, ncol=2)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        paths["percentiles_png"] = out / "latency_percentiles.png"
+        fig.savefig(paths["percentiles_png"], dpi=110)
+        plt.close(fig)
+    rec = results.get("recovery")
+    if rec and rec.get("timeline"):
+        fig, ax = plt.subplots(figsize=(10, 4))
+        xs, ys = zip(*rec["timeline"])
+        ax.plot(xs, ys, ".", ms=2)
+        for i, f in enumerate(rec["failures_at_s"]):
+            ax.axvline(f, color="red", ls="--", lw=1, label="actor killed" if i == 0 else None)
+        ax.set_yscale("log")
+        ax.set_xlabel("time since first document, s")
+        ax.set_ylabel("latency, ms (log scale)")
+        ax.set_title(f"{rec['label']} at {rec['rate']:g} docs/s: latency over time with failures")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        paths["recovery_png"] = out / "latency_recovery.png"
+        fig.savefig(paths["recovery_png"], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def slim(r: RunResult, timeline: bool = False) -> dict:
+    """A RunResult as JSON-ready dict (the per-document timeline only when asked)."""
+    d = asdict(r)
+    if not timeline:
+        d.pop("timeline")
+    return d
+
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def prepare(workdir: Path, docs: int, source: str = "ovos", seed: int = 0, console: Any = None) -> tuple:
+    """The corpus slice (PySpark, cached in ``workdir``) and its ground truth (PySpark batch)."""
+    from .corpus import prepare_corpus
+    from .ground_truth import ground_truth
+
+    key = f"{Path(source).name if source != 'ovos' else 'ovos'}-{docs}-{seed}"
+    corpus_dir = workdir / f"corpus-{key}"
+    parquet = corpus_dir / "corpus.parquet"
+    say = console.print if console is not None else print
+    if not parquet.exists():
+        say(f"[bold]preparing[/] {docs} documents from {source} with PySpark -> {corpus_dir}")
+        parquet = Path(prepare_corpus(str(corpus_dir), source=source, limit=docs, seed=seed))
+    say(f"[bold]ground truth[/] (PySpark batch) for {parquet}")
+    return str(parquet), ground_truth(str(parquet))
+
+
+def _progress_display(console: Any) -> tuple:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        TextColumn("{task.fields[sent]:>6} docs sent  {task.fields[received]:>8}/{task.fields[expected]} records"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    tasks: dict = {}
+
+    def update(label: str, sent: int, docs: int, received: int, expected: int) -> None:
+        if label not in tasks:
+            tasks[label] = progress.add_task(label, total=expected, sent=0, received=0, expected=expected)
+        progress.update(tasks[label], completed=received, total=expected, sent=sent, received=received, expected=expected)
+
+    def reset() -> None:
+        tasks.clear()
+
+    return progress, update, reset
+
+
+def latency_table(runs: list, title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("configuration", "p50 ms", "p75 ms", "p95 ms", "p99 ms", "max ms", "docs", "correct"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
+    for r in runs:
+        lat = r.latency_ms
+        table.add_row(r.label, *(_f(lat.get(q)) for q in ("p50", "p75", "p95", "p99", "max")), str(lat.get("count", 0)),
+                      "yes" if r.correct else "[red]NO[/]")
+    return table
+
+
+def main(argv: Optional[list] = None, demo: bool = False) -> int:
+    """``driftstream bench inverted-index`` (and ``driftstream demo`` with ``demo=True``)."""
+    import argparse
+    import platform
+
+    from rich.console import Console
+
+    parser = argparse.ArgumentParser(
+        prog="driftstream demo" if demo else "driftstream bench inverted-index",
+        description="driftstream exactly-once on the inverted index, checked against the PySpark ground truth"
+        if demo else "the inverted-index benchmark: driftstream vs Spark Structured Streaming",
+    )
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: start a local broker)")
+    parser.add_argument("--source", default="ovos", help="corpus: ovos (default), a MediaWiki XML(.bz2) dump or a text dir")
+    parser.add_argument("--rate", type=float, default=50.0, help="docs/s (default 50)")
+    parser.add_argument("--seconds", type=float, default=60.0 if demo else 40.0, help="feed time per grid run")
+    parser.add_argument("--skip", type=int, default=200, help="documents left out of the percentiles")
+    parser.add_argument("--out", default="bench-results/inverted-index", help="results directory")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "driftstream-bench"))
+    if not demo:
+        parser.add_argument("--quick", action="store_true", help="grid only, 20 s per run")
+        parser.add_argument("--only", choices=["driftstream", "spark"], help="run one engine's configurations")
+        parser.add_argument("--no-throughput", action="store_true")
+        parser.add_argument("--no-recovery", action="store_true")
+        parser.add_argument("--rates", default="50,100,200,400,800", help="throughput ladder, docs/s")
+    args = parser.parse_args(argv)
+    console = Console()
+    seconds = 20.0 if getattr(args, "quick", False) else args.seconds
+    docs = int(args.rate * seconds)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    from driftstream.engine.local_kafka import start_local_kafka
+    from driftstream.engine.ray_runtime import ensure_ray
+
+    broker = None if args.bootstrap else start_local_kafka()
+    bootstrap = args.bootstrap or broker.bootstrap_servers
+    console.print(f"[bold]broker[/] {bootstrap}" + ("" if args.bootstrap else " (local Tansu)"))
+    started_ray = False
+    try:
+        rates = [] if demo or args.quick or args.no_throughput else [float(x) for x in args.rates.split(",")]
+        n_corpus = max([docs] + [int(r * 15) for r in rates])
+        corpus, truth = prepare(workdir, n_corpus, args.source, console=console)
+        started_ray = ensure_ray(None)
+        bench = Benchmark(corpus, bootstrap, truth=truth, skip=args.skip, workdir=str(workdir))
+        progress, update, _ = _progress_display(console)
+        bench.progress = update
+        if demo:
+            configs = [Config("driftstream", "exactly-once", 1.0)]
+        else:
+            configs = [c for c in GRID if not args.only or c.engine == args.only]
+        results: dict = {"rate": args.rate, "docs": docs, "skip": args.skip, "corpus": corpus,
+                         "machine": f"{os.cpu_count()} cores, {platform.platform()}", "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        grid = []
+        with progress:
+            for c in configs:
+                grid.append(bench.run(c, rate=args.rate, docs=docs))
+        results["grid"] = [slim(r) for r in grid]
+        console.print(latency_table(grid, f"document latency at {args.rate:g} docs/s, first {args.skip} skipped"))
+        for r in grid:
+            for p in r.problems[:5]:
+                console.print(f"[red]{r.label}: {p}[/]")
+        if demo:
+            ok = all(r.correct for r in grid)
+            console.print("[green]output equals the ground truth[/]" if ok else "[red]output differs from the ground truth[/]")
+            return 0 if ok else 1
+        throughputs = []
+        if rates:
+            with progress:
+                for c in ([Config("driftstream", "exactly-once", 1.0)] if args.only != "spark" else []) + (
+                    [Config("spark", trigger="0")] if args.only != "driftstream" else []
+                ):
+                    throughputs.append(throughput(bench, c, rates))
+            results["throughput"] = throughputs
+        if not (args.quick or args.no_recovery or args.only == "spark"):
+            with progress:
+                rec = bench.run(Config("driftstream", "exactly-once", 1.0), rate=args.rate, docs=docs,
+                                kill_at=(seconds * 0.3, seconds * 0.5, seconds * 0.7))
+            results["recovery"] = slim(rec, timeline=True)
+        results["floors"] = floors(results["grid"], throughputs)
+        paths = write_results(results, args.out)
+        console.print(Path(paths["markdown"]).read_text())
+        console.print(f"results: {', '.join(paths.values())}")
+        return 0
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+        if broker is not None:
+            broker.stop()

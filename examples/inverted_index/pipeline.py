@@ -1,0 +1,117 @@
+"""The inverted index on driftstream: documents in, index change records out.
+
+Edit-free (every page is sent once)::
+
+    documents --flat_map--> (word, page_id, positions) per distinct word
+              --key_by word--> stateful_flat_map index --> change records
+
+With edits (a page may be sent again with changed text), a page-keyed stage in
+front keeps each page's previous words and turns a new version into removes and
+adds (:func:`~driftstream.examples.inverted_index.documents.page_changes`)::
+
+    documents --key_by page_id--> stateful_flat_map page_words
+              --key_by word--> stateful_flat_map index --> change records
+
+The index's state for a word is ``{page_id: positions}``; ``df`` in each change
+record is the number of pages holding the word after the change, so the output
+depends on the order of documents, and is the same in every run.
+
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> docs = [{"page_id": 1, "text": "a b a"}, {"page_id": 2, "text": "b c"}]
+>>> result = build(MemorySource(docs), MemorySink("changes")).run(runtime="simulator", seed=3)
+>>> [(r["word"], r["page_id"], r["df"]) for r in result.output("changes")]
+[('a', 1, 1), ('b', 1, 1), ('b', 2, 2), ('c', 2, 1)]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from driftstream.barriers.sink import Sink
+from driftstream.engine import Flow
+from driftstream.engine.source import Source
+
+from .documents import page_changes, word_positions
+
+
+def document_words(doc: dict) -> list[tuple]:
+    """One ``("add", word, page_id, positions)`` per distinct word of a new page.
+
+    >>> document_words({"page_id": 7, "text": "To be or not to be"})[:2]
+    [('add', 'to', 7, [0, 4]), ('add', 'be', 7, [1, 5])]
+    """
+    page_id = doc["page_id"]
+    return [("add", w, page_id, p) for w, p in word_positions(doc["text"]).items()]
+
+
+def page_words(previous: Optional[dict], doc: dict) -> tuple:
+    """State: the page's words ``{word: positions}``; emits the changes a new version makes.
+
+    >>> state, out = page_words(None, {"page_id": 7, "text": "a b"})
+    >>> page_words(state, {"page_id": 7, "text": "b c"})[1]
+    [('remove', 'a', 7, None), ('add', 'b', 7, [0]), ('add', 'c', 7, [1])]
+    """
+    current = word_positions(doc["text"])
+    page_id = doc["page_id"]
+    return current, [(op, w, page_id, p) for op, w, p in page_changes(previous, current)]
+
+
+def index_update(postings: Optional[dict], change: tuple) -> tuple:
+    """State: the word's index ``{page_id: positions}``; emits the change record with ``df``.
+
+    Copies the dict rather than changing it (the engine may apply a change again to
+    the same state after a late arrival): O(pages holding the word), in C.
+
+    >>> state, out = index_update(None, ("add", "a", 7, [0, 2]))
+    >>> out
+    [{'op': 'add', 'word': 'a', 'page_id': 7, 'positions': [0, 2], 'df': 1}]
+    >>> index_update(state, ("remove", "a", 7, None))[1]
+    [{'op': 'remove', 'word': 'a', 'page_id': 7, 'df': 0}]
+    """
+    op, word, page_id, positions = change
+    new = dict(postings) if postings else {}
+    if op == "add":
+        new[page_id] = positions
+        return new, [{"op": "add", "word": word, "page_id": page_id, "positions": positions, "df": len(new)}]
+    new.pop(page_id, None)
+    return new, [{"op": "remove", "word": word, "page_id": page_id, "df": len(new)}]
+
+
+def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool = False) -> Flow:
+    """The index flow from ``source`` (documents as dicts) to ``sink`` (change records)."""
+    f = Flow(name)
+    docs = f.source(source, name="documents")
+    if edits:
+        changes = docs.key_by(_page_id, name="by_page").stateful_flat_map(page_words, name="page_words")
+    else:
+        changes = docs.flat_map(document_words, name="words")
+    changes.key_by(_word, name="by_word").stateful_flat_map(index_update, name="index").sink(sink)
+    return f
+
+
+def kafka_flow(
+    bootstrap_servers: str, input_topic: str, output_topic: str, name: str = "inverted_index", edits: bool = False
+) -> Flow:
+    """The index flow between two Kafka topics; malformed documents go to ``<input_topic>.dlq``."""
+    from driftstream.engine import KafkaSink, KafkaSource
+
+    source = KafkaSource(input_topic, bootstrap_servers, value_format=_document)
+    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits)
+
+
+def _document(raw: bytes) -> Any:
+    """Decode and check one input record (a failure sends it to the dead-letter topic)."""
+    import json
+
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or not isinstance(doc.get("page_id"), int) or not isinstance(doc.get("text"), str):
+        raise ValueError('a document must be a JSON object with an int "page_id" and a str "text"')
+    return doc
+
+
+def _page_id(doc: dict) -> int:
+    return doc["page_id"]
+
+
+def _word(change: tuple) -> str:
+    return change[1]
