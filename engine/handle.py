@@ -15,48 +15,69 @@ from .result import RunResult
 
 
 class FlowHandle:
-    """Runs the supervisor's loop in a background thread of the driver."""
+    """A flow running under its coordinator actor; a driver thread waits for the result."""
 
-    def __init__(self, supervisor, started_ray: bool) -> None:
-        self.supervisor = supervisor
+    def __init__(self, plan, spec: dict, started_ray: bool) -> None:
+        self.plan = plan
         self._started_ray = started_ray
         self._result: Optional[RunResult] = None
         self._error: Optional[BaseException] = None
-        self._launched = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"driftstream-{supervisor.plan.flow_name}", daemon=True)
+        self._coordinator = None
+        self._has_coordinator = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(spec,), name=f"driftstream-{plan.flow_name}", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, spec: dict) -> None:
+        from .coordinator import run_coordinated
+
         try:
-            self._result = self.supervisor.run(on_launched=self._launched.set)
+            self._result = run_coordinated(self.plan, spec, on_coordinator=self._set_coordinator)
         except BaseException as exc:  # handed to wait()
             self._error = exc
         finally:
-            self._launched.set()
-            self.supervisor.shutdown()
+            self._has_coordinator.set()
             if self._started_ray:
                 import ray
 
                 ray.shutdown()
 
+    def _set_coordinator(self, coordinator) -> None:
+        self._coordinator = coordinator
+        self._has_coordinator.set()
+
     def status(self) -> dict:
-        """Watermark, elements emitted and released, dead letters, the last snapshot (T, duration)
-        and every recovery (detected at, seconds to restored and to first new output)."""
-        self._launched.wait()
-        if not self._thread.is_alive():
-            return {"running": False, "error": None if self._error is None else str(self._error)}
-        return dict(self.supervisor.live_status(), running=True)
+        """Watermark, source lag, elements emitted and released, dead letters, records skipped
+        (at-most-once), the last snapshot (T, duration) and every recovery (detected at,
+        seconds to restored and to first new output)."""
+        import ray
+
+        self._has_coordinator.wait()
+        if self._thread.is_alive():
+            try:
+                return dict(ray.get(self._coordinator.status.remote(), timeout=30), running=True)
+            except Exception:
+                if self._thread.is_alive():
+                    raise
+        return {"running": False, "error": None if self._error is None else str(self._error)}
 
     def stop(self, timeout: Optional[float] = None) -> RunResult:
         """Take a final snapshot, shut every actor down, and return what the run released."""
-        self.supervisor.stop_requested.set()
+        import ray
+
+        self._has_coordinator.wait()
+        if self._thread.is_alive():
+            try:
+                ray.get(self._coordinator.stop.remote(), timeout=30)
+            except Exception:
+                if self._thread.is_alive():
+                    raise
         return self.wait(timeout)
 
     def wait(self, timeout: Optional[float] = None) -> RunResult:
         """Wait until the run ends (bounded sources done, or ``stop()``); raise its error if it failed."""
         self._thread.join(timeout)
         if self._thread.is_alive():
-            raise TimeoutError(f"flow {self.supervisor.plan.flow_name!r} still running after {timeout}s")
+            raise TimeoutError(f"flow {self.plan.flow_name!r} still running after {timeout}s")
         if self._error is not None:
             raise self._error
         return self._result

@@ -425,8 +425,7 @@ class StageActor:
             self._flush()
 
 
-def _supervisor(
-    plan: Plan,
+def _spec(
     seed: Optional[int] = None,
     batch_size: int = 256,
     max_inflight: int = 2_000,
@@ -438,9 +437,11 @@ def _supervisor(
     resume: bool = False,
     faults: Optional[dict] = None,
     heartbeat_timeout: float = 10.0,
-):
-    from .supervisor import RaySupervisor
+) -> dict:
+    """The coordinator's arguments, checked here in the driver before Ray starts."""
+    from .supervisor import check_guarantee
 
+    check_guarantee(guarantee)
     options = {
         "batch_size": batch_size,
         "max_inflight": max_inflight,
@@ -449,34 +450,42 @@ def _supervisor(
         "faults": faults or {},
         "heartbeat_timeout": heartbeat_timeout,
     }
-    return RaySupervisor(plan, options, guarantee, snapshot_interval, snapshot_dir, resume, seed)
+    return {
+        "options": options,
+        "guarantee": guarantee,
+        "snapshot_interval": snapshot_interval,
+        "snapshot_dir": snapshot_dir,
+        "resume": resume,
+        "seed": seed,
+    }
 
 
 def start_on_ray(plan: Plan, address: Optional[str] = None, **options) -> "FlowHandle":
     """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
     from .handle import FlowHandle
 
-    supervisor = _supervisor(plan, **options)
+    spec = _spec(**options)
     started_ray = ensure_ray(address)
     _check_no_leftovers(plan.flow_name)
-    return FlowHandle(supervisor, started_ray)
+    return FlowHandle(plan, spec, started_ray)
 
 
 def run_on_ray(plan: Plan, address: Optional[str] = None, timeout: Optional[float] = None, **options) -> RunResult:
-    """Run ``plan`` on Ray to the end; see :meth:`driftstream.engine.Flow.run`.
+    """Run ``plan`` on Ray to the end under a coordinator actor; see :meth:`driftstream.engine.Flow.run`.
 
     Options: ``seed``, ``batch_size``, ``max_inflight``, ``chaos``, ``sample_every``,
     ``guarantee``, ``snapshot_interval``, ``snapshot_dir``, ``resume``, ``heartbeat_timeout``
     (seconds an actor may not answer a ping before it is taken for dead) and, for tests,
     ``faults`` (see :class:`~driftstream.engine.supervisor.RaySupervisor`).
     """
-    supervisor = _supervisor(plan, **options)
+    from .coordinator import run_coordinated
+
+    spec = _spec(**options)
     started_ray = ensure_ray(address)
     try:
         _check_no_leftovers(plan.flow_name)
-        return supervisor.run(timeout)
+        return run_coordinated(plan, spec, timeout)
     finally:
-        supervisor.shutdown()
         if started_ray:
             ray.shutdown()
 

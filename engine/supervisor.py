@@ -76,6 +76,12 @@ def default_snapshot_dir(flow_name: str) -> str:
     return os.path.join(tempfile.gettempdir(), "driftstream-snapshots", flow_name)
 
 
+def check_guarantee(guarantee: str) -> None:
+    """FlowError unless ``guarantee`` is one of :data:`GUARANTEES`."""
+    if guarantee not in GUARANTEES:
+        raise FlowError(f"guarantee must be one of {', '.join(GUARANTEES)}; got {guarantee!r}")
+
+
 class RaySupervisor:
     """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
 
@@ -89,8 +95,7 @@ class RaySupervisor:
         resume: bool = False,
         seed: Optional[int] = None,
     ) -> None:
-        if guarantee not in GUARANTEES:
-            raise FlowError(f"guarantee must be one of {', '.join(GUARANTEES)}; got {guarantee!r}")
+        check_guarantee(guarantee)
         self.plan = plan
         self.options = options
         self.guarantee = guarantee

@@ -230,3 +230,18 @@ def test_at_most_once_skips_the_backlog_and_never_duplicates(ray_session, kafka_
         have = sorted(i for i in indices if i % 2 == part)
         missing = sorted(set(range(part, total, 2)) - set(have))
         assert missing == list(range(missing[0], missing[-1] + 1, 2)) if missing else True
+
+
+def test_coordinator_killed_a_new_one_resumes(ray_session, tmp_path):
+    build("co-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+
+    out = tmp_path / "co"
+    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["co-file/coordinator"])
+    result = build("co-file", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps")
+    )
+    killer.join(timeout=5)
+    assert not killer.is_alive()  # the coordinator was killed mid-run
+    assert read_file_sink(out, "out") == expected
+    assert result.metrics.elements["src"] < N  # the new coordinator resumed from a snapshot

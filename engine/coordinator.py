@@ -1,0 +1,107 @@
+"""The coordinator: the run's supervisor as a Ray actor in the cluster.
+
+It schedules snapshots through the acker, collects ``prepared``, commits
+manifests, watches every actor (death, missed heartbeats) and runs recovery
+(:class:`~driftstream.engine.supervisor.RaySupervisor`, in an actor thread).
+The driver only starts it and waits; ``FlowHandle.status()`` and ``stop()`` are
+calls to it.
+
+The stage actors and the acker are created by the coordinator, so Ray ties their
+fate to it: if the coordinator dies, they die with it, and the driver starts a
+new coordinator that resumes from the newest manifest (:func:`run_coordinated`),
+as a new driver does after the old one was killed. Under exactly-once the output
+is the same as a failure-free run's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import ray
+from ray.exceptions import RayActorError
+
+from .plan import Plan
+from .result import RunResult
+from .supervisor import RaySupervisor
+
+
+@ray.remote(num_cpus=0, max_concurrency=8)
+class CoordinatorActor:
+    """One run's supervisor; ``run()`` blocks in one actor thread while ``status``/``stop`` answer in others."""
+
+    def __init__(self, plan: Plan, spec: dict) -> None:
+        self.supervisor = RaySupervisor(plan, **spec)
+        self.launched = threading.Event()
+
+    def run(self, timeout: Optional[float] = None) -> tuple:
+        """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
+        with its fields), not wrapped in Ray's task error."""
+        try:
+            return self.supervisor.run(timeout, on_launched=self.launched.set), None
+        except Exception as exc:
+            return None, exc
+        finally:
+            self.launched.set()
+            self.supervisor.shutdown()
+
+    def status(self) -> dict:
+        self.launched.wait()
+        return self.supervisor.live_status()
+
+    def stop(self) -> None:
+        self.supervisor.stop_requested.set()
+
+    def ping(self) -> bool:
+        return True
+
+
+def coordinator_name(plan: Plan) -> str:
+    return f"{plan.flow_name}/coordinator"
+
+
+def run_coordinated(
+    plan: Plan,
+    spec: dict,
+    timeout: Optional[float] = None,
+    on_coordinator: Optional[Callable[[Any], None]] = None,
+    max_restarts: int = 3,
+) -> RunResult:
+    """Run ``plan`` under a coordinator actor and return its result.
+
+    If the coordinator dies and the run takes snapshots, a new coordinator resumes
+    from the newest manifest (at most ``max_restarts`` times). ``on_coordinator`` is
+    called with each coordinator's handle (``FlowHandle`` uses it for status and stop).
+    """
+    from .ray_runtime import NAMESPACE, _check_no_leftovers
+
+    spec = dict(spec)
+    restarts = 0
+    while True:
+        coordinator = CoordinatorActor.options(name=coordinator_name(plan), namespace=NAMESPACE).remote(plan, spec)
+        if on_coordinator is not None:
+            on_coordinator(coordinator)
+        try:
+            result, error = ray.get(coordinator.run.remote(timeout))
+            if error is not None:
+                raise error
+            return result
+        except RayActorError:
+            if spec.get("guarantee", "none") == "none" or restarts >= max_restarts:
+                raise
+            restarts += 1
+            spec["resume"] = True  # the new coordinator recovers from the newest manifest
+            _check_no_leftovers(plan.flow_name)  # its actors died with it; wait until their names are free
+        finally:
+            try:
+                ray.kill(coordinator, no_restart=True)
+            except Exception:
+                pass
+            _wait_gone(coordinator_name(plan))
+
+
+def _wait_gone(name: str, timeout: float = 10.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(a["name"] == name for a in ray.util.list_named_actors(all_namespaces=True)):
+        time.sleep(0.02)
