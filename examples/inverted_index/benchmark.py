@@ -448,7 +448,7 @@ def prepare(workdir: Path, docs: int, source: str = "ovos", seed: int = 0, conso
     key = f"{Path(source).name if source != 'ovos' else 'ovos'}-{docs}-{seed}"
     corpus_dir = workdir / f"corpus-{key}"
     parquet = corpus_dir / "corpus.parquet"
-    say = console.print if console is not None else print
+    say = console.print if console is not None else (lambda message: None)
     if not parquet.exists():
         say(f"[bold]preparing[/] {docs} documents from {source} with PySpark -> {corpus_dir}")
         parquet = Path(prepare_corpus(str(corpus_dir), source=source, limit=docs, seed=seed))
