@@ -55,13 +55,14 @@ def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0) -
         c.close()
 
 
-def read_partition(c: KafkaConsumer, tp: TopicPartition, start: int, idle_ms: int = 300) -> list:
-    """All records of ``tp`` from offset ``start`` to the end (until ``idle_ms`` pass with nothing new)."""
+def read_partition(c: KafkaConsumer, tp: TopicPartition, start: int, idle_ms: int = 300, max_s: Optional[float] = None) -> list:
+    """All records of ``tp`` from offset ``start`` to the end (until ``idle_ms`` pass with nothing
+    new). A partition still being written never goes idle: ``max_s`` bounds the read then."""
     c.assign([tp])
     c.seek(tp, start)
     out: list = []
-    idle_since = time.time()
-    while (time.time() - idle_since) * 1000 < idle_ms:
+    idle_since = began = time.time()
+    while (time.time() - idle_since) * 1000 < idle_ms and (max_s is None or time.time() - began < max_s):
         got = c.poll(timeout_ms=50).get(tp, [])
         if got:
             out.extend(got)
@@ -74,7 +75,8 @@ def last_record(c: KafkaConsumer, tp: TopicPartition) -> Optional[object]:
     reported_end = c.end_offsets([tp])[tp]
     if reported_end == 0:
         return None
-    tail = read_partition(c, tp, max(0, reported_end - 1))
+    # A live partition's end moves: any end seen within a second is as good as another.
+    tail = read_partition(c, tp, max(0, reported_end - 1), max_s=1.0)
     return tail[-1] if tail else None
 
 

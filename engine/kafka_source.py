@@ -148,7 +148,7 @@ class KafkaPartitionReader(SourcePartition):
         try:
             live_end = true_end(c, self.tp)
             first_after, ts = live_end, self.ts
-            for rec in read_partition(c, self.tp, self.next_offset):
+            for rec in read_partition(c, self.tp, self.next_offset, max_s=10.0):
                 ts = rec.timestamp if ts is None or rec.timestamp > ts else ts
                 if (ts, self.source_id, self.partition, rec.offset) > tuple(t[:4]):
                     first_after = rec.offset
