@@ -26,7 +26,7 @@ the result is collected to the driver.
 >>> check(reference_changes(rows), truth)
 []
 >>> check(reference_changes(rows)[:-1], truth)[0]
-'page 1: 4 records, expected 5; first difference at #4: got nothing, expected add x [2] df=1'
+"word 'x': 0 records, expected 1; first difference at #0: got nothing, expected page 1: add x [2] df=1"
 """
 
 from __future__ import annotations
