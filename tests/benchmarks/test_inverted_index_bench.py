@@ -16,7 +16,7 @@ from driftstream.examples.inverted_index import benchmark as ii
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-RATE, DOCS, SKIP = 50.0, 400, 100
+RATE, DOCS, SKIP = 50.0, 300, 100
 
 
 @pytest.fixture(scope="module")
