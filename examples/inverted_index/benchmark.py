@@ -261,6 +261,8 @@ class _Driftstream:
             "snapshot_ms": percentiles([s * 1000.0 for s in snaps]) if snaps else {},
             "recoveries": [asdict(r) if hasattr(r, "__dataclass_fields__") else r for r in status.get("recoveries", [])],
             "dead_letters": result.metrics.dead_letters,
+            # source emit -> barrier release, per input record (the engine's share of the latency)
+            "release_latency_ms": result.metrics.latency_ms,
         }
 
 

@@ -98,16 +98,23 @@ def test_source_and_acker_killed_kafka_sink(ray_session, kafka_broker, tmp_path)
     assert got == expected
 
 
-def test_at_least_once_loses_nothing(ray_session, tmp_path):
-    build("alo-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+def killed_run(tmp_path, name: str, victims: list, guarantee: str) -> tuple:
+    """A failure-free reference run, then the same flow with ``victims`` killed mid-run:
+    ``(expected, got, result)`` as FileSink contents and the killed run's RunResult."""
+    build(f"{name}-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
     expected = read_file_sink(tmp_path / "ref", "out")
-    out = tmp_path / "alo"
-    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["alo/by_key/1"])
-    result = build("alo", FileSink(out, name="out"), paced=True).run(
-        parallelism=2, guarantee="at-least-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps")
+    out = tmp_path / name
+    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [f"{name}/{v}" for v in victims])
+    result = build(name, FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee=guarantee, snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps")
     )
     killer.join(timeout=5)
-    got = read_file_sink(out, "out")
+    assert not killer.is_alive()  # every victim was killed mid-run
+    return expected, read_file_sink(out, "out"), result
+
+
+def test_at_least_once_loses_nothing(ray_session, tmp_path):
+    expected, got, result = killed_run(tmp_path, "alo", ["by_key/1"], "at-least-once")
     assert result.metrics.recoveries == 1
     counts = collections.Counter((m, tuple(v)) for m, v in got)
     assert set(counts) == {(m, tuple(v)) for m, v in expected}  # nothing lost
@@ -233,15 +240,6 @@ def test_at_most_once_skips_the_backlog_and_never_duplicates(ray_session, kafka_
 
 
 def test_coordinator_killed_a_new_one_resumes(ray_session, tmp_path):
-    build("co-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
-
-    out = tmp_path / "co"
-    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["co-file/coordinator"])
-    result = build("co-file", FileSink(out, name="out"), paced=True).run(
-        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps")
-    )
-    killer.join(timeout=5)
-    assert not killer.is_alive()  # the coordinator was killed mid-run
-    assert read_file_sink(out, "out") == expected
+    expected, got, result = killed_run(tmp_path, "co-file", ["coordinator"], "exactly-once")
+    assert got == expected
     assert result.metrics.elements["src"] < N  # the new coordinator resumed from a snapshot
