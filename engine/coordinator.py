@@ -53,9 +53,6 @@ class CoordinatorActor:
     def stop(self) -> None:
         self.supervisor.stop_requested.set()
 
-    def ping(self) -> bool:
-        return True
-
 
 def coordinator_name(plan: Plan) -> str:
     return f"{plan.flow_name}/coordinator"
