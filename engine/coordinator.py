@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 import ray
 from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .plan import Plan
 from .result import RunResult
@@ -76,7 +77,12 @@ def run_coordinated(
     spec = dict(spec)
     restarts = 0
     while True:
-        coordinator = CoordinatorActor.options(name=coordinator_name(plan), namespace=NAMESPACE).remote(plan, spec)
+        # On the driver's node: it shares the driver's fate anyway, and a worker node lost
+        # to the cluster must cost a recovery of that node's actors, not a new coordinator.
+        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        coordinator = CoordinatorActor.options(name=coordinator_name(plan), namespace=NAMESPACE, scheduling_strategy=here).remote(
+            plan, spec
+        )
         if on_coordinator is not None:
             on_coordinator(coordinator)
         try:
