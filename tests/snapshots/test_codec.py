@@ -9,7 +9,6 @@ import os
 import struct
 import subprocess
 import sys
-import time
 from collections import defaultdict, namedtuple
 
 import pytest
@@ -167,7 +166,7 @@ Point = namedtuple("Point", "x y")
 
 @pytest.mark.parametrize(
     "value, name",
-    [(object(), "object"), (Point(1, 2), "Point"), (defaultdict(int), "defaultdict"), (bytearray(b"x"), "bytearray"),
+    [(object(), "object"), (Point(1, 2), "Point"), (defaultdict(int), "defaultdict"),
      ([1, {"a": (2, 1j)}], "complex"), ({frozenset({print})}, "builtin_function_or_method")],
 )
 def test_unsupported_types_raise_a_type_error_that_names_them(value, name):
@@ -185,7 +184,7 @@ def test_unsupported_types_raise_a_type_error_that_names_them(value, name):
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_decode_to_a_value_or_a_decode_error(data):
     try:
-        decode(b"\x01" + data)
+        decode(b"\x02" + data)
     except DecodeError:
         pass
 
@@ -203,13 +202,19 @@ def test_truncated_or_extended_encodings_are_rejected(value, data):
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\x02N", b"\x01\xff", b"\x01q\x02\x00\x00\x00f" + bytes(8), b"\x01l\xff\xff\xff\xff", b"\x01q\xff\xff\xff\xffq",
-     b"\x01e\x01\x00\x00\x00l\x00\x00\x00\x00", b"\x01s\x01\x00\x00\x00\xff"],
-    ids=["empty", "version", "tag", "float-width-in-int-list", "forged-count", "forged-int-count", "unhashable-set-item", "bad-utf8"],
+    [b"", b"\x01\xc0", b"\x02\xc1", b"\x02\x93\x01", b"\x02\xdd\xff\xff\xff\xff", b"\x02\x81\x91\x01\x01",
+     b"\x02\xd4\x02\x91", b"\x02\xd4\x09\x00", b"\x02\xd4\x01\x01", b"\x02\xa1\xff"],
+    ids=["empty", "version", "reserved-byte", "truncated", "forged-count", "unhashable-key", "unhashable-set-item",
+         "unknown-extension", "tuple-of-non-array", "bad-utf8"],
 )
 def test_malformed_inputs(data):
     with pytest.raises(DecodeError):
         decode(data)
+
+
+def test_binary_buffers_are_written_as_bytes():
+    # MessagePack has one binary type; a mutable buffer in a state comes back immutable.
+    assert decode(encode([bytearray(b"ab"), memoryview(b"cd")])) == [b"ab", b"cd"]
 
 
 def test_decode_accepts_bytes_like():
@@ -217,15 +222,9 @@ def test_decode_accepts_bytes_like():
     assert decode(bytearray(encode((1, 2)))) == (1, 2)
 
 
-# -- speed ----------------------------------------------------------------------------------------------
+# -- nesting ----------------------------------------------------------------------------------------------
 
 
-def test_a_thousand_int_to_int_list_entries_round_trip_well_under_10ms():
-    state = {i: list(range(i, i + 10)) for i in range(1000)}
-    best = float("inf")
-    for _ in range(10):
-        t0 = time.perf_counter()
-        back = decode(encode(state))
-        best = min(best, time.perf_counter() - t0)
-    assert back == state
-    assert best < 0.010, f"{best * 1000:.1f} ms"
+def test_tuples_and_sets_nest_inside_each_other():
+    value = {(1, (2, frozenset({(3, 4), (5,)}))): [{(6,)}, (7, [8, (9,)])]}
+    assert same(decode(encode(value)), value)
