@@ -12,9 +12,14 @@ exact.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Callable, Optional
 
-from kafka import KafkaProducer, TopicPartition
+import kafka.errors as kafka_errors
+from kafka import TopicPartition
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.sink import Sink, SinkPartition
@@ -24,6 +29,11 @@ from .errors import short_repr
 from .kafka_io import consumer, ensure_topic, last_record, read_partition
 
 META_HEADER = "driftstream-t"
+
+#: Largest record batch the sink sends in one request: under the 1 MiB that brokers
+#: accept by default (``message.max.bytes``); a bigger bundle goes in several requests.
+MAX_BATCH_BYTES = 512 * 1024
+REQUEST_TIMEOUT_MS = 30_000
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -53,29 +63,70 @@ class KafkaSink(Sink):
 
 
 class _KafkaSinkPartition(SinkPartition):
+    """One partition's writer: each bundle becomes record batches built here and sent as
+    produce requests (acks=all) one after the other, each awaited.
+
+    Not KafkaProducer: its per-record ``send()`` (future, accumulator lock, wake-ups of
+    its I/O thread) cost ~55 µs a record and its ``flush()`` ~1.5 ms a bundle, most
+    of a sink's CPU; a batch built in one pass costs ~16 µs a record. Nothing is
+    retried: a failed request fails the bundle, and recovery finds what the
+    partition holds from its last message, so a request that did land is not
+    written twice.
+    """
+
     def __init__(self, sink: KafkaSink, partition: int) -> None:
         self.sink = sink
         self.partition = partition
-        # One request in flight keeps the partition in the order we send. The flush at the
-        # end of each bundle sends it: a long linger and large batches spare the producer
-        # a wake-up of its network thread per record (about a third of its CPU cost).
-        self.producer = KafkaProducer(
-            bootstrap_servers=sink.bootstrap_servers,
-            acks="all",
-            linger_ms=1000,
-            batch_size=1 << 20,
-            max_in_flight_requests_per_connection=1,
-        )
+        self.tp = TopicPartition(sink.topic, partition)
+        self.client = KafkaNetClient(bootstrap_servers=sink.bootstrap_servers.split(","), client_id=f"driftstream-sink-{sink.name}-{partition}")
+        self.leader = self._find_leader()
+
+    def _find_leader(self) -> int:
+        cluster = self.client.cluster
+        self.client.check_version()
+        cluster.add_topic(self.sink.topic)
+        deadline = time.monotonic() + REQUEST_TIMEOUT_MS / 1000
+        while True:
+            self.client.poll(future=cluster.request_update(), timeout_ms=REQUEST_TIMEOUT_MS)
+            leader = cluster.leader_for_partition(self.tp)
+            if leader is not None and leader >= 0:
+                return leader
+            if time.monotonic() > deadline:
+                raise kafka_errors.LeaderNotAvailableError(f"no leader for {self.tp} after {REQUEST_TIMEOUT_MS} ms")
+            time.sleep(0.1)
 
     def write(self, bundle: Bundle) -> None:
-        send, topic, p, encode = self.producer.send, self.sink.topic, self.partition, self.sink.encode
+        encode = self.sink.encode
+        builder = _builder()
         for meta, payload in bundle.elements:
             try:
                 value = encode(payload)
             except Exception as exc:
                 raise TypeError(f"sink {self.sink.name!r} cannot encode {short_repr(payload)} at t={meta!r}: {exc}") from exc
-            send(topic, value=value, partition=p, headers=[(META_HEADER, _json_bytes(Meta._make(meta).to_json()))])
-        self.producer.flush()  # returns once the broker has every message: the bundle's ack
+            headers = [(META_HEADER, _json_bytes(Meta._make(meta).to_json()))]
+            if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
+                self._send(builder)
+                builder = _builder()
+                builder.append(timestamp=None, key=None, value=value, headers=headers)
+        if builder.next_offset():
+            self._send(builder)
+
+    def _send(self, builder: MemoryRecordsBuilder) -> None:
+        builder.close()
+        topic = ProduceRequest.TopicProduceData
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=REQUEST_TIMEOUT_MS,
+            topic_data=[topic(name=self.sink.topic, partition_data=[topic.PartitionProduceData(index=self.partition, records=builder.buffer())])],
+            max_version=9,
+        )
+        response = self.client.send_and_receive(self.leader, request, timeout_ms=REQUEST_TIMEOUT_MS)
+        for topic_response in response.responses:
+            for part in topic_response.partition_responses:
+                if part.error_code:
+                    error = kafka_errors.for_code(part.error_code)
+                    raise error(f"writing {builder.next_offset()} records to {self.tp}: {part.error_message or error.__name__}")
 
     def last_bundle(self) -> Optional[Meta]:
         c = consumer(self.sink.bootstrap_servers)
@@ -86,7 +137,11 @@ class _KafkaSinkPartition(SinkPartition):
         return None if rec is None else _meta_of(rec)
 
     def close(self) -> None:
-        self.producer.close()
+        self.client.close()
+
+
+def _builder() -> MemoryRecordsBuilder:
+    return MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=MAX_BATCH_BYTES)
 
 
 def _meta_of(rec: Any) -> Optional[Meta]:

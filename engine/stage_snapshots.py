@@ -5,9 +5,11 @@ everything below T into its base states) the instance takes, in the event loop,
 only what changed since the last snapshot (references to immutable states:
 O(changed keys), no encoding) and where its source partitions must replay from.
 One background thread per instance then, snapshot after snapshot in order,
-encodes and writes those states to RocksDB, takes a RocksDB checkpoint (hard
-links) and uploads it to the snapshot store. Processing never waits for any of
-it; ``prepared(id)`` answers once the snapshot is durable.
+encodes and writes those states to RocksDB and stores them: as a delta (one
+file of the encoded states) on most snapshots, as a base (a RocksDB checkpoint,
+hard links, uploaded) every few seconds; see :mod:`driftstream.snapshots.changelog`.
+Processing never waits for any of it; ``prepared(id)`` answers once the
+snapshot is durable.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
+from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, encode_delta
 from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
 
@@ -27,14 +31,17 @@ from driftstream.snapshots.store import SnapshotStore
 class StageSnapshots:
     """Backends and snapshot duties of one stage instance.
 
-    ``restore``: ``{"snapshot": id, "states": {step name: participant}, "sources": {...}}``
-    from the manifest being recovered, or empty for a fresh start.
+    ``restore``: ``{"snapshot": id, "states": {step name: chain entry}, "sources": {...}}``
+    from the manifest being recovered, or empty for a fresh start. ``base_every_s``:
+    seconds between full checkpoints (the snapshots in between write deltas).
     """
 
-    def __init__(self, store_uri: Optional[str], participant_prefix: str, restore: dict) -> None:
+    def __init__(self, store_uri: Optional[str], participant_prefix: str, restore: dict, base_every_s: float = 5.0) -> None:
         self.store = SnapshotStore(store_uri) if store_uri else None
         self.prefix = participant_prefix
         self.restore = restore
+        self.base_every_s = base_every_s
+        self.chains: dict = {}  # step name -> Chain
         self.workdir = None
         if store_uri:
             # A killed incarnation of this instance could not clean up after itself.
@@ -53,10 +60,19 @@ class StageSnapshots:
         """The base states of a stateful step (RocksDB behind a write-back cache),
         restored from the snapshot if there is one."""
         path = self.workdir / f"db-{step_name}"
-        participant = self.restore.get("states", {}).get(step_name)
-        if participant is not None:
-            self.store.download(self.restore["snapshot"], participant, path)
-        backend = self.backends[step_name] = StateCache(RocksDBBackend(path))
+        entry = self.restore.get("states", {}).get(step_name)
+        participant = self.participant(step_name)
+        if entry is None:
+            self.chains[step_name] = Chain(self.base_every_s)
+            db = RocksDBBackend(path)
+        else:
+            self.store.download(entry["base"], participant, path)
+            db = RocksDBBackend(path)
+            for delta in entry["deltas"]:
+                db.put_encoded(decode_delta(self.store.get_file(delta, participant, DELTA_FILE)))
+            # Go on from the restored chain: its files stay in the store while a manifest needs them.
+            self.chains[step_name] = Chain.from_entry(entry, time.time(), self.base_every_s)
+        backend = self.backends[step_name] = StateCache(db)
         return backend
 
     def take(self, snapshot_id: int, t: tuple, reader: Any) -> None:
@@ -78,14 +94,19 @@ class StageSnapshots:
 
     def _persist(self, snapshot_id: int, batches: dict, sources: dict) -> dict:
         states = {}
+        now = time.time()
         for step_name, batch in batches.items():
-            cache = self.backends[step_name]
-            cache.write(batch)
-            local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
-            participant = self.participant(step_name)
-            self.store.upload(snapshot_id, participant, local)
-            shutil.rmtree(local, ignore_errors=True)
-            states[step_name] = participant
+            cache, chain, participant = self.backends[step_name], self.chains[step_name], self.participant(step_name)
+            pairs = cache.write(batch)
+            if chain.needs_base(now):
+                local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
+                self.store.upload(snapshot_id, participant, local)
+                shutil.rmtree(local, ignore_errors=True)
+                chain.add_base(snapshot_id, now)
+            elif pairs:  # nothing changed: the chain as it is describes this snapshot too
+                self.store.put_file(snapshot_id, participant, DELTA_FILE, encode_delta(pairs))
+                chain.add_delta(snapshot_id)
+            states[step_name] = chain.entry(participant)
         return {"states": states, "sources": {str(p): list(pos) for p, pos in sources.items()}}
 
     async def prepared(self, snapshot_id: int) -> dict:

@@ -26,6 +26,7 @@ from typing import Optional
 import ray
 
 from driftstream.ordering.meta import BOTTOM
+from driftstream.snapshots.changelog import snapshots_required
 from driftstream.snapshots.store import SnapshotStore
 
 from .errors import FlowError
@@ -182,7 +183,9 @@ class RaySupervisor:
 
         manifest = self.store.read_latest_manifest() if (self.resume and self.store) else None
         if manifest is not None:
-            self.next_snapshot_id = manifest["id"] + 1
+            # Past every snapshot directory, committed or not: a new snapshot never shares one
+            # with files an earlier run left behind.
+            self.next_snapshot_id = max([manifest["id"], *self.store.snapshot_ids()]) + 1
         t0 = time.time()
         # A resumed run's sinks may hold output past the manifest (or output without any manifest).
         self._launch_surviving(manifest, recovering=self.resume)
@@ -327,6 +330,8 @@ class RaySupervisor:
             "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
             "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
         }
+        # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
+        manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
         self._inject("before_commit")
         self.store.write_manifest(sid, manifest)
         record = SnapshotRecord(sid, t, time.time() - started, started)

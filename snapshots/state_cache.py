@@ -14,7 +14,7 @@ that), so the taken batch is a consistent view of the states at T.
 >>> cache = StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db"))
 >>> cache.put("k", 1); cache.get("k"), cache.db.get("k")      # not written yet
 (1, None)
->>> batch = cache.take_dirty(); cache.write(batch); cache.mark_written(batch); cache.db.get("k")
+>>> batch = cache.take_dirty(); _ = cache.write(batch); cache.mark_written(batch); cache.db.get("k")
 1
 >>> cache.close()
 
@@ -68,12 +68,13 @@ class StateCache:
         self._dirty = set()
         return batch
 
-    def write(self, batch: dict) -> None:
-        """Encode and store ``batch`` in RocksDB. Touches no cached state, so it may run in a
-        thread while the owner goes on with ``get``/``put``; batches must be written in the
-        order they were taken."""
-        for key, state in batch.items():
-            self.db.put(key, state)
+    def write(self, batch: dict) -> list:
+        """Encode and store ``batch`` in RocksDB; returns the encoded ``(key, state)`` byte pairs
+        (what a snapshot delta holds). Touches no cached state, so it may run in a thread while
+        the owner goes on with ``get``/``put``; batches must be written in the order they were taken."""
+        pairs = self.db.encode_states(batch)
+        self.db.put_encoded(pairs)
+        return pairs
 
     def mark_written(self, batch: dict) -> None:
         """After :meth:`write` of ``batch`` finished: its keys not changed since may be evicted.

@@ -212,3 +212,16 @@ def test_a_rocksdb_checkpoint_through_the_store_restores_the_same_states(tmp_pat
     local = recovered.download(manifest["snapshot_id"], participant, tmp_path / "recovered")
     with RocksDBBackend(local) as r:  # a download is a private copy: open it in place
         assert dict(r.items()) == states
+
+
+def test_prune_keeps_the_snapshots_a_kept_manifest_requires(tmp_path):
+    store = SnapshotStore(str(tmp_path / "store"), keep=2)
+    for snapshot_id in range(1, 6):
+        store.put_file(snapshot_id, "p", "DELTA", b"x")
+        # Every snapshot is built on base 1 plus the deltas up to itself.
+        store.write_manifest(snapshot_id, {"requires": list(range(1, snapshot_id))})
+    assert store.snapshot_ids() == [1, 2, 3, 4, 5]  # 4 and 5 are kept, and they require 1..4
+    store.write_manifest(6, {"requires": [5]})  # a new base at 5: the chain before it is unreferenced
+    store.write_manifest(7, {"requires": [5, 6]})
+    assert store.snapshot_ids() == [5, 6, 7]
+    assert store.get_file(5, "p", "DELTA") == b"x"
