@@ -1,6 +1,6 @@
 """The coordinator: the run's supervisor as a Ray actor in the cluster.
 
-It schedules snapshots through the acker, collects ``prepared``, commits
+It schedules snapshots through the acker (which collects every ``prepared`` part), commits
 manifests, watches every actor (death, missed heartbeats) and runs recovery
 (:class:`~driftstream.engine.supervisor.RaySupervisor`, in an actor thread).
 The driver only starts it and waits; ``FlowHandle.status()`` and ``stop()`` are

@@ -97,6 +97,8 @@ class AckerActor:
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
         self.updates = 0
+        self.parts: dict = {}  # snapshot id -> {stage actor key: its part}, while it is pending
+        self.parts_complete: dict = {}  # snapshot id -> Event set once every participant answered
 
     async def listen(self) -> tuple:
         self.done = asyncio.Event()
@@ -109,6 +111,14 @@ class AckerActor:
             await self.endpoint.connect(key, addresses[key])
 
     def _on_message(self, message: tuple) -> None:
+        if message[0] == "prepared":
+            _, snapshot_id, key, part = message
+            parts = self.parts.get(snapshot_id)
+            if parts is not None:  # else: a snapshot given up on (a reset happened since)
+                parts[key] = part
+                if len(parts) == len(self.subscribers):
+                    self.parts_complete[snapshot_id].set()
+            return
         _, xors, source_index, bound = message
         self.acker.update(xors, source_index, bound)
         self.updates += 1
@@ -138,17 +148,30 @@ class AckerActor:
             self.error = self.error or exc
         self.done.set()
 
-    async def snapshot(self, snapshot_id: int) -> tuple:
-        """Attach snapshot ``snapshot_id`` to the current watermark T; returns T.
+    async def snapshot(self, snapshot_id: int, timeout: float) -> tuple:
+        """Take snapshot ``snapshot_id`` at the current watermark T: returns ``(T, parts, missing)``.
 
         Each stage actor gets the marker after every earlier watermark (one FIFO
-        connection from the acker), so it has not pruned past T when it snapshots.
+        connection from the acker), so it has not pruned past T when it snapshots;
+        its part (``prepared``) comes back on its data-plane connection once durable.
+        One Ray call per snapshot, whatever the number of actors: ``parts`` maps
+        actor keys to parts, ``missing`` lists the keys that did not answer within
+        ``timeout`` seconds (hung). T is TOP, with no parts, when the run is complete.
         """
         w = self.acker.watermark
-        if w != TOP:
-            for key in self.subscribers:
-                self.endpoint.send(key, ("wm", w, snapshot_id))
-        return w
+        if w == TOP:
+            return w, {}, []
+        self.parts[snapshot_id] = parts = {}
+        complete = self.parts_complete[snapshot_id] = asyncio.Event()
+        for key in self.subscribers:
+            self.endpoint.send(key, ("wm", w, snapshot_id))
+        try:
+            await asyncio.wait_for(complete.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            del self.parts[snapshot_id], self.parts_complete[snapshot_id]
+        return w, parts, [k for k in self.subscribers if k not in parts]
 
     async def alive(self) -> None:
         """Never returns: the supervisor holds this call to learn at once when the actor dies."""
@@ -333,11 +356,9 @@ class StageActor:
         else:
             self._apply_watermark(message[1])
             if len(message) > 2:
-                self.snapshots.take(message[2], message[1], self.reader)
-
-    async def prepared(self, snapshot_id: int) -> dict:
-        """This instance's part of snapshot ``snapshot_id`` once it is durable in the store."""
-        return await self.snapshots.prepared(snapshot_id)
+                snapshot_id = message[2]
+                endpoint = self.endpoint
+                self.snapshots.take(snapshot_id, message[1], self.reader, lambda part: endpoint.send("acker", ("prepared", snapshot_id, self.key, part)))
 
     async def alive(self) -> None:
         """Never returns: the supervisor holds this call to learn at once when the actor dies."""

@@ -8,19 +8,21 @@ One background thread per instance then, snapshot after snapshot in order,
 encodes and writes those states to RocksDB and stores them: as a delta (one
 file of the encoded states) on most snapshots, as a base (a RocksDB checkpoint,
 hard links, uploaded) every few seconds; see :mod:`driftstream.snapshots.changelog`.
-Processing never waits for any of it; ``prepared(id)`` answers once the
-snapshot is durable.
+Processing never waits for any of it; the instance's part of the manifest goes
+to the acker once the snapshot is durable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, encode_delta
@@ -45,11 +47,9 @@ class StageSnapshots:
         self.workdir = None
         if store_uri:
             # A killed incarnation of this instance could not clean up after itself.
-            for stale in Path(tempfile.gettempdir()).glob(f"driftstream-{participant_prefix}-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-"))
+            _remove_stale_workdirs(participant_prefix)
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-{os.getpid()}-"))
         self.backends: dict = {}
-        self.pending: dict = {}
         # One thread: snapshot k's writes must land before snapshot k+1's checkpoint.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") if store_uri else None
 
@@ -75,22 +75,29 @@ class StageSnapshots:
         backend = self.backends[step_name] = StateCache(db)
         return backend
 
-    def take(self, snapshot_id: int, t: tuple, reader: Any) -> None:
-        """Take the changed states and source positions now; write, checkpoint and upload in
-        the background; see :meth:`prepared`."""
+    def take(self, snapshot_id: int, t: tuple, reader: Any, prepared: Callable[[dict], None]) -> None:
+        """Take the changed states and source positions now; write and store them in the
+        background, then call ``prepared(part)`` in the event loop: the manifest's record of
+        this instance (``{"states": ..., "sources": ...}``, or ``{"error": message}``)."""
         if self.store is None:
+            prepared({"states": {}, "sources": {}})
             return
         batches = {step_name: cache.take_dirty() for step_name, cache in self.backends.items()}
         sources = reader.resume_positions(t) if reader is not None else {}
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._worker, self._persist, snapshot_id, batches, sources)
-        future.add_done_callback(lambda f: self._written(f, batches))
-        self.pending[snapshot_id] = future
+        future.add_done_callback(lambda f: self._written(f, batches, prepared))
 
-    def _written(self, future: Any, batches: dict) -> None:
-        if not future.cancelled() and future.exception() is None:
-            for step_name, batch in batches.items():
-                self.backends[step_name].mark_written(batch)
+    def _written(self, future: Any, batches: dict, prepared: Callable[[dict], None]) -> None:
+        if future.cancelled():
+            return  # closed: this incarnation is gone
+        error = future.exception()
+        if error is not None:
+            prepared({"error": f"{type(error).__name__}: {error}"})
+            return
+        for step_name, batch in batches.items():
+            self.backends[step_name].mark_written(batch)
+        prepared(future.result())
 
     def _persist(self, snapshot_id: int, batches: dict, sources: dict) -> dict:
         states = {}
@@ -109,13 +116,6 @@ class StageSnapshots:
             states[step_name] = chain.entry(participant)
         return {"states": states, "sources": {str(p): list(pos) for p, pos in sources.items()}}
 
-    async def prepared(self, snapshot_id: int) -> dict:
-        for _ in range(1000):
-            if snapshot_id in self.pending:
-                return await self.pending.pop(snapshot_id)
-            await asyncio.sleep(0.002)  # the marker may still be on its way from the acker
-        raise TimeoutError(f"{self.prefix} never received snapshot {snapshot_id}")
-
     def close(self) -> None:
         if self._worker is not None:
             self._worker.shutdown(wait=True, cancel_futures=True)
@@ -123,3 +123,32 @@ class StageSnapshots:
             backend.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _remove_stale_workdirs(participant_prefix: str) -> None:
+    """Delete the working directories that earlier incarnations of this instance left behind.
+
+    A killed process cannot clean up after itself. Only directories of processes that
+    are gone (or of this one: a reset incarnation) are deleted: for a moment after a
+    recovery two incarnations may both be alive, and the older one's open database
+    must not vanish under it.
+    """
+    for stale in Path(tempfile.gettempdir()).glob(f"driftstream-{participant_prefix}-*"):
+        # <pid>-<mkdtemp's 8 characters>; anything else is another instance whose prefix
+        # extends this one ("...-1" and "...-12-<pid>-...").
+        match = re.fullmatch(r"(\d+)-[a-z0-9_]{8}", stale.name[len(f"driftstream-{participant_prefix}-") :])
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or not _alive(pid):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -2,9 +2,11 @@
 
 Snapshots are acker-based and asynchronous: the supervisor asks the acker to
 attach ``snapshot(id)`` to the current watermark T; every stage instance
-checkpoints its keyed state (everything below T), notes where its source
-partitions replay from, uploads in the background, and answers ``prepared``;
-then the manifest is written atomically. Output never waits for any of it.
+stores its keyed state (everything below T: a delta or a base checkpoint),
+notes where its source partitions replay from, all in the background, and sends
+its part (``prepared``) to the acker on the data plane; the acker answers the
+supervisor's one call with every part, and the manifest is written atomically.
+Output never waits for any of it.
 
 Recovery: an actor's death is seen at once (the supervisor holds a
 never-returning ``alive()`` call on every actor). Every actor of the run is
@@ -310,18 +312,20 @@ class RaySupervisor:
         sid = self.next_snapshot_id
         started = time.time()
         try:
-            t = ray.get(self.acker.snapshot.remote(sid), timeout=self.heartbeat_timeout)
+            # The acker waits up to heartbeat_timeout for the parts; the call itself gets a little more.
+            t, by_key, missing = ray.get(self.acker.snapshot.remote(sid, self.heartbeat_timeout), timeout=self.heartbeat_timeout + 5)
         except ray.exceptions.GetTimeoutError:
             raise Hung({self.names[0]}) from None  # the acker
         if t == (float("inf"),):
             return None
         self.next_snapshot_id += 1
+        if missing:
+            raise Hung({self.plan.stages[k[0]].actor_names[k[1]] for k in missing})
+        errors = [f"{self.plan.stages[k[0]].actor_names[k[1]]}: {p['error']}" for k, p in by_key.items() if "error" in p]
+        if errors:
+            raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
         keys = list(self.actors)
-        refs = [self.actors[k].prepared.remote(sid) for k in keys]
-        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.heartbeat_timeout)
-        if late:
-            raise Hung({self.plan.stages[k[0]].actor_names[k[1]] for k, r in zip(keys, refs) if r in late})
-        parts = ray.get(refs)
+        parts = [by_key[k] for k in keys]
         manifest = {
             "id": sid,
             "flow": self.plan.flow_name,

@@ -195,11 +195,16 @@ def test_at_most_once_skips_the_backlog_and_never_duplicates(ray_session, kafka_
         count_per_key, name="count"
     ).sink(FileSink(out, name="out"))
 
-    def produce():  # a live input: 8,000 records over ~6 s, alternating partitions
+    killed = threading.Event()
+
+    def produce():
+        # A live input on alternating partitions: paced (100 records per 75 ms) until the
+        # actor is killed, then the rest in one burst, so that a backlog is waiting when
+        # the run recovers, however fast that is and however loaded the machine.
         p = KafkaProducer(bootstrap_servers=bs, linger_ms=5)
         for i in range(total):
             p.send(topic, json.dumps(["k%d" % (i % 5), i]).encode(), partition=i % 2)
-            if i % 100 == 99:
+            if i % 100 == 99 and not killed.is_set():
                 time.sleep(0.075)
         p.flush()
         p.close()
@@ -212,6 +217,7 @@ def test_at_most_once_skips_the_backlog_and_never_duplicates(ray_session, kafka_
     while progress() < total // 4 and time.time() < deadline:
         time.sleep(0.05)
     ray.kill(ray.get_actor(f"{flow.name}/by_key/0", namespace="driftstream"), no_restart=True)
+    killed.set()
     producer.join(timeout=60)
     last, stable_since = -1, time.time()
     while time.time() - stable_since < 2.0 and time.time() < deadline + 60:  # until output stops growing

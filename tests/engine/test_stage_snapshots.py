@@ -11,8 +11,9 @@ from driftstream.snapshots.changelog import DELTA_FILE
 
 def _take(snaps: StageSnapshots, snapshot_id: int) -> dict:
     async def go() -> dict:
-        snaps.take(snapshot_id, (0,), None)
-        return await snaps.prepared(snapshot_id)
+        done = asyncio.get_running_loop().create_future()
+        snaps.take(snapshot_id, (0,), None, done.set_result)
+        return await done
 
     return asyncio.run(go())
 
@@ -84,3 +85,17 @@ def test_a_delta_is_one_file_of_the_changed_states(tmp_path):
 
     pairs = decode_delta(SnapshotStore(store).get_file(2, "f-s-0-count", DELTA_FILE))
     assert len(pairs) == 1  # "a" did not change: it is only in the base
+
+
+def test_only_workdirs_of_gone_processes_are_removed(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from driftstream.engine.stage_snapshots import _remove_stale_workdirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tempfile.mkdtemp(prefix="driftstream-f-s-1-999999999-")  # no such process
+    live = tempfile.mkdtemp(prefix=f"driftstream-f-s-1-{os.getppid()}-")  # another live incarnation
+    other = tempfile.mkdtemp(prefix="driftstream-f-s-12-999999999-")  # instance 12, not 1
+    _remove_stale_workdirs("f-s-1")
+    assert not os.path.exists(dead) and os.path.exists(live) and os.path.exists(other)
