@@ -108,7 +108,8 @@ class RaySupervisor:
         self.snapshot_dir: Optional[str] = None
         if guarantee != "none":
             self.snapshot_dir = snapshot_dir or default_snapshot_dir(plan.flow_name)
-            self.store = SnapshotStore(self.snapshot_dir)
+            # Pruning lists the store: about once a second, whatever the snapshot interval.
+            self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / snapshot_interval)))
             if not resume:
                 for sid in self.store.snapshot_ids():
                     self.store.delete_snapshot(sid)
@@ -274,17 +275,19 @@ class RaySupervisor:
 
     def _heartbeat(self, pings: dict) -> set:
         """Ping every actor about once a second; return the names of those that have not
-        answered for ``heartbeat_timeout`` seconds (hung, e.g. a user function that never returns)."""
+        answered for ``heartbeat_timeout`` seconds (hung, e.g. a user function that never returns).
+
+        One ``ray.wait`` over every outstanding ping per call: the watch loop runs this at
+        every turn, a turn per snapshot interval or less."""
         now = time.time()
+        outstanding = [sent[0] for sent in pings.values()]
+        answered = set(ray.wait(outstanding, num_returns=len(outstanding), timeout=0)[0]) if outstanding else set()
         hung = set()
         for name, handle in zip(self.names, self.handles):
             sent = pings.get(name)
-            if sent is None:
+            if sent is None or (sent[0] in answered and now - sent[1] >= 1.0):
                 pings[name] = (handle.ping.remote(), now)
-            elif ray.wait([sent[0]], timeout=0)[0]:
-                if now - sent[1] >= 1.0:
-                    pings[name] = (handle.ping.remote(), now)
-            elif now - sent[1] > self.heartbeat_timeout:
+            elif sent[0] not in answered and now - sent[1] > self.heartbeat_timeout:
                 hung.add(name)
         return hung if self.store is not None else set()
 

@@ -58,9 +58,13 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 class SnapshotStore:
-    """Checkpoints and manifests of one job under ``uri``; keeps the newest ``keep`` committed snapshots."""
+    """Checkpoints and manifests of one job under ``uri``; keeps the newest ``keep`` committed snapshots.
 
-    def __init__(self, uri: str, *, keep: int = 2) -> None:
+    ``prune_every``: prune after every n-th commit (a listing of the root each time);
+    in between, up to n - 1 more old snapshots stay.
+    """
+
+    def __init__(self, uri: str, *, keep: int = 2, prune_every: int = 1) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.uri = uri
@@ -70,6 +74,8 @@ class SnapshotStore:
         self.root = root.rstrip("/")
         self._local = pafs.LocalFileSystem()
         self._requires: dict = {}  # snapshot id -> the ids its manifest requires
+        self.prune_every = prune_every
+        self._committed_since_prune = 0
 
     # -- checkpoint files ---------------------------------------------------------------
 
@@ -162,7 +168,10 @@ class SnapshotStore:
         with self.fs.open_output_stream(tmp) as out:
             out.write(text.encode("utf-8"))
         self.fs.move(tmp, f"{snap}/{MANIFEST}")
-        self.prune()
+        self._committed_since_prune += 1
+        if self._committed_since_prune >= self.prune_every:
+            self._committed_since_prune = 0
+            self.prune()
 
     def read_manifest(self, snapshot_id: int) -> Optional[dict]:
         """The committed manifest of ``snapshot_id``, or None if it is not committed (or unreadable)."""

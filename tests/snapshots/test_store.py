@@ -225,3 +225,12 @@ def test_prune_keeps_the_snapshots_a_kept_manifest_requires(tmp_path):
     store.write_manifest(7, {"requires": [5, 6]})
     assert store.snapshot_ids() == [5, 6, 7]
     assert store.get_file(5, "p", "DELTA") == b"x"
+
+
+def test_prune_every_n_commits(tmp_path):
+    store = SnapshotStore(str(tmp_path / "store"), keep=1, prune_every=3)
+    for snapshot_id in range(1, 6):
+        store.write_manifest(snapshot_id, {})
+    assert store.committed_ids() == [3, 4, 5]  # pruned after commit 3 only
+    store.write_manifest(6, {})
+    assert store.committed_ids() == [6]
