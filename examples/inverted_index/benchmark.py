@@ -168,7 +168,7 @@ class Benchmark:
             expected_records=expected,
             duplicates=lat.duplicates,
             incomplete=lat.incomplete,
-            problems=self._check(records, expected),
+            problems=self._check(records, expected) + self._locate_missing(feeder.sends, lat, in_topic),
             timeline=timeline,
             kept_ms=[d.latency_ms for d in lat.documents if d.seq >= self.skip],
             failures_at_s=[(k - first_send / 1000.0) for k in kills],
@@ -176,6 +176,31 @@ class Benchmark:
         )
         result.recovery_s = recovery_times(timeline, result.failures_at_s)
         return result
+
+    def _locate_missing(self, sends: list, lat: Any, in_topic: str) -> list:
+        """For each send whose change records did not all arrive: is it in the input topic
+        (lost after the broker took it) or not (lost before: feeder or broker)?"""
+        done = {d.seq for d in lat.documents}
+        missing = [s for s in sends if s.n_changes > 0 and s.seq not in done]
+        if not missing:
+            return []
+        from kafka import TopicPartition
+
+        from driftstream.engine.kafka_io import consumer, read_partition
+
+        c = consumer(self.bootstrap_servers)
+        try:
+            offsets: dict = {}
+            for rec in read_partition(c, TopicPartition(in_topic, 0), 0, max_s=30.0):
+                page = json.loads(rec.value).get("page_id")
+                offsets.setdefault(page, []).append(rec.offset)
+        finally:
+            c.close()
+        return [
+            f"send #{s.seq} (page {s.page_id}) incomplete: "
+            + (f"in the input topic at offset(s) {offsets[s.page_id]}" if s.page_id in offsets else "NOT in the input topic")
+            for s in missing
+        ]
 
     def _check(self, records: list, n_changes: int) -> list:
         if self.truth is None:
