@@ -18,6 +18,7 @@ import asyncio
 import gc
 import os
 import random
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Optional
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from .handle import FlowHandle
 
 NAMESPACE = "driftstream"
+
+#: The interpreter's thread switch interval in stage actors (see StageActor.__init__).
+SWITCH_INTERVAL_S = 0.001
 
 #: Seconds between ``gc.freeze()`` calls in stage actors (see StageActor._freeze_survivors).
 FREEZE_EVERY_S = 1.0
@@ -204,6 +208,11 @@ class StageActor:
     def __init__(self, plan: Plan, stage_index: int, instance: int, options: dict, token: bytes) -> None:
         self.key = (stage_index, instance)
         self.plan = plan
+        # The event loop shares the interpreter lock with the sink writer, the snapshot
+        # writer and kafka-python's threads; when one of them holds it, the loop waits up
+        # to a switch interval (5 ms by default) per hand-off. At 1 ms, exactly-once at
+        # 50 ms snapshots measured ~2 ms closer to none at p50 (inverted index, 50 docs/s).
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.source_task: Optional[asyncio.Task] = None
         self.gc_task: Optional[asyncio.Task] = None
         self._setup(options, token)
