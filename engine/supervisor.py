@@ -382,12 +382,23 @@ class RaySupervisor:
                     r.pending = None
 
     def live_status(self) -> dict:
-        """Watermark, progress and dead letters now, plus snapshot and recovery history."""
-        acker = ray.get(self.acker.status.remote(), timeout=10)
-        stats = ray.get([a.stats.remote() for a in self.actors.values()], timeout=10)
+        """Watermark, progress and dead letters now, plus snapshot and recovery history.
+
+        Asked during a recovery, actors that are dead and not replaced yet are left out of
+        the sums and counted in ``"unavailable"`` (the acker's figures are then None)."""
+        acker_ref, refs = self.acker.status.remote(), [a.stats.remote() for a in self.actors.values()]
+        answers = []
+        for ref in [acker_ref, *refs]:
+            try:
+                answers.append(ray.get(ref, timeout=10))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                answers.append(None)
+        acker = answers[0] or {"watermark": None, "in_flight": None}
+        stats = [s for s in answers[1:] if s is not None]
         last = self.status.snapshots[-1] if self.status.snapshots else None
         self.resolve_recoveries()
         return {
+            "unavailable": answers.count(None),
             "watermark": acker["watermark"],
             "in_flight": acker["in_flight"],
             "emitted": sum(s["emitted"] for s in stats),

@@ -311,8 +311,15 @@ class _Driftstream:
     def kill_stateful_actor(self) -> float:
         import ray
 
-        ray.kill(ray.get_actor(f"{self.name}/by_word/0", namespace="driftstream"), no_restart=True)
-        return time.time()
+        name, deadline = f"{self.name}/by_word/0", time.time() + 60
+        while True:  # after an earlier kill, the replacement may not be registered yet
+            try:
+                ray.kill(ray.get_actor(name, namespace="driftstream"), no_restart=True)
+                return time.time()
+            except ValueError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def stop(self) -> dict:
         status = self.handle.status()
