@@ -101,8 +101,8 @@ class AckerActor:
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
         self.updates = 0
-        self.parts: dict = {}  # snapshot id -> {stage actor key: its part}, while it is pending
-        self.parts_complete: dict = {}  # snapshot id -> Event set once every participant answered
+        # snapshot id -> ({stage actor key: its part}, Event set once every actor answered), while pending
+        self.pending_snapshots: dict = {}
 
     async def listen(self) -> tuple:
         self.done = asyncio.Event()
@@ -117,11 +117,12 @@ class AckerActor:
     def _on_message(self, message: tuple) -> None:
         if message[0] == "prepared":
             _, snapshot_id, key, part = message
-            parts = self.parts.get(snapshot_id)
-            if parts is not None:  # else: a snapshot given up on (a reset happened since)
+            pending = self.pending_snapshots.get(snapshot_id)
+            if pending is not None:  # else: a snapshot given up on (a reset happened since)
+                parts, complete = pending
                 parts[key] = part
                 if len(parts) == len(self.subscribers):
-                    self.parts_complete[snapshot_id].set()
+                    complete.set()
             return
         _, xors, source_index, bound = message
         self.acker.update(xors, source_index, bound)
@@ -165,8 +166,7 @@ class AckerActor:
         w = self.acker.watermark
         if w == TOP:
             return w, {}, []
-        self.parts[snapshot_id] = parts = {}
-        complete = self.parts_complete[snapshot_id] = asyncio.Event()
+        parts, complete = self.pending_snapshots[snapshot_id] = ({}, asyncio.Event())
         for key in self.subscribers:
             self.endpoint.send(key, ("wm", w, snapshot_id))
         try:
@@ -174,7 +174,7 @@ class AckerActor:
         except asyncio.TimeoutError:
             pass
         finally:
-            del self.parts[snapshot_id], self.parts_complete[snapshot_id]
+            del self.pending_snapshots[snapshot_id]
         return w, parts, [k for k in self.subscribers if k not in parts]
 
     async def alive(self) -> None:

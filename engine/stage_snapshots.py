@@ -33,7 +33,7 @@ from driftstream.snapshots.store import SnapshotStore
 class StageSnapshots:
     """Backends and snapshot duties of one stage instance.
 
-    ``restore``: ``{"snapshot": id, "states": {step name: chain entry}, "sources": {...}}``
+    ``restore``: ``{"states": {step name: chain entry}, "sources": {...}}``
     from the manifest being recovered, or empty for a fresh start. ``base_every_s``:
     seconds between full checkpoints (the snapshots in between write deltas).
     """

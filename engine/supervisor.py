@@ -323,8 +323,8 @@ class RaySupervisor:
             return None
         self.next_snapshot_id += 1
         if missing:
-            raise Hung({self.plan.stages[k[0]].actor_names[k[1]] for k in missing})
-        errors = [f"{self.plan.stages[k[0]].actor_names[k[1]]}: {p['error']}" for k, p in by_key.items() if "error" in p]
+            raise Hung({self._actor_name(k) for k in missing})
+        errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
         if errors:
             raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
         keys = list(self.actors)
@@ -344,6 +344,10 @@ class RaySupervisor:
         record = SnapshotRecord(sid, t, time.time() - started, started)
         self.status.snapshots.append(record)
         return record
+
+    def _actor_name(self, key: tuple) -> str:
+        """The Ray name of the stage actor ``(stage index, instance)``."""
+        return self.plan.stages[key[0]].actor_names[key[1]]
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
@@ -437,7 +441,6 @@ def _restore_for(manifest: Optional[dict], key: str) -> dict:
         return {}
     sources = manifest.get("sources", {}).get(key)
     return {
-        "snapshot": manifest["id"],
         "states": manifest.get("states", {}).get(key, {}),
         "sources": None if sources is None else {int(p): tuple(pos) for p, pos in sources.items()},
     }

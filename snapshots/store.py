@@ -101,7 +101,7 @@ class SnapshotStore:
     def put_file(self, snapshot_id: int, participant: str, name: str, data: bytes) -> None:
         """Write one file of a participant (e.g. a state delta), replacing any earlier one. Cost: its bytes."""
         dest = self._participant_dir(snapshot_id, participant)
-        name = _file_name(name)
+        name = _segment("file name", name)
         if isinstance(self.fs, pafs.LocalFileSystem):  # a fifth of pyarrow's cost, at a delta per snapshot
             os.makedirs(dest, exist_ok=True)
             with open(f"{dest}/{name}", "wb") as f:
@@ -113,7 +113,7 @@ class SnapshotStore:
 
     def get_file(self, snapshot_id: int, participant: str, name: str) -> bytes:
         """The bytes of a file written by :meth:`put_file`; FileNotFoundError if there is none."""
-        path = f"{self._participant_dir(snapshot_id, participant)}/{_file_name(name)}"
+        path = f"{self._participant_dir(snapshot_id, participant)}/{_segment('file name', name)}"
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             raise FileNotFoundError(f"snapshot {snapshot_id} has no file {name!r} for participant {participant!r} in {self.uri}")
         with self.fs.open_input_stream(path) as f:
@@ -259,11 +259,7 @@ class SnapshotStore:
         return f"{self.root}/{snapshot_id:0{_ID_DIGITS}d}"
 
     def _participant_dir(self, snapshot_id: int, participant: str) -> str:
-        if not isinstance(participant, str) or not _PARTICIPANT.match(participant) or participant == MANIFEST:
-            raise ValueError(
-                f"participant name {participant!r} must be one path segment of letters, digits, '.', '_', '=' or '-', "
-                "starting with a letter or digit"
-            )
+        participant = _segment("participant name", participant, reserved=(MANIFEST,))
         return f"{self._snapshot_dir(snapshot_id)}/{participant}"
 
     def __repr__(self) -> str:
@@ -290,9 +286,13 @@ def _link_tree(src: Path, dest: Path) -> bool:
     return True
 
 
-def _file_name(name: str) -> str:
-    if not isinstance(name, str) or not _PARTICIPANT.match(name):
-        raise ValueError(f"file name {name!r} must be one path segment of letters, digits, '.', '_', '=' or '-'")
+def _segment(what: str, name: str, reserved: tuple = ()) -> str:
+    """``name`` if it is safe as one path segment of the store (a participant or file name)."""
+    if not isinstance(name, str) or not _PARTICIPANT.match(name) or name in reserved:
+        raise ValueError(
+            f"{what} {name!r} must be one path segment of letters, digits, '.', '_', '=' or '-', "
+            "starting with a letter or digit"
+        )
     return name
 
 

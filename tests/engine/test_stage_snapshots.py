@@ -44,7 +44,7 @@ def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path
     assert entries[1]["deltas"] == [2] and entries[2]["deltas"] == [2]  # no delta without changes
     assert entries[3] == {"participant": "flow-stage-0-count", "base": 1, "deltas": [2, 4]}
     for snapshot_id, entry in enumerate(entries, start=1):
-        restored = StageSnapshots(store, "flow-stage-0", {"snapshot": snapshot_id, "states": {"count": entry}})
+        restored = StageSnapshots(store, "flow-stage-0", {"states": {"count": entry}})
         restored.backend("count")
         assert _states(restored, "count") == expected[snapshot_id], snapshot_id
         restored.close()
@@ -60,12 +60,12 @@ def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_pa
     snaps.close()
     assert entry["deltas"] == [2]
 
-    resumed = StageSnapshots(store, "f-s-0", {"snapshot": 2, "states": {"count": entry}}, base_every_s=0.0)
+    resumed = StageSnapshots(store, "f-s-0", {"states": {"count": entry}}, base_every_s=0.0)
     resumed.backend("count").put("b", 3)
     entry = _take(resumed, 3)["states"]["count"]
     resumed.close()
     assert entry == {"participant": "f-s-0-count", "base": 3, "deltas": []}  # base_every_s=0: always a base
-    again = StageSnapshots(store, "f-s-0", {"snapshot": 3, "states": {"count": entry}})
+    again = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
     again.backend("count")
     assert _states(again, "count") == {"a": 2, "b": 3}
     again.close()
