@@ -5,6 +5,14 @@ element's time is ``(ts, source, p, offset)`` where ``ts`` is the running
 maximum of record timestamps in the partition: a function of the log prefix,
 so a replay from any offset (with the running ts saved there) reproduces it.
 
+A broker may make a later batch visible before an earlier one: Tansu assigns a
+batch its offsets before it stores it, so with two producers on a partition (the
+source's own ticks and the user's) a fetch can return offset 12 while 11 is still
+being stored. A reader that moved on would lose record 11 for good. The reader
+therefore waits, up to ``gap_wait_s``, for a hole in the offsets to fill
+(:class:`OffsetGaps`); a hole that stays (compaction, transaction markers on
+Apache Kafka) is skipped and logged.
+
 Records that cannot be decoded (bad JSON, a decoder that raises) go to the
 dead-letter topic (``<topic>.dlq`` by default) with the error and the original
 bytes in headers and value, are counted, and do not stop the flow. Values are
@@ -17,6 +25,7 @@ decoded as JSON or passed on as bytes; never unpickled.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import deque
@@ -30,6 +39,11 @@ from .source import Source, SourcePartition
 
 #: Batches of records a partition's fetcher thread may hold ahead of the event loop.
 PREFETCH_BATCHES = 4
+
+#: Seconds a hole in a partition's offsets may stay before the reader moves past it.
+GAP_WAIT_S = 0.5
+
+log = logging.getLogger(__name__)
 
 #: Header that marks a tick record: appended to keep an idle partition's time moving; never reaches user code.
 TICK_HEADER = "driftstream-tick"
@@ -50,6 +64,9 @@ class KafkaSource(Source):
     record to it (unbounded sources; None: never). The watermark is the minimum over all
     partitions, so one idle partition would hold back every other one's output; the tick
     moves its time forward through the log, so a replay sees the same times.
+    ``gap_wait_s``: how long a hole in the offsets may stay before the reader skips it
+    (see the module docstring). Apache Kafka only leaves holes that stay (compaction,
+    transaction markers): a topic with those may set 0 to skip them at once.
     """
 
     def __init__(
@@ -61,6 +78,7 @@ class KafkaSource(Source):
         bounded: bool = False,
         start_offsets: Optional[dict] = None,
         tick_interval: Optional[float] = 0.02,
+        gap_wait_s: float = GAP_WAIT_S,
     ) -> None:
         if value_format == "json":
             self.decode: Optional[Callable[[bytes], Any]] = _json
@@ -76,6 +94,7 @@ class KafkaSource(Source):
         self.bounded = bounded
         self.tick_interval = None if bounded else tick_interval
         self.start_offsets = dict(start_offsets or {})
+        self.gap_wait_s = gap_wait_s
         self._partitions: Optional[int] = None
 
     def partitions(self) -> int:
@@ -88,6 +107,62 @@ class KafkaSource(Source):
 
     def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
         return KafkaPartitionReader(self, partition, source_id, start)
+
+
+class OffsetGaps:
+    """Delivers a partition's records without holes: what follows a hole in the offsets
+    is held back until the hole fills, or until it has stayed ``wait_s`` seconds.
+
+    Pure bookkeeping, O(records) per fetch; the fetcher seeks back to ``refetch_from``.
+
+    >>> from types import SimpleNamespace as R
+    >>> g = OffsetGaps(next_offset=10, wait_s=0.5)
+    >>> [r.offset for r in g.admit([R(offset=10), R(offset=12)], now=0.0)], g.refetch_from
+    ([10], 11)
+    >>> g.admit([R(offset=12)], now=0.1), g.refetch_from            # 11 still missing: wait
+    ([], 11)
+    >>> [r.offset for r in g.admit([R(offset=11), R(offset=12)], now=0.2)], g.refetch_from, g.filled
+    ([11, 12], None, 1)
+    >>> g.admit([R(offset=14)], now=1.0)                            # a hole at 13, first seen
+    []
+    >>> [r.offset for r in g.admit([R(offset=14)], now=1.6)], g.skipped   # stayed 0.6 s: skipped
+    ([14], 1)
+    """
+
+    def __init__(self, next_offset: int, wait_s: float, name: str = "") -> None:
+        self.next_offset = next_offset
+        self.wait_s = wait_s
+        self.name = name
+        self.refetch_from: Optional[int] = None
+        self.filled = 0
+        self.skipped = 0
+        self._hole: Optional[tuple] = None  # (first missing offset, when first seen)
+
+    def admit(self, records: list, now: float) -> list:
+        """The prefix of ``records`` to deliver. When it is shorter, ``refetch_from`` is the
+        hole to fetch again from (None otherwise)."""
+        self.refetch_from = None
+        for i, rec in enumerate(records):
+            if rec.offset > self.next_offset:
+                hole = self.next_offset
+                if self._hole is None or self._hole[0] != hole:
+                    self._hole = (hole, now)
+                if now - self._hole[1] < self.wait_s:
+                    self.refetch_from = hole
+                    return records[:i]
+                self.skipped += 1
+                self._hole = None
+                log.warning("%s: offsets %d..%d never appeared within %.2f s: skipped", self.name, hole, rec.offset - 1, self.wait_s)
+            elif self._hole is not None and rec.offset == self._hole[0]:
+                self.filled += 1
+                self._hole = None
+            self.next_offset = rec.offset + 1
+        return records
+
+    def moved_to(self, offset: int) -> None:
+        """The reader seeked to ``offset`` on purpose (a jump): no hole before it."""
+        self.next_offset = offset
+        self._hole = None
 
 
 class KafkaPartitionReader(SourcePartition):
@@ -124,6 +199,7 @@ class KafkaPartitionReader(SourcePartition):
         self._fetcher_started = False  # started by the first read(), after any skip_after()
         self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
         self.skipped = 0
+        self.gaps = OffsetGaps(offset, source.gap_wait_s, name=f"{source.topic}[{partition}]")
 
     def position(self) -> tuple:
         """``(next offset, running ts)``: where a replay of what follows must start."""
@@ -160,7 +236,7 @@ class KafkaPartitionReader(SourcePartition):
         return max(0, live_end - first_after)
 
     def _fetch(self) -> None:
-        consumer_, tp, closing, fetched = self.consumer, self.tp, self._closing, self._fetched
+        consumer_, tp, closing, fetched, gaps = self.consumer, self.tp, self._closing, self._fetched, self.gaps
         try:
             while not closing.is_set():
                 if len(fetched) >= PREFETCH_BATCHES:
@@ -170,15 +246,23 @@ class KafkaPartitionReader(SourcePartition):
                 if jump is not None and consumer_.position(tp) >= jump[0]:
                     self._jump = None
                     consumer_.seek(tp, jump[1])
+                    gaps.moved_to(jump[1])
                     fetched.append(jump)
                     continue
                 records = consumer_.poll(timeout_ms=100, max_records=2048).get(tp, [])
                 if not records:
                     continue
+                records = gaps.admit(records, time.monotonic())
+                if gaps.refetch_from is not None:
+                    consumer_.seek(tp, gaps.refetch_from)
+                    if not records:
+                        time.sleep(0.001)  # the hole's batch is being stored: give the broker a moment
+                        continue
                 if jump is not None and records[-1].offset >= jump[0]:
                     # Keep what precedes the jump; skip the rest (at-most-once).
                     self._jump = None
                     consumer_.seek(tp, jump[1])
+                    gaps.moved_to(jump[1])
                     records = [r for r in records if r.offset < jump[0]]
                     if records:
                         fetched.append(records)

@@ -192,6 +192,8 @@ class Benchmark:
         try:
             offsets: dict = {}
             for rec in read_partition(c, TopicPartition(in_topic, 0), 0, max_s=30.0):
+                if not rec.value:  # the source's tick records
+                    continue
                 page = json.loads(rec.value).get("page_id")
                 offsets.setdefault(page, []).append(rec.offset)
         finally:

@@ -188,3 +188,41 @@ def test_status_reports_the_source_lag(ray_session, kafka_broker):
         assert lags[-1] == 0  # caught up
     finally:
         handle.stop(timeout=60)
+
+
+def test_a_partition_written_by_two_producers_is_read_without_holes(kafka_broker):
+    """Tansu stores a batch after assigning its offsets, so a fetch can see a later producer's
+    batch before an earlier one's: the reader must wait for the earlier one, not skip it."""
+    import threading
+
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("two-writers")
+    ensure_topic(bs, topic, 1)
+    n = 1_500
+
+    def write(tag: str, pad: int) -> None:
+        p = KafkaProducer(bootstrap_servers=bs, linger_ms=0, acks=1, max_in_flight_requests_per_connection=1)
+        for i in range(n):
+            p.send(topic, json.dumps([tag, i, "x" * pad]).encode(), partition=0)
+            time.sleep(0.0005)
+        p.flush()
+        p.close()
+
+    reader = KafkaSource(topic, bs, tick_interval=None).open(0, 0)
+    writers = [threading.Thread(target=write, args=(tag, pad)) for tag, pad in (("a", 800), ("b", 0))]
+    for w in writers:
+        w.start()
+    got: list = []
+    try:
+        deadline = time.time() + 60
+        while len(got) < 2 * n and time.time() < deadline:
+            got += reader.read(512) or []
+            time.sleep(0.001)
+    finally:
+        for w in writers:
+            w.join()
+        reader.close()
+    offsets = [t[3] for t, _ in got]
+    assert offsets == list(range(2 * n)), f"holes skipped: {reader.gaps.skipped}"
+    for tag in ("a", "b"):
+        assert [v[1] for _, v in got if v[0] == tag] == list(range(n))
