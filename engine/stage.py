@@ -73,7 +73,7 @@ class StageRuntime:
         seed: Optional[int] = None,
         clock: Callable[[], float] = time.time,
         sample_every: int = 1,
-        backend_factory: Optional[Callable[[str], Any]] = None,
+        backend_factory: Optional[Callable[[str, Callable], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
@@ -103,7 +103,7 @@ class StageRuntime:
             step = plan.steps[sid]
             self.counts[step.name] = 0
             if step.kind in ("stateful_map", "stateful_flat_map"):
-                backend = backend_factory(step.name) if backend_factory else None
+                backend = backend_factory(step.name, step.fn) if backend_factory else None
                 self.keyed[sid] = DriftingKeyedState(step.fn, flat=step.kind == "stateful_flat_map", backend=backend)
             elif step.kind == "sink":
                 self.barriers[sid] = (Barrier(), step.sink.open(instance, plan.parallelism))

@@ -2,14 +2,16 @@
 
 On ``snapshot(T)`` (delivered with watermark T, after the keyed state folded
 everything below T into its base states) the instance takes, in the event loop,
-only what changed since the last snapshot (references to immutable states:
-O(changed keys), no encoding) and where its source partitions must replay from.
-One background thread per instance then, snapshot after snapshot in order,
-encodes and writes those states to RocksDB and stores them: as a delta (one
-file of the encoded states) on most snapshots, as a base (a RocksDB checkpoint,
-hard links, uploaded) every few seconds; see :mod:`driftstream.snapshots.changelog`.
-Processing never waits for any of it; the instance's part of the manifest goes
-to the acker once the snapshot is durable.
+what changed (references to immutable states and inputs: O(changed keys), no
+encoding) and where its source partitions must replay from, and decides whether
+the snapshot is a delta or a base. A delta is one file of the changed keys'
+folded inputs (or states), about a millisecond of work: on a local store the
+event loop writes it at once. A base, every few seconds, writes the states
+changed since the last base to RocksDB and uploads a checkpoint (hard links):
+one background thread per instance does that, snapshot after snapshot in order,
+and any delta taken meanwhile (or bound for a remote store) queues behind it.
+See :mod:`driftstream.snapshots.changelog`. Processing never waits for a base;
+the instance's part of the manifest goes to the acker once the snapshot is durable.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
-from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, encode_delta
+from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, encode_delta, replay_deltas
+from driftstream.snapshots.codec import encode
 from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
 
@@ -50,15 +53,20 @@ class StageSnapshots:
             _remove_stale_workdirs(participant_prefix)
             self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-{os.getpid()}-"))
         self.backends: dict = {}
+        # Steps whose last write failed: their deltas since build on a hole until the next base
+        # (the persisting thread's own record; the event loop resets the chain when it hears).
+        self._broken: set = set()
+        self._in_worker = 0  # snapshots handed to the thread and not yet written
         # One thread: snapshot k's writes must land before snapshot k+1's checkpoint.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") if store_uri else None
 
     def participant(self, step_name: str) -> str:
         return f"{self.prefix}-{step_name}"
 
-    def backend(self, step_name: str) -> StateCache:
+    def backend(self, step_name: str, fn: Callable[[Any, Any], tuple]) -> StateCache:
         """The base states of a stateful step (RocksDB behind a write-back cache),
-        restored from the snapshot if there is one."""
+        restored from the snapshot if there is one. ``fn`` is the step's function: deltas
+        that hold inputs are re-applied with it."""
         path = self.workdir / f"db-{step_name}"
         entry = self.restore.get("states", {}).get(step_name)
         participant = self.participant(step_name)
@@ -68,53 +76,87 @@ class StageSnapshots:
         else:
             self.store.download(entry["base"], participant, path)
             db = RocksDBBackend(path)
-            for delta in entry["deltas"]:
-                db.put_encoded(decode_delta(self.store.get_file(delta, participant, DELTA_FILE)))
+            deltas = [decode_delta(self.store.get_file(d, participant, DELTA_FILE)) for d in entry["deltas"]]
+            try:
+                states = replay_deltas(deltas, db.get_encoded, fn)
+            except Exception as exc:
+                raise RuntimeError(f"step {step_name!r}: re-applying the inputs of snapshots {entry['deltas']} failed: {exc!r}") from exc
+            db.put_encoded([(k, encode(state)) for k, state in states.items()])
             # Go on from the restored chain: its files stay in the store while a manifest needs them.
             self.chains[step_name] = Chain.from_entry(entry, time.time(), self.base_every_s)
         backend = self.backends[step_name] = StateCache(db)
         return backend
 
     def take(self, snapshot_id: int, t: tuple, reader: Any, prepared: Callable[[dict], None]) -> None:
-        """Take the changed states and source positions now; write and store them in the
-        background, then call ``prepared(part)`` in the event loop: the manifest's record of
-        this instance (``{"states": ..., "sources": ...}``, or ``{"error": message}``)."""
+        """Take what changed and the source positions now; store them in the background,
+        then call ``prepared(part)`` in the event loop: the manifest's record of this
+        instance (``{"states": ..., "sources": ...}``, or ``{"error": message}``)."""
         if self.store is None:
             prepared({"states": {}, "sources": {}})
             return
-        batches = {step_name: cache.take_dirty() for step_name, cache in self.backends.items()}
-        sources = reader.resume_positions(t) if reader is not None else {}
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._worker, self._persist, snapshot_id, batches, sources)
-        future.add_done_callback(lambda f: self._written(f, batches, prepared))
+        now = time.time()
+        jobs, entries = {}, {}
+        for step_name, cache in self.backends.items():
+            chain = self.chains[step_name]
+            changes = cache.take_changes()
+            if chain.needs_base(now):
+                jobs[step_name] = ("base", cache.take_unwritten())
+                chain.add_base(snapshot_id, now)
+            elif changes:  # nothing changed: the chain as it is describes this snapshot too
+                jobs[step_name] = ("delta", changes)
+                chain.add_delta(snapshot_id)
+            entries[step_name] = chain.entry(self.participant(step_name))
+        part = {"states": entries, "sources": {str(p): list(pos) for p, pos in (reader.resume_positions(t) if reader is not None else {}).items()}}
+        if self._in_worker == 0 and self.store.is_local and all(kind == "delta" for kind, _ in jobs.values()):
+            # A delta is a few kilobytes of inputs: encoded and written here in about 1 ms of
+            # CPU (0.55 ms encoding, 0.55 ms writing, measured at 50 ms snapshots). Handed to
+            # the thread, it cost the event loop more in waits for the interpreter lock:
+            # one hand-off per file operation, at a 1 ms switch interval each.
+            done: Any = asyncio.get_running_loop().create_future()
+            try:
+                self._persist(snapshot_id, jobs)
+                done.set_result(None)
+            except Exception as exc:
+                done.set_exception(exc)
+            self._written(done, jobs, part, prepared)
+            return
+        self._in_worker += 1
+        future = asyncio.get_running_loop().run_in_executor(self._worker, self._persist, snapshot_id, jobs)
+        future.add_done_callback(lambda f: self._written(f, jobs, part, prepared, in_worker=True))
 
-    def _written(self, future: Any, batches: dict, prepared: Callable[[dict], None]) -> None:
+    def _written(self, future: Any, jobs: dict, part: dict, prepared: Callable[[dict], None], in_worker: bool = False) -> None:
         if future.cancelled():
             return  # closed: this incarnation is gone
+        self._in_worker -= in_worker
         error = future.exception()
-        if error is not None:
-            prepared({"error": f"{type(error).__name__}: {error}"})
-            return
-        for step_name, batch in batches.items():
-            self.backends[step_name].mark_written(batch)
-        prepared(future.result())
+        for step_name, (kind, batch) in jobs.items():
+            cache = self.backends[step_name]
+            if error is None and kind == "base":
+                cache.mark_written(batch)
+            elif error is not None:
+                self.chains[step_name].reset()
+                if kind == "base":
+                    cache.unwritten_again(batch)
+        prepared(part if error is None else {"error": f"{type(error).__name__}: {error}"})
 
-    def _persist(self, snapshot_id: int, batches: dict, sources: dict) -> dict:
-        states = {}
-        now = time.time()
-        for step_name, batch in batches.items():
-            cache, chain, participant = self.backends[step_name], self.chains[step_name], self.participant(step_name)
-            pairs = cache.write(batch)
-            if chain.needs_base(now):
-                local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
-                self.store.upload(snapshot_id, participant, local)
-                shutil.rmtree(local, ignore_errors=True)
-                chain.add_base(snapshot_id, now)
-            elif pairs:  # nothing changed: the chain as it is describes this snapshot too
-                self.store.put_file(snapshot_id, participant, DELTA_FILE, encode_delta(pairs))
-                chain.add_delta(snapshot_id)
-            states[step_name] = chain.entry(participant)
-        return {"states": states, "sources": {str(p): list(pos) for p, pos in sources.items()}}
+    def _persist(self, snapshot_id: int, jobs: dict) -> None:
+        for step_name, (kind, batch) in jobs.items():
+            participant = self.participant(step_name)
+            try:
+                if kind == "base":
+                    cache = self.backends[step_name]
+                    cache.write(batch)
+                    local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
+                    self.store.upload(snapshot_id, participant, local)
+                    shutil.rmtree(local, ignore_errors=True)
+                    self._broken.discard(step_name)
+                elif step_name in self._broken:
+                    raise RuntimeError(f"step {step_name!r}: an earlier snapshot's write failed; the next base repairs the chain")
+                else:
+                    self.store.put_file(snapshot_id, participant, DELTA_FILE, encode_delta(batch))
+            except BaseException:
+                self._broken.add(step_name)
+                raise
 
     def close(self) -> None:
         if self._worker is not None:

@@ -50,8 +50,13 @@ class StateFnError(Exception):
 class DictBackend:
     """Base states in a dict: the backend for unit tests and the simulator.
 
-    >>> b = DictBackend(); b.put("k", 1); b.get("k"), b.get("missing")
-    (1, None)
+    The backend protocol: ``get(key)`` (None when missing), ``put(key, state)``,
+    ``fold(key, state, inputs)`` (``state`` is what folding ``inputs``, in order, into
+    the previous state gave: a snapshotting backend may record the inputs instead of
+    the state), ``items()``.
+
+    >>> b = DictBackend(); b.put("k", 1); b.fold("k", 3, [2]); b.get("k"), b.get("missing")
+    (3, None)
     """
 
     def __init__(self) -> None:
@@ -61,6 +66,9 @@ class DictBackend:
         return self._data.get(key)
 
     def put(self, key: Hashable, state: Any) -> None:
+        self._data[key] = state
+
+    def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         self._data[key] = state
 
     def items(self) -> Iterable[tuple]:
@@ -211,7 +219,7 @@ class DriftingKeyedState:
                 heapq.heappush(heap, (metas[0], next(self._seq), key))
                 continue
             n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
-            self.backend.put(key, log.states[n - 1])
+            self.backend.fold(key, log.states[n - 1], log.payloads[:n])
             del metas[:n], log.payloads[:n], log.states[:n], log.outputs[:n]
             self._size -= n
             if metas:

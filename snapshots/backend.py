@@ -65,12 +65,20 @@ class RocksDBBackend:
 
     def get(self, key: Hashable) -> Any:
         """The state stored for ``key``, or None. O(log n) in RocksDB plus decoding."""
-        raw = self._db.get(encode_key(key))
+        return self.get_encoded(encode_key(key))
+
+    def get_encoded(self, key: bytes) -> Any:
+        """The state stored under an encoded key (``codec.encode_key``), or None."""
+        raw = self._db.get(key)
         return None if raw is None else decode(raw)
 
     def put(self, key: Hashable, state: Any) -> None:
         """Store ``state`` for ``key`` (TypeError if the codec cannot encode either)."""
         self._db.put(encode_key(key), encode(state))
+
+    def fold(self, key: Hashable, state: Any, inputs: list) -> None:
+        """The backend protocol's fold: RocksDB keeps the state only."""
+        self.put(key, state)
 
     def encode_states(self, states: dict) -> list:
         """``{key: state}`` as the ``(key bytes, state bytes)`` pairs that :meth:`put_encoded` stores. O(size)."""

@@ -80,30 +80,32 @@ def _extension(v: Any) -> msgpack.ExtType:
     raise _unsupported(v)
 
 
-_local = threading.local()  # a Packer is not thread-safe; snapshots encode in a background thread
+_local = threading.local()  # Packers are not thread-safe; snapshots encode in a background thread
 
 
-def _packer() -> msgpack.Packer:
-    packer = getattr(_local, "packer", None)
-    if packer is None:
-        packer = _local.packer = msgpack.Packer(
-            default=_extension, use_bin_type=True, strict_types=True, use_single_float=False,
-            unicode_errors="surrogatepass", datetime=False, autoreset=True,
-        )
-    return packer
+def _new_packer() -> msgpack.Packer:
+    return msgpack.Packer(
+        default=_extension, use_bin_type=True, strict_types=True, use_single_float=False,
+        unicode_errors="surrogatepass", datetime=False, autoreset=True,
+    )
 
 
 def _pack(value: Any) -> bytes:
     # _extension re-enters for nested tuples and sets, and a Packer is not re-entrant
-    # while it packs: those inner calls take a fresh one.
-    if getattr(_local, "busy", False):
-        return msgpack.packb(value, default=_extension, use_bin_type=True, strict_types=True, use_single_float=False,
-                             unicode_errors="surrogatepass", datetime=False)
-    _local.busy = True
+    # while it packs: each nesting depth has a Packer of its own (making one per
+    # tuple cost more than packing it).
+    packers = getattr(_local, "packers", None)
+    if packers is None:
+        packers = _local.packers = []
+        _local.depth = 0
+    depth = _local.depth
+    if depth == len(packers):
+        packers.append(_new_packer())
+    _local.depth = depth + 1
     try:
-        return _packer().pack(value)
+        return packers[depth].pack(value)
     finally:
-        _local.busy = False
+        _local.depth = depth
 
 
 def _array_header(n: int) -> bytes:

@@ -3,19 +3,26 @@
 Folding a key into its base state happens on every watermark that passes it, and
 a base state can be large (a frequent word's posting list holds thousands of
 pages). Encoding and writing it on every fold would cost milliseconds each time
-on the event loop. The cache keeps decoded states in memory; a snapshot takes
-the keys changed since the last one (:meth:`take_dirty`, O(changed keys), no
-encoding) and writes them in the background (:meth:`write`) before the RocksDB
-checkpoint. States must be immutable values (the keyed state already requires
-that), so the taken batch is a consistent view of the states at T.
+on the event loop. The cache keeps decoded states in memory and two records
+of what changed, both taken in O(changed keys) with no encoding:
+
+- :meth:`take_changes`, at every snapshot: the keys changed since the last one,
+  each with the inputs folded into it since (:meth:`fold`), for a delta;
+- :meth:`take_unwritten`, at a base: the states RocksDB does not have yet, which
+  :meth:`write` then stores (in the background) before the checkpoint.
+
+States must be immutable values (the keyed state already requires that), so a
+taken batch is a consistent view of the states at T.
 
 >>> import tempfile
 >>> from driftstream.snapshots.backend import RocksDBBackend
 >>> cache = StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db"))
->>> cache.put("k", 1); cache.get("k"), cache.db.get("k")      # not written yet
-(1, None)
->>> batch = cache.take_dirty(); _ = cache.write(batch); cache.mark_written(batch); cache.db.get("k")
-1
+>>> cache.fold("k", 3, [1, 2]); cache.get("k"), cache.db.get("k")      # not written yet
+(3, None)
+>>> cache.take_changes()
+{'k': (3, [1, 2])}
+>>> batch = cache.take_unwritten(); _ = cache.write(batch); cache.mark_written(batch); cache.db.get("k")
+3
 >>> cache.close()
 
 Clean states (written by a completed :meth:`write`, not changed since) are
@@ -39,7 +46,9 @@ class StateCache:
         self.db = db
         self.capacity = capacity
         self._states: dict = {}
-        self._dirty: set = set()
+        self._unwritten: set = set()  # changed since the last write to RocksDB
+        # Changed since the last snapshot: key -> the inputs folded since, or None (unknown).
+        self._changed: dict = {}
         # Keys whose cached value is what RocksDB holds, oldest write first (dict keeps order).
         self._clean: dict = {}
 
@@ -56,17 +65,43 @@ class StateCache:
 
     def put(self, key: Hashable, state: Any) -> None:
         """Set the base state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
+        self._set(key, state)
+        self._changed[key] = None
+
+    def fold(self, key: Hashable, state: Any, inputs: list) -> None:
+        """Set ``state``, the result of folding ``inputs`` (in order) into the key's previous
+        state; a delta may then record the inputs instead of the state. O(len(inputs))."""
+        self._set(key, state)
+        changed = self._changed
+        if key not in changed:
+            changed[key] = list(inputs)
+        elif changed[key] is not None:
+            changed[key].extend(inputs)
+
+    def _set(self, key: Hashable, state: Any) -> None:
         self._states[key] = state
-        self._dirty.add(key)
+        self._unwritten.add(key)
         self._clean.pop(key, None)
         self._evict()
 
-    def take_dirty(self) -> dict:
-        """The states changed since the last call, as ``{key: state}``; O(changed keys)."""
+    def take_changes(self) -> dict:
+        """The keys changed since the last call, as ``{key: (state, inputs folded since or None)}``.
+        O(changed keys)."""
+        states, changed = self._states, self._changed
+        self._changed = {}
+        return {k: (states[k], inputs) for k, inputs in changed.items()}
+
+    def take_unwritten(self) -> dict:
+        """The states changed since the last :meth:`take_unwritten`, as ``{key: state}``, to
+        :meth:`write`; O(changed keys)."""
         states = self._states
-        batch = {k: states[k] for k in self._dirty}
-        self._dirty = set()
+        batch = {k: states[k] for k in self._unwritten}
+        self._unwritten = set()
         return batch
+
+    def unwritten_again(self, batch: dict) -> None:
+        """A :meth:`write` of ``batch`` failed: its keys go into the next :meth:`take_unwritten`."""
+        self._unwritten.update(batch)
 
     def write(self, batch: dict) -> list:
         """Encode and store ``batch`` in RocksDB; returns the encoded ``(key, state)`` byte pairs
@@ -78,10 +113,10 @@ class StateCache:
 
     def mark_written(self, batch: dict) -> None:
         """After :meth:`write` of ``batch`` finished: its keys not changed since may be evicted.
-        Call from the owner's thread (it reads the dirty set)."""
-        states, dirty, clean = self._states, self._dirty, self._clean
+        Call from the owner's thread (it reads the unwritten set)."""
+        states, unwritten, clean = self._states, self._unwritten, self._clean
         for key, state in batch.items():
-            if key not in dirty and states.get(key, _MISSING) is state:
+            if key not in unwritten and states.get(key, _MISSING) is state:
                 clean[key] = None
 
     def _evict(self) -> None:

@@ -22,10 +22,15 @@ def _states(snaps: StageSnapshots, step: str) -> dict:
     return dict(snaps.backends[step].items())
 
 
+def append(state, x):
+    """An order-sensitive step function: the state is the sequence of inputs."""
+    return (state or ()) + (x,), None
+
+
 def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path):
     store = str(tmp_path / "store")
     snaps = StageSnapshots(store, "flow-stage-0", {}, base_every_s=3600)
-    cache = snaps.backend("count")
+    cache = snaps.backend("count", append)
     history = [
         {"a": 1, "b": [1, 2]},
         {"a": 2},
@@ -45,7 +50,7 @@ def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path
     assert entries[3] == {"participant": "flow-stage-0-count", "base": 1, "deltas": [2, 4]}
     for snapshot_id, entry in enumerate(entries, start=1):
         restored = StageSnapshots(store, "flow-stage-0", {"states": {"count": entry}})
-        restored.backend("count")
+        restored.backend("count", append)
         assert _states(restored, "count") == expected[snapshot_id], snapshot_id
         restored.close()
 
@@ -53,7 +58,7 @@ def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path
 def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_path):
     store = str(tmp_path / "store")
     snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
-    snaps.backend("count").put("a", 1)
+    snaps.backend("count", append).put("a", 1)
     _take(snaps, 1)
     snaps.backends["count"].put("a", 2)
     entry = _take(snaps, 2)["states"]["count"]
@@ -61,12 +66,12 @@ def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_pa
     assert entry["deltas"] == [2]
 
     resumed = StageSnapshots(store, "f-s-0", {"states": {"count": entry}}, base_every_s=0.0)
-    resumed.backend("count").put("b", 3)
+    resumed.backend("count", append).put("b", 3)
     entry = _take(resumed, 3)["states"]["count"]
     resumed.close()
     assert entry == {"participant": "f-s-0-count", "base": 3, "deltas": []}  # base_every_s=0: always a base
     again = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
-    again.backend("count")
+    again.backend("count", append)
     assert _states(again, "count") == {"a": 2, "b": 3}
     again.close()
 
@@ -74,7 +79,7 @@ def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_pa
 def test_a_delta_is_one_file_of_the_changed_states(tmp_path):
     store = str(tmp_path / "store")
     snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
-    cache = snaps.backend("count")
+    cache = snaps.backend("count", append)
     cache.put("a", list(range(1000)))
     _take(snaps, 1)
     cache.put("b", 1)
@@ -83,8 +88,55 @@ def test_a_delta_is_one_file_of_the_changed_states(tmp_path):
     from driftstream.snapshots.changelog import decode_delta
     from driftstream.snapshots.store import SnapshotStore
 
-    pairs = decode_delta(SnapshotStore(store).get_file(2, "f-s-0-count", DELTA_FILE))
-    assert len(pairs) == 1  # "a" did not change: it is only in the base
+    rows = decode_delta(SnapshotStore(store).get_file(2, "f-s-0-count", DELTA_FILE))
+    assert len(rows) == 1  # "a" did not change: it is only in the base
+
+
+def test_deltas_of_folded_inputs_are_re_applied_on_restore(tmp_path):
+    """A hot key's delta holds the inputs folded since the last snapshot, not its whole state."""
+    from driftstream.snapshots.changelog import decode_delta
+    from driftstream.snapshots.store import SnapshotStore
+
+    store = str(tmp_path / "store")
+    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    cache = snaps.backend("count", append)
+    state = None
+    entries, expected = [], []
+    for snapshot_id, inputs in enumerate([list(range(500)), [500], [501, 502], []], start=1):
+        for x in inputs:
+            state = append(state, x)[0]
+        if inputs:
+            cache.fold("hot", state, inputs)
+        entries.append(_take(snaps, snapshot_id)["states"]["count"])
+        expected.append(state)
+    snaps.close()
+    rows = decode_delta(SnapshotStore(store).get_file(3, "f-s-0-count", DELTA_FILE))
+    assert [kind for _, kind, _ in rows] == ["inputs"] and len(rows[0][2]) < 10  # two small ints, not 503
+    for entry, state in zip(entries, expected):
+        restored = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+        assert restored.backend("count", append).get("hot") == state
+        restored.close()
+
+
+def test_a_failed_delta_makes_the_next_snapshot_a_base(tmp_path, monkeypatch):
+    """Without the failed delta the chain would miss its changes: nothing may build on it."""
+    store = str(tmp_path / "store")
+    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    cache = snaps.backend("count", append)
+    cache.fold("k", (1,), [1])
+    _take(snaps, 1)
+    real_put_file = snaps.store.put_file
+    monkeypatch.setattr(snaps.store, "put_file", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    cache.fold("k", (1, 2), [2])
+    assert "disk full" in _take(snaps, 2)["error"]
+    monkeypatch.setattr(snaps.store, "put_file", real_put_file)
+    cache.fold("k", (1, 2, 3), [3])
+    entry = _take(snaps, 3)["states"]["count"]
+    snaps.close()
+    assert entry["base"] == 3 and entry["deltas"] == []
+    restored = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+    assert restored.backend("count", append).get("k") == (1, 2, 3)
+    restored.close()
 
 
 def test_only_workdirs_of_gone_processes_are_removed(tmp_path, monkeypatch):

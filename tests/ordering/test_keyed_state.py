@@ -359,18 +359,18 @@ def test_custom_backend_is_used():
             super().__init__()
             self.puts = []
 
-        def put(self, key, state):
-            self.puts.append((key, state))
-            super().put(key, state)
+        def fold(self, key, state, inputs):
+            self.puts.append((key, state, inputs))
+            super().fold(key, state, inputs)
 
     backend = Recording()
     backend.put("k", "base")
-    backend.puts.clear()
     ks = DriftingKeyedState(concat, backend=backend)
     assert ks.backend is backend
-    assert ks.apply(M(1), "a", "k") == [(M(1), "basea")]
+    assert ks.apply(M(2), "b", "k") == [(M(2), "baseb")]
+    ks.apply(M(1), "a", "k")  # late: the fold still gets the inputs in order
     ks.advance(TOP)
-    assert backend.puts == [("k", "basea")]
+    assert backend.puts == [("k", "baseab", ["a", "b"])]
 
 
 def test_unmatched_tombstone_below_the_watermark_is_an_error():
