@@ -151,3 +151,27 @@ def test_only_workdirs_of_gone_processes_are_removed(tmp_path, monkeypatch):
     other = tempfile.mkdtemp(prefix="driftstream-f-s-12-999999999-")  # instance 12, not 1
     _remove_stale_workdirs("f-s-1")
     assert not os.path.exists(dead) and os.path.exists(live) and os.path.exists(other)
+
+
+def test_a_large_delta_is_written_by_the_thread_and_restores_the_same(tmp_path):
+    from driftstream.engine.stage_snapshots import INLINE_DELTA_KEYS
+
+    store = str(tmp_path / "store")
+    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    cache = snaps.backend("count", append)
+    _take(snaps, 1)  # the base
+    submitted = []
+    submit = snaps._worker.submit
+    snaps._worker.submit = lambda fn, *a: submitted.append(a[0]) or submit(fn, *a)
+    cache.fold("small", ("small",), ["small"])
+    _take(snaps, 2)  # one key: written in the event loop
+    keys = range(INLINE_DELTA_KEYS + 1)
+    for k in keys:
+        cache.fold(k, (k,), [k])
+    entry = _take(snaps, 3)["states"]["count"]
+    assert submitted == [3] and entry["deltas"] == [2, 3]
+    snaps.close()
+    restored = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+    restored.backend("count", append)
+    assert _states(restored, "count") == {"small": ("small",), **{k: (k,) for k in keys}}
+    restored.close()
