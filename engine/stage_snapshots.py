@@ -119,23 +119,25 @@ class StageSnapshots:
             # interpreter lock: one hand-off per file operation, at a 1 ms switch interval
             # each. A larger delta goes to the thread, which yields the lock every 1 ms
             # rather than hold the loop for the whole encoding.
-            done: Any = asyncio.get_running_loop().create_future()
+            error: Optional[BaseException] = None
             try:
                 self._persist(snapshot_id, jobs)
-                done.set_result(None)
             except Exception as exc:
-                done.set_exception(exc)
-            self._written(done, jobs, part, prepared)
+                error = exc
+            self._written(error, jobs, part, prepared)
             return
         self._in_worker += 1
         future = asyncio.get_running_loop().run_in_executor(self._worker, self._persist, snapshot_id, jobs)
-        future.add_done_callback(lambda f: self._written(f, jobs, part, prepared, in_worker=True))
+        future.add_done_callback(lambda f: self._from_worker(f, jobs, part, prepared))
 
-    def _written(self, future: Any, jobs: dict, part: dict, prepared: Callable[[dict], None], in_worker: bool = False) -> None:
+    def _from_worker(self, future: Any, jobs: dict, part: dict, prepared: Callable[[dict], None]) -> None:
         if future.cancelled():
             return  # closed: this incarnation is gone
-        self._in_worker -= in_worker
-        error = future.exception()
+        self._in_worker -= 1
+        self._written(future.exception(), jobs, part, prepared)
+
+    def _written(self, error: Optional[BaseException], jobs: dict, part: dict, prepared: Callable[[dict], None]) -> None:
+        """In the event loop, once the snapshot's writes are done (``error`` None) or failed."""
         for step_name, (kind, batch) in jobs.items():
             cache = self.backends[step_name]
             if error is None and kind == "base":

@@ -80,12 +80,9 @@ class RocksDBBackend:
         """The backend protocol's fold: RocksDB keeps the state only."""
         self.put(key, state)
 
-    def encode_states(self, states: dict) -> list:
-        """``{key: state}`` as the ``(key bytes, state bytes)`` pairs that :meth:`put_encoded` stores. O(size)."""
-        return [(encode_key(k), encode(v)) for k, v in states.items()]
-
     def put_encoded(self, pairs: list) -> None:
-        """Store pairs from :meth:`encode_states` (or a state delta) as they are. O(pairs), no codec."""
+        """Store ``(encode_key(key), encode(state))`` byte pairs as they are (e.g. states restored
+        from deltas, which are keyed by encoded keys). O(pairs), no codec."""
         put = self._db.put
         for k, v in pairs:
             put(k, v)

@@ -21,7 +21,7 @@ taken batch is a consistent view of the states at T.
 (3, None)
 >>> cache.take_changes()
 {'k': (3, [1, 2])}
->>> batch = cache.take_unwritten(); _ = cache.write(batch); cache.mark_written(batch); cache.db.get("k")
+>>> batch = cache.take_unwritten(); cache.write(batch); cache.mark_written(batch); cache.db.get("k")
 3
 >>> cache.close()
 
@@ -103,13 +103,13 @@ class StateCache:
         """A :meth:`write` of ``batch`` failed: its keys go into the next :meth:`take_unwritten`."""
         self._unwritten.update(batch)
 
-    def write(self, batch: dict) -> list:
-        """Encode and store ``batch`` in RocksDB; returns the encoded ``(key, state)`` byte pairs
-        (what a snapshot delta holds). Touches no cached state, so it may run in a thread while
-        the owner goes on with ``get``/``put``; batches must be written in the order they were taken."""
-        pairs = self.db.encode_states(batch)
-        self.db.put_encoded(pairs)
-        return pairs
+    def write(self, batch: dict) -> None:
+        """Encode and store ``batch`` (from :meth:`take_unwritten`) in RocksDB. Touches no cached
+        state, so it may run in a thread while the owner goes on with ``get``/``put``; batches
+        must be written in the order they were taken."""
+        put = self.db.put
+        for key, state in batch.items():
+            put(key, state)
 
     def mark_written(self, batch: dict) -> None:
         """After :meth:`write` of ``batch`` finished: its keys not changed since may be evicted.
