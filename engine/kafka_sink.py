@@ -12,14 +12,9 @@ exact.
 from __future__ import annotations
 
 import json
-import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
-import kafka.errors as kafka_errors
 from kafka import TopicPartition
-from kafka.net.compat import KafkaNetClient
-from kafka.protocol.producer import ProduceRequest
-from kafka.record.memory_records import MemoryRecordsBuilder
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.sink import Sink, SinkPartition
@@ -27,13 +22,9 @@ from driftstream.ordering.meta import Meta, meta_from_json
 
 from .errors import short_repr
 from .kafka_io import consumer, ensure_topic, last_record, read_partition
+from .kafka_wire import PartitionWriter
 
 META_HEADER = "driftstream-t"
-
-#: Largest record batch the sink sends in one request: under the 1 MiB that brokers
-#: accept by default (``message.max.bytes``); a bigger bundle goes in several requests.
-MAX_BATCH_BYTES = 512 * 1024
-REQUEST_TIMEOUT_MS = 30_000
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -63,8 +54,8 @@ class KafkaSink(Sink):
 
 
 class _KafkaSinkPartition(SinkPartition):
-    """One partition's writer: each bundle becomes record batches built here and sent as
-    produce requests (acks=all) one after the other, each awaited.
+    """One partition's writer: each bundle becomes record batches sent as produce
+    requests (acks=all) one after the other, each awaited (:class:`.PartitionWriter`).
 
     Not KafkaProducer: its per-record ``send()`` (future, accumulator lock, wake-ups of
     its I/O thread) cost ~55 µs a record and its ``flush()`` ~1.5 ms a bundle, most
@@ -77,56 +68,19 @@ class _KafkaSinkPartition(SinkPartition):
     def __init__(self, sink: KafkaSink, partition: int) -> None:
         self.sink = sink
         self.partition = partition
-        self.tp = TopicPartition(sink.topic, partition)
-        self.client = KafkaNetClient(bootstrap_servers=sink.bootstrap_servers.split(","), client_id=f"driftstream-sink-{sink.name}-{partition}")
-        self.leader = self._find_leader()
-
-    def _find_leader(self) -> int:
-        cluster = self.client.cluster
-        self.client.check_version()
-        cluster.add_topic(self.sink.topic)
-        deadline = time.monotonic() + REQUEST_TIMEOUT_MS / 1000
-        while True:
-            self.client.poll(future=cluster.request_update(), timeout_ms=REQUEST_TIMEOUT_MS)
-            leader = cluster.leader_for_partition(self.tp)
-            if leader is not None and leader >= 0:
-                return leader
-            if time.monotonic() > deadline:
-                raise kafka_errors.LeaderNotAvailableError(f"no leader for {self.tp} after {REQUEST_TIMEOUT_MS} ms")
-            time.sleep(0.1)
+        self.writer = PartitionWriter(sink.bootstrap_servers, sink.topic, partition, client_id=f"driftstream-sink-{sink.name}-{partition}")
 
     def write(self, bundle: Bundle) -> None:
+        self.writer.write(self._records(bundle))
+
+    def _records(self, bundle: Bundle) -> Iterator[tuple]:
         encode = self.sink.encode
-        builder = _builder()
         for meta, payload in bundle.elements:
             try:
                 value = encode(payload)
             except Exception as exc:
                 raise TypeError(f"sink {self.sink.name!r} cannot encode {short_repr(payload)} at t={meta!r}: {exc}") from exc
-            headers = [(META_HEADER, _json_bytes(Meta._make(meta).to_json()))]
-            if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
-                self._send(builder)
-                builder = _builder()
-                builder.append(timestamp=None, key=None, value=value, headers=headers)
-        if builder.next_offset():
-            self._send(builder)
-
-    def _send(self, builder: MemoryRecordsBuilder) -> None:
-        builder.close()
-        topic = ProduceRequest.TopicProduceData
-        request = ProduceRequest(
-            transactional_id=None,
-            acks=-1,
-            timeout_ms=REQUEST_TIMEOUT_MS,
-            topic_data=[topic(name=self.sink.topic, partition_data=[topic.PartitionProduceData(index=self.partition, records=builder.buffer())])],
-            max_version=9,
-        )
-        response = self.client.send_and_receive(self.leader, request, timeout_ms=REQUEST_TIMEOUT_MS)
-        for topic_response in response.responses:
-            for part in topic_response.partition_responses:
-                if part.error_code:
-                    error = kafka_errors.for_code(part.error_code)
-                    raise error(f"writing {builder.next_offset()} records to {self.tp}: {part.error_message or error.__name__}")
+            yield value, [(META_HEADER, _json_bytes(Meta._make(meta).to_json()))]
 
     def last_bundle(self) -> Optional[Meta]:
         c = consumer(self.sink.bootstrap_servers)
@@ -137,11 +91,7 @@ class _KafkaSinkPartition(SinkPartition):
         return None if rec is None else _meta_of(rec)
 
     def close(self) -> None:
-        self.client.close()
-
-
-def _builder() -> MemoryRecordsBuilder:
-    return MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=MAX_BATCH_BYTES)
+        self.writer.close()
 
 
 def _meta_of(rec: Any) -> Optional[Meta]:

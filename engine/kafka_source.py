@@ -35,10 +35,16 @@ from kafka import KafkaProducer, TopicPartition
 
 from .errors import FlowError, short_repr
 from .kafka_io import consumer, partition_count, read_partition, true_end
+from .kafka_wire import PartitionWriter, TopicFetcher
 from .source import Source, SourcePartition
 
 #: Batches of records a partition's fetcher thread may hold ahead of the event loop.
 PREFETCH_BATCHES = 4
+
+#: How long the broker may hold a fetch of an idle partition: a record that arrives
+#: meanwhile may wait that long (Tansu does not answer early), an idle reader
+#: fetches 1000 / FETCH_WAIT_MS times a second.
+FETCH_WAIT_MS = 5
 
 #: Seconds a hole in a partition's offsets may stay before the reader moves past it.
 GAP_WAIT_S = 0.5
@@ -173,12 +179,8 @@ class KafkaPartitionReader(SourcePartition):
         self.partition = partition
         self.source_id = source_id
         self.tp = TopicPartition(source.topic, partition)
-        self.consumer = consumer(source.bootstrap_servers, max_poll_records=2048, fetch_max_wait_ms=5)
-        self.consumer.assign([self.tp])
         offset, ts = start if start is not None else source.start_offsets.get(partition, (0, None))
-        self.end = true_end(self.consumer, self.tp) if source.bounded else None
-        self.consumer.assign([self.tp])
-        self.consumer.seek(self.tp, offset)
+        self.end = self._true_end() if source.bounded else None
         self.next_offset = offset
         self.ts = ts  # running max of record timestamps up to next_offset
         self.dead_letters = 0
@@ -187,12 +189,14 @@ class KafkaPartitionReader(SourcePartition):
         self._producer: Optional[KafkaProducer] = None
         self._buffer: list = []
         self.done = self.end is not None and offset >= self.end
-        # kafka-python's poll() hands every call to its network thread and blocks until
-        # that thread answers: polled from the event loop, each empty poll costs a
-        # thread switch under the GIL. A fetcher thread long-polls instead and the
-        # event loop only takes what it has fetched.
+        # Polled from the event loop, every fetch would hold it up for the broker's
+        # answer: a fetcher thread long-polls instead (on a socket of its own,
+        # :class:`.TopicFetcher`), and the event loop only takes what it has fetched.
+        # The same thread appends the ticks the event loop asks for, between fetches.
+        self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS)
+        self._ticker: Optional[PartitionWriter] = None
+        self._tick_wanted = False
         self._fetched: deque = deque()
-        self._fetched_count = 0
         self._closing = threading.Event()
         self._fetch_error: Optional[BaseException] = None
         self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
@@ -209,8 +213,15 @@ class KafkaPartitionReader(SourcePartition):
         """High watermark of the last fetch - next offset to read (0 when caught up).
         Tansu reports the high watermark as the last batch's base offset + 1, so there it
         can fall short by the size of the last batch."""
-        high = self.consumer.highwater(self.tp)
+        high = self._fetcher_client.high_watermarks.get(self.partition)
         return None if high is None else max(0, high - self.next_offset)
+
+    def _true_end(self) -> int:
+        c = consumer(self.source.bootstrap_servers)
+        try:
+            return true_end(c, self.tp)
+        finally:
+            c.close()
 
     def skip_after(self, t: tuple) -> int:
         """Replay the records whose time is at or below ``t``, then jump to the live end.
@@ -236,33 +247,39 @@ class KafkaPartitionReader(SourcePartition):
         return max(0, live_end - first_after)
 
     def _fetch(self) -> None:
-        consumer_, tp, closing, fetched, gaps = self.consumer, self.tp, self._closing, self._fetched, self.gaps
+        client, closing, fetched, gaps, p = self._fetcher_client, self._closing, self._fetched, self.gaps, self.partition
+        position = self.next_offset
         try:
             while not closing.is_set():
+                if self._tick_wanted:
+                    self._tick_wanted = False
+                    self._tick()
                 if len(fetched) >= PREFETCH_BATCHES:
                     time.sleep(0.002)  # the event loop has not caught up: fetch no further ahead
                     continue
                 jump = self._jump
-                if jump is not None and consumer_.position(tp) >= jump[0]:
+                if jump is not None and position >= jump[0]:
                     self._jump = None
-                    consumer_.seek(tp, jump[1])
-                    gaps.moved_to(jump[1])
+                    position = jump[1]
+                    gaps.moved_to(position)
                     fetched.append(jump)
                     continue
-                records = consumer_.poll(timeout_ms=100, max_records=2048).get(tp, [])
+                records = client.fetch({p: position}).get(p)
                 if not records:
                     continue
                 records = gaps.admit(records, time.monotonic())
                 if gaps.refetch_from is not None:
-                    consumer_.seek(tp, gaps.refetch_from)
+                    position = gaps.refetch_from
                     if not records:
                         time.sleep(0.001)  # the hole's batch is being stored: give the broker a moment
                         continue
+                else:
+                    position = records[-1].offset + 1
                 if jump is not None and records[-1].offset >= jump[0]:
                     # Keep what precedes the jump; skip the rest (at-most-once).
                     self._jump = None
-                    consumer_.seek(tp, jump[1])
-                    gaps.moved_to(jump[1])
+                    position = jump[1]
+                    gaps.moved_to(position)
                     records = [r for r in records if r.offset < jump[0]]
                     if records:
                         fetched.append(records)
@@ -333,10 +350,15 @@ class KafkaPartitionReader(SourcePartition):
         interval = self.source.tick_interval
         if interval is None or time.time() - self._last_activity < interval:
             return
-        # Durable: the tick is read back like any record, so its timestamp is part of the log.
-        self._producer_client().send(self.source.topic, value=b"", partition=self.partition, headers=[(TICK_HEADER, b"1")])
-        self.ticks_sent += 1
+        self._tick_wanted = True  # the fetcher thread appends it between two fetches
         self._last_activity = time.time()
+
+    def _tick(self) -> None:
+        # Durable: the tick is read back like any record, so its timestamp is part of the log.
+        if self._ticker is None:
+            self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick")
+        self._ticker.write([(b"", [(TICK_HEADER, b"1")])])
+        self.ticks_sent += 1
 
     def _dead_letter(self, rec: Any, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"
@@ -358,7 +380,9 @@ class KafkaPartitionReader(SourcePartition):
         self._closing.set()
         if self._fetcher_started:
             self._fetcher.join(timeout=5)
-        self.consumer.close()
+        self._fetcher_client.close()
+        if self._ticker is not None:
+            self._ticker.close()
         if self._producer is not None:
             self._producer.close()
 

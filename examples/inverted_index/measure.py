@@ -144,42 +144,48 @@ class OutputMeter:
 
 def consume(bootstrap_servers: str, topic: str, path: str) -> None:
     """The consumer process: prints READY, then COUNT n every 50 ms; writes
-    ``recv_ms<TAB>value`` lines to ``path`` when it gets SIGTERM."""
+    ``recv_ms<TAB>value`` lines to ``path`` when it gets SIGTERM.
+
+    It fetches on a socket of its own (:class:`.TopicFetcher`): a KafkaConsumer cost
+    this process a third of a core, which the engines measured would have shared on
+    a small machine."""
     from kafka import TopicPartition
 
     from driftstream.engine.kafka_io import consumer
     from driftstream.engine.kafka_source import OffsetGaps
+    from driftstream.engine.kafka_wire import TopicFetcher
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    c = consumer(bootstrap_servers, fetch_max_wait_ms=5, max_poll_records=10_000)
-    partitions = None
-    while not partitions and not stop.is_set():
-        partitions = c.partitions_for_topic(topic)
-        if not partitions:
-            time.sleep(0.05)
-    got: list = []
-    if partitions:
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
+    c = consumer(bootstrap_servers)
+    try:
+        partitions = None
+        while not partitions and not stop.is_set():
+            partitions = c.partitions_for_topic(topic)
+            if not partitions:
+                time.sleep(0.05)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions or ())]
+        starts = c.beginning_offsets(tps) if tps else {}
+    finally:
+        c.close()
+    got: list = []  # (recv_ms, value)
+    if tps:
+        offsets = {tp.partition: starts[tp] for tp in tps}
         # A partition with several writers (Spark's tasks) can show a hole while a batch is stored.
-        gaps = {tp: OffsetGaps(o, 5.0, name=f"{topic}[{tp.partition}]") for tp, o in c.beginning_offsets(tps).items()}
+        gaps = {p: OffsetGaps(o, 5.0, name=f"{topic}[{p}]") for p, o in offsets.items()}
+        fetcher = TopicFetcher(bootstrap_servers, topic, sorted(offsets), max_wait_ms=5, client_id="driftstream-meter")
         print("READY", flush=True)
-        n, reported = 0, time.time()
+        reported = time.time()
         while not stop.is_set():
-            for tp, recs in c.poll(timeout_ms=5).items():
+            for p, records in fetcher.fetch(offsets).items():
                 now = time.time() * 1000.0
-                recs = gaps[tp].admit(recs, time.monotonic())
-                if gaps[tp].refetch_from is not None:
-                    c.seek(tp, gaps[tp].refetch_from)
-                for r in recs:
-                    got.append((now, r.value))
-                n += len(recs)
+                records = gaps[p].admit(records, time.monotonic())
+                offsets[p] = gaps[p].refetch_from if gaps[p].refetch_from is not None else records[-1].offset + 1
+                got.extend((now, r.value) for r in records)
             if time.time() - reported > 0.05:
-                print(f"COUNT {n}", flush=True)
+                print(f"COUNT {len(got)}", flush=True)
                 reported = time.time()
-    c.close()
+        fetcher.close()
     with open(path, "wb") as f:
         for now, value in got:
             f.write(b"%.3f\t%s\n" % (now, value))
