@@ -589,14 +589,14 @@ def format_latency(runs: list, floors: dict, rate: float, warmup: float) -> str:
                      f"{'met' if floors['p99_within_20pct'] else 'NOT met'}")
     eo = [r for r in runs if r["guarantee"] == "exactly-once"]
     if eo:
-        lines.append("snapshot duration (request -> manifest committed), ms:")
+        lines.append("snapshot duration (marker -> every part durable), ms:")
         lines.append(f"  {'interval':<10}{'count':>7}{'median':>9}{'p95':>9}{'max':>9}")
         for r in eo:
             s = r["snapshot_s"]
             ms = {k: None if s.get(k) is None else s[k] * 1000.0 for k in ("median", "p95", "max")}
             lines.append(f"  {r['snapshot_interval']:<10g}{s['count']:>7}{_f(ms['median']):>9}{_f(ms['p95']):>9}{_f(ms['max']):>9}")
         if all("during_snapshot_ms" in r for r in eo):
-            lines.append("latency of elements released during a snapshot (request -> manifest) vs. outside, ms:")
+            lines.append("latency of elements released during a snapshot (marker -> parts durable) vs. outside, ms:")
             lines.append(f"  {'interval':<10}{'during: p50':>12}{'p99':>8}{'max':>8}{'count':>7}  |{'outside: p50':>13}{'p99':>8}{'max':>8}{'count':>7}")
             for r in eo:
                 d, o = r["during_snapshot_ms"], r["outside_snapshot_ms"]

@@ -93,6 +93,7 @@ class AckerActor:
         self._setup(sources, token)
 
     def _setup(self, sources: int, token: bytes) -> None:
+        self.generation = getattr(self, "generation", 0) + 1
         self.acker = Acker(sources)
         self.endpoint = Endpoint(token, self._on_message)
         self.subscribers: dict = {}
@@ -153,15 +154,41 @@ class AckerActor:
             self.error = self.error or exc
         self.done.set()
 
-    async def snapshot(self, snapshot_id: int, timeout: float) -> tuple:
+    async def snapshots(self, first_id: int, count: int, interval: float, timeout: float) -> list:
+        """Take snapshots ``first_id``, ``first_id + 1``, ... ``count`` of them, ``interval``
+        seconds apart; returns ``[(id, T, parts, missing, started, took_s)]`` (see :meth:`_snapshot`), shorter
+        when the run completes first or an actor does not answer; ``started`` and
+        ``took_s`` (marker sent -> every part durable) time each snapshot.
+
+        One Ray call for several snapshots: a Ray call costs ~1.5 ms of CPU in each of the
+        caller and this actor, and at 50 ms snapshots one per snapshot was most of what
+        exactly-once cost over ``none`` in CPU.
+        """
+        out: list = []
+        generation = self.generation
+        for i in range(count):
+            if i:
+                await asyncio.sleep(interval)
+            if self.generation != generation:
+                break  # reset since (a recovery): these ids belong to the abandoned incarnation
+            started = time.time()
+            t, parts, missing = await self._snapshot(first_id + i, timeout)
+            if t == TOP:
+                break
+            out.append((first_id + i, t, parts, missing, started, time.time() - started))
+            if missing:
+                break
+        return out
+
+    async def _snapshot(self, snapshot_id: int, timeout: float) -> tuple:
         """Take snapshot ``snapshot_id`` at the current watermark T: returns ``(T, parts, missing)``.
 
         Each stage actor gets the marker after every earlier watermark (one FIFO
         connection from the acker), so it has not pruned past T when it snapshots;
         its part (``prepared``) comes back on its data-plane connection once durable.
-        One Ray call per snapshot, whatever the number of actors: ``parts`` maps
-        actor keys to parts, ``missing`` lists the keys that did not answer within
-        ``timeout`` seconds (hung). T is TOP, with no parts, when the run is complete.
+        ``parts`` maps actor keys to parts, ``missing`` lists the keys that did not
+        answer within ``timeout`` seconds (hung). T is TOP, with no parts, when the
+        run is complete.
         """
         w = self.acker.watermark
         if w == TOP:
@@ -174,7 +201,7 @@ class AckerActor:
         except asyncio.TimeoutError:
             pass
         finally:
-            del self.pending_snapshots[snapshot_id]
+            self.pending_snapshots.pop(snapshot_id, None)
         return w, parts, [k for k in self.subscribers if k not in parts]
 
     async def alive(self) -> None:

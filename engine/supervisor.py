@@ -6,7 +6,8 @@ stores its keyed state (everything below T: a delta or a base checkpoint),
 notes where its source partitions replay from, all in the background, and sends
 its part (``prepared``) to the acker on the data plane; the acker answers the
 supervisor's one call with every part, and the manifest is written atomically.
-Output never waits for any of it.
+One call takes the snapshots of up to SNAPSHOT_BATCH_S (four at 50 ms), and the
+supervisor goes on watching the actors meanwhile. Output never waits for any of it.
 
 Recovery: an actor's death is seen at once (the supervisor holds a
 never-returning ``alive()`` call on every actor). Every actor of the run is
@@ -23,7 +24,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import ray
 
@@ -36,6 +37,10 @@ from .plan import Plan
 from .result import RunResult, merge_instances
 
 GUARANTEES = ("exactly-once", "at-least-once", "at-most-once", "none")
+
+#: Seconds of snapshots one call to the acker takes (:meth:`AckerActor.snapshots`): at
+#: 50 ms snapshots, four per call. Manifests are committed when the call returns.
+SNAPSHOT_BATCH_S = 0.2
 
 
 class Hung(Exception):
@@ -60,6 +65,9 @@ class Recovery:
 
 @dataclass
 class SnapshotRecord:
+    """A committed snapshot; ``duration_s``: from its marker until every part was durable
+    (the manifest is committed after, with the others of its request)."""
+
     snapshot_id: int
     t: tuple
     duration_s: float
@@ -240,9 +248,10 @@ class RaySupervisor:
 
         next_snapshot = time.time() + self.snapshot_interval
         pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
+        taking = None  # the acker call taking the next snapshots, while it runs
         while True:
-            wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
-            ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
+            wait_s = 0.2 if self.store is None or taking is not None else min(0.2, max(0.0, next_snapshot - time.time()))
+            ready, _ = ray.wait([done_ref] + alive + ([taking] if taking is not None else []), num_returns=1, timeout=wait_s)
             try:
                 hung = self._heartbeat(pings)
                 if hung:
@@ -254,17 +263,23 @@ class RaySupervisor:
                     if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
                         return dead()  # a stage died while releasing the end
                     return "error", error
+                if taking is not None and taking in ready:
+                    ready.remove(taking)
+                    self._commit(ray.get(taking))
+                    taking = None
+                    next_snapshot = time.time() + self.snapshot_interval
                 if ready:
                     return dead()
                 if self.stop_requested.is_set():
                     if self.store is not None:
+                        if taking is not None:
+                            self._commit(ray.get(taking))
                         self.snapshot()  # the final snapshot: a resume starts from here
                     return "stopped", None
                 if deadline is not None and time.time() > deadline:
                     return "error", TimeoutError("run did not finish in time")
-                if self.store is not None and time.time() >= next_snapshot:
-                    self.snapshot()
-                    next_snapshot = time.time() + self.snapshot_interval
+                if self.store is not None and taking is None and time.time() >= next_snapshot:
+                    taking = self._request_snapshots(max(1, round(SNAPSHOT_BATCH_S / self.snapshot_interval)))
             except ray.exceptions.RayActorError:
                 return dead()
             except Hung as exc:
@@ -312,38 +327,43 @@ class RaySupervisor:
 
     def snapshot(self) -> Optional[SnapshotRecord]:
         """Take one snapshot and commit its manifest; None if the run is already complete."""
-        sid = self.next_snapshot_id
-        started = time.time()
-        try:
-            # The acker waits up to heartbeat_timeout for the parts; the call itself gets a little more.
-            t, by_key, missing = ray.get(self.acker.snapshot.remote(sid, self.heartbeat_timeout), timeout=self.heartbeat_timeout + 5)
-        except ray.exceptions.GetTimeoutError:
-            raise Hung({self.names[0]}) from None  # the acker
-        if t == (float("inf"),):
-            return None
-        self.next_snapshot_id += 1
-        if missing:
-            raise Hung({self._actor_name(k) for k in missing})
-        errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
-        if errors:
-            raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
-        keys = list(self.actors)
-        parts = [by_key[k] for k in keys]
-        manifest = {
-            "id": sid,
-            "flow": self.plan.flow_name,
-            "parallelism": self.plan.parallelism,
-            "t": list(t),
-            "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
-            "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
-        }
-        # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
-        manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
-        self._inject("before_commit")
-        self.store.write_manifest(sid, manifest)
-        record = SnapshotRecord(sid, t, time.time() - started, started)
-        self.status.snapshots.append(record)
-        return record
+        records = self._commit(ray.get(self._request_snapshots(1)))
+        return records[-1] if records else None
+
+    def _request_snapshots(self, count: int) -> Any:
+        """Ask the acker for the next ``count`` snapshots, ``snapshot_interval`` apart: a ref to
+        their parts, to :meth:`_commit`. The ids are taken now, whether they complete or not."""
+        first = self.next_snapshot_id
+        self.next_snapshot_id += count
+        return self.acker.snapshots.remote(first, count, self.snapshot_interval, self.heartbeat_timeout)
+
+    def _commit(self, taken: list) -> list:
+        """Commit the manifest of each snapshot in ``taken`` (from the acker), in order.
+        Raises Hung for actors that did not answer, RuntimeError for a part that failed."""
+        records = []
+        for sid, t, by_key, missing, started, took_s in taken:
+            if missing:
+                raise Hung({self._actor_name(k) for k in missing})
+            errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
+            if errors:
+                raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
+            keys = list(self.actors)
+            parts = [by_key[k] for k in keys]
+            manifest = {
+                "id": sid,
+                "flow": self.plan.flow_name,
+                "parallelism": self.plan.parallelism,
+                "t": list(t),
+                "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
+                "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
+            }
+            # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
+            manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
+            self._inject("before_commit")
+            self.store.write_manifest(sid, manifest)
+            records.append(SnapshotRecord(sid, t, took_s, started))
+        self.status.snapshots.extend(records)
+        return records
 
     def _actor_name(self, key: tuple) -> str:
         """The Ray name of the stage actor ``(stage index, instance)``."""

@@ -76,6 +76,7 @@ class SnapshotStore:
         self._requires: dict = {}  # snapshot id -> the ids its manifest requires
         self.prune_every = prune_every
         self._committed_since_prune = 0
+        self._newest_committed: Optional[int] = None  # known after the first commit (see write_manifest)
 
     @property
     def is_local(self) -> bool:
@@ -161,9 +162,13 @@ class SnapshotStore:
         text = json.dumps(manifest, sort_keys=True, indent=1)
         if json.loads(text) != manifest:
             raise ValueError("the manifest does not survive JSON unchanged (tuples, non-str keys or NaN?)")
-        committed = self.committed_ids()
-        if committed and snapshot_id < committed[-1]:
-            raise ValueError(f"snapshot {snapshot_id} is older than the newest committed one, {committed[-1]}")
+        if self._newest_committed is None:
+            # One listing per store object: commits every 50 ms would list the store each time.
+            # A store has one writer at a time (the coordinator), so what it committed last stays newest.
+            committed = self.committed_ids()
+            self._newest_committed = committed[-1] if committed else 0
+        if snapshot_id < self._newest_committed:
+            raise ValueError(f"snapshot {snapshot_id} is older than the newest committed one, {self._newest_committed}")
         snap = self._snapshot_dir(snapshot_id)
         self.fs.create_dir(snap, recursive=True)
         # Readers only ever open MANIFEST.json: the temporary name (a dot, a random part)
@@ -173,6 +178,7 @@ class SnapshotStore:
         with self.fs.open_output_stream(tmp) as out:
             out.write(text.encode("utf-8"))
         self.fs.move(tmp, f"{snap}/{MANIFEST}")
+        self._newest_committed = snapshot_id
         self._committed_since_prune += 1
         if self._committed_since_prune >= self.prune_every:
             self._committed_since_prune = 0
@@ -256,6 +262,8 @@ class SnapshotStore:
         if self.fs.get_file_info(snap).type != pafs.FileType.NotFound:
             self.fs.delete_dir(snap)
         self._requires.pop(snapshot_id, None)
+        if self._newest_committed is not None and snapshot_id >= self._newest_committed:
+            self._newest_committed = None  # list again at the next commit
 
     # -- paths --------------------------------------------------------------------------------
 

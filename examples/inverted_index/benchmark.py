@@ -595,8 +595,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
         parser.add_argument("--no-throughput", action="store_true")
         parser.add_argument("--no-recovery", action="store_true")
         parser.add_argument("--rates", default="10,25,50,100,200", help="throughput ladder, docs/s")
-        parser.add_argument("--rounds", type=int, default=2,
-                            help="driftstream grid runs per configuration, interleaved; percentiles pool them (default 2)")
+        parser.add_argument("--rounds", type=int, default=4,
+                            help="driftstream grid runs per configuration, interleaved; percentiles pool them (default 4)")
     args = parser.parse_args(argv)
     console = Console()
     seconds = 20.0 if getattr(args, "quick", False) else args.seconds

@@ -82,6 +82,24 @@ def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path):
     assert got == expected  # same payloads, same Metas, same order: no duplicate, no loss
 
 
+def test_snapshots_taken_several_per_acker_call_survive_kills(ray_session, tmp_path):
+    """At 50 ms the acker takes four snapshots per call and the manifests are committed
+    when the call returns: a kill mid-call abandons the uncommitted ones, and recovery
+    starts from the last committed manifest."""
+    build("eo-batch-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+
+    out = tmp_path / "eo"
+    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["eo-batch/by_key/1", "eo-batch/acker"])
+    result = build("eo-batch", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.05, snapshot_dir=str(tmp_path / "snaps")
+    )
+    killer.join(timeout=5)
+    assert result.metrics.recoveries == 2
+    assert result.metrics.snapshots >= 8
+    assert read_file_sink(out, "out") == expected
+
+
 def test_source_and_acker_killed_kafka_sink(ray_session, kafka_broker, tmp_path):
     bs = kafka_broker.bootstrap_servers
     build("eo-kref", KafkaSink("eo-kafka-ref", bs), paced=False).run(parallelism=2)
