@@ -31,6 +31,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional, Union
 
+import kafka.errors as kafka_errors
 from kafka import KafkaProducer, TopicPartition
 
 from .errors import FlowError, short_repr
@@ -355,10 +356,15 @@ class KafkaPartitionReader(SourcePartition):
 
     def _tick(self) -> None:
         # Durable: the tick is read back like any record, so its timestamp is part of the log.
-        if self._ticker is None:
-            self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick")
-        self._ticker.write([(b"", [(TICK_HEADER, b"1")])])
-        self.ticks_sent += 1
+        # A tick that fails is only a tick: the next one will do, and a failing broker shows
+        # in the fetches. Ticks are idempotent (they only move time), so one that did land is harmless.
+        try:
+            if self._ticker is None:
+                self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick")
+            self._ticker.write([(b"", [(TICK_HEADER, b"1")])])
+            self.ticks_sent += 1
+        except (kafka_errors.KafkaError, OSError) as exc:
+            log.warning("%s[%d]: a tick was not appended: %r", self.source.topic, self.partition, exc)
 
     def _dead_letter(self, rec: Any, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"

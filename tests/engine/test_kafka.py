@@ -226,3 +226,22 @@ def test_a_partition_written_by_two_producers_is_read_without_holes(kafka_broker
     assert offsets == list(range(2 * n)), f"holes skipped: {reader.gaps.skipped}"
     for tag in ("a", "b"):
         assert [v[1] for _, v in got if v[0] == tag] == list(range(n))
+
+
+def test_a_tick_that_fails_is_logged_and_the_next_one_appended(kafka_broker, caplog):
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("ticks")
+    ensure_topic(bs, topic, 1)
+    reader = KafkaSource(topic, bs).open(0, 0)
+    try:
+        reader._tick()
+        reader._ticker._conn._sock.shutdown(2)  # as if the broker had dropped the connection
+        reader._tick()
+        assert reader.ticks_sent == 1 and "a tick was not appended" in caplog.text
+        reader._tick()  # a new connection
+        assert reader.ticks_sent == 2
+        c = KafkaConsumer(bootstrap_servers=bs)
+        assert len(read_partition(c, TopicPartition(topic, 0), 0)) == 2
+        c.close()
+    finally:
+        reader.close()
