@@ -6,8 +6,9 @@ its partition is idle (a broker may not answer a long poll early: Tansu holds an
 empty fetch for its whole ``max_wait_ms``), and there that layer costs ~1 ms of
 CPU per fetch in the caller and as much again in the I/O thread. A blocking
 socket that encodes and decodes with kafka-python's protocol classes costs
-0.2-0.4 ms, so here a reader or writer talks to its partitions' leader directly, one request at a time. kafka-python still finds the
-leader and the API versions the broker speaks (:func:`locate`).
+0.2-0.4 ms, so here a reader or writer talks to its partitions' leader directly,
+one request at a time. kafka-python still finds the leader and the API versions
+the broker speaks (:func:`locate`).
 
 A moved leader or a broken connection is found again (metadata refresh, new
 socket) for up to ``timeout_s``; any other error code raises.
@@ -162,12 +163,16 @@ class _LeaderClient:
         self._conn: Optional[BrokerConnection] = None
         self._failing_since: Optional[float] = None
 
+    def _connection(self) -> BrokerConnection:
+        """The connection to the leader, opened if there is none (first use, or after a failure)."""
+        if self._conn is None:
+            self._conn = BrokerConnection(self.leader.host, self.leader.port, self.client_id, self.timeout_s)
+        return self._conn
+
     def _call(self, request: Any, response_class: Any, version: int) -> Optional[Any]:
         """The response, or None after a connection failure (the next call reconnects)."""
         try:
-            if self._conn is None:
-                self._conn = BrokerConnection(self.leader.host, self.leader.port, self.client_id, self.timeout_s)
-            return self._conn.request(request, response_class, version)
+            return self._connection().request(request, response_class, version)
         except (OSError, kafka_errors.CorrelationIdError) as exc:
             self._relocate(exc)
             return None
@@ -323,13 +328,9 @@ class PartitionWriter(_LeaderClient):
             topic_data=[_ProduceTopic(name=self.topic, partition_data=[_ProduceTopic.PartitionProduceData(index=self.partition, records=builder.buffer())])],
         )
         what = f"writing {builder.next_offset()} records to"
-        if self._conn is None:
-            # Not connected yet (or the last request broke the connection): connecting
-            # may find the leader again, and nothing of this batch was sent.
-            self._conn = BrokerConnection(self.leader.host, self.leader.port, self.client_id, self.timeout_s)
         try:
-            response = self._conn.request(request, ProduceResponse, self.leader.produce_version)
-        except OSError as exc:
+            response = self._connection().request(request, ProduceResponse, self.leader.produce_version)
+        except (OSError, kafka_errors.CorrelationIdError) as exc:  # the connection is no longer usable
             self.close()
             raise kafka_errors.KafkaConnectionError(f"{what} {self.name}: {exc}") from exc
         for topic in response.responses:

@@ -85,6 +85,7 @@ class AckerActor:
     """
 
     def __init__(self, sources: int, token: bytes) -> None:
+        self.generation = 0  # counts resets: a snapshot call from before one stops (see snapshots)
         self._setup(sources, token)
 
     async def reset(self, sources: int, token: bytes) -> None:
@@ -93,7 +94,7 @@ class AckerActor:
         self._setup(sources, token)
 
     def _setup(self, sources: int, token: bytes) -> None:
-        self.generation = getattr(self, "generation", 0) + 1
+        self.generation += 1
         self.acker = Acker(sources)
         self.endpoint = Endpoint(token, self._on_message)
         self.subscribers: dict = {}

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import ray
 
@@ -248,10 +248,10 @@ class RaySupervisor:
 
         next_snapshot = time.time() + self.snapshot_interval
         pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
-        taking = None  # the acker call taking the next snapshots, while it runs
+        taking = None  # (ref, deadline) of the acker call taking the next snapshots, while it runs
         while True:
             wait_s = 0.2 if self.store is None or taking is not None else min(0.2, max(0.0, next_snapshot - time.time()))
-            ready, _ = ray.wait([done_ref] + alive + ([taking] if taking is not None else []), num_returns=1, timeout=wait_s)
+            ready, _ = ray.wait([done_ref] + alive + ([taking[0]] if taking is not None else []), num_returns=1, timeout=wait_s)
             try:
                 hung = self._heartbeat(pings)
                 if hung:
@@ -263,17 +263,19 @@ class RaySupervisor:
                     if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
                         return dead()  # a stage died while releasing the end
                     return "error", error
-                if taking is not None and taking in ready:
-                    ready.remove(taking)
-                    self._commit(ray.get(taking))
+                if taking is not None and taking[0] in ready:
+                    ready.remove(taking[0])
+                    self._commit(self._taken(taking))
                     taking = None
                     next_snapshot = time.time() + self.snapshot_interval
+                elif taking is not None and time.time() > taking[1]:
+                    raise Hung({self.names[0]})  # the acker
                 if ready:
                     return dead()
                 if self.stop_requested.is_set():
                     if self.store is not None:
                         if taking is not None:
-                            self._commit(ray.get(taking))
+                            self._commit(self._taken(taking))
                         self.snapshot()  # the final snapshot: a resume starts from here
                     return "stopped", None
                 if deadline is not None and time.time() > deadline:
@@ -327,15 +329,27 @@ class RaySupervisor:
 
     def snapshot(self) -> Optional[SnapshotRecord]:
         """Take one snapshot and commit its manifest; None if the run is already complete."""
-        records = self._commit(ray.get(self._request_snapshots(1)))
+        records = self._commit(self._taken(self._request_snapshots(1)))
         return records[-1] if records else None
 
-    def _request_snapshots(self, count: int) -> Any:
-        """Ask the acker for the next ``count`` snapshots, ``snapshot_interval`` apart: a ref to
-        their parts, to :meth:`_commit`. The ids are taken now, whether they complete or not."""
+    def _request_snapshots(self, count: int) -> tuple:
+        """Ask the acker for the next ``count`` snapshots, ``snapshot_interval`` apart:
+        ``(ref to their parts, deadline)`` for :meth:`_taken`. The ids are taken now,
+        whether they complete or not."""
         first = self.next_snapshot_id
         self.next_snapshot_id += count
-        return self.acker.snapshots.remote(first, count, self.snapshot_interval, self.heartbeat_timeout)
+        ref = self.acker.snapshots.remote(first, count, self.snapshot_interval, self.heartbeat_timeout)
+        # The acker waits up to heartbeat_timeout for each snapshot's parts; the call gets a little more.
+        return ref, time.time() + (count - 1) * self.snapshot_interval + count * self.heartbeat_timeout + 5
+
+    def _taken(self, request: tuple) -> list:
+        """The acker's answer to ``request`` (from :meth:`_request_snapshots`), waited for
+        until its deadline; Hung (the acker) past it."""
+        ref, deadline = request
+        try:
+            return ray.get(ref, timeout=max(0.0, deadline - time.time()))
+        except ray.exceptions.GetTimeoutError:
+            raise Hung({self.names[0]}) from None  # the acker
 
     def _commit(self, taken: list) -> list:
         """Commit the manifest of each snapshot in ``taken`` (from the acker), in order.
