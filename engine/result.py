@@ -48,11 +48,12 @@ class Metrics:
     dead_letters: int = 0
     #: input records an at-most-once recovery skipped (lost by choice, never duplicated)
     skipped: int = 0
+    #: snapshots taken (every part durable); the newest of each batch of them got a manifest
     snapshots: int = 0
     recoveries: int = 0
-    #: per snapshot: seconds from request to committed manifest
+    #: per snapshot: seconds from its marker until every part was durable
     snapshot_s: list = field(default_factory=list)
-    #: per snapshot: wall times ``(requested, committed)``
+    #: per snapshot: wall times ``(marker sent, every part durable)``
     snapshot_windows: list = field(default_factory=list)
     #: per recovery: seconds from detection to restored actors and to the first new output
     recovery_s: list = field(default_factory=list)

@@ -5,9 +5,10 @@ attach ``snapshot(id)`` to the current watermark T; every stage instance
 stores its keyed state (everything below T: a delta or a base checkpoint),
 notes where its source partitions replay from, all in the background, and sends
 its part (``prepared``) to the acker on the data plane; the acker answers the
-supervisor's one call with every part, and the manifest is written atomically.
-One call takes the snapshots of up to SNAPSHOT_BATCH_S (four at 50 ms), and the
-supervisor goes on watching the actors meanwhile. Output never waits for any of it.
+supervisor with every part, and the manifest is written atomically. One
+streaming call to the acker takes every snapshot of the run and hands each over
+as it completes (:class:`SnapshotStream`); the supervisor goes on watching the
+actors meanwhile. Output never waits for any of it.
 
 Recovery: an actor's death is seen at once (the supervisor holds a
 never-returning ``alive()`` call on every actor). Every actor of the run is
@@ -38,10 +39,6 @@ from .result import RunResult, merge_instances
 
 GUARANTEES = ("exactly-once", "at-least-once", "at-most-once", "none")
 
-#: Seconds of snapshots one call to the acker takes (:meth:`AckerActor.snapshots`): at
-#: 50 ms snapshots, four per call. Manifests are committed when the call returns.
-SNAPSHOT_BATCH_S = 0.2
-
 
 class Hung(Exception):
     """Actors that did not answer within the heartbeat timeout: they are killed and replaced."""
@@ -66,7 +63,7 @@ class Recovery:
 @dataclass
 class SnapshotRecord:
     """A committed snapshot; ``duration_s``: from its marker until every part was durable
-    (the manifest is committed after, with the others of its request)."""
+    (the manifest is committed right after)."""
 
     snapshot_id: int
     t: tuple
@@ -91,6 +88,55 @@ def check_guarantee(guarantee: str) -> None:
     """FlowError unless ``guarantee`` is one of :data:`GUARANTEES`."""
     if guarantee not in GUARANTEES:
         raise FlowError(f"guarantee must be one of {', '.join(GUARANTEES)}; got {guarantee!r}")
+
+
+class SnapshotStream:
+    """The acker's snapshots as they complete: one streaming call (:meth:`AckerActor.snapshots`)
+    read by the supervisor's watch loop.
+
+    ``next_id`` is the id the acker takes next; an abandoned stream may have begun
+    it, so a later stream starts past it (see :meth:`RaySupervisor._drop`). An item
+    later than ``interval + timeout + 5`` seconds means the acker hangs (Hung), as a
+    single call's bound did.
+
+    >>> stream = SnapshotStream(acker, "flow/acker", first_id=1, count=None, interval=0.05, timeout=10.0)  # doctest: +SKIP
+    >>> ready, _ = ray.wait([stream.gen, done_ref], num_returns=1)  # doctest: +SKIP
+    >>> item = stream.take() if stream.ready_in(ready) else None     # doctest: +SKIP
+    """
+
+    def __init__(self, acker, acker_name: str, first_id: int, count: Optional[int], interval: float, timeout: float) -> None:
+        self.gen = acker.snapshots.remote(first_id, count, interval, timeout)
+        self.acker_name = acker_name
+        self.next_id = first_id
+        self.patience = interval + timeout + 5
+        self.deadline = time.time() + self.patience
+
+    def ready_in(self, ready: list) -> bool:
+        """True if ``ready`` (from ``ray.wait``) holds this stream; removes it from the list."""
+        for i, r in enumerate(ready):
+            if r is self.gen:
+                del ready[i]
+                return True
+        return False
+
+    def overdue(self) -> bool:
+        return time.time() > self.deadline
+
+    def take(self, wait: bool = False) -> Optional[tuple]:
+        """The next snapshot, or None when the stream has ended. ``wait``: block for it until
+        the deadline (Hung past it); else it must be ready. RayActorError if the acker died."""
+        if wait:
+            ready, _ = ray.wait([self.gen], num_returns=1, timeout=max(0.0, self.deadline - time.time()))
+            if not ready:
+                raise Hung({self.acker_name})
+        try:
+            ref = next(self.gen)
+        except StopIteration:
+            return None
+        item = ray.get(ref)
+        self.next_id = item[0] + 1
+        self.deadline = time.time() + self.patience
+        return item
 
 
 class RaySupervisor:
@@ -248,47 +294,53 @@ class RaySupervisor:
 
         next_snapshot = time.time() + self.snapshot_interval
         pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
-        taking = None  # (ref, deadline) of the acker call taking the next snapshots, while it runs
-        while True:
-            wait_s = 0.2 if self.store is None or taking is not None else min(0.2, max(0.0, next_snapshot - time.time()))
-            ready, _ = ray.wait([done_ref] + alive + ([taking[0]] if taking is not None else []), num_returns=1, timeout=wait_s)
-            try:
-                hung = self._heartbeat(pings)
-                if hung:
-                    raise Hung(hung)
-                if done_ref in ready:
-                    error = ray.get(done_ref)
-                    if error is None:
-                        return "done", ray.get([a.report.remote() for a in self.actors.values()])
-                    if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
-                        return dead()  # a stage died while releasing the end
-                    return "error", error
-                if taking is not None and taking[0] in ready:
-                    ready.remove(taking[0])
-                    self._commit(self._taken(taking))
-                    taking = None
-                    next_snapshot = time.time() + self.snapshot_interval
-                elif taking is not None and time.time() > taking[1]:
-                    raise Hung({self.names[0]})  # the acker
-                if ready:
+        stream: Optional[SnapshotStream] = None  # the acker's snapshots, once started
+        try:
+            while True:
+                wait_s = 0.2 if self.store is None or stream is not None else min(0.2, max(0.0, next_snapshot - time.time()))
+                ready, _ = ray.wait([done_ref] + alive + ([stream.gen] if stream is not None else []), num_returns=1, timeout=wait_s)
+                try:
+                    hung = self._heartbeat(pings)
+                    if hung:
+                        raise Hung(hung)
+                    if done_ref in ready:
+                        error = ray.get(done_ref)
+                        if error is None:
+                            return "done", ray.get([a.report.remote() for a in self.actors.values()])
+                        if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
+                            return dead()  # a stage died while releasing the end
+                        return "error", error
+                    if stream is not None and stream.ready_in(ready):
+                        item = stream.take()
+                        if item is None:  # the run is complete: done_ref follows
+                            self._drop(stream)
+                            stream, next_snapshot = None, float("inf")
+                        else:
+                            self._commit(item)
+                    elif stream is not None and stream.overdue():
+                        raise Hung({stream.acker_name})
+                    if ready:
+                        return dead()
+                    if self.stop_requested.is_set():
+                        if self.store is not None:
+                            self._drain(stream)
+                            stream = None
+                            self.snapshot()  # the final snapshot: a resume starts from here
+                        return "stopped", None
+                    if deadline is not None and time.time() > deadline:
+                        return "error", TimeoutError("run did not finish in time")
+                    if self.store is not None and stream is None and time.time() >= next_snapshot:
+                        stream = self._stream(count=None)
+                except ray.exceptions.RayActorError:
                     return dead()
-                if self.stop_requested.is_set():
-                    if self.store is not None:
-                        if taking is not None:
-                            self._commit(self._taken(taking))
-                        self.snapshot()  # the final snapshot: a resume starts from here
-                    return "stopped", None
-                if deadline is not None and time.time() > deadline:
-                    return "error", TimeoutError("run did not finish in time")
-                if self.store is not None and taking is None and time.time() >= next_snapshot:
-                    taking = self._request_snapshots(max(1, round(SNAPSHOT_BATCH_S / self.snapshot_interval)))
-            except ray.exceptions.RayActorError:
-                return dead()
-            except Hung as exc:
-                from .ray_runtime import _kill
+                except Hung as exc:
+                    from .ray_runtime import _kill
 
-                _kill([h for n, h in zip(self.names, self.handles) if n in exc.names], sorted(exc.names))
-                return "died", (exc.names, time.time())
+                    _kill([h for n, h in zip(self.names, self.handles) if n in exc.names], sorted(exc.names))
+                    return "died", (exc.names, time.time())
+        finally:
+            if stream is not None:
+                self._drop(stream)
 
     def _heartbeat(self, pings: dict) -> set:
         """Ping every actor about once a second; return the names of those that have not
@@ -329,55 +381,57 @@ class RaySupervisor:
 
     def snapshot(self) -> Optional[SnapshotRecord]:
         """Take one snapshot and commit its manifest; None if the run is already complete."""
-        records = self._commit(self._taken(self._request_snapshots(1)))
-        return records[-1] if records else None
-
-    def _request_snapshots(self, count: int) -> tuple:
-        """Ask the acker for the next ``count`` snapshots, ``snapshot_interval`` apart:
-        ``(ref to their parts, deadline)`` for :meth:`_taken`. The ids are taken now,
-        whether they complete or not."""
-        first = self.next_snapshot_id
-        self.next_snapshot_id += count
-        ref = self.acker.snapshots.remote(first, count, self.snapshot_interval, self.heartbeat_timeout)
-        # The acker waits up to heartbeat_timeout for each snapshot's parts; the call gets a little more.
-        return ref, time.time() + (count - 1) * self.snapshot_interval + count * self.heartbeat_timeout + 5
-
-    def _taken(self, request: tuple) -> list:
-        """The acker's answer to ``request`` (from :meth:`_request_snapshots`), waited for
-        until its deadline; Hung (the acker) past it."""
-        ref, deadline = request
+        stream = self._stream(count=1)
         try:
-            return ray.get(ref, timeout=max(0.0, deadline - time.time()))
-        except ray.exceptions.GetTimeoutError:
-            raise Hung({self.names[0]}) from None  # the acker
+            item = stream.take(wait=True)
+        finally:
+            self._drop(stream)
+        return None if item is None else self._commit(item)
 
-    def _commit(self, taken: list) -> list:
-        """Commit the manifest of each snapshot in ``taken`` (from the acker), in order.
-        Raises Hung for actors that did not answer, RuntimeError for a part that failed."""
-        records = []
-        for sid, t, by_key, missing, started, took_s in taken:
-            if missing:
-                raise Hung({self._actor_name(k) for k in missing})
-            errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
-            if errors:
-                raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
-            keys = list(self.actors)
-            parts = [by_key[k] for k in keys]
-            manifest = {
-                "id": sid,
-                "flow": self.plan.flow_name,
-                "parallelism": self.plan.parallelism,
-                "t": list(t),
-                "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
-                "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
-            }
-            # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
-            manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
-            self._inject("before_commit")
-            self.store.write_manifest(sid, manifest)
-            records.append(SnapshotRecord(sid, t, took_s, started))
-        self.status.snapshots.extend(records)
-        return records
+    def _stream(self, count: Optional[int]) -> SnapshotStream:
+        """Start the acker's schedule of ``count`` snapshots (None: until the run completes)."""
+        return SnapshotStream(self.acker, self.names[0], self.next_snapshot_id, count, self.snapshot_interval, self.heartbeat_timeout)
+
+    def _drop(self, stream: SnapshotStream) -> None:
+        """Forget ``stream``: later snapshots take ids past any it may have begun."""
+        self.next_snapshot_id = max(self.next_snapshot_id, stream.next_id + 1)
+
+    def _drain(self, stream: Optional[SnapshotStream]) -> None:
+        """End ``stream``'s schedule and commit what it still yields (a stop)."""
+        if stream is None:
+            return
+        ray.get(self.acker.end_snapshots.remote())
+        while (item := stream.take(wait=True)) is not None:
+            self._commit(item)
+        self._drop(stream)
+
+    def _commit(self, item: tuple) -> SnapshotRecord:
+        """Commit the manifest of one snapshot from the acker, ``(id, T, parts, missing,
+        started, took_s)``. Raises Hung for actors that did not answer, RuntimeError for a
+        part that failed."""
+        sid, t, by_key, missing, started, took_s = item
+        if missing:
+            raise Hung({self._actor_name(k) for k in missing})
+        errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
+        if errors:
+            raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
+        keys = list(self.actors)
+        parts = [by_key[k] for k in keys]
+        manifest = {
+            "id": sid,
+            "flow": self.plan.flow_name,
+            "parallelism": self.plan.parallelism,
+            "t": list(t),
+            "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
+            "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
+        }
+        # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
+        manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
+        self._inject("before_commit")
+        self.store.write_manifest(sid, manifest)
+        record = SnapshotRecord(sid, t, took_s, started)
+        self.status.snapshots.append(record)
+        return record
 
     def _actor_name(self, key: tuple) -> str:
         """The Ray name of the stage actor ``(stage index, instance)``."""

@@ -159,7 +159,8 @@ class SnapshotStore:
         if manifest.get("snapshot_id", snapshot_id) != snapshot_id:
             raise ValueError(f"manifest says snapshot_id={manifest['snapshot_id']!r}, committed as {snapshot_id}")
         manifest = {**manifest, "snapshot_id": snapshot_id}
-        text = json.dumps(manifest, sort_keys=True, indent=1)
+        # One line: with ``indent`` json falls back to its pure-Python encoder, ~0.7 ms a commit.
+        text = json.dumps(manifest, sort_keys=True)
         if json.loads(text) != manifest:
             raise ValueError("the manifest does not survive JSON unchanged (tuples, non-str keys or NaN?)")
         if self._newest_committed is None:
@@ -170,14 +171,20 @@ class SnapshotStore:
         if snapshot_id < self._newest_committed:
             raise ValueError(f"snapshot {snapshot_id} is older than the newest committed one, {self._newest_committed}")
         snap = self._snapshot_dir(snapshot_id)
-        self.fs.create_dir(snap, recursive=True)
         # Readers only ever open MANIFEST.json: the temporary name (a dot, a random part)
         # is invisible to them, and the move replaces the name in one step (a rename on
         # local disks and HDFS; on object stores the final object appears whole).
         tmp = f"{snap}/.{MANIFEST}.{uuid.uuid4().hex}.tmp"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(text.encode("utf-8"))
-        self.fs.move(tmp, f"{snap}/{MANIFEST}")
+        if self.is_local:  # as in put_file: a fifth of pyarrow's cost, at a commit per snapshot
+            os.makedirs(snap, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(text.encode("utf-8"))
+            os.replace(tmp, f"{snap}/{MANIFEST}")
+        else:
+            self.fs.create_dir(snap, recursive=True)
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(text.encode("utf-8"))
+            self.fs.move(tmp, f"{snap}/{MANIFEST}")
         self._newest_committed = snapshot_id
         self._committed_since_prune += 1
         if self._committed_since_prune >= self.prune_every:

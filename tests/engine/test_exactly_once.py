@@ -82,10 +82,10 @@ def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path):
     assert got == expected  # same payloads, same Metas, same order: no duplicate, no loss
 
 
-def test_snapshots_taken_several_per_acker_call_survive_kills(ray_session, tmp_path):
-    """At 50 ms the acker takes four snapshots per call and the manifests are committed
-    when the call returns: a kill mid-call abandons the uncommitted ones, and recovery
-    starts from the last committed manifest."""
+def test_streamed_snapshots_survive_kills(ray_session, tmp_path):
+    """At 50 ms the acker streams its snapshots to the supervisor, which commits each as it
+    comes: a kill abandons the stream (and the snapshot it was taking), recovery starts
+    from the last committed manifest, and a new stream goes on past the abandoned ids."""
     build("eo-batch-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
     expected = read_file_sink(tmp_path / "ref", "out")
 
