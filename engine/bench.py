@@ -31,13 +31,14 @@ import argparse
 import bisect
 import contextlib
 import glob
+import inspect
 import json
 import os
 import statistics
 import tempfile
 import threading
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.file_sink import FileSink, read_partition_file
@@ -543,18 +544,13 @@ def _workdir(path: Optional[str]):
 
 
 def exactly_once(
-    rate: float = 2_000,
-    seconds: float = 10.0,
-    partitions: int = 3,
-    parallelism: int = 2,
-    intervals: tuple = (0.05, 0.5, 1.0),
-    warmup: float = 1.0,
-    recovery_interval: float = 1.0,
-    kill_at: tuple = (3.0, 6.0),
-    workdir: Optional[str] = None,
+    intervals: tuple = (0.05, 0.5, 1.0), recovery_interval: float = 1.0, kill_at: tuple = (3.0, 6.0), **workload: Any
 ) -> dict:
-    """Every exactly-once figure: :func:`latency_under_snapshots`, then :func:`recovery`."""
-    common = dict(rate=rate, seconds=seconds, partitions=partitions, parallelism=parallelism, warmup=warmup, workdir=workdir)
+    """Every exactly-once figure: :func:`latency_under_snapshots`, then :func:`recovery`
+    (no recovery run when ``kill_at`` is empty), both on ``workload``: any of ``rate``,
+    ``seconds``, ``partitions``, ``parallelism``, ``warmup`` and ``workdir``, defaults
+    as in :func:`latency_under_snapshots`."""
+    common = {**_defaults(latency_under_snapshots, ("rate", "seconds", "partitions", "parallelism", "warmup", "workdir")), **workload}
     lat = latency_under_snapshots(intervals=tuple(intervals), **common)
     rec = recovery(snapshot_interval=recovery_interval, kill_at=tuple(kill_at), **common) if kill_at else None
     return {
@@ -563,6 +559,12 @@ def exactly_once(
         "floors": lat["floors"],
         "recovery": rec,
     }
+
+
+def _defaults(fn: Callable, names: tuple) -> dict:
+    """The default values of ``fn``'s parameters ``names`` (one place for the workload's defaults)."""
+    params = inspect.signature(fn).parameters
+    return {n: params[n].default for n in names}
 
 
 def _f(v: Optional[float], fmt: str = "{:.2f}") -> str:
@@ -716,8 +718,8 @@ def _main_exactly_once(args: argparse.Namespace) -> int:
           f"{args.seconds:g} s per configuration; key_by -> stateful_map (rolling hash, {EO_KEYS} keys) -> FileSink", flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     started = time.time()
-    figures = exactly_once(args.rate, args.seconds, args.partitions, args.parallelism, args.intervals, args.warmup,
-                           args.recovery_interval, args.kill_at)
+    figures = exactly_once(args.intervals, args.recovery_interval, args.kill_at, rate=args.rate, seconds=args.seconds,
+                           partitions=args.partitions, parallelism=args.parallelism, warmup=args.warmup)
     print(format_latency(figures["latency"], figures["floors"], args.rate, args.warmup))
     if figures["recovery"] is not None:
         print(format_recovery(figures["recovery"]))

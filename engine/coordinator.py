@@ -69,7 +69,9 @@ def run_coordinated(
     """Run ``plan`` under a coordinator actor and return its result.
 
     If the coordinator dies and the run takes snapshots, a new coordinator resumes
-    from the newest manifest (at most ``max_restarts`` times). ``on_coordinator`` is
+    from the newest manifest (at most ``max_restarts`` times; each counts in
+    ``metrics.recoveries``, the figures of ``metrics`` otherwise are the last
+    coordinator's). ``on_coordinator`` is
     called with each coordinator's handle (``FlowHandle`` uses it for status and stop).
     """
     from .ray_runtime import NAMESPACE, _check_no_leftovers
@@ -89,6 +91,7 @@ def run_coordinated(
             result, error = ray.get(coordinator.run.remote(timeout))
             if error is not None:
                 raise error
+            result.metrics.recoveries += restarts  # the new coordinator counts only its own
             return result
         except RayActorError:
             if spec.get("guarantee", "none") == "none" or restarts >= max_restarts:

@@ -267,3 +267,4 @@ def test_coordinator_killed_a_new_one_resumes(ray_session, tmp_path):
     expected, got, result = killed_run(tmp_path, "co-file", ["coordinator"], "exactly-once")
     assert got == expected
     assert result.metrics.elements["src"] < N  # the new coordinator resumed from a snapshot
+    assert result.metrics.recoveries == 1  # the restart of the coordinator
