@@ -14,6 +14,7 @@ import pytest
 import ray
 
 from driftstream.barriers.file_sink import read_file_sink
+from driftstream.snapshots.store import SnapshotStore
 
 from .resume_flow import N, build
 
@@ -61,6 +62,9 @@ def test_start_status_stop_then_resume(ray_session, tmp_path):
     assert status["watermark"] > (0,) and status["dead_letters"] == 0
     stopped = handle.stop(timeout=60)
     assert stopped.metrics.snapshots >= 1
+    # The stop ended the running snapshot stream and then took a final snapshot, at or past
+    # the watermark seen before the stop: the resume starts from there.
+    assert tuple(SnapshotStore(str(snaps)).read_latest_manifest()["t"]) >= status["watermark"]
     assert handle.status()["running"] is False
 
     resumed = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps), resume=True)
