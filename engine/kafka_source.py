@@ -120,12 +120,13 @@ class OffsetGaps:
     """Delivers a partition's records without holes: what follows a hole in the offsets
     is held back until the hole fills, or until it has stayed ``wait_s`` seconds.
 
-    Pure bookkeeping, O(records) per fetch; the fetcher seeks back to ``refetch_from``.
+    Pure bookkeeping, O(records) per fetch. ``next_offset`` is where the next fetch
+    starts: past what was delivered, or at the hole (``refetch_from``) while one is waited for.
 
     >>> from types import SimpleNamespace as R
     >>> g = OffsetGaps(next_offset=10, wait_s=0.5)
-    >>> [r.offset for r in g.admit([R(offset=10), R(offset=12)], now=0.0)], g.refetch_from
-    ([10], 11)
+    >>> [r.offset for r in g.admit([R(offset=10), R(offset=12)], now=0.0)], g.refetch_from, g.next_offset
+    ([10], 11, 11)
     >>> g.admit([R(offset=12)], now=0.1), g.refetch_from            # 11 still missing: wait
     ([], 11)
     >>> [r.offset for r in g.admit([R(offset=11), R(offset=12)], now=0.2)], g.refetch_from, g.filled
@@ -248,8 +249,8 @@ class KafkaPartitionReader(SourcePartition):
         return max(0, live_end - first_after)
 
     def _fetch(self) -> None:
+        # gaps.next_offset is where each fetch starts (only this thread moves it).
         client, closing, fetched, gaps, p = self._fetcher_client, self._closing, self._fetched, self.gaps, self.partition
-        position = self.next_offset
         try:
             while not closing.is_set():
                 if self._tick_wanted:
@@ -259,28 +260,22 @@ class KafkaPartitionReader(SourcePartition):
                     time.sleep(0.002)  # the event loop has not caught up: fetch no further ahead
                     continue
                 jump = self._jump
-                if jump is not None and position >= jump[0]:
+                if jump is not None and gaps.next_offset >= jump[0]:
                     self._jump = None
-                    position = jump[1]
-                    gaps.moved_to(position)
+                    gaps.moved_to(jump[1])
                     fetched.append(jump)
                     continue
-                records = client.fetch({p: position}).get(p)
+                records = client.fetch({p: gaps.next_offset}).get(p)
                 if not records:
                     continue
                 records = gaps.admit(records, time.monotonic())
-                if gaps.refetch_from is not None:
-                    position = gaps.refetch_from
-                    if not records:
-                        time.sleep(0.001)  # the hole's batch is being stored: give the broker a moment
-                        continue
-                else:
-                    position = records[-1].offset + 1
+                if not records:
+                    time.sleep(0.001)  # a hole's batch is being stored: give the broker a moment
+                    continue
                 if jump is not None and records[-1].offset >= jump[0]:
                     # Keep what precedes the jump; skip the rest (at-most-once).
                     self._jump = None
-                    position = jump[1]
-                    gaps.moved_to(position)
+                    gaps.moved_to(jump[1])
                     records = [r for r in records if r.offset < jump[0]]
                     if records:
                         fetched.append(records)

@@ -48,7 +48,7 @@ class Metrics:
     dead_letters: int = 0
     #: input records an at-most-once recovery skipped (lost by choice, never duplicated)
     skipped: int = 0
-    #: snapshots taken (every part durable); the newest of each batch of them got a manifest
+    #: snapshots committed (every part durable, then its manifest written)
     snapshots: int = 0
     recoveries: int = 0
     #: per snapshot: seconds from its marker until every part was durable

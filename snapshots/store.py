@@ -107,14 +107,18 @@ class SnapshotStore:
     def put_file(self, snapshot_id: int, participant: str, name: str, data: bytes) -> None:
         """Write one file of a participant (e.g. a state delta), replacing any earlier one. Cost: its bytes."""
         dest = self._participant_dir(snapshot_id, participant)
-        name = _segment("file name", name)
-        if self.is_local:  # a fifth of pyarrow's cost, at a delta per snapshot
-            os.makedirs(dest, exist_ok=True)
-            with open(f"{dest}/{name}", "wb") as f:
+        self._write(dest, f"{dest}/{_segment('file name', name)}", data)
+
+    def _write(self, directory: str, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in ``directory`` (created if missing). On a local store
+        with ``os`` calls: a fifth of pyarrow's cost, at a delta and a manifest per snapshot."""
+        if self.is_local:
+            os.makedirs(directory, exist_ok=True)
+            with open(path, "wb") as f:
                 f.write(data)
             return
-        self.fs.create_dir(dest, recursive=True)
-        with self.fs.open_output_stream(f"{dest}/{name}") as out:
+        self.fs.create_dir(directory, recursive=True)
+        with self.fs.open_output_stream(path) as out:
             out.write(data)
 
     def get_file(self, snapshot_id: int, participant: str, name: str) -> bytes:
@@ -175,16 +179,8 @@ class SnapshotStore:
         # is invisible to them, and the move replaces the name in one step (a rename on
         # local disks and HDFS; on object stores the final object appears whole).
         tmp = f"{snap}/.{MANIFEST}.{uuid.uuid4().hex}.tmp"
-        if self.is_local:  # as in put_file: a fifth of pyarrow's cost, at a commit per snapshot
-            os.makedirs(snap, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(text.encode("utf-8"))
-            os.replace(tmp, f"{snap}/{MANIFEST}")
-        else:
-            self.fs.create_dir(snap, recursive=True)
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(text.encode("utf-8"))
-            self.fs.move(tmp, f"{snap}/{MANIFEST}")
+        self._write(snap, tmp, text.encode("utf-8"))
+        (os.replace if self.is_local else self.fs.move)(tmp, f"{snap}/{MANIFEST}")
         self._newest_committed = snapshot_id
         self._committed_since_prune += 1
         if self._committed_since_prune >= self.prune_every:

@@ -180,7 +180,7 @@ def consume(bootstrap_servers: str, topic: str, path: str) -> None:
             for p, records in fetcher.fetch(offsets).items():
                 now = time.time() * 1000.0
                 records = gaps[p].admit(records, time.monotonic())
-                offsets[p] = gaps[p].refetch_from if gaps[p].refetch_from is not None else records[-1].offset + 1
+                offsets[p] = gaps[p].next_offset
                 got.extend((now, r.value) for r in records)
             if time.time() - reported > 0.05:
                 print(f"COUNT {len(got)}", flush=True)

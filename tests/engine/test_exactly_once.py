@@ -86,12 +86,12 @@ def test_streamed_snapshots_survive_kills(ray_session, tmp_path):
     """At 50 ms the acker streams its snapshots to the supervisor, which commits each as it
     comes: a kill abandons the stream (and the snapshot it was taking), recovery starts
     from the last committed manifest, and a new stream goes on past the abandoned ids."""
-    build("eo-batch-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    build("eo-stream-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
     expected = read_file_sink(tmp_path / "ref", "out")
 
     out = tmp_path / "eo"
-    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["eo-batch/by_key/1", "eo-batch/acker"])
-    result = build("eo-batch", FileSink(out, name="out"), paced=True).run(
+    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["eo-stream/by_key/1", "eo-stream/acker"])
+    result = build("eo-stream", FileSink(out, name="out"), paced=True).run(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.05, snapshot_dir=str(tmp_path / "snaps")
     )
     killer.join(timeout=5)
