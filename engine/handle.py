@@ -48,7 +48,7 @@ class FlowHandle:
     def status(self) -> dict:
         """Watermark, source lag, elements emitted and released, dead letters, records skipped
         (at-most-once), the last snapshot (T, duration) and every recovery (detected at,
-        seconds to restored and to first new output)."""
+        seconds to restored and to first new output), and the coordinator's niceness."""
         import ray
 
         self._has_coordinator.wait()

@@ -28,7 +28,8 @@ import ray
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import TOP
 
-from .errors import StepError
+from .coordinator import COORDINATOR_NICENESS
+from .errors import FlowError, StepError
 from .plan import Plan
 from .result import RunResult
 from .source import SourceReader
@@ -533,11 +534,14 @@ def _spec(
     resume: bool = False,
     faults: Optional[dict] = None,
     heartbeat_timeout: float = 10.0,
+    coordinator_niceness: int = COORDINATOR_NICENESS,
 ) -> dict:
     """The coordinator's arguments, checked here in the driver before Ray starts."""
     from .supervisor import check_guarantee
 
     check_guarantee(guarantee)
+    if type(coordinator_niceness) is not int or not 0 <= coordinator_niceness <= 19:
+        raise FlowError(f"coordinator_niceness is an int from 0 (the data path's priority) to 19, not {coordinator_niceness!r}")
     options = {
         "batch_size": batch_size,
         "max_inflight": max_inflight,
@@ -553,6 +557,7 @@ def _spec(
         "snapshot_dir": snapshot_dir,
         "resume": resume,
         "seed": seed,
+        "coordinator_niceness": coordinator_niceness,
     }
 
 
@@ -571,7 +576,8 @@ def run_on_ray(plan: Plan, address: Optional[str] = None, timeout: Optional[floa
 
     Options: ``seed``, ``batch_size``, ``max_inflight``, ``chaos``, ``sample_every``,
     ``guarantee``, ``snapshot_interval``, ``snapshot_dir``, ``resume``, ``heartbeat_timeout``
-    (seconds an actor may not answer a ping before it is taken for dead) and, for tests,
+    (seconds an actor may not answer a ping before it is taken for dead),
+    ``coordinator_niceness`` (see :data:`~driftstream.engine.coordinator.COORDINATOR_NICENESS`) and, for tests,
     ``faults`` (see :class:`~driftstream.engine.supervisor.RaySupervisor`).
     """
     from .coordinator import run_coordinated

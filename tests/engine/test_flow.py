@@ -40,6 +40,14 @@ def test_no_sink_fails_at_run_before_ray(no_ray):
         flow.run(parallelism=2)
 
 
+@pytest.mark.parametrize("niceness", [-1, 20, 2.5])
+def test_a_coordinator_niceness_out_of_range_fails_before_ray(no_ray, niceness):
+    flow = Flow("nice")
+    flow.source(MemorySource([1])).sink(MemorySink("out"))
+    with pytest.raises(FlowError, match=r"coordinator_niceness is an int from 0 .* to 19, not " + str(niceness)):
+        flow.run(coordinator_niceness=niceness)
+
+
 def test_no_source_fails(no_ray):
     with pytest.raises(FlowError, match="has no source"):
         Flow("empty").run()

@@ -14,6 +14,7 @@ import pytest
 import ray
 
 from driftstream.barriers.file_sink import read_file_sink
+from driftstream.engine.coordinator import COORDINATOR_NICENESS
 from driftstream.snapshots.store import SnapshotStore
 
 from .resume_flow import N, build
@@ -51,6 +52,11 @@ def test_driver_killed_with_sigkill_then_resumed(ray_session, tmp_path):
     assert result.metrics.elements["numbers"] < N  # the source resumed from a snapshot rather than from the start
 
 
+@ray.remote(num_cpus=0)
+def _niceness() -> int:
+    return os.nice(0)
+
+
 def test_start_status_stop_then_resume(ray_session, tmp_path):
     out, snaps = tmp_path / "out", tmp_path / "snaps"
     flow = build(str(out))
@@ -60,6 +66,10 @@ def test_start_status_stop_then_resume(ray_session, tmp_path):
     status = handle.status()
     assert status["running"] and status["released"] > 0 and status["emitted"] >= status["released"]
     assert status["watermark"] > (0,) and status["dead_letters"] == 0
+    # The coordinator's housekeeping runs below the stage actors' priority (Ray starts every worker
+    # at its own worker niceness, 15 by default; the coordinator goes further, up to Linux's 19).
+    worker_niceness = ray.get(_niceness.remote())
+    assert status["coordinator_niceness"] == min(19, worker_niceness + COORDINATOR_NICENESS)
     stopped = handle.stop(timeout=60)
     assert stopped.metrics.snapshots >= 1
     # The stop ended the running snapshot stream and then took a final snapshot, at or past
