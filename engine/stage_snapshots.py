@@ -5,13 +5,15 @@ everything below T into its base states) the instance takes, in the event loop,
 what changed (references to immutable states and inputs: O(changed keys), no
 encoding) and where its source partitions must replay from, and decides whether
 the snapshot is a delta or a base. A delta is one file of the changed keys'
-folded inputs (or states), about a millisecond of work: on a local store the
-event loop writes it at once. A base, every few seconds, writes the states
-changed since the last base to RocksDB and uploads a checkpoint (hard links):
-one background thread per instance does that, snapshot after snapshot in order,
-and any delta taken meanwhile (or bound for a remote store) queues behind it.
-See :mod:`driftstream.snapshots.changelog`. Processing never waits for a base;
-the instance's part of the manifest goes to the acker once the snapshot is durable.
+folded inputs (or states): a small one (a short interval's, about a millisecond
+of work) is written at once. A larger delta, and a base every few seconds (the
+states changed since the last base written to RocksDB, then a checkpoint), are
+written by a task of the event loop, snapshot after snapshot in order, a slice
+of about a millisecond at a time with the loop's other callbacks in between.
+Only a remote store's uploads go to a thread. See
+:mod:`driftstream.snapshots.changelog`. Processing never waits for more than a
+slice; the instance's part of the manifest goes to the acker once the snapshot
+is durable.
 """
 
 from __future__ import annotations
@@ -22,19 +24,23 @@ import re
 import shutil
 import tempfile
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
-from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, encode_delta, replay_deltas
+from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
 from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
 
 
-#: Deltas of at most this many changed keys are written by the event loop itself (see ``take``).
+#: Deltas of at most this many changed keys are written at once, in the callback that takes them (see ``take``).
 INLINE_DELTA_KEYS = 256
+
+#: Seconds of snapshot writing between two turns of the event loop's other callbacks.
+SLICE_S = 0.001
 
 
 class StageSnapshots:
@@ -58,11 +64,14 @@ class StageSnapshots:
             self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-{os.getpid()}-"))
         self.backends: dict = {}
         # Steps whose last write failed: their deltas since build on a hole until the next base
-        # (the persisting thread's own record; the event loop resets the chain when it hears).
+        # (the writer's own record; the chain is reset when the failure is reported).
         self._broken: set = set()
-        self._in_worker = 0  # snapshots handed to the thread and not yet written
-        # One thread: snapshot k's writes must land before snapshot k+1's checkpoint.
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") if store_uri else None
+        # Snapshots waiting for the writer task, oldest first: (id, jobs, part, prepared).
+        # One writer: snapshot k's writes must land before snapshot k+1's checkpoint.
+        self._queue: deque = deque()
+        self._writer: Optional[asyncio.Task] = None
+        # A remote store's uploads only: they wait on the network, not on the interpreter.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot-io") if self.store and not self.store.is_local else None
 
     def participant(self, step_name: str) -> str:
         return f"{self.prefix}-{step_name}"
@@ -112,29 +121,41 @@ class StageSnapshots:
             entries[step_name] = chain.entry(self.participant(step_name))
         part = {"states": entries, "sources": {str(p): list(pos) for p, pos in (reader.resume_positions(t) if reader is not None else {}).items()}}
         small = sum(len(batch) for _, batch in jobs.values()) <= INLINE_DELTA_KEYS
-        if small and self._in_worker == 0 and self.store.is_local and all(kind == "delta" for kind, _ in jobs.values()):
+        if small and self._writer is None and self.store.is_local and all(kind == "delta" for kind, _ in jobs.values()):
             # A short interval's delta is a few kilobytes of inputs: encoded and written here
-            # in about 1 ms of CPU (0.55 ms encoding, 0.55 ms writing: ~90 keys at 50 ms
-            # snapshots). Handed to the thread, it cost the event loop more in waits for the
-            # interpreter lock: one hand-off per file operation, at a 1 ms switch interval
-            # each. A larger delta goes to the thread, which yields the lock every 1 ms
-            # rather than hold the loop for the whole encoding.
+            # in about 1 ms of CPU (~90 keys at 50 ms snapshots); a task would cost more.
             error: Optional[BaseException] = None
             try:
-                self._persist(snapshot_id, jobs)
+                for step_name, (_, changes) in jobs.items():
+                    self._write_delta(snapshot_id, step_name, [delta_row(k, state, inputs) for k, (state, inputs) in changes.items()])
             except Exception as exc:
                 error = exc
             self._written(error, jobs, part, prepared)
             return
-        self._in_worker += 1
-        future = asyncio.get_running_loop().run_in_executor(self._worker, self._persist, snapshot_id, jobs)
-        future.add_done_callback(lambda f: self._from_worker(f, jobs, part, prepared))
+        self._queue.append((snapshot_id, jobs, part, prepared))
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_queued())
 
-    def _from_worker(self, future: Any, jobs: dict, part: dict, prepared: Callable[[dict], None]) -> None:
-        if future.cancelled():
-            return  # closed: this incarnation is gone
-        self._in_worker -= 1
-        self._written(future.exception(), jobs, part, prepared)
+    async def _write_queued(self) -> None:
+        """The writer task: persists queued snapshots in order, yielding to the loop every slice.
+
+        Not a thread: a thread encoding states holds the interpreter lock in 1 ms turns, and
+        the event loop then waits up to a turn each time it takes the lock back, after every
+        socket read, write or poll: a base or a 1 s delta (20 to 60 ms of encoding) slowed
+        every element in flight by several milliseconds while it lasted.
+        """
+        try:
+            while self._queue:
+                snapshot_id, jobs, part, prepared = self._queue[0]
+                error: Optional[BaseException] = None
+                try:
+                    await self._persist(snapshot_id, jobs)
+                except Exception as exc:
+                    error = exc
+                self._queue.popleft()
+                self._written(error, jobs, part, prepared)
+        finally:
+            self._writer = None
 
     def _written(self, error: Optional[BaseException], jobs: dict, part: dict, prepared: Callable[[dict], None]) -> None:
         """In the event loop, once the snapshot's writes are done (``error`` None) or failed."""
@@ -148,32 +169,57 @@ class StageSnapshots:
                     cache.unwritten_again(batch)
         prepared(part if error is None else {"error": f"{type(error).__name__}: {error}"})
 
-    def _persist(self, snapshot_id: int, jobs: dict) -> None:
+    async def _persist(self, snapshot_id: int, jobs: dict) -> None:
         for step_name, (kind, batch) in jobs.items():
-            participant = self.participant(step_name)
             try:
                 if kind == "base":
                     cache = self.backends[step_name]
-                    cache.write(batch)
+                    await _in_slices(batch.items(), cache.write_item)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
-                    self.store.upload(snapshot_id, participant, local)
+                    await self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
                     shutil.rmtree(local, ignore_errors=True)
                     self._broken.discard(step_name)
-                elif step_name in self._broken:
-                    raise RuntimeError(f"step {step_name!r}: an earlier snapshot's write failed; the next base repairs the chain")
                 else:
-                    self.store.put_file(snapshot_id, participant, DELTA_FILE, encode_delta(batch))
+                    rows: list = []
+                    await _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
+                    await self._io_call(self._write_delta, snapshot_id, step_name, rows)
             except BaseException:
                 self._broken.add(step_name)
                 raise
 
+    def _write_delta(self, snapshot_id: int, step_name: str, rows: list) -> None:
+        if step_name in self._broken:
+            raise RuntimeError(f"step {step_name!r}: an earlier snapshot's write failed; the next base repairs the chain")
+        self.store.put_file(snapshot_id, self.participant(step_name), DELTA_FILE, pack_delta(rows))
+
+    async def _io_call(self, fn: Callable, *args: Any) -> None:
+        """``fn(*args)`` here on a local store (a page-cache copy or hard links), in the I/O thread on a remote one."""
+        if self._io is None:
+            fn(*args)
+        else:
+            await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.shutdown(wait=True, cancel_futures=True)
+        """Stop writing (queued snapshots are dropped: this incarnation is gone) and release the backends."""
+        if self._writer is not None:
+            self._writer.cancel()  # it is suspended between slices: it never touches a backend again
+        self._queue.clear()
+        if self._io is not None:
+            self._io.shutdown(wait=True, cancel_futures=True)
         for backend in self.backends.values():
             backend.close()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def _in_slices(items: Iterable, fn: Callable[[Any], Any]) -> None:
+    """``fn(item)`` for every item, giving the event loop a turn after each :data:`SLICE_S` of it."""
+    deadline = time.perf_counter() + SLICE_S
+    for item in items:
+        fn(item)
+        if time.perf_counter() > deadline:
+            await asyncio.sleep(0)
+            deadline = time.perf_counter() + SLICE_S
 
 
 def _remove_stale_workdirs(participant_prefix: str) -> None:

@@ -109,16 +109,23 @@ def snapshots_required(entry: dict) -> list:
 def encode_delta(changes: dict) -> bytes:
     """A delta file of ``{key: (state, inputs)}``: each key by the inputs folded into it since
     the last snapshot (``inputs`` a list; None when unknown) or by its state. O(encoded size)."""
-    rows = []
-    for key, (state, inputs) in changes.items():
-        k = encode_key(key)
-        if inputs is not None and len(inputs) <= MAX_INPUTS:
-            try:
-                rows.append([k, _INPUTS, encode(inputs)])
-                continue
-            except (TypeError, ValueError):
-                pass  # inputs the codec cannot take: the state (which it must) goes instead
-        rows.append([k, _STATE, encode(state)])
+    return pack_delta([delta_row(key, state, inputs) for key, (state, inputs) in changes.items()])
+
+
+def delta_row(key: Any, state: Any, inputs: Optional[list]) -> list:
+    """One key's row of a delta (:func:`pack_delta` makes the file): ~4 us for a key with one
+    small input tuple. Lets a writer encode a large delta a few rows at a time."""
+    k = encode_key(key)
+    if inputs is not None and len(inputs) <= MAX_INPUTS:
+        try:
+            return [k, _INPUTS, encode(inputs)]
+        except (TypeError, ValueError):
+            pass  # inputs the codec cannot take: the state (which it must) goes instead
+    return [k, _STATE, encode(state)]
+
+
+def pack_delta(rows: list) -> bytes:
+    """The delta file of ``rows`` (from :func:`delta_row`). O(bytes), in C."""
     return msgpack.packb([_DELTA_VERSION, rows], use_bin_type=True)
 
 

@@ -105,11 +105,14 @@ class StateCache:
 
     def write(self, batch: dict) -> None:
         """Encode and store ``batch`` (from :meth:`take_unwritten`) in RocksDB. Touches no cached
-        state, so it may run in a thread while the owner goes on with ``get``/``put``; batches
-        must be written in the order they were taken."""
-        put = self.db.put
-        for key, state in batch.items():
-            put(key, state)
+        state, so the owner may go on with ``get``/``put`` between the keys of a batch written
+        a few at a time (:meth:`write_item`); batches must be written in the order they were taken."""
+        for item in batch.items():
+            self.write_item(item)
+
+    def write_item(self, item: tuple) -> None:
+        """Encode and store one ``(key, state)`` of a batch. O(size of the state)."""
+        self.db.put(*item)
 
     def mark_written(self, batch: dict) -> None:
         """After :meth:`write` of ``batch`` finished: its keys not changed since may be evicted.

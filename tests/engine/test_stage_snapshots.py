@@ -153,25 +153,61 @@ def test_only_workdirs_of_gone_processes_are_removed(tmp_path, monkeypatch):
     assert not os.path.exists(dead) and os.path.exists(live) and os.path.exists(other)
 
 
-def test_a_large_delta_is_written_by_the_thread_and_restores_the_same(tmp_path):
-    from driftstream.engine.stage_snapshots import INLINE_DELTA_KEYS
+def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tmp_path, monkeypatch):
+    """Past INLINE_DELTA_KEYS a delta (and any base) is written by a task that gives the event
+    loop a turn every SLICE_S; in order, and restoring gives the same states."""
+    import driftstream.engine.stage_snapshots as stage_snapshots
 
+    monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every key
     store = str(tmp_path / "store")
     snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
     cache = snaps.backend("count", append)
-    _take(snaps, 1)  # the base
-    submitted = []
-    submit = snaps._worker.submit
-    snaps._worker.submit = lambda fn, *a: submitted.append(a[0]) or submit(fn, *a)
-    cache.fold("small", ("small",), ["small"])
-    _take(snaps, 2)  # one key: written in the event loop
-    keys = range(INLINE_DELTA_KEYS + 1)
-    for k in keys:
-        cache.fold(k, (k,), [k])
-    entry = _take(snaps, 3)["states"]["count"]
-    assert submitted == [3] and entry["deltas"] == [2, 3]
+    keys = range(stage_snapshots.INLINE_DELTA_KEYS + 1)
+
+    async def go() -> list:
+        turns = [0]
+
+        def other_callback() -> None:  # stands for the loop's processing of elements
+            turns[0] += 1
+            loop.call_soon(other_callback)
+
+        loop = asyncio.get_running_loop()
+        loop.call_soon(other_callback)
+        answers = []
+        for snapshot_id in (1, 2, 3):  # a base, a one-key delta (queued behind it), a large delta
+            if snapshot_id == 2:
+                cache.fold("small", ("small",), ["small"])
+            if snapshot_id == 3:
+                for k in keys:
+                    cache.fold(k, (k,), [k])
+            done = loop.create_future()
+            snaps.take(snapshot_id, (0,), None, lambda part, done=done: done.set_result((turns[0], part)))
+            answers.append(done)
+        return [await a for a in answers]
+
+    (_, base), (_, small), (turns, large) = asyncio.run(go())
+    assert base["states"]["count"] == {"participant": "f-s-0-count", "base": 1, "deltas": []}
+    assert small["states"]["count"]["deltas"] == [2] and large["states"]["count"]["deltas"] == [2, 3]
+    assert turns >= len(keys)  # the loop had a turn between the large delta's keys
     snaps.close()
-    restored = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+    restored = StageSnapshots(store, "f-s-0", {"states": {"count": large["states"]["count"]}})
     restored.backend("count", append)
     assert _states(restored, "count") == {"small": ("small",), **{k: (k,) for k in keys}}
     restored.close()
+
+
+def test_a_remote_store_is_written_through_the_io_thread(tmp_path):
+    from driftstream.snapshots.changelog import decode_delta
+
+    # pyarrow's in-memory mock filesystem stands in for s3:// or hdfs://.
+    snaps = StageSnapshots("mock:///bucket/job", "f-s-0", {}, base_every_s=3600)
+    assert snaps._io is not None
+    cache = snaps.backend("count", append)
+    cache.fold("k", (1,), [1])
+    assert _take(snaps, 1)["states"]["count"]["base"] == 1
+    cache.fold("k", (1, 2), [2])
+    assert _take(snaps, 2)["states"]["count"] == {"participant": "f-s-0-count", "base": 1, "deltas": [2]}
+    rows = decode_delta(snaps.store.get_file(2, "f-s-0-count", DELTA_FILE))
+    assert [kind for _, kind, _ in rows] == ["inputs"]
+    assert sorted(snaps.store.snapshot_ids()) == [1, 2]
+    snaps.close()
