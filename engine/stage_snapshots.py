@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
-from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, pack_delta, replay_deltas
+from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, encode_delta, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
 from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
@@ -127,7 +127,8 @@ class StageSnapshots:
             error: Optional[BaseException] = None
             try:
                 for step_name, (_, changes) in jobs.items():
-                    self._write_delta(snapshot_id, step_name, [delta_row(k, state, inputs) for k, (state, inputs) in changes.items()])
+                    self._check_chain(step_name)
+                    self._write_delta(snapshot_id, step_name, encode_delta(changes))
             except Exception as exc:
                 error = exc
             self._written(error, jobs, part, prepared)
@@ -180,17 +181,21 @@ class StageSnapshots:
                     shutil.rmtree(local, ignore_errors=True)
                     self._broken.discard(step_name)
                 else:
+                    self._check_chain(step_name)
                     rows: list = []
                     await _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
-                    await self._io_call(self._write_delta, snapshot_id, step_name, rows)
+                    await self._io_call(self._write_delta, snapshot_id, step_name, pack_delta(rows))
             except BaseException:
                 self._broken.add(step_name)
                 raise
 
-    def _write_delta(self, snapshot_id: int, step_name: str, rows: list) -> None:
+    def _check_chain(self, step_name: str) -> None:
+        """Before encoding a delta: it must not build on a write that failed."""
         if step_name in self._broken:
             raise RuntimeError(f"step {step_name!r}: an earlier snapshot's write failed; the next base repairs the chain")
-        self.store.put_file(snapshot_id, self.participant(step_name), DELTA_FILE, pack_delta(rows))
+
+    def _write_delta(self, snapshot_id: int, step_name: str, data: bytes) -> None:
+        self.store.put_file(snapshot_id, self.participant(step_name), DELTA_FILE, data)
 
     async def _io_call(self, fn: Callable, *args: Any) -> None:
         """``fn(*args)`` here on a local store (a page-cache copy or hard links), in the I/O thread on a remote one."""
