@@ -478,25 +478,24 @@ class RaySupervisor:
 
         Asked during a recovery, actors that are dead and not replaced yet are left out of
         the sums and counted in ``"unavailable"`` (the acker's figures are then None)."""
-        acker_ref, refs = self.acker.status.remote(), [a.stats.remote() for a in self.actors.values()]
-        answers = []
-        for ref in [acker_ref, *refs]:
-            try:
-                answers.append(ray.get(ref, timeout=10))
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                answers.append(None)
-        acker = answers[0] or {"watermark": None, "in_flight": None}
-        stats = [s for s in answers[1:] if s is not None]
+        # Sinks' counts are read in a round before the sources': the actors answer at different
+        # moments, and in one round a sink could report elements a source emitted after it had
+        # answered (released > emitted in a one-to-one flow).
+        first = self._ask([self.acker.status.remote(), *(a.stats.remote() for a in self.actors.values())])
+        second = self._ask([a.stats.remote() for a in self.actors.values()])
+        acker = first[0] or {"watermark": None, "in_flight": None}
+        stats = [s for s in first[1:] if s is not None]
+        sources = [s for s in second if s is not None]
         last = self.status.snapshots[-1] if self.status.snapshots else None
         self.resolve_recoveries()
         return {
-            "unavailable": answers.count(None),
+            "unavailable": max(first.count(None), second.count(None)),
             "watermark": acker["watermark"],
             "in_flight": acker["in_flight"],
-            "emitted": sum(s["emitted"] for s in stats),
+            "emitted": sum(s["emitted"] for s in sources),
             "released": sum(s["released"] for s in stats),
-            "dead_letters": sum(s["dead_letters"] for s in stats),
-            "source_lag": _sum_known(s["source_lag"] for s in stats),
+            "dead_letters": sum(s["dead_letters"] for s in sources),
+            "source_lag": _sum_known(s["source_lag"] for s in sources),
             "skipped": self.status.skipped,
             "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
             "snapshots": len(self.status.snapshots),
@@ -505,6 +504,17 @@ class RaySupervisor:
                 for r in self.status.recoveries
             ],
         }
+
+    @staticmethod
+    def _ask(refs: list) -> list:
+        """Each answer, or None for an actor that is dead or does not answer within 10 s."""
+        answers = []
+        for ref in refs:
+            try:
+                answers.append(ray.get(ref, timeout=10))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                answers.append(None)
+        return answers
 
     def shutdown(self) -> None:
         from .ray_runtime import _kill
