@@ -21,7 +21,7 @@ import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import ray
 
@@ -89,6 +89,9 @@ class AckerActor:
         # Counts resets and ends of snapshot schedules: a schedule from before one stops (see snapshots).
         self.generation = 0
         self.schedule_changed = asyncio.Event()
+        # The supervisor's snapshot inbox (a connection that outlives resets), once a schedule started.
+        self.inbox: Optional[Endpoint] = None
+        self.inbox_address: Optional[tuple] = None
         self._setup(sources, token)
 
     async def reset(self, sources: int, token: bytes) -> None:
@@ -158,37 +161,46 @@ class AckerActor:
             self.error = self.error or exc
         self.done.set()
 
-    async def snapshots(self, first_id: int, count: Optional[int], interval: float, timeout: float) -> AsyncIterator[tuple]:
+    async def snapshots(self, first_id: int, count: Optional[int], interval: float, timeout: float, inbox: tuple) -> None:
         """Take snapshots ``first_id``, ``first_id + 1``, ... ``interval`` seconds apart, ``count``
-        of them (None: until the run completes), and yield each as soon as every part is
-        durable: ``(id, T, parts, missing, started, took_s)`` (see :meth:`_snapshot`);
-        ``started`` and ``took_s`` (marker sent -> every part durable) time it. Ends early
-        when the run completes, an actor does not answer (that snapshot is yielded with
-        its ``missing``), or :meth:`end_snapshots` or a reset ends the schedule.
+        of them (None: until the run completes), and send each to the supervisor's inbox
+        as soon as every part is durable: ``(id, T, parts, missing, started, took_s)`` (see
+        :meth:`_snapshot`); ``started`` and ``took_s`` (marker sent -> every part durable)
+        time it. Ends early when the run completes, an actor does not answer (that
+        snapshot is sent with its ``missing``), or :meth:`end_snapshots` or a reset ends
+        the schedule; then sends the end and returns.
 
-        A Ray streaming generator: one call for the whole run, and each snapshot reaches
-        the supervisor the moment it is taken, so its manifest follows within milliseconds.
-        An item costs ~1 ms of CPU on each side (400 items 10 ms apart, less an idle loop);
-        a Ray call per snapshot cost ~1.5 ms. At 50 ms snapshots the items are most of what
-        exactly-once still costs this actor, which also pushes the watermarks.
+        ``inbox`` is ``(address, token, stream number)`` of a
+        :class:`~driftstream.engine.snapshot_stream.SnapshotInbox`: one Ray call for the
+        whole schedule, and each snapshot a data-plane message (a Ray streaming item cost
+        ~1 ms of CPU on each side, see :mod:`.snapshot_stream`).
         """
-        generation = self.generation
+        address, token, number = inbox
+        if self.inbox is None or self.inbox_address != (address, token):
+            if self.inbox is not None:
+                await self.inbox.close()
+            self.inbox, self.inbox_address = Endpoint(token, None), (address, token)
+            await self.inbox.connect("supervisor", address)
+        send, generation = self.inbox.send, self.generation
         snapshot_id = first_id
-        while True:
-            started = time.time()
-            t, parts, missing = await self._snapshot(snapshot_id, timeout)
-            if t == TOP:
-                return
-            yield snapshot_id, t, parts, missing, started, time.time() - started
-            snapshot_id += 1
-            if missing or snapshot_id - first_id == count or self.generation != generation:
-                return
-            try:  # an interval, cut short by end_snapshots
-                await asyncio.wait_for(self.schedule_changed.wait(), interval)
-            except asyncio.TimeoutError:
-                pass
-            if self.generation != generation:
-                return  # ended, or reset since (a recovery): these ids belong to the abandoned schedule
+        try:
+            while True:
+                started = time.time()
+                t, parts, missing = await self._snapshot(snapshot_id, timeout)
+                if t == TOP:
+                    return
+                send("supervisor", ("snapshot", number, (snapshot_id, t, parts, missing, started, time.time() - started)))
+                snapshot_id += 1
+                if missing or snapshot_id - first_id == count or self.generation != generation:
+                    return
+                try:  # an interval, cut short by end_snapshots
+                    await asyncio.wait_for(self.schedule_changed.wait(), interval)
+                except asyncio.TimeoutError:
+                    pass
+                if self.generation != generation:
+                    return  # ended, or reset since (a recovery): these ids belong to the abandoned schedule
+        finally:
+            send("supervisor", ("end", number, None))
 
     async def end_snapshots(self) -> None:
         """End the running :meth:`snapshots` schedule once the snapshot it is taking (if any) is yielded."""
@@ -245,6 +257,8 @@ class AckerActor:
 
     async def close(self) -> None:
         await self.endpoint.close()
+        if self.inbox is not None:
+            await self.inbox.close()
 
 
 @ray.remote(num_cpus=0)

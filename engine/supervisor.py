@@ -5,10 +5,10 @@ attach ``snapshot(id)`` to the current watermark T; every stage instance
 stores its keyed state (everything below T: a delta or a base checkpoint),
 notes where its source partitions replay from, all in the background, and sends
 its part (``prepared``) to the acker on the data plane; the acker answers the
-supervisor with every part, and the manifest is written atomically. One
-streaming call to the acker takes every snapshot of the run and hands each over
-as it completes (:class:`SnapshotStream`); the supervisor goes on watching the
-actors meanwhile. Output never waits for any of it.
+supervisor with every part, and the manifest is written atomically. One call
+to the acker takes every snapshot of a schedule and sends each to the supervisor
+as it completes, a data-plane message (:mod:`.snapshot_stream`); the supervisor
+goes on watching the actors meanwhile. Output never waits for any of it.
 
 Recovery: an actor's death is seen at once (the supervisor holds a
 never-returning ``alive()`` call on every actor). Every actor of the run is
@@ -36,8 +36,13 @@ from driftstream.snapshots.store import SnapshotStore
 from .errors import FlowError
 from .plan import Plan
 from .result import RunResult, merge_instances
+from .snapshot_stream import SnapshotInbox, SnapshotStream
 
 GUARANTEES = ("exactly-once", "at-least-once", "at-most-once", "none")
+
+#: While a snapshot schedule runs, the watch loop waits for the next snapshot this long
+#: at most before it looks at the actors again: a death is seen within it.
+POLL_S = 0.05
 
 
 class Hung(Exception):
@@ -90,55 +95,6 @@ def check_guarantee(guarantee: str) -> None:
         raise FlowError(f"guarantee must be one of {', '.join(GUARANTEES)}; got {guarantee!r}")
 
 
-class SnapshotStream:
-    """The acker's snapshots as they complete: one streaming call (:meth:`AckerActor.snapshots`)
-    read by the supervisor's watch loop.
-
-    ``next_id`` is the id the acker takes next; an abandoned stream may have begun
-    it, so a later stream starts past it (see :meth:`RaySupervisor._drop`). An item
-    later than ``interval + timeout + 5`` seconds means the acker hangs (Hung), as a
-    single call's bound did.
-
-    >>> stream = SnapshotStream(acker, "flow/acker", first_id=1, count=None, interval=0.05, timeout=10.0)  # doctest: +SKIP
-    >>> ready, _ = ray.wait([stream.gen, done_ref], num_returns=1)  # doctest: +SKIP
-    >>> item = stream.take() if stream.ready_in(ready) else None     # doctest: +SKIP
-    """
-
-    def __init__(self, acker, acker_name: str, first_id: int, count: Optional[int], interval: float, timeout: float) -> None:
-        self.gen = acker.snapshots.remote(first_id, count, interval, timeout)
-        self.acker_name = acker_name
-        self.next_id = first_id
-        self.patience = interval + timeout + 5
-        self.deadline = time.time() + self.patience
-
-    def ready_in(self, ready: list) -> bool:
-        """True if ``ready`` (from ``ray.wait``) holds this stream; removes it from the list."""
-        for i, r in enumerate(ready):
-            if r is self.gen:
-                del ready[i]
-                return True
-        return False
-
-    def overdue(self) -> bool:
-        return time.time() > self.deadline
-
-    def take(self, wait: bool = False) -> Optional[tuple]:
-        """The next snapshot, or None when the stream has ended. ``wait``: block for it until
-        the deadline (Hung past it); else it must be ready. RayActorError if the acker died."""
-        if wait:
-            ready, _ = ray.wait([self.gen], num_returns=1, timeout=max(0.0, self.deadline - time.time()))
-            if not ready:
-                raise Hung({self.acker_name})
-        try:
-            ref = next(self.gen)
-        except StopIteration:
-            return None
-        item = ray.get(ref)
-        self.next_id = item[0] + 1
-        self.deadline = time.time() + self.patience
-        return item
-
-
 class RaySupervisor:
     """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
 
@@ -179,6 +135,8 @@ class RaySupervisor:
         self.acker = None
         self.actors: dict = {}
         self.next_snapshot_id = 1
+        self.inbox: Optional[SnapshotInbox] = None  # where the acker sends snapshots, once a schedule started
+        self.streams = 0  # schedules started: each stream's number
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -297,8 +255,12 @@ class RaySupervisor:
         stream: Optional[SnapshotStream] = None  # the acker's snapshots, once started
         try:
             while True:
-                wait_s = 0.2 if self.store is None or stream is not None else min(0.2, max(0.0, next_snapshot - time.time()))
-                ready, _ = ray.wait([done_ref] + alive + ([stream.gen] if stream is not None else []), num_returns=1, timeout=wait_s)
+                if stream is None:
+                    wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
+                    ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
+                else:  # snapshots arrive on the data plane, not as Ray refs: wait for one, then look
+                    stream.wait(POLL_S)
+                    ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=0)
                 try:
                     hung = self._heartbeat(pings)
                     if hung:
@@ -310,7 +272,7 @@ class RaySupervisor:
                         if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
                             return dead()  # a stage died while releasing the end
                         return "error", error
-                    if stream is not None and stream.ready_in(ready):
+                    if stream is not None and stream.wait(0):
                         item = stream.take()
                         if item is None:  # the run is complete: done_ref follows
                             self._drop(stream)
@@ -383,14 +345,31 @@ class RaySupervisor:
         """Take one snapshot and commit its manifest; None if the run is already complete."""
         stream = self._stream(count=1)
         try:
-            item = stream.take(wait=True)
+            item = self._take(stream)
         finally:
             self._drop(stream)
         return None if item is None else self._commit(item)
 
     def _stream(self, count: Optional[int]) -> SnapshotStream:
         """Start the acker's schedule of ``count`` snapshots (None: until the run completes)."""
-        return SnapshotStream(self.acker, self.names[0], self.next_snapshot_id, count, self.snapshot_interval, self.heartbeat_timeout)
+        if self.inbox is None:
+            self.inbox = SnapshotInbox(ray.util.get_node_ip_address())
+        self.streams += 1
+        # An item later than this means the acker hangs, as a single call's bound did.
+        stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=self.snapshot_interval + self.heartbeat_timeout + 5)
+        inbox = (self.inbox.address, self.inbox.token, stream.number)
+        stream.call = self.acker.snapshots.remote(self.next_snapshot_id, count, self.snapshot_interval, self.heartbeat_timeout, inbox)
+        return stream
+
+    def _take(self, stream: SnapshotStream) -> Optional[tuple]:
+        """Block for ``stream``'s next snapshot (None: it ended). Hung past its deadline;
+        RayActorError if the acker died (its schedule call fails)."""
+        while not stream.wait(POLL_S):
+            if ray.wait([stream.call], timeout=0)[0]:
+                ray.get(stream.call)  # raises if the acker died; else its end is on the way
+            if stream.overdue():
+                raise Hung({self.names[0]})
+        return stream.take()
 
     def _drop(self, stream: SnapshotStream) -> None:
         """Forget ``stream``: later snapshots take ids past any it may have begun."""
@@ -401,7 +380,7 @@ class RaySupervisor:
         if stream is None:
             return
         ray.get(self.acker.end_snapshots.remote())
-        while (item := stream.take(wait=True)) is not None:
+        while (item := self._take(stream)) is not None:
             self._commit(item)
         self._drop(stream)
 
@@ -520,6 +499,9 @@ class RaySupervisor:
         from .ray_runtime import _kill
 
         _kill(self.handles, self.names)
+        if self.inbox is not None:
+            self.inbox.close()
+            self.inbox = None
 
 
 def _sum_known(values) -> Optional[int]:
