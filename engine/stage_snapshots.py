@@ -42,6 +42,9 @@ INLINE_DELTA_KEYS = 256
 #: Seconds of snapshot writing between two turns of the event loop's other callbacks.
 SLICE_S = 0.001
 
+#: A base waits for RocksDB to flush its writes at most this long, polling this often.
+FLUSH_WAIT_S, FLUSH_POLL_S = 5.0, 0.002
+
 
 class StageSnapshots:
     """Backends and snapshot duties of one stage instance.
@@ -176,6 +179,7 @@ class StageSnapshots:
                 if kind == "base":
                     cache = self.backends[step_name]
                     await _in_slices(batch.items(), cache.write_item)
+                    await _flushed(cache)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
                     await self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
                     shutil.rmtree(local, ignore_errors=True)
@@ -225,6 +229,16 @@ async def _in_slices(items: Iterable, fn: Callable[[Any], Any]) -> None:
         if time.perf_counter() > deadline:
             await asyncio.sleep(0)
             deadline = time.perf_counter() + SLICE_S
+
+
+async def _flushed(cache: StateCache, timeout: float = FLUSH_WAIT_S) -> None:
+    """Flush ``cache``'s RocksDB memtable in RocksDB's own thread while the event loop goes on,
+    polling every :data:`FLUSH_POLL_S`; the checkpoint that follows then has nothing to flush
+    while it holds the interpreter lock. After ``timeout`` the checkpoint finishes the flush."""
+    cache.start_flush()
+    deadline = time.perf_counter() + timeout
+    while cache.flushing() and time.perf_counter() < deadline:
+        await asyncio.sleep(FLUSH_POLL_S)
 
 
 def _remove_stale_workdirs(participant_prefix: str) -> None:

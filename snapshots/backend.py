@@ -92,6 +92,21 @@ class RocksDBBackend:
         for k, v in self._db.items():
             yield decode(k), decode(v)
 
+    def start_flush(self) -> None:
+        """Start writing the memtable to a table file in RocksDB's own thread; returns at once.
+
+        :meth:`checkpoint` flushes the memtable itself, holding the interpreter lock
+        throughout (rocksdict): 8 / 21 / 37 ms after 5k / 20k / 50k fresh puts of 200
+        bytes, with every other thread of the process stopped. Flushed first this way, the
+        checkpoint held it 3-4 ms. Poll :meth:`flushing` for the end.
+        """
+        self._db.flush(False)
+
+    def flushing(self) -> bool:
+        """True while a flush is pending or running (two RocksDB properties: microseconds)."""
+        db = self._db
+        return bool(db.property_int_value("rocksdb.mem-table-flush-pending") or db.property_int_value("rocksdb.num-running-flushes"))
+
     def checkpoint(self, dest_dir: PathLike) -> Path:
         """Write a consistent RocksDB checkpoint of the current contents into ``dest_dir``.
 

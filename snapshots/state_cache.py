@@ -136,6 +136,13 @@ class StateCache:
             if key not in self._states:
                 yield key, state
 
+    def start_flush(self) -> None:
+        """Flush what :meth:`write` stored, in RocksDB's thread (see :meth:`RocksDBBackend.start_flush`)."""
+        self.db.start_flush()
+
+    def flushing(self) -> bool:
+        return self.db.flushing()
+
     def checkpoint(self, dest_dir: Any) -> Any:
         """A RocksDB checkpoint of what has been written (see :meth:`RocksDBBackend.checkpoint`)."""
         return self.db.checkpoint(dest_dir)

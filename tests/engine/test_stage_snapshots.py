@@ -196,6 +196,31 @@ def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tm
     restored.close()
 
 
+def test_a_base_is_flushed_by_rocksdb_before_its_checkpoint(tmp_path, monkeypatch):
+    """The checkpoint would flush the memtable holding the interpreter lock: a base has
+    RocksDB flush it first, while the event loop goes on."""
+    snaps = StageSnapshots(str(tmp_path / "store"), "f-s-0", {}, base_every_s=3600)
+    cache = snaps.backend("count", append)
+    for k in range(500):
+        cache.put(k, (k,))
+    in_memtable = []
+    checkpoint = cache.checkpoint
+
+    def recording_checkpoint(dest):
+        in_memtable.append(cache.db._db.property_int_value("rocksdb.num-entries-active-mem-table"))
+        return checkpoint(dest)
+
+    monkeypatch.setattr(cache, "checkpoint", recording_checkpoint)
+    part = _take(snaps, 1)
+    assert part["states"]["count"]["base"] == 1
+    assert in_memtable == [0]
+    snaps.close()
+    restored = StageSnapshots(str(tmp_path / "store"), "f-s-0", {"states": {"count": part["states"]["count"]}})
+    restored.backend("count", append)
+    assert _states(restored, "count") == {k: (k,) for k in range(500)}
+    restored.close()
+
+
 def test_a_remote_store_is_written_through_the_io_thread(tmp_path):
     from driftstream.snapshots.changelog import decode_delta
 

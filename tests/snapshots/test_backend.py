@@ -5,6 +5,7 @@ untouched, and nothing pickled on disk."""
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,21 @@ def test_successive_checkpoints_are_independent(backend, tmp_path):
     cp2 = backend.checkpoint(tmp_path / "cps" / "2")
     with RocksDBBackend.restore(cp1, tmp_path / "r1") as r1, RocksDBBackend.restore(cp2, tmp_path / "r2") as r2:
         assert (r1.get("k"), r2.get("k")) == (1, 2)
+
+
+def test_a_flush_started_beforehand_leaves_the_checkpoint_nothing_to_flush(backend, tmp_path):
+    for i in range(2000):
+        backend.put(i, [i] * 10)
+    assert backend._db.property_int_value("rocksdb.num-entries-active-mem-table") == 2000
+    backend.start_flush()
+    deadline = time.time() + 30
+    while backend.flushing() and time.time() < deadline:
+        time.sleep(0.002)
+    assert not backend.flushing()
+    assert backend._db.property_int_value("rocksdb.num-entries-active-mem-table") == 0
+    restored = RocksDBBackend.restore(backend.checkpoint(tmp_path / "cp"), tmp_path / "r")
+    assert dict(restored.items()) == {i: [i] * 10 for i in range(2000)}
+    restored.close()
 
 
 def test_checkpoint_table_files_are_hard_links(backend, tmp_path):
