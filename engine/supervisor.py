@@ -280,7 +280,7 @@ class RaySupervisor:
                         else:
                             self._commit(item)
                     elif stream is not None and stream.overdue():
-                        raise Hung({stream.acker_name})
+                        raise Hung({self.names[0]})  # the acker: its schedule went silent
                     if ready:
                         return dead()
                     if self.stop_requested.is_set():
