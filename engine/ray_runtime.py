@@ -20,6 +20,7 @@ import os
 import random
 import sys
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -308,9 +309,12 @@ class StageActor:
         if future.cancelled() or rt is not self.rt:
             return  # written for an incarnation that was reset since
         error = future.exception()
-        if self._guarded(self.rt.bundle_written, sid, bundle, error) and self.first_release_at is None:
+        written = self._guarded(self.rt.bundle_written, sid, bundle, error)
+        if written and self.first_release_at is None:
             self.first_release_at = time.time()
             self.released.set()
+        if written:
+            self._send_parts()
         if not self.rt.writing or self.failed:
             self.writes_idle.set()
 
@@ -332,6 +336,8 @@ class StageActor:
         self.sink_threads = {sid: ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink") for sid in self.rt.barriers}
         self.writes_idle = asyncio.Event()
         self.writes_idle.set()
+        # Snapshot parts, (T, send), durable but waiting for the sinks to acknowledge the output below T.
+        self.parts_waiting: deque = deque()
         if options.get("skip_released"):
             # Exactly-once after a failure: the sinks already hold everything up to their last bundle.
             for barrier, sink in self.rt.barriers.values():
@@ -425,13 +431,28 @@ class StageActor:
         else:
             self._apply_watermark(message[1])
             if len(message) > 2:
-                snapshot_id = message[2]
-                endpoint = self.endpoint
-                self.snapshots.take(snapshot_id, message[1], self.reader, lambda part: endpoint.send("acker", ("prepared", snapshot_id, self.key, part)))
+                snapshot_id, t, endpoint, rt = message[2], message[1], self.endpoint, self.rt
+
+                def prepared(part: dict) -> None:
+                    # The part goes once the state is durable and the sinks have acknowledged
+                    # every output below T (the replay from T would not produce it again).
+                    if rt is self.rt:  # else: written for an incarnation that was reset since
+                        self.parts_waiting.append((t, lambda: endpoint.send("acker", ("prepared", snapshot_id, self.key, part))))
+                        self._send_parts()
+
+                self.snapshots.take(snapshot_id, t, self.reader, prepared)
 
     async def alive(self) -> None:
         """Never returns: the supervisor holds this call to learn at once when the actor dies."""
         await asyncio.Event().wait()
+
+    def _send_parts(self) -> None:
+        """Send the snapshot parts whose T the sinks' acknowledged output has reached, in order."""
+        waiting = self.parts_waiting
+        if waiting:
+            durable = self.rt.output_durable_through()
+            while waiting and waiting[0][0] <= durable:
+                waiting.popleft()[1]()
 
     def _drain(self) -> None:
         self.drain_scheduled = False

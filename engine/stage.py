@@ -82,7 +82,10 @@ class StageRuntime:
         for a broker's acknowledgement."""
         self.plan = plan
         self.write_bundle = bundle_writer or self._write_now
-        self.writing: set = set()  # sink steps with a bundle not yet acknowledged
+        # Sink steps with a bundle not yet acknowledged -> the watermark it was released at.
+        self.writing: dict = {}
+        # Sink step -> a watermark below which all its output is acknowledged (see output_durable_through).
+        self.durable: dict = {}
         self.stage = plan.stages[stage_index]
         self.instance = instance
         self.rng = random.Random(seed)
@@ -243,8 +246,10 @@ class StageRuntime:
         barrier, sink = self.barriers[sid]
         bundle = barrier.release(self.watermark)
         if bundle:
-            self.writing.add(sid)
+            self.writing[sid] = self.watermark
             self.write_bundle(sid, sink, bundle)
+        else:
+            self.durable[sid] = self.watermark
 
     def _write_now(self, sid: int, sink: Any, bundle: Any) -> None:
         try:
@@ -257,14 +262,28 @@ class StageRuntime:
     def bundle_written(self, sid: int, bundle: Any, error: Optional[BaseException] = None) -> None:
         """The sink acknowledged ``bundle`` (or failed with ``error``: a StepError naming the
         sink and the bundle); then releases what settled while it was in flight."""
-        self.writing.discard(sid)
+        released_at = self.writing.pop(sid, None)
         if error is not None:
             raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
         now, every, rel = self.clock(), self.sample_every, self.release_times
         for meta, _ in bundle.elements:
             if meta[3] % every == 0:
                 rel[meta[:4]] = now
+        if released_at is not None:
+            # A watermark W means every element below W has arrived, and the bundle released
+            # at W held every one of them not released before: below W this sink is durable.
+            self.durable[sid] = released_at
         self._release(sid)
+
+    def output_durable_through(self) -> tuple:
+        """A watermark below which every sink of this instance has acknowledged all its output
+        (TOP without sinks). A snapshot at T may only be answered once this reaches T: a
+        replay restarts at T, so output below T that was released but never acknowledged
+        (in flight when the actor was killed) would be lost. O(sinks)."""
+        if not self.barriers:
+            return TOP
+        durable = self.durable
+        return min((durable.get(sid, BOTTOM) for sid in self.barriers), default=TOP)
 
     def released_total(self) -> int:
         """Elements released to sinks so far, over all this instance's barriers (O(sinks))."""
