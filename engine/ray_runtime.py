@@ -204,7 +204,7 @@ class AckerActor:
             send("supervisor", ("end", number, None))
 
     async def end_snapshots(self) -> None:
-        """End the running :meth:`snapshots` schedule once the snapshot it is taking (if any) is yielded."""
+        """End the running :meth:`snapshots` schedule once the snapshot it is taking (if any) is sent."""
         self._end_schedule()
 
     def _end_schedule(self) -> None:

@@ -280,8 +280,6 @@ class StageRuntime:
         (TOP without sinks). A snapshot at T may only be answered once this reaches T: a
         replay restarts at T, so output below T that was released but never acknowledged
         (in flight when the actor was killed) would be lost. O(sinks)."""
-        if not self.barriers:
-            return TOP
         durable = self.durable
         return min((durable.get(sid, BOTTOM) for sid in self.barriers), default=TOP)
 
