@@ -279,8 +279,8 @@ class RaySupervisor:
                             stream, next_snapshot = None, float("inf")
                         else:
                             self._commit(item)
-                    elif stream is not None and stream.overdue():
-                        raise Hung({self.names[0]})  # the acker: its schedule went silent
+                    elif stream is not None:
+                        self._check_on_time(stream)
                     if ready:
                         return dead()
                     if self.stop_requested.is_set():
@@ -367,9 +367,14 @@ class RaySupervisor:
         while not stream.wait(POLL_S):
             if ray.wait([stream.call], timeout=0)[0]:
                 ray.get(stream.call)  # raises if the acker died; else its end is on the way
-            if stream.overdue():
-                raise Hung({self.names[0]})
+            self._check_on_time(stream)
         return stream.take()
+
+    def _check_on_time(self, stream: SnapshotStream) -> None:
+        """Hung (the acker) when ``stream``'s next snapshot is overdue: the acker answers
+        pings, but its schedule went silent (e.g. its link to the inbox is gone)."""
+        if stream.overdue():
+            raise Hung({self.names[0]})
 
     def _drop(self, stream: SnapshotStream) -> None:
         """Forget ``stream``: later snapshots take ids past any it may have begun."""

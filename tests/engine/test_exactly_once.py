@@ -4,6 +4,7 @@ element for element and in order (payloads and Meta)."""
 from __future__ import annotations
 
 import collections
+import socket
 import threading
 import time
 
@@ -25,9 +26,9 @@ def checksum(state, x):  # order-sensitive: a rolling hash of the key's history
     return new, [x[0], x[1], new]
 
 
-def build(name: str, sink, paced: bool) -> Flow:
+def build(name: str, sink, paced: bool, rate: float = 3000) -> Flow:
     items = [("k%d" % (i % 7), i) for i in range(N)]
-    source = PacedSource(items, rate=3000, partitions=3) if paced else MemorySource(items, partitions=3)
+    source = PacedSource(items, rate=rate, partitions=3) if paced else MemorySource(items, partitions=3)
     flow = Flow(name)
     flow.source(source, name="src").key_by(lambda x: x[0], name="by_key").stateful_map(checksum, name="sum").sink(sink)
     return flow
@@ -102,6 +103,50 @@ def test_streamed_snapshots_survive_kills(ray_session, tmp_path):
     killer.join(timeout=5)
     assert result.metrics.recoveries == 2
     assert result.metrics.snapshots >= 8
+    assert read_file_sink(out, "out") == expected
+
+
+def cut_snapshot_link(acker_name: str) -> None:
+    """Break the acker's data-plane link to the supervisor's snapshot inbox while the acker
+    lives on: its snapshots are lost on the way, its pings and watermarks are not.
+
+    A schedule call for another inbox makes the acker close the link it has (as for a new
+    coordinator); that inbox refuses the connection, so the call fails, and the running
+    schedule goes on sending into the closed link."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        refused = s.getsockname()
+    call = wait_for_actor(acker_name).snapshots.remote(0, 0, 1.0, 1.0, (refused, b"cut", -1))
+    with pytest.raises(ray.exceptions.RayTaskError, match="ConnectionRefused"):
+        ray.get(call, timeout=30)
+
+
+def test_an_acker_whose_snapshots_stop_arriving_is_replaced(ray_session, tmp_path):
+    """The acker answers pings but its snapshots no longer reach the supervisor: past the
+    schedule's patience (interval + heartbeat timeout + 5 s) it is taken for hung,
+    killed and replaced, and the output is still exactly-once."""
+    build("eo-mute-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+
+    out = tmp_path / "eo"
+    progress = lambda: len(read_file_sink(out, "out")) if out.exists() else 0  # noqa: E731
+
+    def cut() -> None:
+        while progress() < N // 6:
+            time.sleep(0.02)
+        cut_snapshot_link("eo-mute/acker")
+        cutter.done_at = progress()
+
+    cutter = threading.Thread(target=cut, daemon=True)
+    cutter.done_at = None
+    cutter.start()
+    # 6,000 elements at 400/s: 15 s, the cut after ~2.5 s and its detection ~7.3 s later.
+    result = build("eo-mute", FileSink(out, name="out"), paced=True, rate=400).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"), heartbeat_timeout=2.0
+    )
+    cutter.join(timeout=5)
+    assert cutter.done_at is not None and cutter.done_at < N, "the link was not cut mid-run"
+    assert result.metrics.recoveries == 1, result.metrics.recovery_s
     assert read_file_sink(out, "out") == expected
 
 
