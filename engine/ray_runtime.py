@@ -309,11 +309,10 @@ class StageActor:
         if future.cancelled() or rt is not self.rt:
             return  # written for an incarnation that was reset since
         error = future.exception()
-        written = self._guarded(self.rt.bundle_written, sid, bundle, error)
-        if written and self.first_release_at is None:
-            self.first_release_at = time.time()
-            self.released.set()
-        if written:
+        if self._guarded(self.rt.bundle_written, sid, bundle, error):
+            if self.first_release_at is None:
+                self.first_release_at = time.time()
+                self.released.set()
             self._send_parts()
         if not self.rt.writing or self.failed:
             self.writes_idle.set()
@@ -336,7 +335,8 @@ class StageActor:
         self.sink_threads = {sid: ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink") for sid in self.rt.barriers}
         self.writes_idle = asyncio.Event()
         self.writes_idle.set()
-        # Snapshot parts, (T, send), durable but waiting for the sinks to acknowledge the output below T.
+        # Snapshot parts, (T, "prepared" message), durable but waiting for the sinks to acknowledge
+        # the output below T. A reset replaces the deque: nothing of an old incarnation is sent.
         self.parts_waiting: deque = deque()
         if options.get("skip_released"):
             # Exactly-once after a failure: the sinks already hold everything up to their last bundle.
@@ -431,13 +431,13 @@ class StageActor:
         else:
             self._apply_watermark(message[1])
             if len(message) > 2:
-                snapshot_id, t, endpoint, rt = message[2], message[1], self.endpoint, self.rt
+                snapshot_id, t, rt = message[2], message[1], self.rt
 
                 def prepared(part: dict) -> None:
                     # The part goes once the state is durable and the sinks have acknowledged
                     # every output below T (the replay from T would not produce it again).
                     if rt is self.rt:  # else: written for an incarnation that was reset since
-                        self.parts_waiting.append((t, lambda: endpoint.send("acker", ("prepared", snapshot_id, self.key, part))))
+                        self.parts_waiting.append((t, ("prepared", snapshot_id, self.key, part)))
                         self._send_parts()
 
                 self.snapshots.take(snapshot_id, t, self.reader, prepared)
@@ -452,7 +452,7 @@ class StageActor:
         if waiting:
             durable = self.rt.output_durable_through()
             while waiting and waiting[0][0] <= durable:
-                waiting.popleft()[1]()
+                self.endpoint.send("acker", waiting.popleft()[1])
 
     def _drain(self) -> None:
         self.drain_scheduled = False

@@ -379,9 +379,22 @@ def _start_engine(config: Config, bootstrap: str, in_topic: str, out_topic: str,
 #: A throughput step counts at least this many documents (see :func:`throughput`).
 MIN_COUNTED = 500
 
+#: Seconds of input per throughput step (at least MIN_COUNTED documents past the skipped ones).
+STEP_SECONDS = 15.0
+
+
+def step_docs(rate: float, skip: int, seconds: float = STEP_SECONDS, min_counted: int = MIN_COUNTED) -> int:
+    """Documents one throughput step at ``rate`` sends: ``seconds`` of input, but at least
+    ``min_counted`` past the ``skip`` first ones.
+
+    >>> step_docs(10, 200), step_docs(100, 200)
+    (700, 1500)
+    """
+    return max(skip + min_counted, int(rate * seconds))
+
 
 def throughput(
-    bench: Benchmark, config: Config, rates: list, seconds: float = 15.0, p99_limit_ms: float = 100.0, min_counted: int = MIN_COUNTED
+    bench: Benchmark, config: Config, rates: list, seconds: float = STEP_SECONDS, p99_limit_ms: float = 100.0, min_counted: int = MIN_COUNTED
 ) -> dict:
     """Raise the rate until p99 reaches ``p99_limit_ms`` or the feeder cannot keep up;
     returns the highest rate that stayed under, with every step's figures.
@@ -391,7 +404,7 @@ def throughput(
     their second-worst, one stall of the shared machine."""
     steps, best = [], None
     for rate in rates:
-        docs = min(len(bench.table), max(bench.skip + min_counted, int(rate * seconds)))
+        docs = min(len(bench.table), step_docs(rate, bench.skip, seconds, min_counted))
         r = bench.run(config, rate=rate, docs=docs)
         steps.append({"rate": rate, "achieved_rate": r.achieved_rate, "latency_ms": r.latency_ms, "correct": r.correct})
         if r.latency_ms.get("p99", float("inf")) >= p99_limit_ms or r.achieved_rate < 0.9 * rate:
@@ -663,7 +676,7 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
     started_ray = False
     try:
         rates = [] if demo or args.quick or args.no_throughput else [float(x) for x in args.rates.split(",")]
-        n_corpus = max([docs] + [max(int(r * 15), args.skip + MIN_COUNTED) for r in rates])
+        n_corpus = max([docs] + [step_docs(r, args.skip) for r in rates])
         corpus, truth = prepare(workdir, n_corpus, args.source, console=console)
         started_ray = ensure_ray(None)
         bench = Benchmark(corpus, bootstrap, truth=truth, skip=args.skip, workdir=str(workdir))
