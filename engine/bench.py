@@ -659,6 +659,10 @@ def _floats(text: str) -> tuple:
 
 
 def main(argv: Optional[list] = None) -> int:
+    if argv and argv[0] == "soak":
+        from driftstream.examples.benchmarks.soak import main as soak_main
+
+        return soak_main(argv[1:])
     if argv and argv[0] == "inverted-index":
         # The benchmark workload lives with its example (PySpark corpus, Spark baseline).
         from driftstream.examples.inverted_index.benchmark import main as inverted_index_main
@@ -666,6 +670,7 @@ def main(argv: Optional[list] = None) -> int:
         return inverted_index_main(argv[1:])
     parser = argparse.ArgumentParser(prog="driftstream bench")
     sub = parser.add_subparsers(dest="bench", required=True)
+    sub.add_parser("soak", help="a Kafka flow with keyed state at a steady rate for a long time, checked exactly-once (--help for options)")
     sub.add_parser("inverted-index", help="driftstream vs Spark Structured Streaming on the inverted index (--help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
     wc.add_argument("--lines", type=int, default=40_000, help="lines (10 words each) for the throughput run")

@@ -198,6 +198,10 @@ class KafkaPartitionReader(SourcePartition):
         self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS)
         self._ticker: Optional[PartitionWriter] = None
         self._tick_wanted = False
+        # The last fetch found nothing past the reader's offset: the partition is idle, not
+        # merely slow to answer (only then may a tick be appended: a tick is a batch, and
+        # on Tansu every batch in the log makes each fetch slower).
+        self._caught_up = False
         self._fetched: deque = deque()
         self._closing = threading.Event()
         self._fetch_error: Optional[BaseException] = None
@@ -217,6 +221,30 @@ class KafkaPartitionReader(SourcePartition):
         can fall short by the size of the last batch."""
         high = self._fetcher_client.high_watermarks.get(self.partition)
         return None if high is None else max(0, high - self.next_offset)
+
+    def fetch_state(self) -> dict:
+        """How the broker answers this partition's fetches, for ``status()``: the records
+        not read yet (``lag``), the last answer's time (``fetch_ms``), the wait asked for
+        (``max_wait_ms``), and the answers that came back empty although the partition held
+        more (``starved``). ``behind`` says why the source is behind when the broker is
+        what limits it, else None."""
+        wait = self._fetcher_client.wait
+        lag = self.lag()
+        behind = None
+        if lag and wait.took_ms > wait.floor_ms:
+            behind = (
+                f"the broker takes {wait.took_ms:.0f} ms to answer a fetch of {self.source.topic}[{self.partition}] "
+                f"(a broker that scans the partition's log per fetch, as Tansu's in-memory store does, slows as the log grows)"
+            )
+        return {
+            "partition": f"{self.source.topic}[{self.partition}]",
+            "lag": lag,
+            "fetch_ms": round(wait.took_ms, 1),
+            "max_wait_ms": wait.wait_ms,
+            "starved": wait.starved,
+            "ticks": self.ticks_sent,
+            "behind": behind,
+        }
 
     def _true_end(self) -> int:
         c = consumer(self.source.bootstrap_servers)
@@ -267,7 +295,12 @@ class KafkaPartitionReader(SourcePartition):
                     continue
                 records = client.fetch({p: gaps.next_offset}).get(p)
                 if not records:
+                    high = client.high_watermarks.get(p)
+                    self._caught_up = high is not None and high <= gaps.next_offset
                     continue
+                self._caught_up = False
+                if client.wait.pause_s:
+                    closing.wait(client.wait.pause_s)  # a slow broker: leave it time for others
                 records = gaps.admit(records, time.monotonic())
                 if not records:
                     time.sleep(0.001)  # a hole's batch is being stored: give the broker a moment
@@ -344,7 +377,7 @@ class KafkaPartitionReader(SourcePartition):
 
     def _maybe_tick(self) -> None:
         interval = self.source.tick_interval
-        if interval is None or time.time() - self._last_activity < interval:
+        if interval is None or not self._caught_up or time.time() - self._last_activity < interval:
             return
         self._tick_wanted = True  # the fetcher thread appends it between two fetches
         self._last_activity = time.time()

@@ -209,6 +209,72 @@ class _LeaderClient:
             self._conn = None
 
 
+class FetchWait:
+    """How long the broker may hold the next fetch (``max_wait_ms``), adapted to how long
+    the broker takes to find the records.
+
+    Some brokers search the log within the fetch's ``max_wait_ms`` and answer with
+    nothing when the time runs out first. Tansu's in-memory store lists every stored
+    batch of the partition on each fetch (~1 us per batch here) and stops listing at
+    that deadline: once a 5 ms wait is too short to list the partition, every fetch
+    comes back empty though the partition holds data, and a reader with a fixed wait
+    stalls for good. So an empty answer while the high watermark is past the offset
+    (*starved*) doubles the wait, and each answer with records lets it shrink by
+    ``DECAY`` towards ``floor_ms``: the wait stays within about twice what the broker
+    needs, at the cost of one empty answer now and then. The wait is not taken from
+    answer times: a broker that keeps gathering newer batches until the deadline
+    answers in about the wait itself, and the two would chase each other upwards.
+
+    ``pause_s`` is how long to wait before the next fetch so that this reader keeps the
+    broker busy at most ``duty`` of the time: a broker that takes 50 ms per fetch would
+    otherwise spend a core on each reader. It is 0 while answers take under ``floor_ms``
+    (a broker that indexes its log, e.g. Apache Kafka).
+
+    O(1) per fetch.
+
+    >>> w = FetchWait(floor_ms=5)
+    >>> w.observe(took_s=0.001, got_records=True, starved=False); w.wait_ms, w.pause_s
+    (5, 0.0)
+    >>> w.observe(took_s=0.006, got_records=False, starved=True); w.wait_ms, w.starved
+    (10, 1)
+    >>> w.observe(took_s=0.008, got_records=False, starved=True); w.wait_ms
+    20
+    >>> w.observe(took_s=0.015, got_records=True, starved=False); w.wait_ms, w.pause_s
+    (19, 0.015)
+    >>> for _ in range(200): w.observe(took_s=0.001, got_records=True, starved=False)
+    >>> w.wait_ms, w.pause_s
+    (5, 0.0)
+    """
+
+    #: Factor by which the wait shrinks per answer with records.
+    DECAY = 0.97
+
+    def __init__(self, floor_ms: int = 5, cap_ms: int = 5000, duty: float = 0.5) -> None:
+        self.floor_ms = floor_ms
+        self.cap_ms = cap_ms
+        self.duty = duty
+        self._wait = float(floor_ms)
+        self.took_ms = 0.0  # the last answer with records: how long the broker took
+        self.starved = 0  # empty answers although the partition held more
+        self.pause_s = 0.0
+
+    @property
+    def wait_ms(self) -> int:
+        return int(self._wait)
+
+    def observe(self, took_s: float, got_records: bool, starved: bool) -> None:
+        """Account for one answer: ``took_s`` its round trip, ``starved`` if it was empty
+        although the high watermark was past the offset asked for."""
+        if starved:
+            self.starved += 1
+            self._wait = min(float(self.cap_ms), 2.0 * self._wait)
+        elif got_records:
+            self.took_ms = took_s * 1000.0
+            self._wait = max(float(self.floor_ms), self._wait * self.DECAY)
+            slow = self.took_ms > self.floor_ms
+            self.pause_s = took_s * (1.0 / self.duty - 1.0) if slow else 0.0
+
+
 class TopicFetcher(_LeaderClient):
     """Reads ``partitions`` of ``topic`` (one broker must lead them all) in one request
     per fetch: ``fetch({partition: offset})`` returns each partition's records from its
@@ -218,6 +284,9 @@ class TopicFetcher(_LeaderClient):
     Records are kafka-python's ``DefaultRecord`` (``offset``, ``timestamp``, ``key``,
     ``value``, ``headers``); control records (transaction markers) are left out, so
     their offsets are holes. ``high_watermarks`` are the last fetch's.
+
+    ``max_wait_ms`` is where the wait starts: it adapts to the broker (:class:`FetchWait`,
+    in ``wait``), up to ``max_wait_cap_ms``.
     """
 
     def __init__(
@@ -229,9 +298,10 @@ class TopicFetcher(_LeaderClient):
         max_bytes: int = FETCH_MAX_BYTES,
         client_id: str = "driftstream-fetch",
         timeout_s: float = 30.0,
+        max_wait_cap_ms: int = 5000,
     ) -> None:
         super().__init__(bootstrap_servers, topic, partitions, client_id, timeout_s)
-        self.max_wait_ms = max_wait_ms
+        self.wait = FetchWait(floor_ms=max_wait_ms, cap_ms=max(max_wait_ms, max_wait_cap_ms))
         self.max_bytes = max_bytes
         self.high_watermarks: dict = {}
 
@@ -240,7 +310,7 @@ class TopicFetcher(_LeaderClient):
         up to ``max_wait_ms`` waiting."""
         request = FetchRequest(
             replica_id=-1,
-            max_wait_ms=self.max_wait_ms,
+            max_wait_ms=self.wait.wait_ms,
             min_bytes=1,
             max_bytes=self.max_bytes * len(offsets),
             isolation_level=0,
@@ -265,10 +335,13 @@ class TopicFetcher(_LeaderClient):
             forgotten_topics_data=[],
             rack_id="",
         )
+        began = time.monotonic()
         response = self._call(request, FetchResponse, self.leader.fetch_version)
         if response is None:
             return {}
+        took = time.monotonic() - began
         out: dict = {}
+        starved = False
         for topic in response.responses:
             for part in topic.partitions:
                 p = part.partition_index
@@ -279,6 +352,9 @@ class TopicFetcher(_LeaderClient):
                     records = _records_from(bytes(part.records), offsets[p])
                     if records:
                         out[p] = records
+                elif part.high_watermark > offsets[p]:
+                    starved = True
+        self.wait.observe(took, got_records=bool(out), starved=starved and not out)
         return out
 
 

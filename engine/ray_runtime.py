@@ -505,6 +505,7 @@ class StageActor:
             "emitted": 0 if reader is None else reader.emitted,
             "dead_letters": 0 if reader is None else reader.dead_letters,
             "source_lag": None if reader is None else reader.lag(),
+            "source_partitions": [] if reader is None else reader.fetch_states(),
             "released": self.rt.released_total(),
         }
 

@@ -62,6 +62,11 @@ class SourcePartition(ABC):
         last fetch's high watermark, no broker call). None: unknown."""
         return None
 
+    def fetch_state(self) -> Optional[dict]:
+        """How reading this partition goes, for ``status()`` (Kafka: the broker's answer
+        times and why the partition is behind); None: nothing to say."""
+        return None
+
     def close(self) -> None:
         """Release resources."""
 
@@ -161,6 +166,10 @@ class SourceReader:
         lags = [p.lag() for p in self.parts]
         known = [x for x in lags if x is not None]
         return sum(known) if known else None
+
+    def fetch_states(self) -> list:
+        """:meth:`SourcePartition.fetch_state` of each partition that has one."""
+        return [st for st in (p.fetch_state() for p in self.parts) if st is not None]
 
     @property
     def dead_letters(self) -> int:

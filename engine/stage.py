@@ -34,6 +34,10 @@ from .errors import StepError, short_repr
 from .plan import Plan
 
 
+#: Latency samples one instance keeps per kind (emit, release) before it thins them.
+MAX_SAMPLES = 1 << 16
+
+
 @dataclass
 class Batch:
     """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
@@ -73,13 +77,21 @@ class StageRuntime:
         seed: Optional[int] = None,
         clock: Callable[[], float] = time.time,
         sample_every: int = 1,
+        max_samples: int = MAX_SAMPLES,
         backend_factory: Optional[Callable[[str, Callable], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
         this call. The Ray runtime writes in a thread so the event loop never waits
-        for a broker's acknowledgement."""
+        for a broker's acknowledgement.
+
+        Latency samples (``emit_times``, ``release_times``: time -> wall clock) are kept
+        for the elements whose offset is a multiple of ``sample_every``; when either holds
+        more than ``max_samples``, its stride doubles and it keeps every other sample
+        (:meth:`_thin`), so a flow that runs for days keeps a bounded, evenly spread
+        sample. Strides are powers of two times ``sample_every`` on both sides, so the
+        samples of the coarser side are all in the finer one and the two still join."""
         self.plan = plan
         self.write_bundle = bundle_writer or self._write_now
         # Sink steps with a bundle not yet acknowledged -> the watermark it was released at.
@@ -91,6 +103,7 @@ class StageRuntime:
         self.rng = random.Random(seed)
         self.clock = clock
         self.sample_every = max(1, sample_every)
+        self.max_samples = max_samples
         self.watermark: tuple = BOTTOM
         self.acks: dict = {}
         self.out: dict = {}
@@ -99,6 +112,7 @@ class StageRuntime:
         self.barriers: dict = {}
         self.emit_times: dict = {}
         self.release_times: dict = {}
+        self._emit_every = self._release_every = self.sample_every
         self.peak_log_entries = 0
         self.failure: Optional[StepError] = None
         self._runners: dict = {}
@@ -116,10 +130,12 @@ class StageRuntime:
 
     def process_source(self, items: list) -> None:
         """Run elements read by this stage's source, ``(meta, payload)`` pairs, through the chain."""
-        now, every, emit = self.clock(), self.sample_every, self.emit_times
+        now, every, emit = self.clock(), self._emit_every, self.emit_times
         for meta, _ in items:
             if meta[3] % every == 0:
                 emit[meta[:4]] = now
+        if len(emit) > self.max_samples:
+            self._emit_every = self._thin(emit, every)
         self.process(self.stage.source_id, [(m, p, None) for m, p in items])
 
     def receive(self, batch: Batch) -> None:
@@ -265,15 +281,26 @@ class StageRuntime:
         released_at = self.writing.pop(sid, None)
         if error is not None:
             raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
-        now, every, rel = self.clock(), self.sample_every, self.release_times
+        now, every, rel = self.clock(), self._release_every, self.release_times
         for meta, _ in bundle.elements:
             if meta[3] % every == 0:
                 rel[meta[:4]] = now
+        if len(rel) > self.max_samples:
+            self._release_every = self._thin(rel, every)
         if released_at is not None:
             # A watermark W means every element below W has arrived, and the bundle released
             # at W held every one of them not released before: below W this sink is durable.
             self.durable[sid] = released_at
         self._release(sid)
+
+    @staticmethod
+    def _thin(samples: dict, every: int) -> int:
+        """Keep the samples whose offset is a multiple of ``2 * every``; returns that stride.
+        O(samples), once per doubling: amortised O(1) per sample."""
+        every *= 2
+        for t in [t for t in samples if t[3] % every]:
+            del samples[t]
+        return every
 
     def output_durable_through(self) -> tuple:
         """A watermark below which every sink of this instance has acknowledged all its output

@@ -480,6 +480,8 @@ class RaySupervisor:
             "released": sum(s["released"] for s in stats),
             "dead_letters": sum(s["dead_letters"] for s in sources),
             "source_lag": _sum_known(s["source_lag"] for s in sources),
+            "source_partitions": [part for s in sources for part in s["source_partitions"]],
+            "source_behind": [part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
             "skipped": self.status.skipped,
             "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
             "snapshots": len(self.status.snapshots),

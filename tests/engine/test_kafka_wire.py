@@ -102,3 +102,21 @@ def test_a_broken_connection_is_opened_again(kafka_broker):
     assert [r.value for r in fetch_all(fetcher, 0, 2)][-1] == b"b"
     writer.close()
     fetcher.close()
+
+
+def test_fetch_wait_grows_while_the_broker_runs_out_of_time_and_shrinks_back():
+    """An empty answer although the partition holds more doubles the wait (up to the cap);
+    answers with records let it shrink back to the floor; the pause keeps a slow broker
+    at most half busy and is 0 for a fast one."""
+    wait = kafka_wire.FetchWait(floor_ms=5, cap_ms=100)
+    for expected in (10, 20, 40, 80, 100, 100):
+        wait.observe(took_s=0.005, got_records=False, starved=True)
+        assert wait.wait_ms == expected
+    assert wait.starved == 6
+    wait.observe(took_s=0.005, got_records=False, starved=False)  # idle: caught up, nothing changes
+    assert wait.wait_ms == 100
+    wait.observe(took_s=0.040, got_records=True, starved=False)
+    assert wait.wait_ms == 97 and wait.pause_s == pytest.approx(0.040)
+    for _ in range(200):
+        wait.observe(took_s=0.002, got_records=True, starved=False)
+    assert wait.wait_ms == 5 and wait.pause_s == 0.0 and wait.took_ms == pytest.approx(2.0)

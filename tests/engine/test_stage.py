@@ -46,3 +46,19 @@ def test_without_output_everything_is_durable():
     assert not in_flight and rt.output_durable_through() == (1,)
     rt.on_watermark(TOP)
     assert rt.output_durable_through() == TOP
+
+
+def test_latency_samples_stay_bounded_and_still_join():
+    """A long run keeps at most ``max_samples`` per kind; the kept emit and release samples
+    still meet on the same elements (strides are powers of two on both sides)."""
+    flow = Flow("samples")
+    flow.source(MemorySource(list(range(10)))).map(lambda x: x).sink(MemorySink("out"))
+    rt = StageRuntime(flow.plan(1), stage_index=0, instance=0, seed=1, max_samples=100)
+    for start in range(0, 5000, 50):
+        rt.process_source([(Meta(i, 0, 0, i), i) for i in range(start, start + 50)])
+        rt.on_watermark((start + 50,))
+    assert len(rt.emit_times) <= 100 and len(rt.release_times) <= 100
+    joined = rt.emit_times.keys() & rt.release_times.keys()
+    assert len(joined) >= 50  # evenly spread over the whole run, not only its start
+    offsets = sorted(t[3] for t in joined)
+    assert offsets[0] < 500 and offsets[-1] > 4500
