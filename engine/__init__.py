@@ -2,16 +2,26 @@
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.testing import MemorySource, MemorySink
+
+The engine is in rooms by role; imports run one way, top to bottom:
+
+- ``cli/``: the ``driftstream`` command;
+- ``api/``: Flow, Stream, KeyedStream, FlowHandle;
+- ``control/``: coordinator, supervisor, snapshots and recovery on Ray;
+- ``runtime/``: StageRuntime, the Ray actors, the transport, the simulator;
+- ``connectors/``: sources and sinks (memory, Kafka), the local broker;
+- ``model/``: the plan, errors, results;
+- then the pure core: ``driftstream.ordering``, ``driftstream.barriers``, ``driftstream.snapshots``.
 """
 
 from driftstream.barriers.file_sink import FileSink
 
-from .errors import FlowError, StepError
-from .flow import Flow, KeyedStream, Stream
-from .kafka_sink import KafkaSink
-from .kafka_source import KafkaSource
-from .result import Metrics, RunResult
-from .source import Source, SourcePartition
+from driftstream.engine.api.flow import Flow, KeyedStream, Stream
+from driftstream.engine.connectors.kafka.sink import KafkaSink
+from driftstream.engine.connectors.kafka.source import KafkaSource
+from driftstream.engine.connectors.source import Source, SourcePartition
+from driftstream.engine.model.errors import FlowError, StepError
+from driftstream.engine.model.result import Metrics, RunResult
 
 __all__ = [
     "Flow",

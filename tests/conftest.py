@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from driftstream.engine.ray_runtime import LEAN_RAY_ENV
+from driftstream.engine.runtime.ray_session import LEAN_RAY_ENV
 
 for _k, _v in LEAN_RAY_ENV.items():
     os.environ.setdefault(_k, _v)
@@ -33,7 +33,7 @@ def flow_actors(prefix: str) -> list:
 @pytest.fixture(scope="session")
 def kafka_broker():
     """One local Tansu broker for the whole test run (real Kafka protocol, in-memory storage)."""
-    from driftstream.engine.local_kafka import start_local_kafka
+    from driftstream.engine.connectors.local_kafka import start_local_kafka
 
     broker = start_local_kafka()
     yield broker

@@ -5,7 +5,7 @@ No batching, no parallelism, no late arrivals: the output every runtime must mat
 
 from __future__ import annotations
 
-from driftstream.engine.flow import Flow
+from driftstream.engine.api.flow import Flow
 from driftstream.engine.testing import MemorySource
 from driftstream.ordering.meta import Meta
 

@@ -171,7 +171,7 @@ class Checker(threading.Thread):
 
     def __init__(self, cfg: SoakConfig, bootstrap: str, topic: str, partitions: int) -> None:
         super().__init__(name="soak-checker", daemon=True)
-        from driftstream.engine.kafka_wire import TopicFetcher
+        from driftstream.engine.connectors.kafka.wire import TopicFetcher
 
         self.fetcher = TopicFetcher(bootstrap, topic, list(range(partitions)), max_wait_ms=20, client_id="driftstream-soak")
         self.next_n = [1] * cfg.keys
@@ -182,7 +182,7 @@ class Checker(threading.Thread):
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
-        from driftstream.engine.kafka_sink import META_HEADER
+        from driftstream.engine.connectors.kafka.sink import META_HEADER
 
         offsets = {p: 0 for p in self.fetcher.partitions}
         try:
@@ -255,7 +255,7 @@ def build_flow(cfg: SoakConfig, bootstrap: str, out_topic: str) -> Any:
 
 
 def _pct(values: list, p: int) -> Optional[float]:
-    from driftstream.engine.result import percentiles
+    from driftstream.engine.model.result import percentiles
 
     got = percentiles(values, (p,))
     return None if not got.get("count") else round(got[f"p{p}"], 1)
@@ -267,8 +267,8 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
 
     import psutil
 
-    from driftstream.engine.kafka_io import ensure_topic
-    from driftstream.engine.local_kafka import start_local_kafka
+    from driftstream.engine.connectors.kafka.io import ensure_topic
+    from driftstream.engine.connectors.local_kafka import start_local_kafka
 
     broker = None if cfg.bootstrap else start_local_kafka()
     bootstrap = cfg.bootstrap or broker.bootstrap_servers

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from driftstream.engine.result import percentiles
+from driftstream.engine.model.result import percentiles
 
 from .documents import rebuild_index
 from .feeder import Feeder, create_topic
@@ -187,7 +187,7 @@ class Benchmark:
             return []
         from kafka import TopicPartition
 
-        from driftstream.engine.kafka_io import consumer, read_partition
+        from driftstream.engine.connectors.kafka.io import consumer, read_partition
 
         c = consumer(self.bootstrap_servers)
         try:
@@ -667,8 +667,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
 
-    from driftstream.engine.local_kafka import start_local_kafka
-    from driftstream.engine.ray_runtime import ensure_ray
+    from driftstream.engine.connectors.local_kafka import start_local_kafka
+    from driftstream.engine.runtime.ray_session import ensure_ray
 
     broker = None if args.bootstrap else start_local_kafka()
     bootstrap = args.bootstrap or broker.bootstrap_servers

@@ -546,7 +546,7 @@ def publish_corpus(parquet_path: str, bootstrap_servers: str, topic: str, spark=
     """
     from kafka import KafkaProducer
 
-    from driftstream.engine.kafka_io import ensure_topic
+    from driftstream.engine.connectors.kafka.io import ensure_topic
 
     ensure_topic(bootstrap_servers, topic, 1)
     errors: list = []

@@ -57,7 +57,7 @@ class Send:
 
 def create_topic(bootstrap_servers: str, topic: str, partitions: int = 1) -> int:
     """Create ``topic`` unless it exists (idempotent); returns its partition count."""
-    from driftstream.engine.kafka_io import ensure_topic
+    from driftstream.engine.connectors.kafka.io import ensure_topic
 
     return ensure_topic(bootstrap_servers, topic, partitions)
 

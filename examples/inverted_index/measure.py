@@ -28,7 +28,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from driftstream.engine.result import percentiles
+from driftstream.engine.model.result import percentiles
 
 
 @dataclass
@@ -151,9 +151,9 @@ def consume(bootstrap_servers: str, topic: str, path: str) -> None:
     a small machine."""
     from kafka import TopicPartition
 
-    from driftstream.engine.kafka_io import consumer
-    from driftstream.engine.kafka_source import OffsetGaps
-    from driftstream.engine.kafka_wire import TopicFetcher
+    from driftstream.engine.connectors.kafka.io import consumer
+    from driftstream.engine.connectors.kafka.source import OffsetGaps
+    from driftstream.engine.connectors.kafka.wire import TopicFetcher
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from driftstream.barriers.sink import Sink
 from driftstream.engine import Flow
-from driftstream.engine.source import Source
+from driftstream.engine.connectors.source import Source
 
 from .documents import page_changes, word_positions
 

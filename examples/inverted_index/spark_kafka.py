@@ -28,7 +28,7 @@ the base offset of the last record batch + 1 instead of the true end; Kafka
 fetches return whole record batches, so reading until the consumer's position
 reaches the reported end receives the whole last batch and the position is then
 the true end (on Apache Kafka the reported end is already the true end). This is
-the incremental form of :func:`driftstream.engine.kafka_io.true_end`, without
+the incremental form of :func:`driftstream.engine.connectors.kafka.io.true_end`, without
 its 300 ms idle wait per call.
 
 Read tasks (on executors) keep one consumer per Python worker process (Spark
@@ -75,7 +75,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Sequence
 
-from driftstream.engine.kafka_io import consumer, ensure_topic, last_record
+from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, last_record
 from kafka.partitioner.default import murmur2
 from pyspark.sql.datasource import (
     DataSource,

@@ -15,7 +15,7 @@ import uuid
 import pytest
 from kafka import TopicPartition
 
-from driftstream.engine.kafka_io import consumer, read_partition
+from driftstream.engine.connectors.kafka.io import consumer, read_partition
 from driftstream.examples.inverted_index import corpus as corpus_mod
 from driftstream.examples.inverted_index import ground_truth as gt
 from driftstream.examples.inverted_index.documents import rebuild_index, tokenize

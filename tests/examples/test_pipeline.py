@@ -69,8 +69,8 @@ def test_kafka_to_kafka_on_ray_with_a_malformed_document(ray_session, kafka_brok
 
     from kafka import KafkaProducer
 
-    from driftstream.engine.kafka_io import ensure_topic
-    from driftstream.engine.kafka_sink import read_kafka_sink
+    from driftstream.engine.connectors.kafka.io import ensure_topic
+    from driftstream.engine.connectors.kafka.sink import read_kafka_sink
     from driftstream.examples.inverted_index.pipeline import kafka_flow
 
     bs = kafka_broker.bootstrap_servers

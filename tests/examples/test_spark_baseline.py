@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from driftstream.engine.kafka_io import consumer, ensure_topic, read_partition
+from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, read_partition
 from driftstream.examples.inverted_index.documents import rebuild_index, word_positions
 from driftstream.examples.inverted_index.spark_baseline import start_spark_baseline
 from driftstream.examples.inverted_index.spark_kafka import (

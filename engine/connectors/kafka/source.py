@@ -1,0 +1,424 @@
+"""KafkaSource: a replayable source whose times come from the log alone.
+
+Partition ``p`` of the topic is read by source instance ``p % instances``. An
+element's time is ``(ts, source, p, offset)`` where ``ts`` is the running
+maximum of record timestamps in the partition: a function of the log prefix,
+so a replay from any offset (with the running ts saved there) reproduces it.
+
+A broker may make a later batch visible before an earlier one: Tansu assigns a
+batch its offsets before it stores it, so with two producers on a partition (the
+source's own ticks and the user's) a fetch can return offset 12 while 11 is still
+being stored. A reader that moved on would lose record 11 for good. The reader
+therefore waits, up to ``gap_wait_s``, for a hole in the offsets to fill
+(:class:`OffsetGaps`); a hole that stays (compaction, transaction markers on
+Apache Kafka) is skipped and logged.
+
+Records that cannot be decoded (bad JSON, a decoder that raises) go to the
+dead-letter topic (``<topic>.dlq`` by default) with the error and the original
+bytes in headers and value, are counted, and do not stop the flow. Values are
+decoded as JSON or passed on as bytes; never unpickled.
+
+>>> src = KafkaSource("docs", "127.0.0.1:9092")             # doctest: +SKIP
+>>> flow.source(src).map(lambda doc: doc["title"])          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Optional, Union
+
+import kafka.errors as kafka_errors
+from kafka import KafkaProducer, TopicPartition
+
+from driftstream.engine.model.errors import FlowError, short_repr
+from driftstream.engine.connectors.kafka.io import consumer, partition_count, read_partition, true_end
+from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher
+from driftstream.engine.connectors.source import Source, SourcePartition
+
+#: Batches of records a partition's fetcher thread may hold ahead of the event loop.
+PREFETCH_BATCHES = 4
+
+#: How long the broker may hold a fetch of an idle partition: a record that arrives
+#: meanwhile may wait that long (Tansu does not answer early), an idle reader
+#: fetches 1000 / FETCH_WAIT_MS times a second.
+FETCH_WAIT_MS = 5
+
+#: Seconds a hole in a partition's offsets may stay before the reader moves past it.
+GAP_WAIT_S = 0.5
+
+log = logging.getLogger(__name__)
+
+#: Header that marks a tick record: appended to keep an idle partition's time moving; never reaches user code.
+TICK_HEADER = "driftstream-tick"
+
+
+def _json(value: bytes) -> Any:
+    return json.loads(value)
+
+
+class KafkaSource(Source):
+    """Read ``topic`` from ``bootstrap_servers``.
+
+    ``value_format``: ``"json"`` (default), ``"bytes"``, or a callable ``bytes -> value``
+    (raise to reject a record: it goes to the dead-letter topic).
+    ``bounded=True`` reads what the topic holds when each partition is opened, then ends.
+    ``start_offsets``: ``{partition: (offset, running_ts)}`` to replay from (recovery).
+    ``tick_interval``: seconds a partition may stay idle before the source appends a tick
+    record to it (unbounded sources; None: never). The watermark is the minimum over all
+    partitions, so one idle partition would hold back every other one's output; the tick
+    moves its time forward through the log, so a replay sees the same times.
+    ``gap_wait_s``: how long a hole in the offsets may stay before the reader skips it
+    (see the module docstring). Apache Kafka only leaves holes that stay (compaction,
+    transaction markers): a topic with those may set 0 to skip them at once.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        bootstrap_servers: str,
+        value_format: Union[str, Callable[[bytes], Any]] = "json",
+        dlq_topic: Optional[str] = None,
+        bounded: bool = False,
+        start_offsets: Optional[dict] = None,
+        tick_interval: Optional[float] = 0.02,
+        gap_wait_s: float = GAP_WAIT_S,
+    ) -> None:
+        if value_format == "json":
+            self.decode: Optional[Callable[[bytes], Any]] = _json
+        elif value_format == "bytes":
+            self.decode = None
+        elif callable(value_format):
+            self.decode = value_format
+        else:
+            raise FlowError(f"KafkaSource value_format must be 'json', 'bytes' or a callable, not {value_format!r}")
+        self.topic = topic
+        self.bootstrap_servers = bootstrap_servers
+        self.dlq_topic = dlq_topic or f"{topic}.dlq"
+        self.bounded = bounded
+        self.tick_interval = None if bounded else tick_interval
+        self.start_offsets = dict(start_offsets or {})
+        self.gap_wait_s = gap_wait_s
+        self._partitions: Optional[int] = None
+
+    def partitions(self) -> int:
+        if self._partitions is None:
+            n = partition_count(self.bootstrap_servers, self.topic)
+            if n == 0:
+                raise FlowError(f"Kafka topic {self.topic!r} does not exist at {self.bootstrap_servers}: create it first")
+            self._partitions = n
+        return self._partitions
+
+    def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
+        return KafkaPartitionReader(self, partition, source_id, start)
+
+
+class OffsetGaps:
+    """Delivers a partition's records without holes: what follows a hole in the offsets
+    is held back until the hole fills, or until it has stayed ``wait_s`` seconds.
+
+    Pure bookkeeping, O(records) per fetch. ``next_offset`` is where the next fetch
+    starts: past what was delivered, or at the hole (``refetch_from``) while one is waited for.
+
+    >>> from types import SimpleNamespace as R
+    >>> g = OffsetGaps(next_offset=10, wait_s=0.5)
+    >>> [r.offset for r in g.admit([R(offset=10), R(offset=12)], now=0.0)], g.refetch_from, g.next_offset
+    ([10], 11, 11)
+    >>> g.admit([R(offset=12)], now=0.1), g.refetch_from            # 11 still missing: wait
+    ([], 11)
+    >>> [r.offset for r in g.admit([R(offset=11), R(offset=12)], now=0.2)], g.refetch_from, g.filled
+    ([11, 12], None, 1)
+    >>> g.admit([R(offset=14)], now=1.0)                            # a hole at 13, first seen
+    []
+    >>> [r.offset for r in g.admit([R(offset=14)], now=1.6)], g.skipped   # stayed 0.6 s: skipped
+    ([14], 1)
+    """
+
+    def __init__(self, next_offset: int, wait_s: float, name: str = "") -> None:
+        self.next_offset = next_offset
+        self.wait_s = wait_s
+        self.name = name
+        self.refetch_from: Optional[int] = None
+        self.filled = 0
+        self.skipped = 0
+        self._hole: Optional[tuple] = None  # (first missing offset, when first seen)
+
+    def admit(self, records: list, now: float) -> list:
+        """The prefix of ``records`` to deliver. When it is shorter, ``refetch_from`` is the
+        hole to fetch again from (None otherwise)."""
+        self.refetch_from = None
+        for i, rec in enumerate(records):
+            if rec.offset > self.next_offset:
+                hole = self.next_offset
+                if self._hole is None or self._hole[0] != hole:
+                    self._hole = (hole, now)
+                if now - self._hole[1] < self.wait_s:
+                    self.refetch_from = hole
+                    return records[:i]
+                self.skipped += 1
+                self._hole = None
+                log.warning("%s: offsets %d..%d never appeared within %.2f s: skipped", self.name, hole, rec.offset - 1, self.wait_s)
+            elif self._hole is not None and rec.offset == self._hole[0]:
+                self.filled += 1
+                self._hole = None
+            self.next_offset = rec.offset + 1
+        return records
+
+    def moved_to(self, offset: int) -> None:
+        """The reader seeked to ``offset`` on purpose (a jump): no hole before it."""
+        self.next_offset = offset
+        self._hole = None
+
+
+class KafkaPartitionReader(SourcePartition):
+    """One topic partition: decodes records, stamps times, diverts bad records."""
+
+    def __init__(self, source: KafkaSource, partition: int, source_id: int, start: Optional[tuple] = None) -> None:
+        self.source = source
+        self.partition = partition
+        self.source_id = source_id
+        self.tp = TopicPartition(source.topic, partition)
+        offset, ts = start if start is not None else source.start_offsets.get(partition, (0, None))
+        self.end = self._true_end() if source.bounded else None
+        self.next_offset = offset
+        self.ts = ts  # running max of record timestamps up to next_offset
+        self.dead_letters = 0
+        self.ticks_sent = 0
+        self._last_activity = time.time()
+        self._producer: Optional[KafkaProducer] = None
+        self._buffer: list = []
+        self.done = self.end is not None and offset >= self.end
+        # Polled from the event loop, every fetch would hold it up for the broker's
+        # answer: a fetcher thread long-polls instead (on a socket of its own,
+        # :class:`.TopicFetcher`), and the event loop only takes what it has fetched.
+        # The same thread appends the ticks the event loop asks for, between fetches.
+        self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS)
+        self._ticker: Optional[PartitionWriter] = None
+        self._tick_wanted = False
+        # The last fetch found nothing past the reader's offset: the partition is idle, not
+        # merely slow to answer (only then may a tick be appended: a tick is a batch, and
+        # on Tansu every batch in the log makes each fetch slower).
+        self._caught_up = False
+        self._fetched: deque = deque()
+        self._closing = threading.Event()
+        self._fetch_error: Optional[BaseException] = None
+        self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
+        self._fetcher_started = False  # started by the first read(), after any skip_after()
+        self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
+        self.skipped = 0
+        self.gaps = OffsetGaps(offset, source.gap_wait_s, name=f"{source.topic}[{partition}]")
+
+    def position(self) -> tuple:
+        """``(next offset, running ts)``: where a replay of what follows must start."""
+        return self.next_offset, self.ts
+
+    def lag(self) -> Optional[int]:
+        """High watermark of the last fetch - next offset to read (0 when caught up).
+        Tansu reports the high watermark as the last batch's base offset + 1, so there it
+        can fall short by the size of the last batch."""
+        high = self._fetcher_client.high_watermarks.get(self.partition)
+        return None if high is None else max(0, high - self.next_offset)
+
+    def fetch_state(self) -> dict:
+        """How the broker answers this partition's fetches, for ``status()``: the records
+        not read yet (``lag``), the last answer's time (``fetch_ms``), the wait asked for
+        (``max_wait_ms``), and the answers that came back empty although the partition held
+        more (``starved``). ``behind`` says why the source is behind when the broker is
+        what limits it, else None."""
+        wait = self._fetcher_client.wait
+        lag = self.lag()
+        behind = None
+        if lag and wait.took_ms > wait.floor_ms:
+            behind = (
+                f"the broker takes {wait.took_ms:.0f} ms to answer a fetch of {self.source.topic}[{self.partition}] "
+                f"(a broker that scans the partition's log per fetch, as Tansu's in-memory store does, slows as the log grows)"
+            )
+        return {
+            "partition": f"{self.source.topic}[{self.partition}]",
+            "lag": lag,
+            "fetch_ms": round(wait.took_ms, 1),
+            "max_wait_ms": wait.wait_ms,
+            "starved": wait.starved,
+            "ticks": self.ticks_sent,
+            "behind": behind,
+        }
+
+    def _true_end(self) -> int:
+        c = consumer(self.source.bootstrap_servers)
+        try:
+            return true_end(c, self.tp)
+        finally:
+            c.close()
+
+    def skip_after(self, t: tuple) -> int:
+        """Replay the records whose time is at or below ``t``, then jump to the live end.
+
+        Finds the first record after ``t`` by reading from the replay position with a
+        consumer of its own (the records since the snapshot: at most an interval's worth).
+        """
+        if self._fetcher_started or self.done:
+            raise RuntimeError("skip_after must come before the first read")
+        c = consumer(self.source.bootstrap_servers)
+        try:
+            live_end = true_end(c, self.tp)
+            first_after, ts = live_end, self.ts
+            for rec in read_partition(c, self.tp, self.next_offset, max_s=10.0):
+                ts = rec.timestamp if ts is None or rec.timestamp > ts else ts
+                if (ts, self.source_id, self.partition, rec.offset) > tuple(t[:4]):
+                    first_after = rec.offset
+                    break
+        finally:
+            c.close()
+        if first_after < live_end:
+            self._jump = (first_after, live_end)
+        return max(0, live_end - first_after)
+
+    def _fetch(self) -> None:
+        # gaps.next_offset is where each fetch starts (only this thread moves it).
+        client, closing, fetched, gaps, p = self._fetcher_client, self._closing, self._fetched, self.gaps, self.partition
+        try:
+            while not closing.is_set():
+                if self._tick_wanted:
+                    self._tick_wanted = False
+                    self._tick()
+                if len(fetched) >= PREFETCH_BATCHES:
+                    time.sleep(0.002)  # the event loop has not caught up: fetch no further ahead
+                    continue
+                jump = self._jump
+                if jump is not None and gaps.next_offset >= jump[0]:
+                    self._jump = None
+                    gaps.moved_to(jump[1])
+                    fetched.append(jump)
+                    continue
+                records = client.fetch({p: gaps.next_offset}).get(p)
+                if not records:
+                    high = client.high_watermarks.get(p)
+                    self._caught_up = high is not None and high <= gaps.next_offset
+                    continue
+                self._caught_up = False
+                if client.wait.pause_s:
+                    closing.wait(client.wait.pause_s)  # a slow broker: leave it time for others
+                records = gaps.admit(records, time.monotonic())
+                if not records:
+                    time.sleep(0.001)  # a hole's batch is being stored: give the broker a moment
+                    continue
+                if jump is not None and records[-1].offset >= jump[0]:
+                    # Keep what precedes the jump; skip the rest (at-most-once).
+                    self._jump = None
+                    gaps.moved_to(jump[1])
+                    records = [r for r in records if r.offset < jump[0]]
+                    if records:
+                        fetched.append(records)
+                    fetched.append(jump)
+                    continue
+                fetched.append(records)
+                if self.end is not None and records[-1].offset + 1 >= self.end:
+                    return
+        except BaseException as exc:  # handed to the event loop by read()
+            if not closing.is_set():
+                self._fetch_error = exc
+
+    def read(self, max_items: int) -> list:
+        if not self._fetcher_started and not self.done:
+            self._fetcher_started = True
+            self._fetcher.start()
+        while not self._buffer and self._fetched:
+            got = self._fetched.popleft()
+            if isinstance(got, tuple):  # the at-most-once jump: (first skipped offset, live end)
+                self.skipped += got[1] - got[0]
+                self.next_offset = got[1]
+            else:
+                self._buffer = got
+        if not self._buffer:
+            if self._fetch_error is not None:
+                raise self._fetch_error
+            self._maybe_tick()
+            return []
+        self._last_activity = time.time()
+        records, self._buffer = self._buffer[:max_items], self._buffer[max_items:]
+        out: list = []
+        decode, sid, p = self.source.decode, self.source_id, self.partition
+        for rec in records:
+            if self.end is not None and rec.offset >= self.end:
+                self.done = True
+                break
+            ts = rec.timestamp if self.ts is None or rec.timestamp > self.ts else self.ts
+            self.ts = ts
+            self.next_offset = rec.offset + 1
+            if rec.headers and any(k == TICK_HEADER for k, _ in rec.headers):
+                continue
+            if decode is None:
+                value = rec.value
+            else:
+                try:
+                    value = decode(rec.value)
+                except Exception as exc:
+                    self._dead_letter(rec, exc)
+                    continue
+            out.append(((ts, sid, p, rec.offset, (), False), value))
+        if self.end is not None and self.next_offset >= self.end:
+            self.done = True
+        return out
+
+    def bound(self) -> Optional[tuple]:
+        # Everything up to next_offset - 1 was read (emitted, skipped or dead-lettered):
+        # later records have ts >= self.ts and a larger offset.
+        if self.ts is None:
+            return None
+        return (self.ts, self.source_id, self.partition, self.next_offset - 1)
+
+    def _producer_client(self) -> KafkaProducer:
+        if self._producer is None:
+            self._producer = KafkaProducer(bootstrap_servers=self.source.bootstrap_servers, acks="all", linger_ms=0)
+        return self._producer
+
+    def _maybe_tick(self) -> None:
+        interval = self.source.tick_interval
+        if interval is None or not self._caught_up or time.time() - self._last_activity < interval:
+            return
+        self._tick_wanted = True  # the fetcher thread appends it between two fetches
+        self._last_activity = time.time()
+
+    def _tick(self) -> None:
+        # Durable: the tick is read back like any record, so its timestamp is part of the log.
+        # A tick that fails is only a tick: the next one will do, and a failing broker shows
+        # in the fetches. Ticks are idempotent (they only move time), so one that did land is harmless.
+        try:
+            if self._ticker is None:
+                self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick")
+            self._ticker.write([(b"", [(TICK_HEADER, b"1")])])
+            self.ticks_sent += 1
+        except (kafka_errors.KafkaError, OSError) as exc:
+            log.warning("%s[%d]: a tick was not appended: %r", self.source.topic, self.partition, exc)
+
+    def _dead_letter(self, rec: Any, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        dlq = self._producer_client()
+        dlq.send(
+            self.source.dlq_topic,
+            value=rec.value,
+            headers=[
+                ("error", error.encode("utf-8", "replace")),
+                ("topic", self.source.topic.encode()),
+                ("partition", str(self.partition).encode()),
+                ("offset", str(rec.offset).encode()),
+            ],
+        )
+        dlq.flush()
+        self.dead_letters += 1
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._fetcher_started:
+            self._fetcher.join(timeout=5)
+        self._fetcher_client.close()
+        if self._ticker is not None:
+            self._ticker.close()
+        if self._producer is not None:
+            self._producer.close()
+
+    def __repr__(self) -> str:
+        return f"KafkaPartitionReader({self.source.topic}[{self.partition}] at {self.next_offset}, ts={short_repr(self.ts)})"

@@ -1,0 +1,425 @@
+"""Kafka partitions over the wire protocol on a blocking socket: fetch and produce.
+
+kafka-python's clients run every request through their network layer (selector,
+futures, tasks, an I/O thread in 3.x). A source fetches ~150 times a second while
+its partition is idle (a broker may not answer a long poll early: Tansu holds an
+empty fetch for its whole ``max_wait_ms``), and there that layer costs ~1 ms of
+CPU per fetch in the caller and as much again in the I/O thread. A blocking
+socket that encodes and decodes with kafka-python's protocol classes costs
+0.2-0.4 ms, so here a reader or writer talks to its partitions' leader directly,
+one request at a time. kafka-python still finds the leader and the API versions
+the broker speaks (:func:`locate`).
+
+A moved leader or a broken connection is found again (metadata refresh, new
+socket) for up to ``timeout_s``; any other error code raises.
+
+>>> docs = TopicFetcher("127.0.0.1:9092", "docs", [0])             # doctest: +SKIP
+>>> [r.offset for r in docs.fetch({0: 0})[0]]                         # doctest: +SKIP
+[0, 1, 2]
+>>> PartitionWriter("127.0.0.1:9092", "docs", 0).write([(b"{}", [])])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import kafka.errors as kafka_errors
+from kafka import TopicPartition
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.record import MemoryRecords
+from kafka.record.memory_records import MemoryRecordsBuilder
+
+#: Highest request versions used (those whose fields this module fills in).
+FETCH_VERSION, PRODUCE_VERSION = 12, 9
+
+#: Largest record batch one produce request carries: under the 1 MiB brokers accept by
+#: default (``message.max.bytes``); more goes in several requests.
+MAX_BATCH_BYTES = 512 * 1024
+
+#: Bytes one fetch may return for the partition (Kafka's consumer default).
+FETCH_MAX_BYTES = 1024 * 1024
+
+#: Error codes after which the leader is looked up again rather than the request failed.
+RELOCATE_ERRORS = frozenset(
+    cls.errno
+    for cls in (
+        kafka_errors.NotLeaderForPartitionError,
+        kafka_errors.LeaderNotAvailableError,
+        kafka_errors.UnknownTopicOrPartitionError,
+        kafka_errors.FencedLeaderEpochError,
+        kafka_errors.UnknownLeaderEpochError,
+        kafka_errors.NotEnoughReplicasError,
+        kafka_errors.RequestTimedOutError,
+    )
+)
+
+_SIZE = struct.Struct(">i")
+_FetchTopic = FetchRequest.FetchTopic
+_FetchPartition = _FetchTopic.FetchPartition
+_ProduceTopic = ProduceRequest.TopicProduceData
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Where a partition's leader listens, and the request versions it speaks."""
+
+    host: str
+    port: int
+    fetch_version: int
+    produce_version: int
+
+
+def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeout_s: float = 30.0) -> Leader:
+    """The broker leading ``partitions`` of ``topic`` (waits up to ``timeout_s`` for one to
+    be elected). ValueError if different brokers lead them."""
+    client = KafkaNetClient(bootstrap_servers=bootstrap_servers.split(","), client_id="driftstream-locate")
+    try:
+        client.check_version()
+        cluster = client.cluster
+        cluster.add_topic(topic)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            client.poll(future=cluster.request_update(), timeout_ms=timeout_s * 1000)
+            nodes = {cluster.leader_for_partition(TopicPartition(topic, p)) for p in partitions}
+            if len(nodes) > 1 and None not in nodes and min(nodes) >= 0:
+                raise ValueError(f"{_name(topic, partitions)} are led by brokers {sorted(nodes)}: read them with one fetcher per leader")
+            node = nodes.pop() if len(nodes) == 1 else None
+            broker = cluster.broker_metadata(node) if node is not None and node >= 0 else None
+            if broker is not None:
+                return Leader(
+                    broker.host,
+                    broker.port,
+                    client.api_version(FetchRequest, max_version=FETCH_VERSION),
+                    client.api_version(ProduceRequest, max_version=PRODUCE_VERSION),
+                )
+            if time.monotonic() > deadline:
+                raise kafka_errors.LeaderNotAvailableError(f"no leader for {_name(topic, partitions)} after {timeout_s} s")
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
+def _name(topic: str, partitions: Sequence[int]) -> str:
+    return f"{topic}[{','.join(map(str, partitions))}]"
+
+
+class BrokerConnection:
+    """A blocking socket to one broker: a request, then its response.
+
+    O(request + response bytes) per call; no thread, no selector. Not thread-safe:
+    one owner at a time.
+    """
+
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+        self.client_id = client_id
+        self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation_id = 0
+
+    def request(self, request: Any, response_class: Any, version: int) -> Any:
+        """Send ``request`` as ``version`` and return its decoded response."""
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        request.API_VERSION = version
+        request.with_header(correlation_id=self._correlation_id, client_id=self.client_id)
+        self._sock.sendall(request.encode(header=True, framed=True))
+        (size,) = _SIZE.unpack(self._read(4))
+        response = response_class.decode(self._read(size), version=version, header=True)
+        if response.header.correlation_id != self._correlation_id:
+            raise kafka_errors.CorrelationIdError(f"sent request {self._correlation_id}, got the answer to {response.header.correlation_id}")
+        return response
+
+    def _read(self, n: int) -> memoryview:
+        buf = memoryview(bytearray(n))
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(buf[got:])
+            if not k:
+                raise ConnectionError("the broker closed the connection")
+            got += k
+        return buf
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class _LeaderClient:
+    """A connection to the leader of some partitions of a topic; finds the leader again
+    when it moves."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, partitions: Sequence[int], client_id: str, timeout_s: float) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.partitions = tuple(partitions)
+        self.name = _name(topic, self.partitions)
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self.leader = locate(bootstrap_servers, topic, self.partitions, timeout_s)
+        self._conn: Optional[BrokerConnection] = None
+        self._failing_since: Optional[float] = None
+
+    def _connection(self) -> BrokerConnection:
+        """The connection to the leader, opened if there is none (first use, or after a failure)."""
+        if self._conn is None:
+            self._conn = BrokerConnection(self.leader.host, self.leader.port, self.client_id, self.timeout_s)
+        return self._conn
+
+    def _call(self, request: Any, response_class: Any, version: int) -> Optional[Any]:
+        """The response, or None after a connection failure (the next call reconnects)."""
+        try:
+            return self._connection().request(request, response_class, version)
+        except (OSError, kafka_errors.CorrelationIdError) as exc:
+            self._relocate(exc)
+            return None
+
+    def _check(self, error_code: int, what: str) -> bool:
+        """True if ``error_code`` is 0; False after a leader move (try again); raises otherwise."""
+        if error_code == 0:
+            self._failing_since = None
+            return True
+        error = kafka_errors.for_code(error_code)
+        if error_code in RELOCATE_ERRORS:
+            self._relocate(error())
+            return False
+        raise error(f"{what} {self.name}: {error.__name__}")
+
+    def _relocate(self, cause: BaseException) -> None:
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._failing_since > self.timeout_s:
+            raise kafka_errors.KafkaConnectionError(
+                f"{self.name}: no working leader for {self.timeout_s} s (last: {cause!r})"
+            ) from cause
+        self.close()
+        time.sleep(0.05)
+        try:
+            self.leader = locate(self.bootstrap_servers, self.topic, self.partitions, self.timeout_s)
+        except kafka_errors.KafkaError:
+            pass  # the bootstrap servers are unreachable too: the next call tries again
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class FetchWait:
+    """How long the broker may hold the next fetch (``max_wait_ms``), adapted to how long
+    the broker takes to find the records.
+
+    Some brokers search the log within the fetch's ``max_wait_ms`` and answer with
+    nothing when the time runs out first. Tansu's in-memory store lists every stored
+    batch of the partition on each fetch (~1 us per batch here) and stops listing at
+    that deadline: once a 5 ms wait is too short to list the partition, every fetch
+    comes back empty though the partition holds data, and a reader with a fixed wait
+    stalls for good. So an empty answer while the high watermark is past the offset
+    (*starved*: the broker needs more than the wait) grows the wait by ``GROWTH``, and
+    each answer with records (it needed less) shrinks it by ``DECAY`` towards
+    ``floor_ms``: the wait hovers just above what the broker needs, at the cost of an
+    empty answer every ten or so. The wait is not taken from answer times: a broker
+    that keeps gathering newer batches until the deadline answers in about the wait
+    itself, and the two would chase each other upwards (a first version that doubled
+    on starvation and shrank 3% per answer held Tansu's fetches at ~5x what it needed).
+
+    ``pause_s`` is how long to wait before the next fetch so that this reader keeps the
+    broker busy at most ``duty`` of the time: a broker that takes 50 ms per fetch would
+    otherwise spend a core on each reader. It is 0 while answers take under ``floor_ms``
+    (a broker that indexes its log, e.g. Apache Kafka).
+
+    O(1) per fetch.
+
+    >>> w = FetchWait(floor_ms=5)
+    >>> w.observe(took_s=0.001, got_records=True, starved=False); w.wait_ms, w.pause_s
+    (5, 0.0)
+    >>> w.observe(took_s=0.006, got_records=False, starved=True); w.wait_ms, w.starved
+    (7, 1)
+    >>> w.observe(took_s=0.008, got_records=False, starved=True); w.wait_ms
+    11
+    >>> w.observe(took_s=0.015, got_records=True, starved=False); w.wait_ms, w.pause_s
+    (10, 0.015)
+    >>> for _ in range(50): w.observe(took_s=0.001, got_records=True, starved=False)
+    >>> w.wait_ms, w.pause_s
+    (5, 0.0)
+    """
+
+    #: Factors by which the wait grows per starved answer and shrinks per answer with records.
+    GROWTH, DECAY = 1.5, 0.9
+
+    def __init__(self, floor_ms: int = 5, cap_ms: int = 5000, duty: float = 0.5) -> None:
+        self.floor_ms = floor_ms
+        self.cap_ms = cap_ms
+        self.duty = duty
+        self._wait = float(floor_ms)
+        self.took_ms = 0.0  # the last answer with records: how long the broker took
+        self.starved = 0  # empty answers although the partition held more
+        self.pause_s = 0.0
+
+    @property
+    def wait_ms(self) -> int:
+        return int(self._wait)
+
+    def observe(self, took_s: float, got_records: bool, starved: bool) -> None:
+        """Account for one answer: ``took_s`` its round trip, ``starved`` if it was empty
+        although the high watermark was past the offset asked for."""
+        if starved:
+            self.starved += 1
+            self._wait = min(float(self.cap_ms), self.GROWTH * self._wait)
+        elif got_records:
+            self.took_ms = took_s * 1000.0
+            self._wait = max(float(self.floor_ms), self._wait * self.DECAY)
+            slow = self.took_ms > self.floor_ms
+            self.pause_s = took_s * (1.0 / self.duty - 1.0) if slow else 0.0
+
+
+class TopicFetcher(_LeaderClient):
+    """Reads ``partitions`` of ``topic`` (one broker must lead them all) in one request
+    per fetch: ``fetch({partition: offset})`` returns each partition's records from its
+    offset on (at most ``max_bytes`` each; nothing when nothing came within
+    ``max_wait_ms``).
+
+    Records are kafka-python's ``DefaultRecord`` (``offset``, ``timestamp``, ``key``,
+    ``value``, ``headers``); control records (transaction markers) are left out, so
+    their offsets are holes. ``high_watermarks`` are the last fetch's.
+
+    ``max_wait_ms`` is where the wait starts: it adapts to the broker (:class:`FetchWait`,
+    in ``wait``), up to ``max_wait_cap_ms``.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partitions: Sequence[int],
+        max_wait_ms: int = 5,
+        max_bytes: int = FETCH_MAX_BYTES,
+        client_id: str = "driftstream-fetch",
+        timeout_s: float = 30.0,
+        max_wait_cap_ms: int = 5000,
+    ) -> None:
+        super().__init__(bootstrap_servers, topic, partitions, client_id, timeout_s)
+        self.wait = FetchWait(floor_ms=max_wait_ms, cap_ms=max(max_wait_ms, max_wait_cap_ms))
+        self.max_bytes = max_bytes
+        self.high_watermarks: dict = {}
+
+    def fetch(self, offsets: Mapping[int, int]) -> dict:
+        """``{partition: records}`` for the partitions that had any. O(bytes fetched) CPU,
+        up to ``max_wait_ms`` waiting."""
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=self.wait.wait_ms,
+            min_bytes=1,
+            max_bytes=self.max_bytes * len(offsets),
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                _FetchTopic(
+                    topic=self.topic,
+                    partitions=[
+                        _FetchPartition(
+                            partition=p,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=self.max_bytes,
+                        )
+                        for p, offset in offsets.items()
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        began = time.monotonic()
+        response = self._call(request, FetchResponse, self.leader.fetch_version)
+        if response is None:
+            return {}
+        took = time.monotonic() - began
+        out: dict = {}
+        starved = False
+        for topic in response.responses:
+            for part in topic.partitions:
+                p = part.partition_index
+                if not self._check(part.error_code, f"fetching offset {offsets.get(p)} of partition {p} of"):
+                    return {}
+                self.high_watermarks[p] = part.high_watermark
+                if part.records:
+                    records = _records_from(bytes(part.records), offsets[p])
+                    if records:
+                        out[p] = records
+                elif part.high_watermark > offsets[p]:
+                    starved = True
+        self.wait.observe(took, got_records=bool(out), starved=starved and not out)
+        return out
+
+
+def _records_from(data: bytes, offset: int) -> list:
+    """The records of a fetched partition at ``offset`` and after, control records left out."""
+    out: list = []
+    records = MemoryRecords(data)
+    while records.has_next():
+        batch = records.next_batch()
+        if not batch.is_control_batch:
+            # A batch comes whole: on Apache Kafka it may start before ``offset``.
+            out.extend(r for r in batch if r.offset >= offset)
+    return out
+
+
+class PartitionWriter(_LeaderClient):
+    """Appends to one partition: ``write(records)`` sends ``(value, headers)`` pairs as
+    record batches, one produce request (acks=all) after the other, each awaited.
+
+    Nothing is retried once sent: a request that fails may have landed, and only the
+    caller knows how to find out (a sink reads its partition's last message back).
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, partition: int, client_id: str = "driftstream-write", timeout_s: float = 30.0) -> None:
+        super().__init__(bootstrap_servers, topic, [partition], client_id, timeout_s)
+        self.partition = partition
+
+    def write(self, records: Iterable[tuple]) -> int:
+        """Append ``(value bytes, [(header, bytes)])`` pairs; returns how many. O(bytes) CPU."""
+        builder, n = _builder(), 0
+        for value, headers in records:
+            if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
+                self._send(builder)
+                builder = _builder()
+                builder.append(timestamp=None, key=None, value=value, headers=headers)
+            n += 1
+        if builder.next_offset():
+            self._send(builder)
+        return n
+
+    def _send(self, builder: MemoryRecordsBuilder) -> None:
+        builder.close()
+        request = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=int(self.timeout_s * 1000),
+            topic_data=[_ProduceTopic(name=self.topic, partition_data=[_ProduceTopic.PartitionProduceData(index=self.partition, records=builder.buffer())])],
+        )
+        what = f"writing {builder.next_offset()} records to"
+        try:
+            response = self._connection().request(request, ProduceResponse, self.leader.produce_version)
+        except (OSError, kafka_errors.CorrelationIdError) as exc:  # the connection is no longer usable
+            self.close()
+            raise kafka_errors.KafkaConnectionError(f"{what} {self.name}: {exc}") from exc
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                if part.error_code:
+                    error = kafka_errors.for_code(part.error_code)
+                    if part.error_code in RELOCATE_ERRORS:
+                        self.close()
+                        self.leader = locate(self.bootstrap_servers, self.topic, self.partitions, self.timeout_s)
+                    raise error(f"{what} {self.name}: {part.error_message or error.__name__}")
+
+
+def _builder() -> MemoryRecordsBuilder:
+    return MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=MAX_BATCH_BYTES)

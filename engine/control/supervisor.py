@@ -1,0 +1,515 @@
+"""The driver side of a run on Ray: launch the actors, take snapshots, recover from failures.
+
+Snapshots are acker-based and asynchronous: the supervisor asks the acker to
+attach ``snapshot(id)`` to the current watermark T; every stage instance
+stores its keyed state (everything below T: a delta or a base checkpoint),
+notes where its source partitions replay from, all in the background, and sends
+its part (``prepared``) to the acker on the data plane; the acker answers the
+supervisor with every part, and the manifest is written atomically. One call
+to the acker takes every snapshot of a schedule and sends each to the supervisor
+as it completes, a data-plane message (:mod:`.snapshot_stream`); the supervisor
+goes on watching the actors meanwhile. Output never waits for any of it.
+
+Recovery: an actor's death is seen at once (the supervisor holds a
+never-returning ``alive()`` call on every actor). Every actor of the run is
+stopped and started again from the newest manifest; under exactly-once each
+barrier first asks its sink for the last bundle it holds and drops replayed
+output at or before it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import ray
+
+from driftstream.ordering.meta import BOTTOM
+from driftstream.snapshots.changelog import snapshots_required
+from driftstream.snapshots.store import SnapshotStore
+
+from driftstream.engine.model.config import Guarantee, InstanceConfig, RunConfig
+from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.result import RunResult, merge_instances
+from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
+from driftstream.engine.runtime.actors import AckerActor, StageActor
+from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
+
+
+#: While a snapshot schedule runs, the watch loop waits for the next snapshot this long
+#: at most before it looks at the actors again: a death is seen within it.
+POLL_S = 0.05
+
+
+class Hung(Exception):
+    """Actors that did not answer within the heartbeat timeout: they are killed and replaced."""
+
+    def __init__(self, names: set) -> None:
+        super().__init__(f"no answer from {sorted(names)}")
+        self.names = names
+
+
+@dataclass
+class Recovery:
+    """One recovery: when the failure was detected (wall time), seconds from then until
+    every actor was restored and running, and until the first new output was released."""
+
+    detected_at: float
+    restored_s: float = 0.0
+    snapshot_id: Optional[int] = None
+    first_output_s: Optional[float] = None
+    pending: Optional[list] = None  # refs of first_release() calls, resolved lazily
+
+
+@dataclass
+class SnapshotRecord:
+    """A committed snapshot; ``duration_s``: from its marker until every part was durable
+    (the manifest is committed right after)."""
+
+    snapshot_id: int
+    t: tuple
+    duration_s: float
+    requested_at: float = 0.0
+
+
+@dataclass
+class SupervisorStatus:
+    snapshots: list = field(default_factory=list)
+    recoveries: list = field(default_factory=list)
+    #: input records skipped by at-most-once recoveries (lost on purpose)
+    skipped: int = 0
+
+
+def default_snapshot_dir(flow_name: str) -> str:
+    """Where snapshots go when no snapshot_dir is given: a local directory per flow."""
+    return os.path.join(tempfile.gettempdir(), "driftstream-snapshots", flow_name)
+
+
+class RaySupervisor:
+    """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
+
+    def __init__(self, plan: Plan, config: RunConfig) -> None:
+        self.plan = plan
+        self.config = config
+        self.guarantee = config.guarantee
+        self.snapshot_interval = snapshot_interval = config.snapshot_interval
+        self.seed = config.seed
+        resume = config.resume
+        self.store: Optional[SnapshotStore] = None
+        self.snapshot_dir: Optional[str] = None
+        if config.takes_snapshots:
+            self.snapshot_dir = config.snapshot_dir or default_snapshot_dir(plan.flow_name)
+            # Pruning lists the store: about once a second, whatever the snapshot interval.
+            self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / snapshot_interval)))
+            if not resume:
+                for sid in self.store.snapshot_ids():
+                    self.store.delete_snapshot(sid)
+        self.resume = resume
+        # Test-only fault injection: {"before_commit" | "after_restore": [actor name, ...]}; each
+        # entry is a real ray.kill of that actor at that moment of the protocol, used once.
+        self.faults: dict = {k: list(v) for k, v in config.faults.items()}
+        self.heartbeat_timeout = config.heartbeat_timeout
+        self.stop_requested = threading.Event()
+        self.status = SupervisorStatus()
+        self.handles: list = []
+        self.names: list = []
+        self.acker = None
+        self.actors: dict = {}
+        self.next_snapshot_id = 1
+        self.inbox: Optional[SnapshotInbox] = None  # where the acker sends snapshots, once a schedule started
+        self.streams = 0  # schedules started: each stream's number
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def launch(self, manifest: Optional[dict], recovering: bool, survivors: Optional[dict] = None) -> None:
+        """Start the acker and every stage actor, restored from ``manifest`` when given.
+
+        ``survivors`` (actor name -> handle) are reset in place instead of replaced:
+        a new process costs ~1 s of CPU on a small machine, a reset milliseconds.
+        """
+        plan = self.plan
+        survivors = survivors or {}
+        spread = {"scheduling_strategy": "SPREAD"}
+        token = secrets.token_bytes(32)
+        resets: list = []
+        acker_name = f"{plan.flow_name}/acker"
+        if acker_name in survivors:
+            self.acker = survivors[acker_name]
+            resets.append(self.acker.reset.remote(len(plan.source_instances), token))
+        else:
+            self.acker = AckerActor.options(name=acker_name, namespace=NAMESPACE, **spread).remote(len(plan.source_instances), token)
+        self.handles = [self.acker]
+        self.names = [acker_name]
+        self.actors = {}
+        for s in plan.stages:
+            for i in range(s.parallelism):
+                key = f"{s.index}/{i}"
+                opts = self._instance_config(
+                    seed=None if self.seed is None else self.seed * 1000 + len(self.actors),
+                    skip_released=recovering and self.guarantee in (Guarantee.EXACTLY_ONCE, Guarantee.AT_MOST_ONCE),
+                    restore=_restore_for(manifest, key),
+                )
+                name = s.actor_names[i]
+                if name in survivors:
+                    actor = survivors[name]
+                    resets.append(actor.reset.remote(opts, token))
+                else:
+                    actor = StageActor.options(name=name, namespace=NAMESPACE, **spread).remote(plan, s.index, i, opts, token)
+                self.actors[(s.index, i)] = actor
+                self.handles.append(actor)
+                self.names.append(name)
+        ray.get(resets)
+        keys = list(self.actors)
+        addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
+        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
+        skip_after = None
+        if recovering and self.guarantee == "at-most-once":
+            # Replay only what released output depends on (up to the latest t_last over
+            # the sinks), so state agrees with that output; skip the rest of the backlog.
+            lasts = [t for t in ray.get([a.released_through.remote() for a in self.actors.values()]) if t is not None]
+            skip_after = max(lasts) if lasts else BOTTOM
+        self.status.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
+
+    def _instance_config(self, **fields) -> InstanceConfig:
+        """A stage actor's config: the run's options, where the run sets them, over the actors' defaults."""
+        c = self.config
+        given = {"batch_size": c.batch_size, "max_inflight": c.max_inflight}
+        return InstanceConfig(
+            **{k: v for k, v in given.items() if v is not None},
+            chaos=c.chaos,
+            sample_every=c.sample_every,
+            snapshot_dir=self.snapshot_dir,
+            **fields,
+        )
+
+    def run(self, timeout: Optional[float] = None, on_launched=None) -> RunResult:
+        manifest = self.store.read_latest_manifest() if (self.resume and self.store) else None
+        if manifest is not None:
+            # Past every snapshot directory, committed or not: a new snapshot never shares one
+            # with files an earlier run left behind.
+            self.next_snapshot_id = max([manifest["id"], *self.store.snapshot_ids()]) + 1
+        t0 = time.time()
+        # A resumed run's sinks may hold output past the manifest (or output without any manifest).
+        self._launch_surviving(manifest, recovering=self.resume)
+        if on_launched is not None:
+            on_launched()
+        deadline = None if timeout is None else t0 + timeout
+        while True:
+            outcome, detail = self._watch(deadline)
+            if outcome != "died":
+                break
+            if self.store is None:
+                kill_actors(self.handles, self.names)
+                raise RuntimeError("an actor of the run died and guarantee='none' takes no snapshots to recover from")
+            self.recover(*detail)
+        wall = time.time() - t0
+        if outcome == "error":
+            raise detail
+        self.resolve_recoveries()
+        reports = detail if outcome == "done" else ray.get([a.report.remote() for a in self.actors.values()])
+        result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
+        result.metrics.snapshots = len(self.status.snapshots)
+        result.metrics.recoveries = len(self.status.recoveries)
+        result.metrics.skipped = self.status.skipped
+        result.metrics.recovery_s = [
+            {"detected_at": r.detected_at, "restored": r.restored_s, "first_output": r.first_output_s, "snapshot": r.snapshot_id}
+            for r in self.status.recoveries
+        ]
+        result.metrics.snapshot_s = [r.duration_s for r in self.status.snapshots]
+        result.metrics.snapshot_windows = [(r.requested_at, r.requested_at + r.duration_s) for r in self.status.snapshots]
+        return result
+
+    def _watch(self, deadline: Optional[float]) -> tuple:
+        """Take snapshots on schedule until the run ends, fails, is stopped or loses an actor.
+
+        Returns ``("done", reports)``, ``("stopped", None)``, ``("error", exception)`` or
+        ``("died", (names of dead actors, wall time the death was seen))``.
+        """
+        done_ref = self.acker.wait.remote()
+        alive = [h.alive.remote() for h in self.handles]
+
+        def dead() -> tuple:
+            seen = time.time()
+            # A call that saw the death may beat the alive() ref; actors that shared the dead
+            # one's node go a few milliseconds apart: take them all in one recovery.
+            ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
+            if ready:
+                ray.wait(alive, num_returns=len(alive), timeout=0.1)
+            return "died", ({n for n, ref in zip(self.names, alive) if _dead(ref)}, seen)
+
+        next_snapshot = time.time() + self.snapshot_interval
+        pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
+        stream: Optional[SnapshotStream] = None  # the acker's snapshots, once started
+        try:
+            while True:
+                if stream is None:
+                    wait_s = 0.2 if self.store is None else min(0.2, max(0.0, next_snapshot - time.time()))
+                    ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=wait_s)
+                else:  # snapshots arrive on the data plane, not as Ray refs: wait for one, then look
+                    stream.wait(POLL_S)
+                    ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=0)
+                try:
+                    hung = self._heartbeat(pings)
+                    if hung:
+                        raise Hung(hung)
+                    if done_ref in ready:
+                        error = ray.get(done_ref)
+                        if error is None:
+                            return "done", ray.get([a.report.remote() for a in self.actors.values()])
+                        if isinstance(error, ray.exceptions.RayActorError) and self.store is not None:
+                            return dead()  # a stage died while releasing the end
+                        return "error", error
+                    if stream is not None and stream.wait(0):
+                        item = stream.take()
+                        if item is None:  # the run is complete: done_ref follows
+                            self._drop(stream)
+                            stream, next_snapshot = None, float("inf")
+                        else:
+                            self._commit(item)
+                    elif stream is not None:
+                        self._check_on_time(stream)
+                    if ready:
+                        return dead()
+                    if self.stop_requested.is_set():
+                        if self.store is not None:
+                            self._drain(stream)
+                            stream = None
+                            self.snapshot()  # the final snapshot: a resume starts from here
+                        return "stopped", None
+                    if deadline is not None and time.time() > deadline:
+                        return "error", TimeoutError("run did not finish in time")
+                    if self.store is not None and stream is None and time.time() >= next_snapshot:
+                        stream = self._stream(count=None)
+                except ray.exceptions.RayActorError:
+                    return dead()
+                except Hung as exc:
+                    kill_actors([h for n, h in zip(self.names, self.handles) if n in exc.names], sorted(exc.names))
+                    return "died", (exc.names, time.time())
+        finally:
+            if stream is not None:
+                self._drop(stream)
+
+    def _heartbeat(self, pings: dict) -> set:
+        """Ping every actor about once a second; return the names of those that have not
+        answered for ``heartbeat_timeout`` seconds (hung, e.g. a user function that never returns).
+
+        One ``ray.wait`` over every outstanding ping per call: the watch loop runs this at
+        every turn, a turn per snapshot interval or less."""
+        now = time.time()
+        outstanding = [sent[0] for sent in pings.values()]
+        answered = set(ray.wait(outstanding, num_returns=len(outstanding), timeout=0)[0]) if outstanding else set()
+        hung = set()
+        for name, handle in zip(self.names, self.handles):
+            sent = pings.get(name)
+            if sent is None or (sent[0] in answered and now - sent[1] >= 1.0):
+                pings[name] = (handle.ping.remote(), now)
+            elif sent[0] not in answered and now - sent[1] > self.heartbeat_timeout:
+                hung.add(name)
+        return hung if self.store is not None else set()
+
+    def _launch_surviving(
+        self, manifest: Optional[dict], recovering: bool, attempts: int = 5, survivors: Optional[dict] = None
+    ) -> Optional[dict]:
+        """Launch; if an actor dies while the run starts, start again (from the newest manifest),
+        this time with every actor new."""
+        for attempt in range(attempts):
+            try:
+                self.launch(manifest, recovering, survivors if attempt == 0 else None)
+                return manifest
+            except ray.exceptions.RayActorError:
+                if self.store is None or attempt == attempts - 1:
+                    raise
+                kill_actors(self.handles, self.names)
+                manifest, recovering = self.store.read_latest_manifest(), True
+                self.status.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest["id"]))
+        return manifest
+
+    def snapshot(self) -> Optional[SnapshotRecord]:
+        """Take one snapshot and commit its manifest; None if the run is already complete."""
+        stream = self._stream(count=1)
+        try:
+            item = self._take(stream)
+        finally:
+            self._drop(stream)
+        return None if item is None else self._commit(item)
+
+    def _stream(self, count: Optional[int]) -> SnapshotStream:
+        """Start the acker's schedule of ``count`` snapshots (None: until the run completes)."""
+        if self.inbox is None:
+            self.inbox = SnapshotInbox(ray.util.get_node_ip_address())
+        self.streams += 1
+        # An item later than this means the acker hangs, as a single call's bound did.
+        stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=self.snapshot_interval + self.heartbeat_timeout + 5)
+        inbox = (self.inbox.address, self.inbox.token, stream.number)
+        stream.call = self.acker.snapshots.remote(self.next_snapshot_id, count, self.snapshot_interval, self.heartbeat_timeout, inbox)
+        return stream
+
+    def _take(self, stream: SnapshotStream) -> Optional[tuple]:
+        """Block for ``stream``'s next snapshot (None: it ended). Hung past its deadline;
+        RayActorError if the acker died (its schedule call fails)."""
+        while not stream.wait(POLL_S):
+            if ray.wait([stream.call], timeout=0)[0]:
+                ray.get(stream.call)  # raises if the acker died; else its end is on the way
+            self._check_on_time(stream)
+        return stream.take()
+
+    def _check_on_time(self, stream: SnapshotStream) -> None:
+        """Hung (the acker) when ``stream``'s next snapshot is overdue: the acker answers
+        pings, but its schedule went silent (e.g. its link to the inbox is gone)."""
+        if stream.overdue():
+            raise Hung({self.names[0]})
+
+    def _drop(self, stream: SnapshotStream) -> None:
+        """Forget ``stream``: later snapshots take ids past any it may have begun."""
+        self.next_snapshot_id = max(self.next_snapshot_id, stream.next_id + 1)
+
+    def _drain(self, stream: Optional[SnapshotStream]) -> None:
+        """End ``stream``'s schedule and commit what it still yields (a stop)."""
+        if stream is None:
+            return
+        ray.get(self.acker.end_snapshots.remote())
+        while (item := self._take(stream)) is not None:
+            self._commit(item)
+        self._drop(stream)
+
+    def _commit(self, item: tuple) -> SnapshotRecord:
+        """Commit the manifest of one snapshot from the acker, ``(id, T, parts, missing,
+        started, took_s)``. Raises Hung for actors that did not answer, RuntimeError for a
+        part that failed."""
+        sid, t, by_key, missing, started, took_s = item
+        if missing:
+            raise Hung({self._actor_name(k) for k in missing})
+        errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
+        if errors:
+            raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
+        keys = list(self.actors)
+        parts = [by_key[k] for k in keys]
+        manifest = {
+            "id": sid,
+            "flow": self.plan.flow_name,
+            "parallelism": self.plan.parallelism,
+            "t": list(t),
+            "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
+            "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
+        }
+        # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
+        manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
+        self._inject("before_commit")
+        self.store.write_manifest(sid, manifest)
+        record = SnapshotRecord(sid, t, took_s, started)
+        self.status.snapshots.append(record)
+        return record
+
+    def _actor_name(self, key: tuple) -> str:
+        """The Ray name of the stage actor ``(stage index, instance)``."""
+        return self.plan.stages[key[0]].actor_names[key[1]]
+
+    def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
+        """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
+        detected = detected or time.time()
+        dead = set(self.names) if dead is None else dead
+        kill_actors([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in self.names if n in dead])
+        survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
+        manifest = self._launch_surviving(self.store.read_latest_manifest(), recovering=True, survivors=survivors)
+        sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k[0]].step_ids)]
+        recovery = Recovery(detected, time.time() - detected, None if manifest is None else manifest["id"], pending=[a.first_release.remote() for a in sinks])
+        self.status.recoveries.append(recovery)
+        self._inject("after_restore")
+
+    def _inject(self, moment: str) -> None:
+        names = self.faults.get(moment)
+        if names:
+            ray.kill(ray.get_actor(names.pop(0), namespace=NAMESPACE), no_restart=True)
+
+    def resolve_recoveries(self) -> None:
+        """Fill in first_output_s of recoveries whose first output has been released."""
+        for r in self.status.recoveries:
+            if r.pending:
+                ready, _ = ray.wait(r.pending, num_returns=len(r.pending), timeout=0)
+                times = []
+                for ref in ready:
+                    try:
+                        times.append(ray.get(ref))
+                    except ray.exceptions.RayActorError:
+                        pass
+                if times:
+                    r.first_output_s = min(times) - r.detected_at
+                    r.pending = None
+
+    def live_status(self) -> dict:
+        """Watermark, progress and dead letters now, plus snapshot and recovery history.
+
+        Asked during a recovery, actors that are dead and not replaced yet are left out of
+        the sums and counted in ``"unavailable"`` (the acker's figures are then None)."""
+        # Sinks' counts are read in a round before the sources': the actors answer at different
+        # moments, and in one round a sink could report elements a source emitted after it had
+        # answered (released > emitted in a one-to-one flow).
+        first = self._ask([self.acker.status.remote(), *(a.stats.remote() for a in self.actors.values())])
+        second = self._ask([a.stats.remote() for a in self.actors.values()])
+        acker = first[0] or {"watermark": None, "in_flight": None}
+        stats = [s for s in first[1:] if s is not None]
+        sources = [s for s in second if s is not None]
+        last = self.status.snapshots[-1] if self.status.snapshots else None
+        self.resolve_recoveries()
+        return {
+            "unavailable": max(first.count(None), second.count(None)),
+            "watermark": acker["watermark"],
+            "in_flight": acker["in_flight"],
+            "emitted": sum(s["emitted"] for s in sources),
+            "released": sum(s["released"] for s in stats),
+            "dead_letters": sum(s["dead_letters"] for s in sources),
+            "source_lag": _sum_known(s["source_lag"] for s in sources),
+            "source_partitions": [part for s in sources for part in s["source_partitions"]],
+            "source_behind": [part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
+            "skipped": self.status.skipped,
+            "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
+            "snapshots": len(self.status.snapshots),
+            "recoveries": [
+                {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id}
+                for r in self.status.recoveries
+            ],
+        }
+
+    @staticmethod
+    def _ask(refs: list) -> list:
+        """Each answer, or None for an actor that is dead or does not answer within 10 s."""
+        answers = []
+        for ref in refs:
+            try:
+                answers.append(ray.get(ref, timeout=10))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                answers.append(None)
+        return answers
+
+    def shutdown(self) -> None:
+        kill_actors(self.handles, self.names)
+        if self.inbox is not None:
+            self.inbox.close()
+            self.inbox = None
+
+
+def _sum_known(values) -> Optional[int]:
+    """Sum of the values that are not None; None if all are."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _dead(ref) -> bool:
+    """True if the actor behind a pending ``alive()`` call has died (the call then fails at once)."""
+    ready, _ = ray.wait([ref], timeout=0)
+    return bool(ready)
+
+
+def _restore_for(manifest: Optional[dict], key: str) -> dict:
+    if manifest is None:
+        return {}
+    sources = manifest.get("sources", {}).get(key)
+    return {
+        "states": manifest.get("states", {}).get(key, {}),
+        "sources": None if sources is None else {int(p): tuple(pos) for p, pos in sources.items()},
+    }

@@ -1,0 +1,122 @@
+"""How a run is configured: one frozen :class:`RunConfig`, validated once in the driver,
+and the :class:`InstanceConfig` the supervisor derives from it for each stage actor.
+
+>>> RunConfig.from_options(guarantee="exactly-once", snapshot_interval=0.5).guarantee
+<Guarantee.EXACTLY_ONCE: 'exactly-once'>
+>>> RunConfig.from_options(guarantee="twice")
+Traceback (most recent call last):
+...
+driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once, at-least-once, at-most-once, none; got 'twice'
+>>> RunConfig.from_options(snapshot_intreval=1)
+Traceback (most recent call last):
+...
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: batch_size, chaos, coordinator_niceness, faults, guarantee, heartbeat_timeout, max_inflight, resume, sample_every, seed, snapshot_dir, snapshot_interval
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Optional
+
+from driftstream.engine.model.errors import FlowError
+
+#: How much lower than the stage actors and the acker the coordinator's process runs
+#: (an ``os.nice`` increment; Ray starts every worker at its ``worker_niceness``, 15 by
+#: default, so the coordinator ends at Linux's floor, 19). Its work is background:
+#: committing manifests, heartbeats, recovery; at the workers' priority it competed for
+#: the cores every hop of an element waits for. Interleaved A/B rounds (1,000 documents
+#: at 50 docs/s, 2 cores), exactly-once p50 minus ``none``'s: median +6.9 ms (7 rounds)
+#: at the workers' niceness, +2.6 (10 rounds) at 10 more.
+COORDINATOR_NICENESS = 10
+
+
+class Guarantee(str, Enum):
+    """What a run promises about its output when actors fail (a ``str``: compares equal to its value)."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+    NONE = "none"
+
+    @classmethod
+    def parse(cls, value: Any) -> "Guarantee":
+        try:
+            return cls(value)
+        except ValueError:
+            raise FlowError(f"guarantee must be one of {', '.join(g.value for g in cls)}; got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every option of a run, each default written here once.
+
+    ``batch_size`` / ``max_inflight`` None: the runtime's own (Ray: 256 / 2,000; the
+    simulator: 8 / 64, small so its scheduler has many interleavings to choose from).
+    ``faults`` is for tests: ``{"before_commit" | "after_restore": [actor name, ...]}``.
+    """
+
+    seed: Optional[int] = None
+    batch_size: Optional[int] = None
+    max_inflight: Optional[int] = None
+    chaos: Optional[float] = None
+    sample_every: int = 1
+    guarantee: Guarantee = Guarantee.NONE
+    snapshot_interval: float = 1.0
+    snapshot_dir: Optional[str] = None
+    resume: bool = False
+    faults: Mapping[str, tuple] = field(default_factory=dict)
+    heartbeat_timeout: float = 10.0
+    coordinator_niceness: int = COORDINATOR_NICENESS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
+        object.__setattr__(self, "faults", {k: tuple(v) for k, v in dict(self.faults or {}).items()})
+        if type(self.coordinator_niceness) is not int or not 0 <= self.coordinator_niceness <= 19:
+            raise FlowError(f"coordinator_niceness is an int from 0 (the data path's priority) to 19, not {self.coordinator_niceness!r}")
+        for name in ("batch_size", "max_inflight"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise FlowError(f"{name} is a positive int, not {value!r}")
+        for name in ("snapshot_interval", "heartbeat_timeout"):
+            if not getattr(self, name) > 0:
+                raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
+        if type(self.sample_every) is not int or self.sample_every < 1:
+            raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
+
+    @classmethod
+    def from_options(cls, **options: Any) -> "RunConfig":
+        """The config of ``Flow.run(**options)`` / ``Flow.start(**options)``; unknown names fail."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in options:
+            if key not in names:
+                raise FlowError(f"unknown run option {key!r}; the options are: {', '.join(sorted(names))}")
+        return cls(**options)
+
+    @property
+    def takes_snapshots(self) -> bool:
+        return self.guarantee is not Guarantee.NONE
+
+    def resumed(self) -> "RunConfig":
+        """The same run, continuing from the newest snapshot (a new coordinator after one died)."""
+        return dataclasses.replace(self, resume=True)
+
+    def not_defaults(self, *allowed: str) -> list:
+        """Names of the options set to something other than their default, except ``allowed``."""
+        default = RunConfig()
+        return [f.name for f in dataclasses.fields(self) if f.name not in allowed and getattr(self, f.name) != getattr(default, f.name)]
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """What one stage actor is started (or reset) with."""
+
+    batch_size: int = 256
+    max_inflight: int = 2_000
+    chaos: Optional[float] = None
+    sample_every: int = 1
+    seed: Optional[int] = None
+    snapshot_dir: Optional[str] = None
+    skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
+    restore: Mapping[str, Any] = field(default_factory=dict)  # this instance's part of the manifest

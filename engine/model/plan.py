@@ -1,0 +1,137 @@
+"""Compile a flow graph into stages: fused operator chains between shuffles.
+
+A new stage starts at every source, every ``key_by`` (the shuffle) and every
+``merge`` whose inputs live in different stages. All other steps run in the
+actor of their input, like Flink's operator chaining. An edge between two
+stages is a channel: keyed (to a key_by: by stable hash of the key) or
+forward (instance i to instance i).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from driftstream.engine.model.errors import FlowError
+
+
+@dataclass
+class StagePlan:
+    """One stage: its steps (by name, in topological order) and one actor per instance."""
+
+    index: int
+    name: str
+    step_ids: list
+    steps: list
+    parallelism: int
+    actor_names: list
+    #: step ids that receive batches from other stages
+    entries: list = field(default_factory=list)
+    #: step id of the stage's source, or -1
+    source_id: int = -1
+
+
+@dataclass
+class Channel:
+    """An edge between stages: from step ``src`` to step ``dst`` (the entry of stage ``dst_stage``)."""
+
+    src: int
+    dst: int
+    dst_stage: int
+    keyed: bool
+    #: for an edge into a merge: the input's position, appended to child_ids
+    tag: Optional[int] = None
+
+
+@dataclass
+class Plan:
+    """What runs where. ``describe()`` is the human view; runtimes read the rest."""
+
+    flow_name: str
+    parallelism: int
+    steps: list
+    stages: list
+    stage_of: dict
+    successors: dict  # step id -> list of (step id in the same stage, merge tag or None)
+    channels: dict  # step id -> list of Channel out of it
+
+    @property
+    def source_instances(self) -> list:
+        """``(stage index, instance)`` for every source instance; its position is its acker index."""
+        return [(s.index, i) for s in self.stages if s.source_id >= 0 for i in range(s.parallelism)]
+
+    def describe(self) -> str:
+        lines = [f"flow {self.flow_name!r}, parallelism {self.parallelism}"]
+        for s in self.stages:
+            lines.append(f"  stage {s.name}: {' -> '.join(s.steps)}")
+            lines.append(f"    actors: {', '.join(s.actor_names)}")
+        return "\n".join(lines)
+
+
+def compile_plan(flow, parallelism: int) -> Plan:
+    """Validate ``flow`` and split it into stages; raises FlowError with a fix."""
+    if not isinstance(parallelism, int) or parallelism < 1:
+        raise FlowError(f"parallelism must be an int >= 1, got {parallelism!r}")
+    flow.validate()
+    steps = flow.steps
+    stage_of: dict = {}
+    stages: list = []
+
+    def new_stage(step) -> int:
+        idx = len(stages)
+        stages.append(
+            StagePlan(
+                idx,
+                step.name,
+                [],
+                [],
+                parallelism,
+                [f"{flow.name}/{step.name}/{i}" for i in range(parallelism)],
+            )
+        )
+        return idx
+
+    for step in steps:  # steps are created after their inputs: already topological
+        if step.kind == "source" or step.kind == "key_by":
+            st = new_stage(step)
+        elif step.kind == "merge":
+            homes = {stage_of[i] for i in step.inputs}
+            st = homes.pop() if len(homes) == 1 else new_stage(step)
+        else:
+            st = stage_of[step.inputs[0]]
+        stage_of[step.id] = st
+        stages[st].step_ids.append(step.id)
+        stages[st].steps.append(step.name)
+        if step.kind == "source":
+            stages[st].source_id = step.id
+
+    successors: dict = {s.id: [] for s in steps}
+    channels: dict = {s.id: [] for s in steps}
+    for step in steps:
+        for position, i in enumerate(step.inputs):
+            # Two inputs of a merge may carry equal Metas (one element, two branches);
+            # the input's position in child_ids keeps them apart and ordered.
+            tag = position if step.kind == "merge" else None
+            if stage_of[i] == stage_of[step.id]:
+                successors[i].append((step.id, tag))
+            else:
+                channels[i].append(Channel(i, step.id, stage_of[step.id], step.kind == "key_by", tag))
+                if step.id not in stages[stage_of[step.id]].entries:
+                    stages[stage_of[step.id]].entries.append(step.id)
+    for step in steps:
+        if step.kind == "sink" and (successors[step.id] or channels[step.id]):
+            raise FlowError(f"step {step.name!r}: nothing can follow a sink")
+    reaches_sink = _reaching_sink(steps, successors, channels)
+    for step in steps:
+        if step.kind == "source" and step.id not in reaches_sink:
+            raise FlowError(f"source {step.name!r} reaches no sink: end its stream with .sink(...)")
+    return Plan(flow.name, parallelism, steps, stages, stage_of, successors, channels)
+
+
+def _reaching_sink(steps: list, successors: dict, channels: dict) -> set:
+    reach = {s.id for s in steps if s.kind == "sink"}
+    for step in reversed(steps):
+        nxt = [d for d, _ in successors[step.id]] + [c.dst for c in channels[step.id]]
+        if any(n in reach for n in nxt):
+            reach.add(step.id)
+    return reach

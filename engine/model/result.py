@@ -1,0 +1,120 @@
+"""What a run returns: released output per sink, and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from driftstream.ordering.meta import Meta
+
+from driftstream.engine.model.errors import FlowError
+
+
+def percentiles(values_ms: list, points: tuple = (50, 75, 95, 99)) -> dict:
+    """Nearest-rank percentiles plus max and count.
+
+    >>> percentiles([1.0, 2.0, 3.0, 4.0])
+    {'p50': 2.0, 'p75': 3.0, 'p95': 4.0, 'p99': 4.0, 'max': 4.0, 'count': 4}
+    """
+    if not values_ms:
+        return {"count": 0}
+    data = sorted(values_ms)
+    out: dict = {}
+    for p in points:
+        rank = max(1, -(-p * len(data) // 100))  # ceil(p/100 * n)
+        out[f"p{p}"] = data[rank - 1]
+    out["max"] = data[-1]
+    out["count"] = len(data)
+    return out
+
+
+@dataclass
+class Metrics:
+    """Per-step counts and run-level figures.
+
+    ``elements``: elements (tombstones included) each step processed;
+    ``tombstones_emitted``: per stateful step; ``tombstones_at_sinks``: tombstones
+    a barrier could not match and released (0 in a correct run);
+    ``peak_log_entries``: the largest in-memory keyed log seen by any instance;
+    ``dead_letters``: input records diverted to a dead-letter destination;
+    ``latency_ms``: source emit -> barrier release percentiles.
+    """
+
+    elements: dict = field(default_factory=dict)
+    tombstones_emitted: dict = field(default_factory=dict)
+    tombstones_at_sinks: dict = field(default_factory=dict)
+    released: dict = field(default_factory=dict)
+    peak_log_entries: int = 0
+    dead_letters: int = 0
+    #: input records an at-most-once recovery skipped (lost by choice, never duplicated)
+    skipped: int = 0
+    #: snapshots committed (every part durable, then its manifest written)
+    snapshots: int = 0
+    recoveries: int = 0
+    #: per snapshot: seconds from its marker until every part was durable
+    snapshot_s: list = field(default_factory=list)
+    #: per snapshot: wall times ``(marker sent, every part durable)``
+    snapshot_windows: list = field(default_factory=list)
+    #: per recovery: seconds from detection to restored actors and to the first new output
+    recovery_s: list = field(default_factory=list)
+    wall_time: float = 0.0
+    latency_ms: dict = field(default_factory=dict)
+
+    @property
+    def total_tombstones(self) -> int:
+        return sum(self.tombstones_emitted.values())
+
+    def summary(self) -> str:
+        lines = [f"wall time {self.wall_time:.2f}s" + (f", {self.dead_letters} dead letters" if self.dead_letters else "")]
+        for name, n in self.elements.items():
+            extra = f", {self.tombstones_emitted[name]} tombstones emitted" if name in self.tombstones_emitted else ""
+            lines.append(f"  {name}: {n} elements{extra}")
+        if self.latency_ms.get("count"):
+            lat = self.latency_ms
+            lines.append("  release latency ms: " + ", ".join(f"{k} {lat[k]:.2f}" for k in ("p50", "p75", "p95", "p99", "max")))
+        return "\n".join(lines)
+
+
+@dataclass
+class RunResult:
+    """Output released to each sink (merged across its partitions in t order) and metrics."""
+
+    outputs: dict
+    metrics: Metrics
+
+    def output(self, sink: str) -> list:
+        """The payloads released to sink ``sink``, in t order."""
+        return [p for _, p in self.output_with_meta(sink)]
+
+    def output_with_meta(self, sink: str) -> list:
+        """``(meta, payload)`` pairs released to ``sink``, in t order."""
+        if sink not in self.outputs:
+            raise FlowError(f"no in-memory sink named {sink!r}; sinks with output: {sorted(self.outputs)}")
+        return self.outputs[sink]
+
+
+def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = None) -> RunResult:
+    """Combine per-instance reports ``{"collected", "metrics", "emit_times", "release_times"}``."""
+    outputs: dict = {name: [] for name in (sinks or [])}
+    m = Metrics(wall_time=wall_time)
+    emit: dict = {}
+    release: dict = {}
+    for r in reports:
+        for name, elems in r["collected"].items():
+            outputs.setdefault(name, []).extend(elems)
+        im = r["metrics"]
+        for key in ("elements", "tombstones_emitted", "tombstones_at_sinks", "released"):
+            target = getattr(m, key)
+            for name, n in im[key].items():
+                target[name] = target.get(name, 0) + n
+        m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
+        m.dead_letters += im.get("dead_letters", 0)
+        emit.update(r["emit_times"])
+        for t, w in r["release_times"].items():
+            if w > release.get(t, 0.0):
+                release[t] = w
+    for name, elems in outputs.items():
+        elems.sort(key=lambda e: e[0])
+        outputs[name] = [(Meta._make(m), p) for m, p in elems]
+    m.latency_ms = percentiles([(w - emit[t]) * 1000.0 for t, w in release.items() if t in emit])
+    return RunResult(outputs, m)

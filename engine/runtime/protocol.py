@@ -1,0 +1,70 @@
+"""The data-plane messages of a run: what the stage actors, the acker and the supervisor's
+snapshot inbox send each other (:mod:`.transport` frames and pickles them).
+
+Small named tuples: one type per message, dispatched on the type, pickled as a tuple and
+a class reference.
+
+========================  =========================  ==============================================
+message                   from -> to                 meaning
+========================  =========================  ==============================================
+:class:`Push`             stage -> stage             a batch of elements for the receiver's steps
+:class:`Ack`              stage -> acker             XORs per time, and the source's new bound
+:class:`Watermark`        acker -> stage             everything below ``t`` is settled; with a
+                                                     ``snapshot_id``: the marker of snapshot T
+:class:`Prepared`         stage -> acker             this instance's part of a snapshot is durable
+:class:`SnapshotTaken`    acker -> supervisor        every part of a snapshot is in
+:class:`ScheduleEnded`    acker -> supervisor        a schedule of snapshots ended
+========================  =========================  ==============================================
+
+>>> Watermark((5,)).snapshot_id is None, Watermark((5,), 3).snapshot_id
+(True, 3)
+>>> import pickle; pickle.loads(pickle.dumps(Prepared(3, (1, 0), {"sources": {}})))
+Prepared(snapshot_id=3, instance=(1, 0), part={'sources': {}})
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+
+class Push(NamedTuple):
+    """A batch (:class:`~driftstream.engine.runtime.stage.Batch`) for the receiving instance."""
+
+    batch: Any
+
+
+class Ack(NamedTuple):
+    """A stage instance's flush: ``xors`` (time -> XOR of ids), and if it reads a source, its
+    index among the source instances and its new bound (None: unchanged)."""
+
+    xors: dict
+    source_index: Optional[int]
+    bound: Optional[tuple]
+
+
+class Watermark(NamedTuple):
+    """The acker's watermark ``t``; with ``snapshot_id``, snapshot ``snapshot_id`` is taken at ``t``."""
+
+    t: tuple
+    snapshot_id: Optional[int] = None
+
+
+class Prepared(NamedTuple):
+    """``instance`` (``(stage index, instance)``) answers snapshot ``snapshot_id`` with its ``part``."""
+
+    snapshot_id: int
+    instance: tuple
+    part: dict
+
+
+class SnapshotTaken(NamedTuple):
+    """A snapshot of schedule ``stream``: ``(id, T, parts, missing, started, took_s)``."""
+
+    stream: int
+    snapshot: tuple
+
+
+class ScheduleEnded(NamedTuple):
+    """Schedule ``stream`` sends nothing more."""
+
+    stream: int

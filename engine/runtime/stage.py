@@ -1,0 +1,425 @@
+"""One instance of a stage, as pure Python: the same object runs inside a Ray actor
+and inside the simulator.
+
+It takes batches (or source reads), runs the fused chain of steps over them,
+buffers what leaves the stage per destination instance, and accumulates the
+XOR acks of everything it received and sent. The runtime around it moves
+batches, flushes acks to the acker and delivers watermarks.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> flow = Flow("doc")
+>>> flow.source(MemorySource(["a", "b"])).map(str.upper).sink(MemorySink("out"))
+>>> stage = StageRuntime(flow.plan(1), stage_index=0, instance=0, seed=1)
+>>> stage.process_source([(Meta(0, 0, 0, 0), "a"), (Meta(1, 0, 0, 1), "b")])
+>>> stage.on_watermark(TOP)
+>>> [p for _, p in stage.collected()["out"]]
+['A', 'B']
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from driftstream.barriers.barrier import Barrier
+from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
+from driftstream.ordering.partitioning import stable_hash
+
+from driftstream.engine.model.errors import StepError, short_repr
+from driftstream.engine.model.plan import Plan
+
+
+#: Latency samples one instance keeps per kind (emit, release) before it thins them.
+MAX_SAMPLES = 1 << 16
+
+
+@dataclass
+class Batch:
+    """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
+
+    ``batch_id`` was XORed by the sender into the acker entry of every time in
+    ``times``; the receiver XORs it again once the batch is processed.
+    """
+
+    entry: int
+    batch_id: int
+    times: list
+    items: list
+
+
+def _tagged(items: list, tag: int) -> list:
+    """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
+    return [(child_of(m, tag), p, k) for m, p, k in items]
+
+
+class _OutBuffer:
+    __slots__ = ("batch_id", "items", "times")
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        self.items: list = []
+        self.times: set = set()
+
+
+class StageRuntime:
+    """The fused chain of one stage instance, with its keyed state and barriers."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        stage_index: int,
+        instance: int,
+        seed: Optional[int] = None,
+        clock: Callable[[], float] = time.time,
+        sample_every: int = 1,
+        max_samples: int = MAX_SAMPLES,
+        backend_factory: Optional[Callable[[str, Callable], Any]] = None,
+        bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
+    ) -> None:
+        """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
+        must call :meth:`bundle_written` once the sink has it; default: write now, in
+        this call. The Ray runtime writes in a thread so the event loop never waits
+        for a broker's acknowledgement.
+
+        Latency samples (``emit_times``, ``release_times``: time -> wall clock) are kept
+        for the elements whose offset is a multiple of ``sample_every``; when either holds
+        more than ``max_samples``, its stride doubles and it keeps every other sample
+        (:meth:`_thin`), so a flow that runs for days keeps a bounded, evenly spread
+        sample. Strides are powers of two times ``sample_every`` on both sides, so the
+        samples of the coarser side are all in the finer one and the two still join."""
+        self.plan = plan
+        self.write_bundle = bundle_writer or self._write_now
+        # Sink steps with a bundle not yet acknowledged -> the watermark it was released at.
+        self.writing: dict = {}
+        # Sink step -> a watermark below which all its output is acknowledged (see output_durable_through).
+        self.durable: dict = {}
+        self.stage = plan.stages[stage_index]
+        self.instance = instance
+        self.rng = random.Random(seed)
+        self.clock = clock
+        self.sample_every = max(1, sample_every)
+        self.max_samples = max_samples
+        self.watermark: tuple = BOTTOM
+        self.acks: dict = {}
+        self.out: dict = {}
+        self.counts: dict = {}
+        self.keyed: dict = {}
+        self.barriers: dict = {}
+        self.emit_times: dict = {}
+        self.release_times: dict = {}
+        self._emit_every = self._release_every = self.sample_every
+        self.peak_log_entries = 0
+        self.failure: Optional[StepError] = None
+        self._runners: dict = {}
+        for sid in self.stage.step_ids:
+            step = plan.steps[sid]
+            self.counts[step.name] = 0
+            if step.kind in ("stateful_map", "stateful_flat_map"):
+                backend = backend_factory(step.name, step.fn) if backend_factory else None
+                self.keyed[sid] = DriftingKeyedState(step.fn, flat=step.kind == "stateful_flat_map", backend=backend)
+            elif step.kind == "sink":
+                self.barriers[sid] = (Barrier(), step.sink.open(instance, plan.parallelism))
+            self._runners[sid] = self._make_runner(step)
+
+    # -- data in ------------------------------------------------------------------------
+
+    def process_source(self, items: list) -> None:
+        """Run elements read by this stage's source, ``(meta, payload)`` pairs, through the chain."""
+        now, every, emit = self.clock(), self._emit_every, self.emit_times
+        for meta, _ in items:
+            if meta[3] % every == 0:
+                emit[meta[:4]] = now
+        if len(emit) > self.max_samples:
+            self._emit_every = self._thin(emit, every)
+        self.process(self.stage.source_id, [(m, p, None) for m, p in items])
+
+    def receive(self, batch: Batch) -> None:
+        """Process a batch from another stage and ack it."""
+        self.receive_many([batch])
+
+    def receive_many(self, batches: list) -> None:
+        """Process several batches as one (per entry step) and ack them all.
+
+        Batches that arrived together are applied together: a stateful step
+        re-applies each key at most once for all of them, instead of once per
+        batch that landed before another.
+        """
+        by_entry: dict = {}
+        for batch in batches:
+            if batch.entry in by_entry:
+                by_entry[batch.entry] = by_entry[batch.entry] + batch.items
+            else:
+                by_entry[batch.entry] = batch.items
+        for entry, items in by_entry.items():
+            self.process(entry, items)
+        acks = self.acks
+        for batch in batches:
+            bid = batch.batch_id
+            for t in batch.times:
+                acks[t] = acks.get(t, 0) ^ bid
+
+    def process(self, entry: int, items: list) -> None:
+        """Run ``items`` from step ``entry`` through the rest of the stage."""
+        pending = {entry: items}
+        runners, successors, channels = self._runners, self.plan.successors, self.plan.channels
+        for sid in self.stage.step_ids:
+            batch = pending.pop(sid, None)
+            if not batch:
+                continue
+            outs = runners[sid](batch)
+            if not outs:
+                continue
+            for succ, tag in successors[sid]:
+                items_in = outs if tag is None else _tagged(outs, tag)
+                if succ in pending:
+                    pending[succ] = pending[succ] + items_in
+                else:
+                    pending[succ] = items_in
+            for ch in channels[sid]:
+                self._route(ch, outs)
+        if self.keyed:
+            size = sum(k.log_size() for k in self.keyed.values())
+            if size > self.peak_log_entries:
+                self.peak_log_entries = size
+
+    # -- data out -----------------------------------------------------------------------
+
+    def _buffer(self, dest: tuple) -> _OutBuffer:
+        buf = self.out.get(dest)
+        if buf is None:
+            buf = self.out[dest] = _OutBuffer(self.rng.getrandbits(64) or 1)
+        return buf
+
+    def _route(self, ch, outs: list) -> None:
+        acks = self.acks
+        if ch.tag is not None:
+            outs = _tagged(outs, ch.tag)
+        if ch.keyed:
+            step = self.plan.steps[ch.dst]
+            fn, n = step.fn, self.plan.parallelism
+            bufs: dict = {}
+            try:
+                for item in outs:
+                    meta, payload = item[0], item[1]
+                    key = fn(payload)
+                    dst = stable_hash(key) % n
+                    buf = bufs.get(dst)
+                    if buf is None:
+                        buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))
+                    buf.items.append((meta, payload, key))
+                    t = meta[:4]
+                    if t not in buf.times:
+                        buf.times.add(t)
+                        acks[t] = acks.get(t, 0) ^ buf.batch_id
+            except Exception as exc:
+                raise self._error(step.name, meta, payload, exc) from exc
+        else:
+            buf = self._buffer((ch.dst_stage, self.instance, ch.dst))
+            bid, times, append = buf.batch_id, buf.times, buf.items.append
+            for item in outs:
+                append((item[0], item[1], None))
+                t = item[0][:4]
+                if t not in times:
+                    times.add(t)
+                    acks[t] = acks.get(t, 0) ^ bid
+
+    def take_batches(self) -> list:
+        """``(stage index, instance, Batch)`` for every non-empty output buffer; empties them."""
+        if not self.out:
+            return []
+        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, list(buf.times), buf.items)) for dest, buf in self.out.items()]
+        self.out = {}
+        return out
+
+    def take_acks(self) -> dict:
+        """The XORs accumulated since the last call (to send to the acker)."""
+        acks, self.acks = self.acks, {}
+        return acks
+
+    # -- watermark ----------------------------------------------------------------------
+
+    def on_watermark(self, watermark: tuple) -> None:
+        """Fold settled keyed state and release settled output; ignores stale watermarks."""
+        if watermark <= self.watermark:
+            return
+        self.watermark = watermark
+        for ks in self.keyed.values():
+            ks.advance(watermark)
+        for sid in self.barriers:
+            self._release(sid)
+
+    def _release(self, sid: int) -> None:
+        """Release what the watermark settled, unless the sink still has a bundle to
+        acknowledge: the bundle protocol keeps one bundle in flight per sink partition,
+        and what settles meanwhile leaves in the next one."""
+        if sid in self.writing:
+            return
+        barrier, sink = self.barriers[sid]
+        bundle = barrier.release(self.watermark)
+        if bundle:
+            self.writing[sid] = self.watermark
+            self.write_bundle(sid, sink, bundle)
+        else:
+            self.durable[sid] = self.watermark
+
+    def _write_now(self, sid: int, sink: Any, bundle: Any) -> None:
+        try:
+            sink.write(bundle)
+        except Exception as exc:
+            self.bundle_written(sid, bundle, exc)
+        else:
+            self.bundle_written(sid, bundle)
+
+    def bundle_written(self, sid: int, bundle: Any, error: Optional[BaseException] = None) -> None:
+        """The sink acknowledged ``bundle`` (or failed with ``error``: a StepError naming the
+        sink and the bundle); then releases what settled while it was in flight."""
+        released_at = self.writing.pop(sid, None)
+        if error is not None:
+            raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
+        now, every, rel = self.clock(), self._release_every, self.release_times
+        for meta, _ in bundle.elements:
+            if meta[3] % every == 0:
+                rel[meta[:4]] = now
+        if len(rel) > self.max_samples:
+            self._release_every = self._thin(rel, every)
+        if released_at is not None:
+            # A watermark W means every element below W has arrived, and the bundle released
+            # at W held every one of them not released before: below W this sink is durable.
+            self.durable[sid] = released_at
+        self._release(sid)
+
+    @staticmethod
+    def _thin(samples: dict, every: int) -> int:
+        """Keep the samples whose offset is a multiple of ``2 * every``; returns that stride.
+        O(samples), once per doubling: amortised O(1) per sample."""
+        every *= 2
+        for t in [t for t in samples if t[3] % every]:
+            del samples[t]
+        return every
+
+    def output_durable_through(self) -> tuple:
+        """A watermark below which every sink of this instance has acknowledged all its output
+        (TOP without sinks). A snapshot at T may only be answered once this reaches T: a
+        replay restarts at T, so output below T that was released but never acknowledged
+        (in flight when the actor was killed) would be lost. O(sinks)."""
+        durable = self.durable
+        return min((durable.get(sid, BOTTOM) for sid in self.barriers), default=TOP)
+
+    def released_total(self) -> int:
+        """Elements released to sinks so far, over all this instance's barriers (O(sinks))."""
+        return sum(b.released for b, _ in self.barriers.values())
+
+    # -- results ------------------------------------------------------------------------
+
+    def collected(self) -> dict:
+        """Per sink name: the ``(meta, payload)`` pairs an in-memory sink partition holds."""
+        out = {}
+        for sid, (_, sink) in self.barriers.items():
+            got = sink.collected()
+            if got is not None:
+                out[self.plan.steps[sid].name] = got
+        return out
+
+    def metrics(self) -> dict:
+        steps = self.plan.steps
+        return {
+            "elements": dict(self.counts),
+            "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in self.keyed.items()},
+            "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
+            "released": {steps[sid].name: b.released for sid, (b, _) in self.barriers.items()},
+            "peak_log_entries": self.peak_log_entries,
+            "log_entries": sum(k.log_size() for k in self.keyed.values()),
+        }
+
+    def close(self) -> None:
+        for _, sink in self.barriers.values():
+            sink.close()
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _error(self, step_name: str, meta: Meta, payload: Any, exc: BaseException) -> StepError:
+        if isinstance(exc, StepError):
+            return exc
+        return StepError(step_name, short_repr(payload), meta, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+    def _make_runner(self, step) -> Callable[[list], list]:
+        """A function from a list of ``(meta, payload, key)`` to the step's outputs."""
+        counts, name, fn, error = self.counts, step.name, step.fn, self._error
+        kind = step.kind
+
+        def guard(body: Callable[[list], list]) -> Callable[[list], list]:
+            def run(items: list) -> list:
+                counts[name] += len(items)
+                return body(items)
+
+            return run
+
+        if kind in ("source", "key_by", "merge"):
+            return guard(lambda items: items)
+        if kind == "map":
+
+            def run_map(items: list) -> list:
+                out = []
+                try:
+                    for meta, payload, _ in items:
+                        out.append((meta, fn(payload), None))
+                except Exception as exc:
+                    raise error(name, meta, payload, exc) from exc
+                return out
+
+            return guard(run_map)
+        if kind == "flat_map":
+
+            def run_flat_map(items: list) -> list:
+                out = []
+                append = out.append
+                try:
+                    for meta, payload, _ in items:
+                        for k, value in enumerate(fn(payload)):
+                            append((child_of(meta, k), value, None))
+                except Exception as exc:
+                    raise error(name, meta, payload, exc) from exc
+                return out
+
+            return guard(run_flat_map)
+        if kind == "filter":
+
+            def run_filter(items: list) -> list:
+                out = []
+                try:
+                    for item in items:
+                        meta, payload = item[0], item[1]
+                        if fn(payload):
+                            out.append(item)
+                except Exception as exc:
+                    raise error(name, meta, payload, exc) from exc
+                return out
+
+            return guard(run_filter)
+        if kind in ("stateful_map", "stateful_flat_map"):
+            ks = self.keyed[step.id]
+
+            def run_stateful(items: list) -> list:
+                try:
+                    return [(m, p, None) for m, p in ks.apply_batch(items)]
+                except StateFnError as exc:
+                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+            return guard(run_stateful)
+        if kind == "sink":
+            barrier = self.barriers[step.id][0]
+
+            def run_sink(items: list) -> list:
+                add = barrier.add
+                for meta, payload, _ in items:
+                    add(meta, payload)
+                return []
+
+            return guard(run_sink)
+        raise AssertionError(f"unknown step kind {kind}")
+

@@ -1,0 +1,34 @@
+"""A paced exactly-once flow for the driver-kill test; run as a script it is the driver to kill.
+
+    python -m tests.engine.api.resume_flow RAY_ADDRESS OUT_DIR SNAPSHOT_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+
+from driftstream.barriers.file_sink import FileSink
+from driftstream.engine import Flow
+from driftstream.engine.testing import MemorySource, PacedSource
+
+N = 8000
+
+
+def rolling(state, x):
+    new = ((state or 0) * 31 + x) % 1_000_003
+    return new, [x % 5, x, new]
+
+
+def build(out_dir: str, paced: bool = True) -> Flow:
+    items = list(range(N))
+    source = PacedSource(items, rate=2000, partitions=2) if paced else MemorySource(items, partitions=2)
+    flow = Flow("resume")
+    flow.source(source, name="numbers").key_by(lambda x: x % 5, name="by_mod").stateful_map(rolling, name="roll").sink(
+        FileSink(out_dir, name="out")
+    )
+    return flow
+
+
+if __name__ == "__main__":
+    address, out_dir, snapshot_dir = sys.argv[1:4]
+    build(out_dir).run(parallelism=2, address=address, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=snapshot_dir)

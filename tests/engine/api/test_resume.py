@@ -1,0 +1,85 @@
+"""A driver killed with SIGKILL mid-stream; a new driver resumes from snapshot_dir and finishes,
+with exactly the output of a failure-free run. Also start() / status() / stop() / resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from driftstream.barriers.file_sink import read_file_sink
+from driftstream.engine.model.config import COORDINATOR_NICENESS
+from driftstream.snapshots.store import SnapshotStore
+
+from tests.engine.api.resume_flow import N, build
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_driver_killed_with_sigkill_then_resumed(ray_session, tmp_path):
+    build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+    out, snaps = tmp_path / "out", tmp_path / "snaps"
+
+    address = ray.get_runtime_context().gcs_address
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.engine.api.resume_flow", address, str(out), str(snaps)], cwd=ROOT, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (out.exists() and len(read_file_sink(out, "out")) > N // 3):
+            assert driver.poll() is None, "the driver ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    before = len(read_file_sink(out, "out"))
+    assert 0 < before < N
+
+    result = build(str(out)).run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(snaps), resume=True)
+    got = read_file_sink(out, "out")
+    assert got == expected  # nothing lost, nothing twice, same order and Metas
+    assert result.metrics.elements["numbers"] < N  # the source resumed from a snapshot rather than from the start
+
+
+@ray.remote(num_cpus=0)
+def _niceness() -> int:
+    return os.nice(0)
+
+
+def test_start_status_stop_then_resume(ray_session, tmp_path):
+    out, snaps = tmp_path / "out", tmp_path / "snaps"
+    flow = build(str(out))
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps))
+    deadline = time.time() + 120
+    while not (out.exists() and len(read_file_sink(out, "out")) >= N // 4):
+        assert time.time() < deadline, f"a quarter of the output did not come within 120 s: {handle.status()}"
+        time.sleep(0.05)
+    status = handle.status()
+    assert status["running"] and status["released"] > 0 and status["emitted"] >= status["released"]
+    assert status["watermark"] > (0,) and status["dead_letters"] == 0
+    # The coordinator's housekeeping runs below the stage actors' priority (Ray starts every worker
+    # at its own worker niceness, 15 by default; the coordinator goes further, up to Linux's 19).
+    worker_niceness = ray.get(_niceness.remote())
+    assert status["coordinator_niceness"] == min(19, worker_niceness + COORDINATOR_NICENESS)
+    stopped = handle.stop(timeout=60)
+    assert stopped.metrics.snapshots >= 1
+    # The stop ended the running snapshot stream and then took a final snapshot, at or past
+    # the watermark seen before the stop: the resume starts from there.
+    assert tuple(SnapshotStore(str(snaps)).read_latest_manifest()["t"]) >= status["watermark"]
+    assert handle.status()["running"] is False
+
+    resumed = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps), resume=True)
+    resumed.wait(timeout=120)
+    build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
+    assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")

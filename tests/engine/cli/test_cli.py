@@ -1,0 +1,44 @@
+"""The console command: run, plan, and errors that say what to fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.engine import FlowError
+from driftstream.engine.cli.main import main
+
+
+def test_plan_lists_stages_and_actor_names(capsys):
+    assert main(["plan", "tests.engine.cli.small_flow:flow", "--parallelism", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "stage key_by: key_by -> stateful_map -> counts" in out
+    assert "cli-small/key_by/0, cli-small/key_by/1" in out
+
+
+@pytest.mark.ray
+def test_run_prints_released_output_in_t_order(ray_session, capsys):
+    assert main(["run", "tests.engine.cli.small_flow:flow", "--parallelism", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "sink counts: 3 elements released" in out
+    assert out.index("'b=1'") < out.index("'a=1'") < out.index("'a=2'")
+
+
+def test_simulator_runtime_from_the_cli(capsys):
+    assert main(["run", "tests.engine.cli.small_flow:flow", "--runtime", "simulator", "--seed", "3"]) == 0
+    assert "'a=2'" in capsys.readouterr().out
+
+
+def test_invalid_flows_exit_2_with_the_fix(capsys):
+    assert main(["run", "tests.engine.cli.small_flow:no_sink"]) == 2
+    assert "has no sink" in capsys.readouterr().err
+    assert main(["run", "tests.engine.cli.small_flow:missing"]) == 2
+    assert "has no attribute 'missing'" in capsys.readouterr().err
+
+
+def test_bench_and_demo_come_from_the_examples_through_entry_points():
+    from driftstream.engine.cli.main import plugin_command
+    from driftstream.examples.benchmarks import bench
+
+    assert plugin_command("bench") is bench.main and plugin_command("demo") is bench.demo
+    with pytest.raises(FlowError, match="no command 'nonesuch' is installed"):
+        plugin_command("nonesuch")

@@ -1,0 +1,122 @@
+"""One partition over the wire protocol, against a real broker (Tansu): what is written
+is fetched back whole and in order, from any offset; errors name the partition; a
+broken connection is re-established."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import kafka.errors as kafka_errors
+import pytest
+from driftstream.engine.connectors.kafka import wire as kafka_wire
+from driftstream.engine.connectors.kafka.io import ensure_topic
+from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher
+
+
+def fresh_topic(bs: str, partitions: int = 1) -> str:
+    topic = f"wire-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bs, topic, partitions)
+    return topic
+
+
+def fetch_all(
+    fetcher: TopicFetcher, offset: int, count: int, timeout: float = 20.0, partition: int = 0, empty: tuple = ()
+) -> list:
+    """``count`` records of ``partition`` from ``offset``, over as many fetches as it takes
+    (a broker may answer with fewer batches than it holds). Each request also asks for
+    the ``empty`` partitions from offset 0, and they must never answer."""
+    out: list = []
+    deadline = time.time() + timeout
+    while len(out) < count and time.time() < deadline:
+        answer = fetcher.fetch({**{p: 0 for p in empty}, partition: offset})
+        assert not set(answer) & set(empty)
+        got = answer.get(partition)
+        if got:
+            out.extend(got)
+            offset = got[-1].offset + 1
+    return out
+
+
+def test_written_records_are_fetched_back_in_order_from_any_offset(kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    topic = fresh_topic(bs, 2)
+    writer = PartitionWriter(bs, topic, 1)
+    fetcher = TopicFetcher(bs, topic, [1])
+    try:
+        assert writer.write([(b"v%d" % i, [("h", b"%d" % i)]) for i in range(10)]) == 10
+        writer.write([(b"", [])])
+        got = fetch_all(fetcher, 0, 11, partition=1)
+        assert [r.offset for r in got] == list(range(11))
+        assert [r.value for r in got[:10]] == [b"v%d" % i for i in range(10)]
+        assert got[3].headers == [("h", b"3")]
+        assert got[10].value == b""
+        assert [r.value for r in fetch_all(fetcher, 7, 4, partition=1)] == [b"v7", b"v8", b"v9", b""]
+        assert fetcher.high_watermarks[1] >= 10
+        # Both partitions in one request: partition 0 got nothing, so it is left out.
+        both = TopicFetcher(bs, topic, [0, 1])
+        assert [r.value for r in fetch_all(both, 9, 2, partition=1, empty=(0,))] == [b"v9", b""]
+        assert both.fetch({0: 0, 1: 11}) == {}
+        both.close()
+    finally:
+        writer.close()
+        fetcher.close()
+
+
+def test_a_bundle_larger_than_one_request_is_split_and_lands_in_order(kafka_broker, monkeypatch):
+    bs = kafka_broker.bootstrap_servers
+    topic = fresh_topic(bs)
+    monkeypatch.setattr(kafka_wire, "MAX_BATCH_BYTES", 4096)
+    sent: list = []
+    writer = PartitionWriter(bs, topic, 0)
+    real_send = writer._send
+    monkeypatch.setattr(writer, "_send", lambda builder: (sent.append(builder.next_offset()), real_send(builder)))
+    values = [b"%04d" % i + b"x" * 300 for i in range(100)]
+    writer.write((v, []) for v in values)
+    assert len(sent) > 5 and sum(sent) == 100
+    got = fetch_all(TopicFetcher(bs, topic, [0]), 0, 100)
+    assert [r.value for r in got] == values
+    writer.close()
+
+
+def test_a_partition_without_a_leader_is_an_error_that_names_it(kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    topic = fresh_topic(bs)
+    with pytest.raises(kafka_errors.LeaderNotAvailableError, match=f"{topic}\\[3\\]"):
+        TopicFetcher(bs, topic, [3], timeout_s=1.0)
+
+
+def test_a_broken_connection_is_opened_again(kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    topic = fresh_topic(bs)
+    writer = PartitionWriter(bs, topic, 0)
+    writer.write([(b"a", [])])
+    fetcher = TopicFetcher(bs, topic, [0])
+    assert [r.value for r in fetch_all(fetcher, 0, 1)] == [b"a"]
+    fetcher._conn._sock.shutdown(2)  # as if the broker had dropped it
+    assert fetcher.fetch({0: 0}) == {}  # the failed request, then a new connection
+    writer._conn._sock.shutdown(2)
+    with pytest.raises(kafka_errors.KafkaConnectionError, match=f"{topic}\\[0\\]"):
+        writer.write([(b"lost?", [])])  # a write is not retried: it may have landed
+    writer.write([(b"b", [])])
+    assert [r.value for r in fetch_all(fetcher, 0, 2)][-1] == b"b"
+    writer.close()
+    fetcher.close()
+
+
+def test_fetch_wait_grows_while_the_broker_runs_out_of_time_and_shrinks_back():
+    """An empty answer although the partition holds more grows the wait (up to the cap);
+    answers with records let it shrink back to the floor; the pause keeps a slow broker
+    at most half busy and is 0 for a fast one."""
+    wait = kafka_wire.FetchWait(floor_ms=5, cap_ms=100)
+    for expected in (7, 11, 16, 25, 37, 56, 85, 100, 100):
+        wait.observe(took_s=0.005, got_records=False, starved=True)
+        assert wait.wait_ms == expected
+    assert wait.starved == 9
+    wait.observe(took_s=0.005, got_records=False, starved=False)  # idle: caught up, nothing changes
+    assert wait.wait_ms == 100
+    wait.observe(took_s=0.040, got_records=True, starved=False)
+    assert wait.wait_ms == 90 and wait.pause_s == pytest.approx(0.040)
+    for _ in range(200):
+        wait.observe(took_s=0.002, got_records=True, starved=False)
+    assert wait.wait_ms == 5 and wait.pause_s == 0.0 and wait.took_ms == pytest.approx(2.0)

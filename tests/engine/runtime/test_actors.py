@@ -1,0 +1,98 @@
+"""The Ray runtime: the quickstart, determinism under chaos, bounded memory, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.engine import Flow, StepError
+from driftstream.engine.testing import MemorySink, MemorySource
+
+from tests.conftest import flow_actors
+from tests.pipelines import STATE_REKEY_STATE, build
+from tests.reference import reference_outputs
+
+pytestmark = pytest.mark.ray
+
+
+def concat(state, kv):  # order-sensitive: string concatenation per key
+    new = (state or "") + kv[1]
+    return new, new
+
+
+def test_quickstart_runs_as_written(ray_session):
+    flow = Flow("concat")
+    docs = flow.source(MemorySource([("a", "x"), ("b", "y"), ("a", "z")], partitions=2))
+    out = MemorySink("out")
+    docs.key_by(lambda kv: kv[0]).stateful_map(concat).sink(out)
+
+    result = flow.run(parallelism=3)
+    assert result.output("out") == ["x", "y", "xz"]
+    assert flow.run(runtime="simulator", seed=7).output("out") == ["x", "y", "xz"]
+    assert result.metrics.elements["stateful_map"] == 3
+    assert result.metrics.wall_time > 0
+    assert flow_actors("concat/") == []
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_chaos_delays_cause_late_arrivals_but_output_is_the_reference(ray_session, parallelism):
+    data = [("abcd"[i % 4], "xyzw"[(i * 7) % 4] * (1 + i % 3)) for i in range(1500)]
+    flow = build(f"chaos{parallelism}", data, STATE_REKEY_STATE, partitions=4)
+    expected = reference_outputs(flow)["out"]
+    result = flow.run(parallelism=parallelism, chaos=0.02, seed=parallelism, batch_size=16, max_inflight=400)
+    assert result.output("out") == expected
+    assert result.metrics.total_tombstones > 0, "chaos should have produced late arrivals"
+    assert sum(result.metrics.tombstones_at_sinks.values()) == 0
+
+
+def test_keyed_logs_stay_bounded_by_the_watermark(ray_session):
+    n, keys, window = 200_000, 10, 2_000
+
+    def count(c, x):
+        c = (c or 0) + 1
+        return c, (x % keys, c) if c % 5000 == 0 else None
+
+    flow = Flow("bounded")
+    out = MemorySink("out")
+    flow.source(MemorySource(range(n), partitions=2)).key_by(lambda x: x % keys).stateful_map(count).sink(out)
+    result = flow.run(parallelism=2, max_inflight=window, batch_size=500)
+    outputs = result.output("out")
+    assert outputs[-keys:] == [(k, n // keys) for k in range(keys)]  # the last element of each key, in t order
+    assert len(outputs) == n // 5000
+    # Every source instance may hold `window` unsettled elements (plus one read per partition).
+    bound = 2 * (window + 2 * 500)
+    peak = result.metrics.peak_log_entries
+    print(f"\npeak in-memory log entries: {peak} (bound {bound}) for {n} elements over {keys} keys")
+    assert 0 < peak <= bound
+
+
+def test_a_raising_user_function_stops_the_run_names_step_element_and_t(ray_session):
+    def explode(x):
+        if x == 1234:
+            raise ValueError("no 1234 here")
+        return x
+
+    flow = Flow("boom")
+    flow.source(MemorySource(range(5000), partitions=2)).map(explode, name="explode").key_by(lambda x: x % 3).stateful_map(
+        lambda s, x: (x, x)
+    ).sink(MemorySink("out"))
+    with pytest.raises(StepError) as info:
+        flow.run(parallelism=2)
+    err = info.value
+    assert err.step == "explode"
+    assert err.element == "1234"
+    assert err.t[0] == 1234 and err.t[3] == 1234
+    assert "ValueError: no 1234 here" in str(err)
+    assert "explode" in str(err) and "1234" in str(err)
+    assert flow_actors("boom/") == []
+
+
+def test_a_raising_stateful_function_is_reported_with_its_element(ray_session):
+    def bad_state(state, x):
+        return (state or 0) + x["n"], None  # ints have no ["n"]
+
+    flow = Flow("badstate")
+    flow.source(MemorySource([1, 2, 3])).key_by(lambda x: "k").stateful_map(bad_state, name="sum").sink(MemorySink("out"))
+    with pytest.raises(StepError, match=r"step 'sum' failed on element 1 at t=") as info:
+        flow.run(parallelism=1)
+    assert "TypeError" in info.value.cause
+    assert flow_actors("badstate/") == []
