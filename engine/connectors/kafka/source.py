@@ -47,6 +47,10 @@ PREFETCH_BATCHES = 4
 #: fetches 1000 / FETCH_WAIT_MS times a second.
 FETCH_WAIT_MS = 5
 
+#: Records not read yet from which ``status()`` says why a partition is behind (a few are
+#: always in flight, and Tansu's high watermark can run one batch ahead).
+BEHIND_LAG = 1_000
+
 #: Seconds a hole in a partition's offsets may stay before the reader moves past it.
 GAP_WAIT_S = 0.5
 
@@ -231,7 +235,7 @@ class KafkaPartitionReader(SourcePartition):
         wait = self._fetcher_client.wait
         lag = self.lag()
         behind = None
-        if lag and wait.took_ms > wait.floor_ms:
+        if lag is not None and lag >= BEHIND_LAG and wait.took_ms > wait.floor_ms:
             behind = (
                 f"the broker takes {wait.took_ms:.0f} ms to answer a fetch of {self.source.topic}[{self.partition}] "
                 f"(a broker that scans the partition's log per fetch, as Tansu's in-memory store does, slows as the log grows)"
