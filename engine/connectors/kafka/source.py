@@ -300,7 +300,8 @@ class KafkaPartitionReader(SourcePartition):
                 records = client.fetch({p: gaps.next_offset}).get(p)
                 if not records:
                     high = client.high_watermarks.get(p)
-                    self._caught_up = high is not None and high <= gaps.next_offset
+                    read_to = max(gaps.next_offset, client.answered_through.get(p, 0))
+                    self._caught_up = high is not None and high <= read_to
                     continue
                 self._caught_up = False
                 if client.wait.pause_s:

@@ -306,6 +306,9 @@ class TopicFetcher(_LeaderClient):
         self.wait = FetchWait(floor_ms=max_wait_ms, cap_ms=max(max_wait_ms, max_wait_cap_ms))
         self.max_bytes = max_bytes
         self.high_watermarks: dict = {}
+        # Per partition: the offset after the last batch the broker sent (a transaction
+        # marker at the end of a partition is a batch with no record for the reader).
+        self.answered_through: dict = {}
 
     def fetch(self, offsets: Mapping[int, int]) -> dict:
         """``{partition: records}`` for the partitions that had any. O(bytes fetched) CPU,
@@ -351,7 +354,7 @@ class TopicFetcher(_LeaderClient):
                     return {}
                 self.high_watermarks[p] = part.high_watermark
                 if part.records:
-                    records = _records_from(bytes(part.records), offsets[p])
+                    records, self.answered_through[p] = _records_from(bytes(part.records), offsets[p])
                     if records:
                         out[p] = records
                 elif part.high_watermark > offsets[p]:
@@ -360,16 +363,19 @@ class TopicFetcher(_LeaderClient):
         return out
 
 
-def _records_from(data: bytes, offset: int) -> list:
-    """The records of a fetched partition at ``offset`` and after, control records left out."""
+def _records_from(data: bytes, offset: int) -> tuple:
+    """The records of a fetched partition at ``offset`` and after, control records left
+    out, and the offset after the last batch of the answer (control batches included)."""
     out: list = []
+    end = offset
     records = MemoryRecords(data)
     while records.has_next():
         batch = records.next_batch()
+        end = max(end, batch.next_offset)
         if not batch.is_control_batch:
             # A batch comes whole: on Apache Kafka it may start before ``offset``.
             out.extend(r for r in batch if r.offset >= offset)
-    return out
+    return out, end
 
 
 class PartitionWriter(_LeaderClient):
