@@ -40,14 +40,11 @@ of the elements it folds. ``len`` is kept as a counter, O(1).
 
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import count
 from typing import Any, Callable, Hashable, Iterator, Optional
 
-from .keyed_state import StateFnError
-from .meta import Meta, child_of, invalidee_of, tombstone_of
+from .keyed_state import DriftingLogs, KeyLog, StateFnError
+from .meta import Meta  # noqa: F401  (used by the doctest)
 
 #: ``fn(state_handle, element) -> output``; for flat: an iterable of outputs. None: no output.
 EntryFn = Callable[[Any, Any], Any]
@@ -141,70 +138,18 @@ class MapState:
         self._journal.append(entry)
 
 
-class _KeyLog:
-    """The elements of one key at or above the watermark, sorted by Meta, each with its
-    journal (the entries it wrote, in order) and its outputs."""
-
-    __slots__ = ("metas", "payloads", "journals", "outputs")
-
-    def __init__(self) -> None:
-        self.metas: list = []
-        self.payloads: list = []
-        self.journals: list = []
-        self.outputs: list = []
-
-    def insert(self, meta: tuple, payload: Any) -> int:
-        metas = self.metas
-        i = len(metas) if not metas or metas[-1] <= meta else bisect_right(metas, meta)
-        metas.insert(i, meta)
-        self.payloads.insert(i, payload)
-        self.journals.insert(i, None)  # not applied yet: nothing to undo
-        self.outputs.insert(i, _NO_OUTPUT)
-        return i
-
-    def remove(self, i: int) -> tuple:
-        del self.metas[i], self.payloads[i]
-        return self.journals.pop(i), self.outputs.pop(i)
-
-    def find(self, meta: tuple, payload: Any) -> int:
-        metas = self.metas
-        i = bisect_left(metas, meta)
-        while i < len(metas) and metas[i] == meta:
-            if self.payloads[i] == payload:
-                return i
-            i += 1
-        return -1
-
-
-_NO_OUTPUT: list = []
-
-
-class EntryKeyedState:
+class EntryKeyedState(DriftingLogs):
     """Order-sensitive keyed state of entries, for all keys of one operator instance.
 
     ``apply`` / ``apply_batch`` take elements (or tombstones) and return what to emit;
     ``advance(watermark)`` moves what the watermark passed into the backend. ``fn``
     gets a :class:`MapState` and the element and returns the output (None: nothing;
-    with ``flat``, an iterable of outputs).
+    with ``flat``, an iterable of outputs). A log entry's ``after`` is its journal.
     """
 
     def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Any = None) -> None:
-        self.fn = fn
-        self.flat = flat
-        self.backend = backend if backend is not None else DictEntryBackend()
-        self.logs: dict = {}
+        super().__init__(fn, flat, backend if backend is not None else DictEntryBackend())
         self.overlay: dict = {}  # (key, entry) -> deque of values written by elements in the log, in log order
-        self.pending_tombstones: dict = {}
-        self._heap: list = []
-        self._seq = count()
-        self._size = 0
-        self.tombstones_emitted = 0
-
-    def log_size(self) -> int:
-        """Elements held in memory over all keys (O(1))."""
-        return self._size
-
-    # -- the handle's side ----------------------------------------------------------------
 
     def _read(self, key: Hashable, entry: Hashable) -> Any:
         stack = self.overlay.get((key, entry))
@@ -227,141 +172,36 @@ class EntryKeyedState:
             if not stack:
                 del overlay[(key, entry)]
 
-    # -- elements in ------------------------------------------------------------------------
+    def _roll_back(self, key: Hashable, log: KeyLog, i: int) -> None:
+        """Undo the writes of entries i.. of the log, newest first."""
+        journals = log.after
+        for j in range(len(journals) - 1, i - 1, -1):
+            self._undo(key, journals[j])
+            journals[j] = None
 
-    def apply(self, meta: Meta, payload: Any, key: Hashable) -> list:
-        return self.apply_batch([(meta, payload, key)])
-
-    def apply_batch(self, items: list) -> list:
-        """Take ``(meta, payload, key)`` elements and tombstones; return what to emit.
-        Each touched key is re-applied once, from its earliest change."""
-        out: list = []
-        touched: dict = {}
-        for meta, payload, key in items:
-            i = self._land(meta, payload, key, out)
-            if i >= 0 and (key not in touched or i < touched[key]):
-                touched[key] = i
-        for key, i in touched.items():
-            log = self.logs.get(key)
-            if log is None:
-                continue
-            self._replay(key, log, i, out)
-            if not log.metas:
-                del self.logs[key]
-        return out
-
-    def _land(self, meta: tuple, payload: Any, key: Hashable, out: list) -> int:
-        log = self.logs.get(key)
-        if meta[5]:
-            invalidee = invalidee_of(meta)
-            i = log.find(invalidee, payload) if log is not None else -1
-            if i < 0:
-                self.pending_tombstones.setdefault(key, []).append((invalidee, payload))
-                return -1
-            # Undo the tail down to the invalidee (newest first), then drop it: the
-            # replay from i re-applies what followed it.
-            for j in range(len(log.metas) - 1, i - 1, -1):
-                self._undo(key, log.journals[j])
-                log.journals[j] = None
-            _, outputs = log.remove(i)
-            self._size -= 1
-            self._emit_diff(invalidee, outputs, _NO_OUTPUT, out)
-            return i
-        if self.pending_tombstones:
-            pending = self.pending_tombstones.get(key)
-            if pending and (meta, payload) in pending:
-                pending.remove((meta, payload))
-                if not pending:
-                    del self.pending_tombstones[key]
-                return -1
-        if log is None:
-            log = self.logs[key] = _KeyLog()
-        i = log.insert(meta, payload)
-        if i < len(log.metas) - 1:
-            # Landed before applied elements: roll them back, newest first.
-            for j in range(len(log.metas) - 1, i, -1):
-                self._undo(key, log.journals[j])
-                log.journals[j] = None
-        self._size += 1
-        if i == 0:
-            heapq.heappush(self._heap, (meta, next(self._seq), key))
-        return i
-
-    def _replay(self, key: Hashable, log: _KeyLog, i: int, out: list) -> None:
-        """Apply entries i.. of the log (every one of them is rolled back), emitting only
-        the outputs that changed."""
-        fn, flat = self.fn, self.flat
-        metas, payloads, journals, outputs = log.metas, log.payloads, log.journals, log.outputs
+    def _replay(self, key: Hashable, log: KeyLog, i: int, out: list) -> None:
+        """Apply entries i.. of the log (all rolled back), emitting only the outputs that changed."""
+        fn, metas, payloads, journals = self.fn, log.metas, log.payloads, log.after
         for j in range(i, len(metas)):
-            if journals[j] is not None:
-                continue  # still applied: it precedes every change
             journal: list = []
             journals[j] = journal
             try:
-                result = fn(MapState(self, key, journal), payloads[j])
-                if flat:
-                    new = list(result) if result is not None else _NO_OUTPUT
-                else:
-                    new = _NO_OUTPUT if result is None else [result]
+                self._record(log, j, fn(MapState(self, key, journal), payloads[j]), out)
             except Exception as exc:
-                self._undo(key, journal)
-                journals[j] = None
+                self._roll_back(key, log, j)
                 raise StateFnError(metas[j], payloads[j]) from exc
-            old = outputs[j]
-            if new != old:
-                if not old and not flat:
-                    out.append((metas[j], result))
+
+    def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
+        """Move the writes of the first n entries into the backend, in log order. O(writes)."""
+        overlay, backend = self.overlay, self.backend
+        for journal in log.after[:n]:
+            for entry in journal:
+                stack = overlay[(key, entry)]
+                value = stack.popleft()
+                if not stack:
+                    del overlay[(key, entry)]
+                if value is DELETED:
+                    backend.delete(key, entry)
                 else:
-                    self._emit_diff(metas[j], old, new, out)
-                outputs[j] = new
-
-    def _emit_diff(self, meta: tuple, old: list, new: list, out: list) -> None:
-        flat = self.flat
-        for k in range(max(len(old), len(new))):
-            if k < len(old) and k < len(new) and old[k] == new[k]:
-                continue
-            m = child_of(meta, k) if flat else meta
-            if k < len(old):
-                out.append((tombstone_of(m), old[k]))
-                self.tombstones_emitted += 1
-            if k < len(new):
-                out.append((m, new[k]))
-
-    # -- the watermark ----------------------------------------------------------------------
-
-    def advance(self, watermark: tuple) -> None:
-        """Move the writes of every element below ``watermark`` into the backend, in log
-        order, and forget those elements. O(their writes)."""
-        heap, logs, overlay, backend = self._heap, self.logs, self.overlay, self.backend
-        while heap and heap[0][0] < watermark:
-            key = heapq.heappop(heap)[2]
-            log = logs.get(key)
-            if log is None:
-                continue
-            metas = log.metas
-            if not metas[0] < watermark:
-                heapq.heappush(heap, (metas[0], next(self._seq), key))
-                continue
-            n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
-            for journal in log.journals[:n]:
-                for entry in journal:
-                    stack = overlay[(key, entry)]
-                    value = stack.popleft()
-                    if not stack:
-                        del overlay[(key, entry)]
-                    if value is DELETED:
-                        backend.delete(key, entry)
-                    else:
-                        backend.put(key, entry, value)
-            backend.fold(key, log.payloads[:n])
-            del metas[:n], log.payloads[:n], log.journals[:n], log.outputs[:n]
-            self._size -= n
-            if metas:
-                heapq.heappush(heap, (metas[0], next(self._seq), key))
-            else:
-                del logs[key]
-        if self.pending_tombstones:
-            for pending in self.pending_tombstones.values():
-                for invalidee, _ in pending:
-                    if invalidee < watermark:
-                        raise AssertionError(f"tombstone for {invalidee} below the watermark never met its element")
+                    backend.put(key, entry, value)
+        backend.fold(key, log.payloads[:n])

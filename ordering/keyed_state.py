@@ -75,15 +75,17 @@ class DictBackend:
         return self._data.items()
 
 
-class _KeyLog:
-    """The elements of one key at or above the watermark, sorted by Meta."""
+class KeyLog:
+    """The elements of one key at or above the watermark, sorted by Meta, each with what
+    applying it left (``after``: the state after it, or the journal of its writes; None
+    while it is not applied) and the outputs it produced."""
 
-    __slots__ = ("metas", "payloads", "states", "outputs")
+    __slots__ = ("metas", "payloads", "after", "outputs")
 
     def __init__(self) -> None:
         self.metas: list = []
         self.payloads: list = []
-        self.states: list = []
+        self.after: list = []
         self.outputs: list = []  # per entry: the list of payloads it emitted
 
     def insert(self, meta: tuple, payload: Any) -> int:
@@ -93,18 +95,19 @@ class _KeyLog:
             i = len(metas)
             metas.append(meta)
             self.payloads.append(payload)
-            self.states.append(None)
-            self.outputs.append(_NO_OUTPUT)
+            self.after.append(None)
+            self.outputs.append(NO_OUTPUT)
             return i
         i = bisect_right(metas, meta)
         metas.insert(i, meta)
         self.payloads.insert(i, payload)
-        self.states.insert(i, None)
-        self.outputs.insert(i, _NO_OUTPUT)
+        self.after.insert(i, None)
+        self.outputs.insert(i, NO_OUTPUT)
         return i
 
     def remove(self, i: int) -> list:
-        del self.metas[i], self.payloads[i], self.states[i]
+        """Drop entry ``i``; returns its outputs."""
+        del self.metas[i], self.payloads[i], self.after[i]
         return self.outputs.pop(i)
 
     def find(self, meta: tuple, payload: Any) -> int:
@@ -118,21 +121,25 @@ class _KeyLog:
         return -1
 
 
-_NO_OUTPUT: list = []  # shared, never mutated: outputs are replaced, not changed
+NO_OUTPUT: list = []  # shared, never mutated: outputs are replaced, not changed
 
 
-class DriftingKeyedState:
-    """The state of one stateful operator instance, for all its keys.
+class DriftingLogs:
+    """What every form of drifting keyed state shares: per key a :class:`KeyLog` of the
+    elements at or above the watermark; tombstones (also before their invalidee);
+    re-application from the earliest change of each key in a batch; the outputs that
+    changed, invalidated and emitted anew; and folding below the watermark.
 
-    ``apply`` takes one element (or tombstone) and returns the elements to emit,
-    tombstones included, as ``(meta, payload)`` pairs. ``advance(watermark)``
-    folds every entry below the watermark into the backend.
+    A form implements ``_replay(key, log, i, out)`` (apply entries i.. of the log,
+    every one of them not applied) and ``_fold(key, log, n)`` (the first n entries
+    leave the log for the backend), and may implement ``_roll_back(key, log, i)``
+    (entries i.. are about to be applied again: undo what they left).
     """
 
-    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Any = None) -> None:
+    def __init__(self, fn: Callable, flat: bool, backend: Any) -> None:
         self.fn = fn
         self.flat = flat
-        self.backend = backend if backend is not None else DictBackend()
+        self.backend = backend
         self.logs: dict = {}
         # Tombstones whose invalidee has not arrived yet (any arrival order is legal).
         self.pending_tombstones: dict = {}
@@ -174,6 +181,9 @@ class DriftingKeyedState:
                 del self.logs[key]
         return out
 
+    def _roll_back(self, key: Hashable, log: KeyLog, i: int) -> None:
+        """Entries i.. of the log are about to be re-applied (nothing to undo for values)."""
+
     def _land(self, meta: tuple, payload: Any, key: Hashable, out: list) -> int:
         """Put one element into (or a tombstone's invalidee out of) the key's log.
 
@@ -186,8 +196,9 @@ class DriftingKeyedState:
             if i < 0:
                 self.pending_tombstones.setdefault(key, []).append((invalidee, payload))
                 return -1
+            self._roll_back(key, log, i)
             self._size -= 1
-            self._emit_diff(invalidee, log.remove(i), _NO_OUTPUT, out)
+            self._emit_diff(invalidee, log.remove(i), NO_OUTPUT, out)
             return i
         if self.pending_tombstones:
             pending = self.pending_tombstones.get(key)
@@ -197,8 +208,10 @@ class DriftingKeyedState:
                     del self.pending_tombstones[key]
                 return -1
         if log is None:
-            log = self.logs[key] = _KeyLog()
+            log = self.logs[key] = KeyLog()
         i = log.insert(meta, payload)
+        if i < len(log.metas) - 1:
+            self._roll_back(key, log, i + 1)
         self._size += 1
         if i == 0:
             heapq.heappush(self._heap, (meta, next(self._seq), key))
@@ -219,8 +232,8 @@ class DriftingKeyedState:
                 heapq.heappush(heap, (metas[0], next(self._seq), key))
                 continue
             n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
-            self.backend.fold(key, log.states[n - 1], log.payloads[:n])
-            del metas[:n], log.payloads[:n], log.states[:n], log.outputs[:n]
+            self._fold(key, log, n)
+            del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
             self._size -= n
             if metas:
                 heapq.heappush(heap, (metas[0], next(self._seq), key))
@@ -233,28 +246,20 @@ class DriftingKeyedState:
                         # An unmatched tombstone below the watermark would mean its invalidee was lost.
                         raise AssertionError(f"tombstone for {invalidee} below the watermark never met its element")
 
-    def _replay(self, key: Hashable, log: _KeyLog, i: int, out: list) -> None:
-        """Re-apply entries i.. of the log, emitting only the outputs that changed."""
-        fn, flat = self.fn, self.flat
-        state = log.states[i - 1] if i > 0 else self.backend.get(key)
-        metas, payloads, states, outputs = log.metas, log.payloads, log.states, log.outputs
-        for j in range(i, len(metas)):
-            try:
-                state, result = fn(state, payloads[j])
-                if flat:
-                    new = list(result) if result is not None else _NO_OUTPUT
-                else:
-                    new = _NO_OUTPUT if result is None else [result]
-            except Exception as exc:
-                raise StateFnError(metas[j], payloads[j]) from exc
-            old = outputs[j]
-            if new != old:
-                if not old and not flat:
-                    out.append((metas[j], result))  # first application: nothing to invalidate
-                else:
-                    self._emit_diff(metas[j], old, new, out)
-                outputs[j] = new
-            states[j] = state
+    def _record(self, log: KeyLog, j: int, result: Any, out: list) -> None:
+        """Entry j produced ``result``: emit what changed against its previous outputs."""
+        flat = self.flat
+        if flat:
+            new = list(result) if result is not None else NO_OUTPUT
+        else:
+            new = NO_OUTPUT if result is None else [result]
+        old = log.outputs[j]
+        if new != old:
+            if not old and not flat:
+                out.append((log.metas[j], result))  # first application: nothing to invalidate
+            else:
+                self._emit_diff(log.metas[j], old, new, out)
+            log.outputs[j] = new
 
     def _emit_diff(self, meta: tuple, old: list, new: list, out: list) -> None:
         flat = self.flat
@@ -267,3 +272,32 @@ class DriftingKeyedState:
                 self.tombstones_emitted += 1
             if k < len(new):
                 out.append((m, new[k]))
+
+
+class DriftingKeyedState(DriftingLogs):
+    """The state of one stateful operator instance, for all its keys: a value per key,
+    ``fn(state, x) -> (new_state, output)``.
+
+    ``apply`` takes one element (or tombstone) and returns the elements to emit,
+    tombstones included, as ``(meta, payload)`` pairs. ``advance(watermark)``
+    folds every entry below the watermark into the backend.
+    """
+
+    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Any = None) -> None:
+        super().__init__(fn, flat, backend if backend is not None else DictBackend())
+
+    def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
+        self.backend.fold(key, log.after[n - 1], log.payloads[:n])
+
+    def _replay(self, key: Hashable, log: KeyLog, i: int, out: list) -> None:
+        """Re-apply entries i.. of the log, emitting only the outputs that changed."""
+        fn = self.fn
+        state = log.after[i - 1] if i > 0 else self.backend.get(key)
+        metas, payloads, states = log.metas, log.payloads, log.after
+        for j in range(i, len(metas)):
+            try:
+                state, result = fn(state, payloads[j])
+                self._record(log, j, result, out)  # a flat result that is not iterable raises here
+            except Exception as exc:
+                raise StateFnError(metas[j], payloads[j]) from exc
+            states[j] = state

@@ -15,7 +15,7 @@ from driftstream.ordering.entry_state import DELETED, DictEntryBackend, EntryKey
 from driftstream.ordering.keyed_state import StateFnError
 from driftstream.ordering.meta import TOP, Meta
 
-from tests.ordering.test_keyed_state import NetOutput, scenarios
+from tests.ordering.test_keyed_state import deliver, scenarios
 
 
 def ops_of(payload: str) -> list:
@@ -74,14 +74,7 @@ def reference(final, flat: bool):
 def test_any_arrival_order_nets_out_to_the_in_order_result(flat, scenario, advance):
     final, batches = scenario
     ks = EntryKeyedState(flat_on_map if flat else on_map, flat=flat)
-    net = NetOutput()
-    undelivered = [d for b in batches for d in b]
-    for batch in batches:
-        net.feed(ks.apply_batch(list(batch)))
-        for d in batch:
-            undelivered.remove(d)
-        if advance and undelivered:
-            ks.advance(min(m.time for m, _, _ in undelivered))
+    net = deliver(ks, batches, advance)
     expected_out, expected_maps = reference(final, flat)
     assert net.net() == expected_out
     ks.advance(TOP)

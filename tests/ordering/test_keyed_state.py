@@ -105,6 +105,20 @@ def scenarios(draw, retractions: bool = True):
     return final, [b for b in batches if b]
 
 
+def deliver(ks, batches: list, advance: bool) -> NetOutput:
+    """Feed ``batches`` to ``ks``; with ``advance``, move the watermark after each batch as far
+    as is legal (every time below it has fully arrived). Returns the net output."""
+    net = NetOutput()
+    undelivered = [d for b in batches for d in b]
+    for batch in batches:
+        net.feed(ks.apply_batch(list(batch)))
+        for d in batch:
+            undelivered.remove(d)
+        if advance and undelivered:
+            ks.advance(min(m.time for m, _, _ in undelivered))
+    return net
+
+
 # -- the main property -----------------------------------------------------------------
 
 
@@ -115,15 +129,7 @@ def test_any_arrival_order_nets_out_to_the_in_order_result(name, scenario, advan
     fn, flat = FUNCTIONS[name]
     final, batches = scenario
     ks = DriftingKeyedState(fn, flat=flat)
-    net = NetOutput()
-    undelivered = [d for b in batches for d in b]
-    for batch in batches:
-        net.feed(ks.apply_batch(list(batch)))
-        for d in batch:
-            undelivered.remove(d)
-        if advance and undelivered:
-            # A legal watermark: every time below it has fully arrived.
-            ks.advance(min(m.time for m, _, _ in undelivered))
+    net = deliver(ks, batches, advance)
     expected_out, expected_states = reference(final, fn, flat)
     assert net.net() == expected_out
     assert not ks.pending_tombstones
