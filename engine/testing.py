@@ -17,7 +17,6 @@ from typing import Optional
 
 from driftstream.engine.connectors.local_kafka import local_kafka
 from driftstream.engine.connectors.memory import MemorySink, MemorySource, PacedSource
-from driftstream.engine.runtime.ray_session import NAMESPACE
 
 __all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "wait_for_actor"]
 
@@ -25,7 +24,9 @@ __all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "wait_for
 def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None):
     """The live Ray actor named ``name`` (namespace ``driftstream``) once it exists, skipping the
     incarnation whose actor id is ``not_id``; None if ``stop`` is set first. For fault tests."""
-    import ray
+    import ray  # here, not at the top: tests of the simulator and in-memory flows need no Ray
+
+    from driftstream.engine.runtime.ray_session import NAMESPACE
 
     while stop is None or not stop.is_set():
         try:

@@ -97,19 +97,18 @@ class RaySupervisor:
         self.plan = plan
         self.config = config
         self.guarantee = config.guarantee
-        self.snapshot_interval = snapshot_interval = config.snapshot_interval
+        self.snapshot_interval = config.snapshot_interval
         self.seed = config.seed
-        resume = config.resume
+        self.resume = config.resume
         self.store: Optional[SnapshotStore] = None
         self.snapshot_dir: Optional[str] = None
         if config.takes_snapshots:
             self.snapshot_dir = config.snapshot_dir or default_snapshot_dir(plan.flow_name)
             # Pruning lists the store: about once a second, whatever the snapshot interval.
-            self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / snapshot_interval)))
-            if not resume:
+            self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)))
+            if not config.resume:
                 for sid in self.store.snapshot_ids():
                     self.store.delete_snapshot(sid)
-        self.resume = resume
         # Test-only fault injection: {"before_commit" | "after_restore": [actor name, ...]}; each
         # entry is a real ray.kill of that actor at that moment of the protocol, used once.
         self.faults: dict = {k: list(v) for k, v in config.faults.items()}

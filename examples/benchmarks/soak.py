@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -182,7 +183,7 @@ class Checker(threading.Thread):
         self.error: Optional[BaseException] = None
 
     def run(self) -> None:
-        from driftstream.engine.connectors.kafka.sink import META_HEADER
+        from driftstream.engine.connectors.kafka.sink import meta_of
 
         offsets = {p: 0 for p in self.fetcher.partitions}
         try:
@@ -192,10 +193,9 @@ class Checker(threading.Thread):
                     offsets[p] = records[-1].offset + 1
                     for rec in records:
                         out = json.loads(rec.value)
-                        meta = json.loads(dict(rec.headers)[META_HEADER])
                         # The sink stamps each record when it writes it: the latency does not
                         # depend on how often this checker reads.
-                        self._check(out, rec.timestamp - meta[0])
+                        self._check(out, rec.timestamp - meta_of(rec).ts)
                 self.stopping.wait(max(self.fetcher.wait.pause_s, self.POLL_S))
         except BaseException as exc:
             self.error = exc
@@ -252,6 +252,11 @@ def build_flow(cfg: SoakConfig, bootstrap: str, out_topic: str) -> Any:
         .sink(KafkaSink(out_topic, bootstrap), name="out")
     )
     return flow
+
+
+def _median_or_none(xs: list) -> Optional[float]:
+    """The upper median of ``xs`` (one of its values), None if empty."""
+    return statistics.median_high(xs) if xs else None
 
 
 def _pct(values: list, p: int) -> Optional[float]:
@@ -379,7 +384,7 @@ def summary(report: SoakReport) -> str:
             p99 = [r.latency_p99_ms for r in part if r.latency_p99_ms is not None]
             cpu = [r.broker_cpu for r in part if r.broker_cpu is not None]
             lines.append(
-                f"{label} {span:.0f} s: latency p50 median {_median(p50)} ms, p99 median {_median(p99)} ms"
+                f"{label} {span:.0f} s: latency p50 median {_median_or_none(p50)} ms, p99 median {_median_or_none(p99)} ms"
                 + (f", broker CPU mean {sum(cpu) / len(cpu):.0f}%" if cpu else "")
             )
         warm = rows[min(len(rows) - 1, max(1, len(rows) // 10))].actor_rss_mb
@@ -387,13 +392,6 @@ def summary(report: SoakReport) -> str:
         growth = {name: round(end[name] - warm[name], 1) for name in end if name in warm}
         lines.append(f"actor RSS growth after warm-up (MiB): {growth}")
     return "\n".join(lines)
-
-
-def _median(xs: list) -> Optional[float]:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -88,13 +88,14 @@ class _KafkaSinkPartition(SinkPartition):
             rec = last_record(c, TopicPartition(self.sink.topic, self.partition))
         finally:
             c.close()
-        return None if rec is None else _meta_of(rec)
+        return None if rec is None else meta_of(rec)
 
     def close(self) -> None:
         self.writer.close()
 
 
-def _meta_of(rec: Any) -> Optional[Meta]:
+def meta_of(rec: Any) -> Optional[Meta]:
+    """The Meta a sink record carries in its header (None for a record without one)."""
     for k, v in rec.headers or ():
         if k == META_HEADER:
             return meta_from_json(json.loads(v))
@@ -109,7 +110,7 @@ def read_kafka_sink(bootstrap_servers: str, topic: str, decode: Callable[[bytes]
     out: list = []
     try:
         for p in range(partition_count(bootstrap_servers, topic)):
-            out.extend((_meta_of(r), decode(r.value)) for r in read_partition(c, TopicPartition(topic, p), 0))
+            out.extend((meta_of(r), decode(r.value)) for r in read_partition(c, TopicPartition(topic, p), 0))
     finally:
         c.close()
     out.sort(key=lambda e: e[0])
