@@ -15,6 +15,7 @@ The engine is in rooms by role; imports run one way, top to bottom:
 """
 
 from driftstream.barriers.file_sink import FileSink
+from driftstream.ordering.entry_state import MapState
 
 from driftstream.engine.api.flow import Flow, KeyedStream, Stream
 from driftstream.engine.connectors.kafka.sink import KafkaSink
@@ -27,6 +28,7 @@ __all__ = [
     "Flow",
     "Stream",
     "KeyedStream",
+    "MapState",
     "FlowError",
     "StepError",
     "RunResult",

@@ -123,6 +123,8 @@ class MapState:
     def put(self, entry: Hashable, value: Any) -> None:
         if entry == SIZE:
             raise ValueError(f"{SIZE!r} is reserved")
+        if value is None:
+            raise ValueError(f"MapState.put({entry!r}, None): an entry's value cannot be None; remove(entry) deletes it")
         if self._owner._read(self._key, entry) is DELETED:
             self._write(SIZE, len(self) + 1)
         self._write(entry, value)

@@ -44,6 +44,17 @@ from .codec import decode, encode, encode_key
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+class _Removed:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+#: Written in place of a state: the key has none any more (its record is deleted).
+REMOVED = _Removed()
+
+
 class RocksDBBackend:
     """Base states of one stateful operator instance in a RocksDB directory at ``path``.
 
@@ -73,19 +84,26 @@ class RocksDBBackend:
         return None if raw is None else decode(raw)
 
     def put(self, key: Hashable, state: Any) -> None:
-        """Store ``state`` for ``key`` (TypeError if the codec cannot encode either)."""
-        self._db.put(encode_key(key), encode(state))
+        """Store ``state`` for ``key`` (TypeError if the codec cannot encode either); :data:`REMOVED`
+        deletes the key's record."""
+        if state is REMOVED:
+            self._db.delete(encode_key(key))
+        else:
+            self._db.put(encode_key(key), encode(state))
 
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         """The backend protocol's fold: RocksDB keeps the state only."""
         self.put(key, state)
 
     def put_encoded(self, pairs: list) -> None:
-        """Store ``(encode_key(key), encode(state))`` byte pairs as they are (e.g. states restored
+        """Store ``(encode_key(key), encode(state) or REMOVED)`` byte pairs as they are (e.g. states restored
         from deltas, which are keyed by encoded keys). O(pairs), no codec."""
-        put = self._db.put
+        put, delete = self._db.put, self._db.delete
         for k, v in pairs:
-            put(k, v)
+            if v is REMOVED:
+                delete(k)
+            else:
+                put(k, v)
 
     def items(self) -> Iterator[tuple]:
         """Every ``(key, state)``, in the byte order of the encoded keys. O(n) over the whole run."""

@@ -43,18 +43,21 @@ from typing import Any, Callable, Optional
 
 import msgpack
 
+from .backend import REMOVED
 from .codec import decode, encode, encode_key
 
 #: File name of a delta inside a participant's directory of a snapshot.
 DELTA_FILE = "DELTA"
 
-_DELTA_VERSION = 2
+_DELTA_VERSION = 3
+#: Older delta formats this build still reads (2: without removed keys).
+_READABLE = (2, 3)
 
 #: A key with more folded inputs than this is recorded by its state.
 MAX_INPUTS = 256
 
-_STATE, _INPUTS = 0, 1
-_KINDS = {_STATE: "state", _INPUTS: "inputs"}
+_STATE, _INPUTS, _REMOVED = 0, 1, 2
+_KINDS = {_STATE: "state", _INPUTS: "inputs", _REMOVED: "removed"}
 
 
 class DeltaError(ValueError):
@@ -116,6 +119,8 @@ def delta_row(key: Any, state: Any, inputs: Optional[list]) -> list:
     """One key's row of a delta (:func:`pack_delta` makes the file): ~4 us for a key with one
     small input tuple. Lets a writer encode a large delta a few rows at a time."""
     k = encode_key(key)
+    if state is REMOVED:
+        return [k, _REMOVED, b""]
     if inputs is not None and len(inputs) <= MAX_INPUTS:
         try:
             return [k, _INPUTS, encode(inputs)]
@@ -130,7 +135,7 @@ def pack_delta(rows: list) -> bytes:
 
 
 def decode_delta(data: bytes) -> list:
-    """The rows of a delta file, ``(key bytes, "state" | "inputs", encoded value)``; DeltaError
+    """The rows of a delta file, ``(key bytes, "state" | "inputs" | "removed", encoded value)``; DeltaError
     if it is not one. O(bytes); the values stay encoded.
 
     >>> decode_delta(b"junk")
@@ -140,8 +145,8 @@ def decode_delta(data: bytes) -> list:
     """
     try:
         version, rows = msgpack.unpackb(data, raw=True, use_list=True, strict_map_key=True)
-        if version != _DELTA_VERSION:
-            raise DeltaError(f"delta format {version!r}, this build reads {_DELTA_VERSION}")
+        if version not in _READABLE:
+            raise DeltaError(f"delta format {version!r}, this build reads {', '.join(map(str, _READABLE))}")
         out = [(k, _KINDS[kind], v) for k, kind, v in rows]
     except DeltaError:
         raise
@@ -154,7 +159,7 @@ def decode_delta(data: bytes) -> list:
 
 def replay_deltas(deltas: list, base_state: Callable[[bytes], Any], fn: Callable[[Any, Any], tuple]) -> dict:
     """The states of the keys the ``deltas`` (each a list of :func:`decode_delta` rows, oldest
-    first) changed, as ``{key bytes: state}``. ``base_state(key bytes)`` is a key's state in the
+    first) changed, as ``{key bytes: state}`` (:data:`REMOVED` for a key removed since). ``base_state(key bytes)`` is a key's state in the
     base (None if it has none); ``fn(state, input) -> (state, output)`` is the step's function.
     O(rows + inputs re-applied); each base state is read once."""
     states: dict = {}
@@ -163,7 +168,12 @@ def replay_deltas(deltas: list, base_state: Callable[[bytes], Any], fn: Callable
             if kind == "state":
                 states[key] = decode(value)
                 continue
+            if kind == "removed":
+                states[key] = REMOVED
+                continue
             state = states[key] if key in states else base_state(key)
+            if state is REMOVED:
+                state = None
             for element in decode(value):
                 state = fn(state, element)[0]
             states[key] = state

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterator
 
-from .backend import RocksDBBackend
+from .backend import REMOVED, RocksDBBackend
 
 _MISSING = object()
 
@@ -61,12 +61,16 @@ class StateCache:
                 self._states[key] = state
                 self._clean[key] = None
                 self._evict()
-        return state
+        return None if state is REMOVED else state
 
     def put(self, key: Hashable, state: Any) -> None:
         """Set the base state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
         self._set(key, state)
         self._changed[key] = None
+
+    def remove(self, key: Hashable) -> None:
+        """The key has no state any more; RocksDB deletes it at the next :meth:`write`. O(1)."""
+        self.put(key, REMOVED)
 
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         """Set ``state``, the result of folding ``inputs`` (in order) into the key's previous
@@ -131,7 +135,7 @@ class StateCache:
 
     def items(self) -> Iterator[tuple]:
         """Every ``(key, state)``: cached ones, then the rest from RocksDB. O(n)."""
-        yield from self._states.items()
+        yield from ((k, v) for k, v in self._states.items() if v is not REMOVED)
         for key, state in self.db.items():
             if key not in self._states:
                 yield key, state

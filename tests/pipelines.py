@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from driftstream.engine import Flow
+from driftstream.engine import Flow, MapState
 from driftstream.engine.testing import MemorySink, MemorySource
 
 
@@ -33,6 +33,17 @@ def flat_concat(state, kv):
     return new, [(kv[0], new)] * (len(new) % 3)
 
 
+def pages(entries, kv):
+    """Entry state (MapState): each value a page of its key; emits how many pages, and drops
+    a page whose value's length is 3 (removes happen too)."""
+    k, v = kv
+    if len(v) == 3:
+        entries.remove(v[:1])
+    else:
+        entries.put(v[:1], entries.get(v[:1], "") + v)
+    return [(k, f"{v[:1]}{len(entries)}")] * (1 + len(v) % 2)
+
+
 def first_char(kv):
     return kv[1][:1]
 
@@ -47,6 +58,7 @@ OPS = {
     "concat": lambda s: s.key_by(first_key).stateful_map(concat),
     "rekey_append": lambda s: s.key_by(first_char).stateful_map(append),
     "flat_concat": lambda s: s.key_by(first_key).stateful_flat_map(flat_concat),
+    "pages": lambda s: s.key_by(first_key).stateful_flat_map(pages, state=MapState),
 }
 
 keys = st.sampled_from("abcd")
@@ -67,3 +79,6 @@ def build(name: str, data: list, op_names: list, partitions: int = 2) -> Flow:
 
 #: the case the issue names: state -> re-key -> state, with fan-out and a filter
 STATE_REKEY_STATE = ["fan", "concat", "filter", "rekey_append"]
+
+#: the same with entry state (MapState) at the end: its snapshots write entries
+STATE_REKEY_ENTRIES = ["fan", "concat", "filter", "pages"]

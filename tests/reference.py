@@ -6,6 +6,7 @@ No batching, no parallelism, no late arrivals: the output every runtime must mat
 from __future__ import annotations
 
 from driftstream.engine.api.flow import Flow
+from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
 from driftstream.ordering.meta import Meta
 
@@ -34,8 +35,11 @@ def reference_outputs(flow: Flow) -> dict:
             results = [(meta, x, None)] if step.fn(x) else []
         elif step.kind in ("stateful_map", "stateful_flat_map"):
             table = states[sid]
-            new, o = step.fn(table.get(key), x)
-            table[key] = new
+            if step.state is MapState:
+                o = step.fn(_Entries(table.setdefault(key, {})), x)
+            else:
+                new, o = step.fn(table.get(key), x)
+                table[key] = new
             if step.kind == "stateful_map":
                 results = [] if o is None else [(meta, o, None)]
             else:
@@ -56,3 +60,25 @@ def reference_outputs(flow: Flow) -> dict:
     for meta, sid, x in sorted(inputs, key=lambda e: e[0]):  # t order
         push(sid, meta, x)
     return {name: [p for _, p in sorted(v, key=lambda e: e[0])] for name, v in out.items()}
+
+
+class _Entries:
+    """The MapState interface over a plain dict: what a key's entries are, applied in t order."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    def get(self, entry, default=None):
+        return self.data.get(entry, default)
+
+    def put(self, entry, value) -> None:
+        self.data[entry] = value
+
+    def remove(self, entry) -> None:
+        self.data.pop(entry, None)
+
+    def __contains__(self, entry) -> bool:
+        return entry in self.data
+
+    def __len__(self) -> int:
+        return len(self.data)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from driftstream.barriers.sink import Sink
+from driftstream.ordering.entry_state import MapState
 
 from driftstream.engine.connectors.source import Source
 from driftstream.engine.model.errors import FlowError
@@ -55,6 +56,9 @@ class Step:
     fn: Optional[Callable] = None
     source: Optional[Source] = None
     sink: Optional[Sink] = None
+    #: stateful steps: None, the whole state a value (``fn(state, x) -> (state, out)``), or
+    #: :class:`MapState`, a map of entries changed in place (``fn(entries, x) -> out``)
+    state: Optional[type] = None
 
 
 def _check_name(what: str, name: str) -> None:
@@ -187,18 +191,34 @@ class Stream:
         s = self._then("key_by", fn, name)
         return KeyedStream(s.flow, s.step)
 
-    def stateful_map(self, fn: Callable[[Any, Any], tuple], name: Optional[str] = None) -> "Stream":
+    def stateful_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None) -> "Stream":
         """Per-key state: ``fn(state, x) -> (new_state, output)``; state starts as None, output None emits nothing.
 
         ``fn`` must not mutate ``state`` (it may be re-applied after a late arrival): return a new state.
-        """
-        self._require_keyed("stateful_map", name)
-        return self._then("stateful_map", fn, name)
 
-    def stateful_flat_map(self, fn: Callable[[Any, Any], tuple], name: Optional[str] = None) -> "Stream":
-        """Like stateful_map, but ``fn(state, x) -> (new_state, iterable_of_outputs)``."""
-        self._require_keyed("stateful_flat_map", name)
-        return self._then("stateful_flat_map", fn, name)
+        With ``state=MapState`` the key's state is a map of entries that ``fn`` changes in
+        place, ``fn(entries, x) -> output``: ``entries.get(e)``, ``.put(e, value)``,
+        ``.remove(e)``, ``e in entries``, ``len(entries)``. Each costs O(1) whatever the
+        map's size (a posting list, a session, a history), and snapshots write only the
+        entries that changed::
+
+            def count_pages(pages: MapState, visit):
+                pages.put(visit["page"], visit["at"])
+                return len(pages)
+            visits.key_by(user).stateful_map(count_pages, state=MapState)
+        """
+        return self._stateful("stateful_map", fn, name, state)
+
+    def stateful_flat_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None) -> "Stream":
+        """Like stateful_map, but ``fn(state, x) -> (new_state, iterable_of_outputs)``
+        (with ``state=MapState``: ``fn(entries, x) -> iterable_of_outputs``)."""
+        return self._stateful("stateful_flat_map", fn, name, state)
+
+    def _stateful(self, kind: str, fn: Callable, name: Optional[str], state: Optional[type]) -> "Stream":
+        self._require_keyed(kind, name)
+        if state not in (None, MapState):
+            raise FlowError(f"step {name or kind!r}: state= takes MapState (from driftstream.engine) or None (the state a value), not {state!r}")
+        return Stream(self.flow, self.flow._add(kind, name, [self.step.id], fn=fn, state=state))
 
     def merge(self, *others: "Stream", name: Optional[str] = None) -> "Stream":
         """The union of this stream and ``others`` (same flow)."""

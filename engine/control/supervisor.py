@@ -29,12 +29,12 @@ from typing import Optional
 
 import ray
 
-from driftstream.ordering.meta import BOTTOM
-from driftstream.snapshots.changelog import snapshots_required
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import Guarantee, InstanceConfig, RunConfig
+from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.manifest import Manifest, MissingParts, manifest_of
 from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult, merge_instances
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
 from driftstream.engine.runtime.actors import AckerActor, StageActor
@@ -96,10 +96,6 @@ class RaySupervisor:
     def __init__(self, plan: Plan, config: RunConfig) -> None:
         self.plan = plan
         self.config = config
-        self.guarantee = config.guarantee
-        self.snapshot_interval = config.snapshot_interval
-        self.seed = config.seed
-        self.resume = config.resume
         self.store: Optional[SnapshotStore] = None
         self.snapshot_dir: Optional[str] = None
         if config.takes_snapshots:
@@ -109,6 +105,7 @@ class RaySupervisor:
             if not config.resume:
                 for sid in self.store.snapshot_ids():
                     self.store.delete_snapshot(sid)
+        self.rules = RecoveryRules(config, self.snapshot_dir)
         # Test-only fault injection: {"before_commit" | "after_restore": [actor name, ...]}; each
         # entry is a real ray.kill of that actor at that moment of the protocol, used once.
         self.faults: dict = {k: list(v) for k, v in config.faults.items()}
@@ -125,7 +122,7 @@ class RaySupervisor:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def launch(self, manifest: Optional[dict], recovering: bool, survivors: Optional[dict] = None) -> None:
+    def launch(self, manifest: Optional[Manifest], recovering: bool, survivors: Optional[dict] = None) -> None:
         """Start the acker and every stage actor, restored from ``manifest`` when given.
 
         ``survivors`` (actor name -> handle) are reset in place instead of replaced:
@@ -145,56 +142,35 @@ class RaySupervisor:
         self.handles = [self.acker]
         self.names = [acker_name]
         self.actors = {}
-        for s in plan.stages:
-            for i in range(s.parallelism):
-                key = f"{s.index}/{i}"
-                opts = self._instance_config(
-                    seed=None if self.seed is None else self.seed * 1000 + len(self.actors),
-                    skip_released=recovering and self.guarantee in (Guarantee.EXACTLY_ONCE, Guarantee.AT_MOST_ONCE),
-                    restore=_restore_for(manifest, key),
-                )
-                name = s.actor_names[i]
-                if name in survivors:
-                    actor = survivors[name]
-                    resets.append(actor.reset.remote(opts, token))
-                else:
-                    actor = StageActor.options(name=name, namespace=NAMESPACE, **spread).remote(plan, s.index, i, opts, token)
-                self.actors[(s.index, i)] = actor
-                self.handles.append(actor)
-                self.names.append(name)
+        for ordinal, instance in enumerate(plan.instances):
+            opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
+            name = plan.actor_name(instance)
+            if name in survivors:
+                actor = survivors[name]
+                resets.append(actor.reset.remote(opts, token))
+            else:
+                actor = StageActor.options(name=name, namespace=NAMESPACE, **spread).remote(plan, *instance, opts, token)
+            self.actors[instance] = actor
+            self.handles.append(actor)
+            self.names.append(name)
         ray.get(resets)
         keys = list(self.actors)
         addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
         skip_after = None
-        if recovering and self.guarantee == "at-most-once":
-            # Replay only what released output depends on (up to the latest t_last over
-            # the sinks), so state agrees with that output; skip the rest of the backlog.
-            lasts = [t for t in ray.get([a.released_through.remote() for a in self.actors.values()]) if t is not None]
-            skip_after = max(lasts) if lasts else BOTTOM
+        if recovering and self.rules.skips_backlog:
+            skip_after = replay_limit(ray.get([a.released_through.remote() for a in self.actors.values()]))
         self.status.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
 
-    def _instance_config(self, **fields) -> InstanceConfig:
-        """A stage actor's config: the run's options, where the run sets them, over the actors' defaults."""
-        c = self.config
-        given = {"batch_size": c.batch_size, "max_inflight": c.max_inflight}
-        return InstanceConfig(
-            **{k: v for k, v in given.items() if v is not None},
-            chaos=c.chaos,
-            sample_every=c.sample_every,
-            snapshot_dir=self.snapshot_dir,
-            **fields,
-        )
-
     def run(self, timeout: Optional[float] = None, on_launched=None) -> RunResult:
-        manifest = self.store.read_latest_manifest() if (self.resume and self.store) else None
+        manifest = self._latest_manifest() if self.config.resume else None
         if manifest is not None:
             # Past every snapshot directory, committed or not: a new snapshot never shares one
             # with files an earlier run left behind.
-            self.next_snapshot_id = max([manifest["id"], *self.store.snapshot_ids()]) + 1
+            self.next_snapshot_id = max([manifest.snapshot_id, *self.store.snapshot_ids()]) + 1
         t0 = time.time()
         # A resumed run's sinks may hold output past the manifest (or output without any manifest).
-        self._launch_surviving(manifest, recovering=self.resume)
+        self._launch_surviving(manifest, recovering=self.config.resume)
         if on_launched is not None:
             on_launched()
         deadline = None if timeout is None else t0 + timeout
@@ -241,7 +217,7 @@ class RaySupervisor:
                 ray.wait(alive, num_returns=len(alive), timeout=0.1)
             return "died", ({n for n, ref in zip(self.names, alive) if _dead(ref)}, seen)
 
-        next_snapshot = time.time() + self.snapshot_interval
+        next_snapshot = time.time() + self.config.snapshot_interval
         pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
         stream: Optional[SnapshotStream] = None  # the acker's snapshots, once started
         try:
@@ -311,9 +287,14 @@ class RaySupervisor:
                 hung.add(name)
         return hung if self.store is not None else set()
 
+    def _latest_manifest(self) -> Optional[Manifest]:
+        """The newest committed manifest in the store, if any."""
+        data = self.store.read_latest_manifest() if self.store is not None else None
+        return None if data is None else Manifest.from_json(data)
+
     def _launch_surviving(
-        self, manifest: Optional[dict], recovering: bool, attempts: int = 5, survivors: Optional[dict] = None
-    ) -> Optional[dict]:
+        self, manifest: Optional[Manifest], recovering: bool, attempts: int = 5, survivors: Optional[dict] = None
+    ) -> Optional[Manifest]:
         """Launch; if an actor dies while the run starts, start again (from the newest manifest),
         this time with every actor new."""
         for attempt in range(attempts):
@@ -324,8 +305,8 @@ class RaySupervisor:
                 if self.store is None or attempt == attempts - 1:
                     raise
                 kill_actors(self.handles, self.names)
-                manifest, recovering = self.store.read_latest_manifest(), True
-                self.status.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest["id"]))
+                manifest, recovering = self._latest_manifest(), True
+                self.status.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest.snapshot_id))
         return manifest
 
     def snapshot(self) -> Optional[SnapshotRecord]:
@@ -343,9 +324,10 @@ class RaySupervisor:
             self.inbox = SnapshotInbox(ray.util.get_node_ip_address())
         self.streams += 1
         # An item later than this means the acker hangs, as a single call's bound did.
-        stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=self.snapshot_interval + self.heartbeat_timeout + 5)
+        interval = self.config.snapshot_interval
+        stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=interval + self.heartbeat_timeout + 5)
         inbox = (self.inbox.address, self.inbox.token, stream.number)
-        stream.call = self.acker.snapshots.remote(self.next_snapshot_id, count, self.snapshot_interval, self.heartbeat_timeout, inbox)
+        stream.call = self.acker.snapshots.remote(self.next_snapshot_id, count, interval, self.heartbeat_timeout, inbox)
         return stream
 
     def _take(self, stream: SnapshotStream) -> Optional[tuple]:
@@ -378,35 +360,18 @@ class RaySupervisor:
 
     def _commit(self, item: tuple) -> SnapshotRecord:
         """Commit the manifest of one snapshot from the acker, ``(id, T, parts, missing,
-        started, took_s)``. Raises Hung for actors that did not answer, RuntimeError for a
-        part that failed."""
-        sid, t, by_key, missing, started, took_s = item
-        if missing:
-            raise Hung({self._actor_name(k) for k in missing})
-        errors = [f"{self._actor_name(k)}: {p['error']}" for k, p in by_key.items() if "error" in p]
-        if errors:
-            raise RuntimeError(f"snapshot {sid} failed: {'; '.join(errors)}")
-        keys = list(self.actors)
-        parts = [by_key[k] for k in keys]
-        manifest = {
-            "id": sid,
-            "flow": self.plan.flow_name,
-            "parallelism": self.plan.parallelism,
-            "t": list(t),
-            "sources": {f"{k[0]}/{k[1]}": p["sources"] for k, p in zip(keys, parts) if p["sources"]},
-            "states": {f"{k[0]}/{k[1]}": p["states"] for k, p in zip(keys, parts) if p["states"]},
-        }
-        # Older snapshots whose bases and deltas this one is built on: pruning keeps them.
-        manifest["requires"] = sorted({i for p in parts for e in p["states"].values() for i in snapshots_required(e)} - {sid})
+        started, took_s)``. Raises Hung for actors that did not answer, SnapshotFailed for a
+        part that could not be written."""
+        sid, t, parts, missing, started, took_s = item
+        try:
+            manifest = manifest_of(self.plan.flow_name, self.plan.parallelism, sid, t, parts, missing)
+        except MissingParts as exc:
+            raise Hung({self.plan.actor_name(i) for i in exc.instances}) from None
         self._inject("before_commit")
-        self.store.write_manifest(sid, manifest)
+        self.store.write_manifest(sid, manifest.to_json())
         record = SnapshotRecord(sid, t, took_s, started)
         self.status.snapshots.append(record)
         return record
-
-    def _actor_name(self, key: tuple) -> str:
-        """The Ray name of the stage actor ``(stage index, instance)``."""
-        return self.plan.stages[key[0]].actor_names[key[1]]
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
@@ -414,9 +379,10 @@ class RaySupervisor:
         dead = set(self.names) if dead is None else dead
         kill_actors([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in self.names if n in dead])
         survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
-        manifest = self._launch_surviving(self.store.read_latest_manifest(), recovering=True, survivors=survivors)
-        sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k[0]].step_ids)]
-        recovery = Recovery(detected, time.time() - detected, None if manifest is None else manifest["id"], pending=[a.first_release.remote() for a in sinks])
+        manifest = self._launch_surviving(self._latest_manifest(), recovering=True, survivors=survivors)
+        sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k.stage].step_ids)]
+        snapshot_id = None if manifest is None else manifest.snapshot_id
+        recovery = Recovery(detected, time.time() - detected, snapshot_id, pending=[a.first_release.remote() for a in sinks])
         self.status.recoveries.append(recovery)
         self._inject("after_restore")
 
@@ -502,13 +468,3 @@ def _dead(ref) -> bool:
     """True if the actor behind a pending ``alive()`` call has died (the call then fails at once)."""
     ready, _ = ray.wait([ref], timeout=0)
     return bool(ready)
-
-
-def _restore_for(manifest: Optional[dict], key: str) -> dict:
-    if manifest is None:
-        return {}
-    sources = manifest.get("sources", {}).get(key)
-    return {
-        "states": manifest.get("states", {}).get(key, {}),
-        "sources": None if sources is None else {int(p): tuple(pos) for p, pos in sources.items()},
-    }

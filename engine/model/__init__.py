@@ -1,5 +1,6 @@
 """The engine's shared vocabulary, with no Ray: the compiled plan (stages, steps,
-channels), errors, and a run's results and metrics.
+channels), errors, the run configuration, manifests and the
+recovery rules, and a run's results and metrics.
 
-May import: the pure core (ordering, barriers) only.
+May import: the pure core (ordering, barriers, snapshots' pure modules) only.
 """

@@ -119,4 +119,4 @@ class InstanceConfig:
     seed: Optional[int] = None
     snapshot_dir: Optional[str] = None
     skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
-    restore: Mapping[str, Any] = field(default_factory=dict)  # this instance's part of the manifest
+    restore: Any = None  # this instance's SnapshotPart of the manifest it starts from (None: fresh)

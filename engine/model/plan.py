@@ -10,9 +10,21 @@ forward (instance i to instance i).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from driftstream.engine.model.errors import FlowError
+
+
+class Instance(NamedTuple):
+    """One instance of a stage: the stage's index in the plan and the instance's index in it."""
+
+    stage: int
+    index: int
+
+    @property
+    def label(self) -> str:
+        """The instance's name in manifests and logs: ``"stage/index"``."""
+        return f"{self.stage}/{self.index}"
 
 
 @dataclass
@@ -57,8 +69,21 @@ class Plan:
 
     @property
     def source_instances(self) -> list:
-        """``(stage index, instance)`` for every source instance; its position is its acker index."""
-        return [(s.index, i) for s in self.stages if s.source_id >= 0 for i in range(s.parallelism)]
+        """Every source :class:`Instance`; its position is its acker index."""
+        return [Instance(s.index, i) for s in self.stages if s.source_id >= 0 for i in range(s.parallelism)]
+
+    @property
+    def instances(self) -> list:
+        """Every stage :class:`Instance`, stage by stage."""
+        return [Instance(s.index, i) for s in self.stages for i in range(s.parallelism)]
+
+    def actor_name(self, instance: Instance) -> str:
+        """The Ray name of ``instance``'s actor: ``flow/stage/index``."""
+        return self.stages[instance.stage].actor_names[instance.index]
+
+    def participant(self, instance: Instance) -> str:
+        """``instance``'s name in the snapshot store, where '/' cannot be: ``flow-stage-index``."""
+        return f"{self.flow_name}-{self.stages[instance.stage].name}-{instance.index}"
 
     def describe(self) -> str:
         lines = [f"flow {self.flow_name!r}, parallelism {self.parallelism}"]

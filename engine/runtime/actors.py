@@ -16,7 +16,6 @@ import gc
 import random
 import sys
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -28,6 +27,7 @@ from driftstream.ordering.meta import TOP
 from driftstream.engine.connectors.source import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.errors import StepError
+from driftstream.engine.model.manifest import Instance, PartCollector, SnapshotPart
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
@@ -75,7 +75,7 @@ class AckerActor:
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
         self.updates = 0
-        # snapshot id -> ({stage actor key: its part}, Event set once every actor answered), while pending
+        # snapshot id -> (its PartCollector, Event set once every actor answered), while pending
         self.pending_snapshots: dict = {}
 
     async def listen(self) -> tuple:
@@ -92,9 +92,8 @@ class AckerActor:
         if type(message) is Prepared:
             pending = self.pending_snapshots.get(message.snapshot_id)
             if pending is not None:  # else: a snapshot given up on (a reset happened since)
-                parts, complete = pending
-                parts[message.instance] = message.part
-                if len(parts) == len(self.subscribers):
+                collector, complete = pending
+                if collector.add(message.instance, message.part):
                     complete.set()
             return
         self.acker.update(message.xors, message.source_index, message.bound)
@@ -188,7 +187,7 @@ class AckerActor:
         w = self.acker.watermark
         if w == TOP:
             return w, {}, []
-        parts, complete = self.pending_snapshots[snapshot_id] = ({}, asyncio.Event())
+        collector, complete = self.pending_snapshots[snapshot_id] = (PartCollector(snapshot_id, w, self.subscribers), asyncio.Event())
         for key in self.subscribers:
             self.endpoint.send(key, Watermark(w, snapshot_id))
         try:
@@ -197,7 +196,7 @@ class AckerActor:
             pass
         finally:
             self.pending_snapshots.pop(snapshot_id, None)
-        return w, parts, [k for k in self.subscribers if k not in parts]
+        return w, collector.parts, collector.missing
 
     async def alive(self) -> None:
         """Never returns: the supervisor holds this call to learn at once when the actor dies."""
@@ -230,7 +229,7 @@ class StageActor:
     """One stage instance around a pure :class:`StageRuntime`."""
 
     def __init__(self, plan: Plan, stage_index: int, instance: int, config: InstanceConfig, token: bytes) -> None:
-        self.key = (stage_index, instance)
+        self.key = Instance(stage_index, instance)
         self.plan = plan
         # The event loop shares the interpreter lock with the sink writer, a remote snapshot
         # store's uploads and the Kafka fetcher's threads; when one of them holds it, the loop waits up
@@ -283,8 +282,8 @@ class StageActor:
     def _setup(self, config: InstanceConfig, token: bytes) -> None:
         plan, (stage_index, instance) = self.plan, self.key
         stage = plan.stages[stage_index]
-        restore = config.restore
-        self.snapshots = StageSnapshots(config.snapshot_dir, f"{plan.flow_name}-{stage.name}-{instance}", restore)
+        restore = config.restore or SnapshotPart()
+        self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), restore)
         self.rt = StageRuntime(
             plan,
             stage_index,
@@ -298,13 +297,8 @@ class StageActor:
         self.sink_threads = {sid: ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink") for sid in self.rt.barriers}
         self.writes_idle = asyncio.Event()
         self.writes_idle.set()
-        # Snapshot parts, (T, "prepared" message), durable but waiting for the sinks to acknowledge
-        # the output below T. A reset replaces the deque: nothing of an old incarnation is sent.
-        self.parts_waiting: deque = deque()
         if config.skip_released:
-            # Exactly-once after a failure: the sinks already hold everything up to their last bundle.
-            for barrier, sink in self.rt.barriers.values():
-                barrier.skip_through(sink.last_bundle())
+            self.rt.skip_released()
         self.reader: Optional[SourceReader] = None
         self.source_index: Optional[int] = None
         if stage.source_id >= 0:
@@ -316,7 +310,7 @@ class StageActor:
                 stage.parallelism,
                 config.max_inflight,
                 config.batch_size,
-                starts=restore.get("sources"),
+                starts=restore.positions(),
             )
             self.source_index = plan.source_instances.index(self.key)
         self.batch_size = config.batch_size
@@ -370,9 +364,8 @@ class StageActor:
                 await self.endpoint.connect(key, addresses[key])
 
     async def released_through(self) -> Optional[tuple]:
-        """The latest ``t_last`` over this instance's sinks (after a recovery), or None."""
-        lasts = [b.t_last for b, _ in self.rt.barriers.values() if b.t_last is not None]
-        return max(lasts) if lasts else None
+        """See :meth:`StageRuntime.released_through` (asked after a recovery)."""
+        return self.rt.released_through()
 
     async def start(self, skip_after: Optional[tuple] = None) -> int:
         """Start reading. ``skip_after`` (at-most-once recovery): replay only up to that
@@ -396,11 +389,9 @@ class StageActor:
             if message.snapshot_id is not None:
                 snapshot_id, t, rt = message.snapshot_id, message.t, self.rt
 
-                def prepared(part: dict) -> None:
-                    # The part goes once the state is durable and the sinks have acknowledged
-                    # every output below T (the replay from T would not produce it again).
+                def prepared(part: SnapshotPart) -> None:
                     if rt is self.rt:  # else: written for an incarnation that was reset since
-                        self.parts_waiting.append((t, Prepared(snapshot_id, self.key, part)))
+                        rt.part_prepared(t, Prepared(snapshot_id, self.key, part))
                         self._send_parts()
 
                 self.snapshots.take(snapshot_id, t, self.reader, prepared)
@@ -411,11 +402,8 @@ class StageActor:
 
     def _send_parts(self) -> None:
         """Send the snapshot parts whose T the sinks' acknowledged output has reached, in order."""
-        waiting = self.parts_waiting
-        if waiting:
-            durable = self.rt.output_durable_through()
-            while waiting and waiting[0][0] <= durable:
-                self.endpoint.send("acker", waiting.popleft()[1])
+        for message in self.rt.ready_parts():
+            self.endpoint.send("acker", message)
 
     def _drain(self) -> None:
         self.drain_scheduled = False

@@ -1,11 +1,23 @@
-"""The simulator runtime: the whole flow in one process, under a seeded adversarial scheduler.
+"""The simulator runtime: the whole flow in one process, under a seeded adversarial
+scheduler, with snapshots, crashes and recovery.
 
-Data batches are delivered in any order (across and within channels, with
-arbitrary delays); control messages (acks to the acker, watermarks from it)
-keep per-sender FIFO order, as Ray actor calls from one caller do. Sources read
-chunks of random size whenever they have credit. Because the output of a run is
-a function of its input alone, every seed must give the same output: that is
-what the property tests check.
+Every step of a run is one scheduling decision, drawn from a seeded generator:
+deliver a data batch (in any order, across and within channels), deliver a control
+message (acks to the acker, watermarks and snapshot markers from it: FIFO per
+sender, as on the data plane's connections), read a source chunk of random size,
+complete a sink write, write a snapshot to the store, start a snapshot, commit
+one, restore an instance after a crash, or crash. Because the output of a run is a
+function of its input alone, every seed must give the same output: that is what
+the property tests check.
+
+Under a guarantee, the run takes snapshots into a real snapshot store (RocksDB
+files in a directory) every ``snapshot_interval`` seconds of simulated time (one
+step is a millisecond), and ``crashes`` seeded crashes hit it, at any step or at the
+protocol's critical points (:data:`CRASH_POINTS`). A crash loses every instance
+and every message in flight, as a recovery on Ray does; sink partitions survive,
+as a broker's topic does. The instances restart from the newest manifest one step
+at a time (a crash can strike mid-restore) under the same rules as on Ray
+(:mod:`driftstream.engine.model.recovery`).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -13,60 +25,167 @@ what the property tests check.
 >>> f.source(MemorySource(range(5), partitions=2)).map(lambda x: x * 10).sink(MemorySink("o"))
 >>> {tuple(run_simulated(f.plan(2), RunConfig(seed=s)).output("o")) for s in range(5)}
 {(0, 10, 20, 30, 40)}
+>>> eo = RunConfig(seed=1, guarantee="exactly-once", snapshot_interval=0.005)
+>>> run_simulated(f.plan(2), eo, crashes=2).output("o")
+[0, 10, 20, 30, 40]
 """
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import tempfile
 import time
 from collections import deque
 from typing import Optional
 
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import TOP
+from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.manifest import Manifest, PartCollector, manifest_of
+from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult, merge_instances
 from driftstream.engine.connectors.source import SourceReader
+from driftstream.engine.runtime.protocol import Ack, Prepared, Watermark
 from driftstream.engine.runtime.stage import StageRuntime
+from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 
 ACKER = "acker"
-
 
 #: What the simulator's scheduler gets when the run does not say: small batches and credit,
 #: so that there are many interleavings for it to choose from.
 SIMULATOR_BATCH_SIZE, SIMULATOR_MAX_INFLIGHT = 8, 64
 
+#: A memory-backed directory for the run's scratch files, where the machine has one.
+MEMORY_DIR = "/dev/shm"
+
+#: Where a seeded crash may strike: at any step, or right at a moment of the protocol
+#: where a wrong rule would lose or duplicate output.
+CRASH_POINTS = ("any step", "after a marker", "between prepared and commit", "after a commit", "during restore")
+
+#: Chance of a crash at any step, and at a critical point (a marker: shared by every
+#: instance's), while crashes remain; low enough that most crashes strike after a commit.
+CRASH_ANY, CRASH_AT_POINT = 0.004, 0.15
+
 
 class Simulation:
-    """One seeded run. ``step()`` performs one scheduling decision; ``run()`` runs to the end."""
+    """One seeded run. ``step()`` performs one scheduling decision; ``run()`` runs to the end.
 
-    def __init__(self, plan: Plan, seed: Optional[int] = None, batch_size: int = SIMULATOR_BATCH_SIZE, max_inflight: int = SIMULATOR_MAX_INFLIGHT) -> None:
+    ``crashes``: how many seeded crashes strike the run (it needs a guarantee: a run
+    without snapshots has nothing to recover from). ``crash_points`` lists where each struck.
+    """
+
+    def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0) -> None:
+        config = config or RunConfig()
+        if crashes and not config.takes_snapshots:
+            raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
         self.plan = plan
-        self.rng = random.Random(seed)
-        self.batch_size = batch_size
+        self.config = config
+        self.rng = random.Random(config.seed)
         self.clock_value = 0.0
-        self.stages = {
-            (s.index, i): StageRuntime(plan, s.index, i, seed=self.rng.getrandbits(32), clock=self._clock)
-            for s in plan.stages
-            for i in range(s.parallelism)
-        }
+        self.steps_taken = 0
+        self.crashes_left = crashes
+        self.crash_points: list = []
+        self.commits = 0
+        self.skipped = 0
+        self.recoveries: list = []  # per crash: the snapshot id its restart restored (None: the beginning)
+        self.snapshot_dir: Optional[str] = None
+        self.store: Optional[SnapshotStore] = None
+        # This run's own scratch directory (working databases, and the store unless one is
+        # given), in memory where the machine has a tmpfs: thrown away after the run.
+        self.scratch = tempfile.mkdtemp(prefix="driftstream-sim-", dir=MEMORY_DIR if os.access(MEMORY_DIR, os.W_OK) else None)
+        if config.takes_snapshots:
+            self.snapshot_dir = config.snapshot_dir or os.path.join(self.scratch, "store")
+            self.store = SnapshotStore(self.snapshot_dir)
+            for sid in self.store.snapshot_ids():  # a run starts afresh, as on Ray without resume
+                self.store.delete_snapshot(sid)
+        self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
+        # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
+        self.base_every_s = self.rng.choice([0.0, 3600.0])
+        self.sinks: dict = {}  # (sink step, instance) -> the partition every incarnation writes
+        self.next_snapshot_id = 1
+        self.next_snapshot_at = config.snapshot_interval
+        self.stages: dict = {}
+        self.snapshots: dict = {}
+        self.readers: dict = {}
         self.source_keys = plan.source_instances
-        self.readers = [
-            SourceReader(
-                plan.steps[plan.stages[si].source_id].source, plan.stages[si].source_id, inst, plan.stages[si].parallelism, max_inflight, batch_size
-            )
-            for si, inst in self.source_keys
-        ]
-        self.reader_of = {key: r for key, r in zip(self.source_keys, self.readers)}
-        self.bound_sent = [None] * len(self.readers)
-        self.acker = Acker(sources=len(self.readers))
+        self._start_incarnation(manifest=None, recovering=False)
+        while self.restoring:
+            self._restore_one()
+
+    # -- incarnations ---------------------------------------------------------------------
+
+    def _start_incarnation(self, manifest: Optional[Manifest], recovering: bool) -> None:
+        """Forget everything in flight; instances are then restored one per step."""
+        self.manifest, self.recovering = manifest, recovering
+        self.restoring = list(self.plan.instances)
+        self.acker = Acker(sources=len(self.source_keys))
+        self.watermark = self.acker.watermark
+        self.bound_sent: dict = {}
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
-        self.watermark = self.acker.watermark
-        self.steps_taken = 0
+        self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
+        self.collector: Optional[PartCollector] = None
+
+    def _restore_one(self) -> None:
+        """Start the next instance of the incarnation from the manifest (a scheduling step)."""
+        instance = self.restoring.pop(0)
+        ordinal = self.plan.instances.index(instance)
+        config = self.rules.instance_config(instance, ordinal, self.manifest, self.recovering)
+        snaps = StageSnapshots(config.snapshot_dir, self.plan.participant(instance), config.restore, self.base_every_s, deferred=True, scratch=self.scratch)
+        self.snapshots[instance] = snaps
+        self.stages[instance] = rt = StageRuntime(
+            self.plan,
+            *instance,
+            seed=self.rng.getrandbits(32),
+            clock=self._clock,
+            backend_factory=snaps.backend if config.snapshot_dir else None,
+            bundle_writer=lambda sid, sink, bundle, instance=instance: self.writes.append((instance, sid, sink, bundle)),
+            sink_opener=self._open_sink,
+        )
+        if config.skip_released:
+            rt.skip_released()
+        if instance in self.source_keys:
+            step = self.plan.steps[self.plan.stages[instance.stage].source_id]
+            self.readers[instance] = SourceReader(
+                step.source, step.id, instance.index, self.plan.stages[instance.stage].parallelism, config.max_inflight, config.batch_size, starts=config.restore.positions()
+            )
+        if not self.restoring and self.recovering and self.rules.skips_backlog:
+            limit = replay_limit(rt.released_through() for rt in self.stages.values())
+            self.skipped += sum(r.skip_after(limit) for r in self.readers.values())
+
+    def _open_sink(self, sid: int, instance: int):
+        key = (sid, instance)
+        if key not in self.sinks:
+            self.sinks[key] = self.plan.steps[sid].sink.open(instance, self.plan.parallelism)
+        return self.sinks[key]
+
+    def _crash(self, point: str) -> None:
+        """Every instance and message in flight is lost; restart from the newest manifest."""
+        self.crashes_left -= 1
+        self.crash_points.append(point)
+        for snaps in self.snapshots.values():
+            snaps.close()
+        for reader in self.readers.values():
+            reader.close()
+        self.stages, self.snapshots, self.readers = {}, {}, {}
+        data = self.store.read_latest_manifest()
+        manifest = None if data is None else Manifest.from_json(data)
+        self.recoveries.append(None if manifest is None else manifest.snapshot_id)
+        self._start_incarnation(manifest, recovering=True)
+
+    def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
+        if self.crashes_left and self.rng.random() < chance:
+            self._crash(point)
+            return True
+        return False
+
+    # -- messages -------------------------------------------------------------------------
 
     def _clock(self) -> float:
         return self.clock_value
@@ -74,105 +193,185 @@ class Simulation:
     def _send_control(self, sender, receiver, message) -> None:
         self.control.setdefault((sender, receiver), deque()).append(message)
 
-    def _flush(self, key, source_index: Optional[int] = None) -> None:
-        stage = self.stages[key]
-        self.data.extend(stage.take_batches())
-        acks = stage.take_acks()
+    def _flush(self, instance: Instance) -> None:
+        """What ``instance`` has to send: batches, then one Ack (XORs and a new bound), then
+        the snapshot parts its sinks' acknowledged output allows."""
+        rt = self.stages[instance]
+        self.data.extend(rt.take_batches())
+        acks = rt.take_acks()
+        reader = self.readers.get(instance)
         bound = None
-        if source_index is not None:
-            bound = self.readers[source_index].bound()
-            if bound == self.bound_sent[source_index]:
+        if reader is not None:
+            bound = reader.bound()
+            if bound == self.bound_sent.get(instance):
                 bound = None
             else:
-                self.bound_sent[source_index] = bound
+                self.bound_sent[instance] = bound
         if acks or bound is not None:
-            self._send_control(key, ACKER, (acks, source_index, bound))
+            index = self.source_keys.index(instance) if reader is not None else None
+            self._send_control(instance, ACKER, Ack(acks, index, bound))
+        for message in rt.ready_parts():
+            self._send_control(instance, ACKER, message)
 
-    def _eligible_sources(self) -> list:
-        return [
-            i
-            for i, r in enumerate(self.readers)
-            if (not r.done and r.has_credit()) or (r.done and self.bound_sent[i] != TOP)
-        ]
+    def _to_acker(self, message) -> None:
+        if type(message) is Prepared:
+            if self.collector is not None and self.collector.snapshot_id == message.snapshot_id:
+                self.collector.add(message.instance, message.part)
+            return
+        w = self.acker.update(message.xors, message.source_index, message.bound)
+        if w != self.watermark:
+            self.watermark = w
+            for instance in self.stages:
+                self._send_control(ACKER, instance, Watermark(w))
+
+    def _to_stage(self, instance: Instance, message: Watermark) -> None:
+        rt = self.stages[instance]
+        rt.on_watermark(message.t)
+        reader = self.readers.get(instance)
+        if reader is not None:
+            reader.on_watermark(message.t)
+        if message.snapshot_id is not None:
+            sid, t = message.snapshot_id, message.t
+            self.snapshots[instance].take(sid, t, reader, lambda part: rt.part_prepared(t, Prepared(sid, instance, part)))
+            self._maybe_crash("after a marker", CRASH_AT_POINT / len(self.plan.instances))
+
+    # -- scheduling -----------------------------------------------------------------------
+
+    def _choices(self) -> list:
+        if self.restoring:
+            return ["restore"]
+        kinds = []
+        if self.data:
+            kinds.append("data")
+        if any(self.control.values()):
+            kinds.append("control")
+        if any(self._source_ready(k) for k in self.readers):
+            kinds.append("source")
+        if self.writes:
+            kinds.append("write")
+        if any(s.pending_writes() for s in self.snapshots.values()):
+            kinds.append("persist")
+        if self.collector is not None and not self.collector.missing:
+            kinds.append("commit")
+        elif self.store is not None and self.collector is None and self.watermark != TOP and self.clock_value >= self.next_snapshot_at:
+            kinds.append("snapshot")
+        return kinds
+
+    def _source_ready(self, instance: Instance) -> bool:
+        r = self.readers[instance]
+        return (not r.done and r.has_credit()) or (r.done and self.bound_sent.get(instance) != TOP)
 
     def step(self) -> bool:
         """Take one scheduling decision; False when nothing is left to do."""
-        sources = self._eligible_sources()
-        channels = [k for k, q in self.control.items() if q]
-        kinds = [k for k, n in (("data", len(self.data)), ("control", len(channels)), ("source", len(sources))) if n]
+        kinds = self._choices()
         if not kinds:
             return False
         self.steps_taken += 1
         self.clock_value += 0.001
+        if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
+            return True
         kind = self.rng.choice(kinds)
-        if kind == "data":
+        if kind == "restore":
+            self._restore_one()
+        elif kind == "data":
             i = self.rng.randrange(len(self.data))
             self.data[i], self.data[-1] = self.data[-1], self.data[i]
-            stage, inst, batch = self.data.pop()
-            self.stages[(stage, inst)].receive(batch)
-            self._flush((stage, inst))
+            stage, index, batch = self.data.pop()
+            self.stages[(stage, index)].receive(batch)
+            self._flush(Instance(stage, index))
         elif kind == "control":
-            sender, receiver = self.rng.choice(channels)
+            sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
             message = self.control[(sender, receiver)].popleft()
             if receiver == ACKER:
-                acks, source_index, bound = message
-                w = self.acker.update(acks, source_index, bound)
-                if w != self.watermark:
-                    self.watermark = w
-                    for key in self.stages:
-                        self._send_control(ACKER, key, w)
+                self._to_acker(message)
             else:
-                self.stages[receiver].on_watermark(message)
-                reader = self.reader_of.get(receiver)
-                if reader is not None:
-                    reader.on_watermark(message)
-        else:
-            i = self.rng.choice(sources)
-            key = self.source_keys[i]
-            items = self.readers[i].poll(self.rng.randint(1, self.batch_size))
+                self._to_stage(receiver, message)
+                if receiver in self.stages:  # else: a crash at the marker
+                    self._flush(receiver)
+        elif kind == "source":
+            instance = self.rng.choice([k for k in self.readers if self._source_ready(k)])
+            items = self.readers[instance].poll(self.rng.randint(1, self.rules.settings["batch_size"]))
             if items:
-                self.stages[key].process_source(items)
-            self._flush(key, i)
+                self.stages[instance].process_source(items)
+            self._flush(instance)
+        elif kind == "write":
+            instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))
+            sink.write(bundle)
+            self.stages[instance].bundle_written(sid, bundle)
+            self._flush(instance)
+        elif kind == "persist":
+            instance = self.rng.choice([k for k, s in self.snapshots.items() if s.pending_writes()])
+            self.snapshots[instance].write_next()
+            self._flush(instance)
+        elif kind == "snapshot":
+            self._begin_snapshot()
+        else:
+            self._commit()
         return True
 
+    def _begin_snapshot(self) -> None:
+        """The acker's side: the marker of a new snapshot at the current watermark, to every instance."""
+        sid, w = self.next_snapshot_id, self.watermark
+        self.next_snapshot_id += 1
+        self.next_snapshot_at = self.clock_value + self.config.snapshot_interval
+        self.collector = PartCollector(sid, w, self.plan.instances)
+        for instance in self.plan.instances:
+            self._send_control(ACKER, instance, Watermark(w, sid))
+
+    def _commit(self) -> None:
+        """The supervisor's side: every part is in; the manifest is committed."""
+        c, self.collector = self.collector, None
+        if self._maybe_crash("between prepared and commit"):
+            return
+        manifest = manifest_of(self.plan.flow_name, self.plan.parallelism, c.snapshot_id, c.t, c.parts, c.missing)
+        self.store.write_manifest(c.snapshot_id, manifest.to_json())
+        self.commits += 1
+        self._maybe_crash("after a commit")
+
     def run(self) -> RunResult:
-        while self.step():
-            pass
-        if self.acker.watermark != TOP:
-            raise RuntimeError(
-                f"simulation stalled at watermark {self.acker.watermark} with {self.acker.in_flight()} times in flight"
-            )
-        reports = [
-            {"collected": s.collected(), "metrics": s.metrics(), "emit_times": s.emit_times, "release_times": s.release_times}
-            for s in self.stages.values()
-        ]
-        reports[0]["metrics"]["dead_letters"] = sum(r.dead_letters for r in self.readers)
-        for r in self.readers:
+        try:
+            while self.step():
+                pass
+            if self.acker.watermark != TOP:
+                raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.in_flight()} times in flight")
+            reports = [
+                {"collected": s.collected(), "metrics": s.metrics(), "emit_times": s.emit_times, "release_times": s.release_times}
+                for s in self.stages.values()
+            ]
+            reports[0]["metrics"]["dead_letters"] = sum(r.dead_letters for r in self.readers.values())
+            sinks = [s.name for s in self.plan.steps if s.kind == "sink"]
+            result = merge_instances(reports, self.clock_value, sinks)
+            result.metrics.snapshots = self.commits
+            result.metrics.recoveries = len(self.crash_points)
+            result.metrics.skipped = self.skipped
+            return result
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for r in self.readers.values():
             r.close()
         for s in self.stages.values():
             s.close()
-        sinks = [s.name for s in self.plan.steps if s.kind == "sink"]
-        return merge_instances(reports, self.clock_value, sinks)
+        for s in self.snapshots.values():
+            s.close()
+        self.readers, self.stages, self.snapshots = {}, {}, {}
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def run_simulated(plan: Plan, config: Optional[RunConfig] = None) -> RunResult:
-    """Run ``plan`` in this process under the seeded scheduler (see module doc).
+def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0) -> RunResult:
+    """Run ``plan`` in this process under the seeded scheduler (see module doc), with
+    ``crashes`` seeded crashes (they need a guarantee).
 
-    It honours ``seed``, ``batch_size`` and ``max_inflight``; any other option (a
-    guarantee, snapshots, faults) is refused rather than silently left out."""
+    It honours ``seed``, ``batch_size``, ``max_inflight``, ``guarantee``,
+    ``snapshot_interval`` (in simulated seconds) and ``snapshot_dir`` (default: a
+    temporary directory, removed after the run); any other option is refused rather
+    than silently left out."""
     config = config or RunConfig()
-    refused = config.not_defaults("seed", "batch_size", "max_inflight")
+    refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir")
     if refused:
-        raise FlowError(
-            f"the simulator cannot honour {', '.join(refused)}: it runs one process without snapshots, "
-            "failures or Ray; run with runtime='ray' for those"
-        )
+        raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()
-    result = Simulation(
-        plan,
-        seed=config.seed,
-        batch_size=config.batch_size or SIMULATOR_BATCH_SIZE,
-        max_inflight=config.max_inflight or SIMULATOR_MAX_INFLIGHT,
-    ).run()
+    result = Simulation(plan, config, crashes).run()
     result.metrics.wall_time = time.time() - started
     return result

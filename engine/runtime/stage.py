@@ -22,11 +22,14 @@ from __future__ import annotations
 import random
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from driftstream.barriers.barrier import Barrier
+from driftstream.ordering.entry_state import EntryKeyedState, MapState
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
 from driftstream.ordering.partitioning import stable_hash
 
@@ -80,11 +83,14 @@ class StageRuntime:
         max_samples: int = MAX_SAMPLES,
         backend_factory: Optional[Callable[[str, Callable], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
+        sink_opener: Optional[Callable[[int, int], Any]] = None,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
         this call. The Ray runtime writes in a thread so the event loop never waits
-        for a broker's acknowledgement.
+        for a broker's acknowledgement. ``sink_opener(step id, instance)`` opens a sink
+        partition (default: the step's sink opens a new one); the simulator hands a
+        restarted instance the partition its predecessor wrote, as a durable sink would.
 
         Latency samples (``emit_times``, ``release_times``: time -> wall clock) are kept
         for the elements whose offset is a multiple of ``sample_every``; when either holds
@@ -115,15 +121,23 @@ class StageRuntime:
         self._emit_every = self._release_every = self.sample_every
         self.peak_log_entries = 0
         self.failure: Optional[StepError] = None
+        # Snapshot parts, (T, part message), durable but waiting for the sinks to acknowledge
+        # the output below T (see part_prepared).
+        self.parts_waiting: deque = deque()
         self._runners: dict = {}
         for sid in self.stage.step_ids:
             step = plan.steps[sid]
             self.counts[step.name] = 0
             if step.kind in ("stateful_map", "stateful_flat_map"):
                 backend = backend_factory(step.name, step.fn) if backend_factory else None
-                self.keyed[sid] = DriftingKeyedState(step.fn, flat=step.kind == "stateful_flat_map", backend=backend)
+                flat = step.kind == "stateful_flat_map"
+                if step.state is MapState:
+                    self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
+                else:
+                    self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)
             elif step.kind == "sink":
-                self.barriers[sid] = (Barrier(), step.sink.open(instance, plan.parallelism))
+                sink = sink_opener(sid, instance) if sink_opener else step.sink.open(instance, plan.parallelism)
+                self.barriers[sid] = (Barrier(), sink)
             self._runners[sid] = self._make_runner(step)
 
     # -- data in ------------------------------------------------------------------------
@@ -309,6 +323,33 @@ class StageRuntime:
         (in flight when the actor was killed) would be lost. O(sinks)."""
         durable = self.durable
         return min((durable.get(sid, BOTTOM) for sid in self.barriers), default=TOP)
+
+    def skip_released(self) -> None:
+        """After a failure (exactly-once, at-most-once): each barrier drops replayed output up
+        to the last bundle its sink already holds."""
+        for barrier, sink in self.barriers.values():
+            barrier.skip_through(sink.last_bundle())
+
+    def released_through(self) -> Optional[tuple]:
+        """The time of the latest output any of this instance's sinks holds (None: nothing yet)."""
+        lasts = [b.t_last for b, _ in self.barriers.values() if b.t_last is not None]
+        return max(lasts) if lasts else None
+
+    def part_prepared(self, t: tuple, message: Any) -> None:
+        """This instance's part of the snapshot at ``t`` is durable; ``message`` goes to the
+        acker once the sinks have acknowledged every output below ``t`` (:meth:`ready_parts`):
+        a replay from ``t`` would not produce that output again."""
+        self.parts_waiting.append((t, message))
+
+    def ready_parts(self) -> list:
+        """The part messages whose T the sinks' acknowledged output has reached, oldest first;
+        they leave the waiting queue. O(1) when none is ready."""
+        waiting, ready = self.parts_waiting, []
+        if waiting:
+            durable = self.output_durable_through()
+            while waiting and waiting[0][0] <= durable:
+                ready.append(waiting.popleft()[1])
+        return ready
 
     def released_total(self) -> int:
         """Elements released to sinks so far, over all this instance's barriers (O(sinks))."""

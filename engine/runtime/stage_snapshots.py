@@ -27,13 +27,15 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Generator, Iterable, NamedTuple, Optional
 
-from driftstream.snapshots.backend import RocksDBBackend
-from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, encode_delta, pack_delta, replay_deltas
+from driftstream.snapshots.backend import REMOVED, RocksDBBackend
+from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
 from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
+
+from driftstream.engine.model.manifest import SnapshotPart
 
 
 #: Deltas of at most this many changed keys are written at once, in the callback that takes them (see ``take``).
@@ -49,27 +51,40 @@ FLUSH_WAIT_S, FLUSH_POLL_S = 5.0, 0.002
 class StageSnapshots:
     """Backends and snapshot duties of one stage instance.
 
-    ``restore``: ``{"states": {step name: chain entry}, "sources": {...}}``
-    from the manifest being recovered, or empty for a fresh start. ``base_every_s``:
-    seconds between full checkpoints (the snapshots in between write deltas).
+    ``restore``: this instance's part of the manifest being recovered (None: a fresh
+    start). ``base_every_s``: seconds between full checkpoints (the snapshots in between
+    write deltas). ``deferred``: snapshots are written only when the owner calls
+    :meth:`write_next` (the simulator: a seeded scheduling decision), never by a task.
+    ``scratch``: where the working databases live (default: the system's temporary
+    directory; the simulator gives each run its own).
     """
 
-    def __init__(self, store_uri: Optional[str], participant_prefix: str, restore: dict, base_every_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        store_uri: Optional[str],
+        participant_prefix: str,
+        restore: Optional[SnapshotPart] = None,
+        base_every_s: float = 5.0,
+        deferred: bool = False,
+        scratch: Optional[str] = None,
+    ) -> None:
         self.store = SnapshotStore(store_uri) if store_uri else None
         self.prefix = participant_prefix
-        self.restore = restore
+        self.restore = restore or SnapshotPart()
         self.base_every_s = base_every_s
+        self.deferred = deferred
         self.chains: dict = {}  # step name -> Chain
         self.workdir = None
         if store_uri:
             # A killed incarnation of this instance could not clean up after itself.
-            _remove_stale_workdirs(participant_prefix)
-            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-{os.getpid()}-"))
+            scratch = scratch or tempfile.gettempdir()
+            _remove_stale_workdirs(scratch, participant_prefix)
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-{os.getpid()}-", dir=scratch))
         self.backends: dict = {}
         # Steps whose last write failed: their deltas since build on a hole until the next base
         # (the writer's own record; the chain is reset when the failure is reported).
         self._broken: set = set()
-        # Snapshots waiting for the writer task, oldest first: (id, jobs, part, prepared).
+        # Snapshots waiting for the writer, oldest first: (id, jobs, part, prepared).
         # One writer: snapshot k's writes must land before snapshot k+1's checkpoint.
         self._queue: deque = deque()
         self._writer: Optional[asyncio.Task] = None
@@ -84,7 +99,7 @@ class StageSnapshots:
         restored from the snapshot if there is one. ``fn`` is the step's function: deltas
         that hold inputs are re-applied with it."""
         path = self.workdir / f"db-{step_name}"
-        entry = self.restore.get("states", {}).get(step_name)
+        entry = self.restore.states.get(step_name)
         participant = self.participant(step_name)
         if entry is None:
             self.chains[step_name] = Chain(self.base_every_s)
@@ -97,18 +112,18 @@ class StageSnapshots:
                 states = replay_deltas(deltas, db.get_encoded, fn)
             except Exception as exc:
                 raise RuntimeError(f"step {step_name!r}: re-applying the inputs of snapshots {entry['deltas']} failed: {exc!r}") from exc
-            db.put_encoded([(k, encode(state)) for k, state in states.items()])
+            db.put_encoded([(k, state if state is REMOVED else encode(state)) for k, state in states.items()])
             # Go on from the restored chain: its files stay in the store while a manifest needs them.
             self.chains[step_name] = Chain.from_entry(entry, time.time(), self.base_every_s)
         backend = self.backends[step_name] = StateCache(db)
         return backend
 
-    def take(self, snapshot_id: int, t: tuple, reader: Any, prepared: Callable[[dict], None]) -> None:
+    def take(self, snapshot_id: int, t: tuple, reader: Any, prepared: Callable[[SnapshotPart], None]) -> None:
         """Take what changed and the source positions now; store them in the background,
-        then call ``prepared(part)`` in the event loop: the manifest's record of this
-        instance (``{"states": ..., "sources": ...}``, or ``{"error": message}``)."""
+        then call ``prepared(part)`` in the event loop: this instance's
+        :class:`SnapshotPart` of the manifest (its ``error`` set if a write failed)."""
         if self.store is None:
-            prepared({"states": {}, "sources": {}})
+            prepared(SnapshotPart())
             return
         now = time.time()
         jobs, entries = {}, {}
@@ -122,23 +137,28 @@ class StageSnapshots:
                 jobs[step_name] = ("delta", changes)
                 chain.add_delta(snapshot_id)
             entries[step_name] = chain.entry(self.participant(step_name))
-        part = {"states": entries, "sources": {str(p): list(pos) for p, pos in (reader.resume_positions(t) if reader is not None else {}).items()}}
+        sources = reader.resume_positions(t) if reader is not None else {}
+        part = SnapshotPart(states=entries, sources={str(p): list(pos) for p, pos in sources.items()})
+        self._queue.append((snapshot_id, jobs, part, prepared))
+        if self.deferred:
+            return
         small = sum(len(batch) for _, batch in jobs.values()) <= INLINE_DELTA_KEYS
         if small and self._writer is None and self.store.is_local and all(kind == "delta" for kind, _ in jobs.values()):
             # A short interval's delta is a few kilobytes of inputs: encoded and written here
             # in about 1 ms of CPU (~90 keys at 50 ms snapshots); a task would cost more.
-            error: Optional[BaseException] = None
-            try:
-                for step_name, (_, changes) in jobs.items():
-                    self._check_chain(step_name)
-                    self._write_delta(snapshot_id, step_name, encode_delta(changes))
-            except Exception as exc:
-                error = exc
-            self._written(error, jobs, part, prepared)
-            return
-        self._queue.append((snapshot_id, jobs, part, prepared))
-        if self._writer is None:
+            self.write_next()
+        elif self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write_queued())
+
+    def pending_writes(self) -> int:
+        """Snapshots taken and not yet written."""
+        return len(self._queue)
+
+    def write_next(self) -> None:
+        """Write the oldest queued snapshot now, in this call (slices run back to back)."""
+        steps, reply = self._write_first(), None
+        while (step := _resume(steps, reply)) is not None:
+            reply = _run_io(step) if isinstance(step, _Io) else time.sleep(step)
 
     async def _write_queued(self) -> None:
         """The writer task: persists queued snapshots in order, yielding to the loop every slice.
@@ -148,20 +168,32 @@ class StageSnapshots:
         socket read, write or poll: a base or a 1 s delta (20 to 60 ms of encoding) slowed
         every element in flight by several milliseconds while it lasted.
         """
+        loop = asyncio.get_running_loop()
         try:
             while self._queue:
-                snapshot_id, jobs, part, prepared = self._queue[0]
-                error: Optional[BaseException] = None
-                try:
-                    await self._persist(snapshot_id, jobs)
-                except Exception as exc:
-                    error = exc
-                self._queue.popleft()
-                self._written(error, jobs, part, prepared)
+                steps, reply = self._write_first(), None
+                while (step := _resume(steps, reply)) is not None:
+                    if isinstance(step, _Io):
+                        reply = await loop.run_in_executor(self._io, _run_io, step)
+                    else:
+                        reply = await asyncio.sleep(step)
         finally:
             self._writer = None
 
-    def _written(self, error: Optional[BaseException], jobs: dict, part: dict, prepared: Callable[[dict], None]) -> None:
+    def _write_first(self) -> Generator:
+        """Persist the oldest queued snapshot, then report it (:meth:`_written`). A generator:
+        it yields a pause in seconds where the event loop may take a turn, or an
+        :class:`_Io` to run in the I/O thread (the reply: None, or the exception it raised)."""
+        snapshot_id, jobs, part, prepared = self._queue[0]
+        error: Optional[BaseException] = None
+        try:
+            yield from self._persist(snapshot_id, jobs)
+        except Exception as exc:
+            error = exc
+        self._queue.popleft()
+        self._written(error, jobs, part, prepared)
+
+    def _written(self, error: Optional[BaseException], jobs: dict, part: SnapshotPart, prepared: Callable[[SnapshotPart], None]) -> None:
         """In the event loop, once the snapshot's writes are done (``error`` None) or failed."""
         for step_name, (kind, batch) in jobs.items():
             cache = self.backends[step_name]
@@ -171,24 +203,24 @@ class StageSnapshots:
                 self.chains[step_name].reset()
                 if kind == "base":
                     cache.unwritten_again(batch)
-        prepared(part if error is None else {"error": f"{type(error).__name__}: {error}"})
+        prepared(part if error is None else SnapshotPart(error=f"{type(error).__name__}: {error}"))
 
-    async def _persist(self, snapshot_id: int, jobs: dict) -> None:
+    def _persist(self, snapshot_id: int, jobs: dict) -> Generator:
         for step_name, (kind, batch) in jobs.items():
             try:
                 if kind == "base":
                     cache = self.backends[step_name]
-                    await _in_slices(batch.items(), cache.write_item)
-                    await _flushed(cache)
+                    yield from _in_slices(batch.items(), cache.write_item)
+                    yield from _flushed(cache)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
-                    await self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
+                    yield from self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
                     shutil.rmtree(local, ignore_errors=True)
                     self._broken.discard(step_name)
                 else:
                     self._check_chain(step_name)
                     rows: list = []
-                    await _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
-                    await self._io_call(self._write_delta, snapshot_id, step_name, pack_delta(rows))
+                    yield from _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
+                    yield from self._io_call(self._write_delta, snapshot_id, step_name, pack_delta(rows))
             except BaseException:
                 self._broken.add(step_name)
                 raise
@@ -201,12 +233,14 @@ class StageSnapshots:
     def _write_delta(self, snapshot_id: int, step_name: str, data: bytes) -> None:
         self.store.put_file(snapshot_id, self.participant(step_name), DELTA_FILE, data)
 
-    async def _io_call(self, fn: Callable, *args: Any) -> None:
+    def _io_call(self, fn: Callable, *args: Any) -> Generator:
         """``fn(*args)`` here on a local store (a page-cache copy or hard links), in the I/O thread on a remote one."""
         if self._io is None:
             fn(*args)
-        else:
-            await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+            return
+        error = yield _Io(fn, args)
+        if error is not None:
+            raise error
 
     def close(self) -> None:
         """Stop writing (queued snapshots are dropped: this incarnation is gone) and release the backends."""
@@ -221,27 +255,51 @@ class StageSnapshots:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-async def _in_slices(items: Iterable, fn: Callable[[Any], Any]) -> None:
-    """``fn(item)`` for every item, giving the event loop a turn after each :data:`SLICE_S` of it."""
+class _Io(NamedTuple):
+    """A call for the I/O thread, yielded by the writer's generators."""
+
+    fn: Callable
+    args: tuple
+
+
+def _resume(steps: Generator, reply: Any) -> Any:
+    """The writer generator's next request (a pause or an :class:`_Io`), or None once it is done."""
+    try:
+        return steps.send(reply)
+    except StopIteration:
+        return None
+
+
+def _run_io(io: _Io) -> Optional[Exception]:
+    """Run ``io``; the exception it raised (the reply the generator re-raises), or None."""
+    try:
+        io.fn(*io.args)
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _in_slices(items: Iterable, fn: Callable[[Any], Any]) -> Generator:
+    """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each :data:`SLICE_S` of it."""
     deadline = time.perf_counter() + SLICE_S
     for item in items:
         fn(item)
         if time.perf_counter() > deadline:
-            await asyncio.sleep(0)
+            yield 0
             deadline = time.perf_counter() + SLICE_S
 
 
-async def _flushed(cache: StateCache, timeout: float = FLUSH_WAIT_S) -> None:
+def _flushed(cache: StateCache, timeout: float = FLUSH_WAIT_S) -> Generator:
     """Flush ``cache``'s RocksDB memtable in RocksDB's own thread while the event loop goes on,
     polling every :data:`FLUSH_POLL_S`; the checkpoint that follows then has nothing to flush
     while it holds the interpreter lock. After ``timeout`` the checkpoint finishes the flush."""
     cache.start_flush()
     deadline = time.perf_counter() + timeout
     while cache.flushing() and time.perf_counter() < deadline:
-        await asyncio.sleep(FLUSH_POLL_S)
+        yield FLUSH_POLL_S
 
 
-def _remove_stale_workdirs(participant_prefix: str) -> None:
+def _remove_stale_workdirs(scratch: str, participant_prefix: str) -> None:
     """Delete the working directories that earlier incarnations of this instance left behind.
 
     A killed process cannot clean up after itself. Only directories of processes that
@@ -249,7 +307,7 @@ def _remove_stale_workdirs(participant_prefix: str) -> None:
     recovery two incarnations may both be alive, and the older one's open database
     must not vanish under it.
     """
-    for stale in Path(tempfile.gettempdir()).glob(f"driftstream-{participant_prefix}-*"):
+    for stale in Path(scratch).glob(f"driftstream-{participant_prefix}-*"):
         # <pid>-<mkdtemp's 8 characters>; anything else is another instance whose prefix
         # extends this one ("...-1" and "...-12-<pid>-...").
         match = re.fullmatch(r"(\d+)-[a-z0-9_]{8}", stale.name[len(f"driftstream-{participant_prefix}-") :])

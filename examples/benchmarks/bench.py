@@ -671,6 +671,10 @@ def main(argv: Optional[list] = None) -> int:
         from driftstream.examples.benchmarks.soak import main as soak_main
 
         return soak_main(argv[1:])
+    if argv and argv[0] == "backlog":
+        from driftstream.examples.benchmarks.backlog import main as backlog_main
+
+        return backlog_main(argv[1:])
     if argv and argv[0] == "inverted-index":
         # The benchmark workload lives with its example (PySpark corpus, Spark baseline).
         from driftstream.examples.inverted_index.benchmark import main as inverted_index_main
@@ -680,6 +684,7 @@ def main(argv: Optional[list] = None) -> int:
     sub = parser.add_subparsers(dest="bench", required=True)
     sub.add_parser("soak", help="a Kafka flow with keyed state at a steady rate for a long time, checked exactly-once (--help for options)")
     sub.add_parser("inverted-index", help="driftstream vs Spark Structured Streaming on the inverted index (--help for options)")
+    sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
     wc.add_argument("--lines", type=int, default=40_000, help="lines (10 words each) for the throughput run")
     wc.add_argument("--rate", type=float, default=1_000, help="words/s for the latency run")

@@ -12,9 +12,10 @@ adds (:func:`~driftstream.examples.inverted_index.documents.page_changes`)::
     documents --key_by page_id--> stateful_flat_map page_words
               --key_by word--> stateful_flat_map index --> change records
 
-The index's state for a word is ``{page_id: positions}``; ``df`` in each change
-record is the number of pages holding the word after the change, so the output
-depends on the order of documents, and is the same in every run.
+The index's state for a word is its posting list, ``page_id -> positions``, held as
+entries (``MapState``): a change costs O(1) however many pages hold the word. ``df``
+in each change record is the number of pages holding the word after the change, so
+the output depends on the order of documents, and is the same in every run.
 
 >>> from driftstream.engine.testing import MemorySource, MemorySink
 >>> docs = [{"page_id": 1, "text": "a b a"}, {"page_id": 2, "text": "b c"}]
@@ -28,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from driftstream.barriers.sink import Sink
-from driftstream.engine import Flow
+from driftstream.engine import Flow, MapState
 from driftstream.engine.connectors.source import Source
 
 from .documents import page_changes, word_positions
@@ -56,16 +57,31 @@ def page_words(previous: Optional[dict], doc: dict) -> tuple:
     return current, [(op, w, page_id, p) for op, w, p in page_changes(previous, current)]
 
 
-def index_update(postings: Optional[dict], change: tuple) -> tuple:
-    """State: the word's index ``{page_id: positions}``; emits the change record with ``df``.
+def index_update(postings: MapState, change: tuple) -> list:
+    """State: the word's posting list, page_id -> positions, as entries; emits the change
+    record with ``df``, the number of pages holding the word after the change.
 
-    Copies the dict rather than changing it (the engine may apply a change again to
-    the same state after a late arrival): O(pages holding the word), in C.
+    O(1) whatever the number of pages holding the word: one entry written or removed
+    (run with ``state=MapState``; a late arrival undoes and redoes just that entry).
+    """
+    op, word, page_id, positions = change
+    if op == "add":
+        postings.put(page_id, positions)
+        return [{"op": "add", "word": word, "page_id": page_id, "positions": positions, "df": len(postings)}]
+    postings.remove(page_id)
+    return [{"op": "remove", "word": word, "page_id": page_id, "df": len(postings)}]
 
-    >>> state, out = index_update(None, ("add", "a", 7, [0, 2]))
+
+def index_update_copying(postings: Optional[dict], change: tuple) -> tuple:
+    """The same index with the whole posting list as the state value: each change copies
+    the dict (the engine may apply a change again to the same state after a late
+    arrival), O(pages holding the word). Kept to measure what entry state saves
+    (``driftstream bench backlog --state value``).
+
+    >>> state, out = index_update_copying(None, ("add", "a", 7, [0, 2]))
     >>> out
     [{'op': 'add', 'word': 'a', 'page_id': 7, 'positions': [0, 2], 'df': 1}]
-    >>> index_update(state, ("remove", "a", 7, None))[1]
+    >>> index_update_copying(state, ("remove", "a", 7, None))[1]
     [{'op': 'remove', 'word': 'a', 'page_id': 7, 'df': 0}]
     """
     op, word, page_id, positions = change
@@ -77,15 +93,25 @@ def index_update(postings: Optional[dict], change: tuple) -> tuple:
     return new, [{"op": "remove", "word": word, "page_id": page_id, "df": len(new)}]
 
 
-def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool = False) -> Flow:
-    """The index flow from ``source`` (documents as dicts) to ``sink`` (change records)."""
+def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool = False, state: str = "entries") -> Flow:
+    """The index flow from ``source`` (documents as dicts) to ``sink`` (change records).
+
+    ``state``: ``"entries"`` (:func:`index_update`, the posting list as MapState entries) or
+    ``"value"`` (:func:`index_update_copying`, the posting list a dict copied per change)."""
     f = Flow(name)
     docs = f.source(source, name="documents")
     if edits:
         changes = docs.key_by(_page_id, name="by_page").stateful_flat_map(page_words, name="page_words")
     else:
         changes = docs.flat_map(document_words, name="words")
-    changes.key_by(_word, name="by_word").stateful_flat_map(index_update, name="index").sink(sink)
+    by_word = changes.key_by(_word, name="by_word")
+    if state == "entries":
+        index = by_word.stateful_flat_map(index_update, name="index", state=MapState)
+    elif state == "value":
+        index = by_word.stateful_flat_map(index_update_copying, name="index")
+    else:
+        raise ValueError(f"state is 'entries' or 'value', not {state!r}")
+    index.sink(sink)
     return f
 
 

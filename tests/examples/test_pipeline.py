@@ -35,10 +35,10 @@ def _docs(raw: list, edits: bool) -> list:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(raw=documents, edits=st.booleans(), parallelism=st.integers(1, 3), seed=st.integers(0, 10_000))
-def test_any_arrival_order_gives_the_reference(raw, edits, parallelism, seed):
+@given(raw=documents, edits=st.booleans(), parallelism=st.integers(1, 3), seed=st.integers(0, 10_000), state=st.sampled_from(["entries", "value"]))
+def test_any_arrival_order_gives_the_reference(raw, edits, parallelism, seed, state):
     docs = _docs(raw, edits)
-    result = build(MemorySource(docs, partitions=2), MemorySink("changes"), edits=edits).run(
+    result = build(MemorySource(docs, partitions=2), MemorySink("changes"), edits=edits, state=state).run(
         runtime="simulator", parallelism=parallelism, seed=seed
     )
     got = result.output("changes")  # merged over sink partitions in t order: send order, then word order

@@ -34,6 +34,6 @@ def test_bad_options_fail_with_what_to_write(options, message):
 def test_the_simulator_refuses_what_it_cannot_honour():
     flow = Flow("sim-refuses")
     flow.source(MemorySource([1, 2])).map(abs).sink(MemorySink("out"))
-    with pytest.raises(FlowError, match="the simulator cannot honour guarantee, snapshot_interval: .*runtime='ray'"):
-        flow.run(runtime="simulator", guarantee="exactly-once", snapshot_interval=0.5)
+    with pytest.raises(FlowError, match="the simulator cannot honour chaos, resume: .*runtime='ray'"):
+        flow.run(runtime="simulator", guarantee="exactly-once", chaos=0.01, resume=True)
     assert flow.run(runtime="simulator", seed=3, batch_size=2).output("out") == [1, 2]

@@ -3,6 +3,7 @@
 from hypothesis import given, settings, strategies as st
 
 from driftstream.engine import Flow
+from driftstream.engine.model.config import RunConfig
 from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource
 
@@ -49,7 +50,7 @@ def test_merge_of_two_sources_is_deterministic():
 
 def test_simulation_is_reproducible_per_seed():
     flow = build("rep", [("a", "x"), ("b", "yy"), ("a", "z")] * 10, STATE_REKEY_STATE)
-    runs = [Simulation(flow.plan(2), seed=11) for _ in range(2)]
+    runs = [Simulation(flow.plan(2), RunConfig(seed=11)) for _ in range(2)]
     for r in runs:
         r.run()
     assert runs[0].steps_taken == runs[1].steps_taken

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from driftstream.engine.model.manifest import SnapshotPart
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 from driftstream.snapshots.changelog import DELTA_FILE
 
@@ -29,7 +30,7 @@ def append(state, x):
 
 def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path):
     store = str(tmp_path / "store")
-    snaps = StageSnapshots(store, "flow-stage-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(store, "flow-stage-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     history = [
         {"a": 1, "b": [1, 2]},
@@ -42,14 +43,14 @@ def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path
         for k, v in changes.items():
             cache.put(k, v)
         expected[snapshot_id] = {**(expected.get(snapshot_id - 1) or {}), **changes}
-        entries.append(_take(snaps, snapshot_id)["states"]["count"])
+        entries.append(_take(snaps, snapshot_id).states["count"])
     snaps.close()
 
     assert entries[0] == {"participant": "flow-stage-0-count", "base": 1, "deltas": []}
     assert entries[1]["deltas"] == [2] and entries[2]["deltas"] == [2]  # no delta without changes
     assert entries[3] == {"participant": "flow-stage-0-count", "base": 1, "deltas": [2, 4]}
     for snapshot_id, entry in enumerate(entries, start=1):
-        restored = StageSnapshots(store, "flow-stage-0", {"states": {"count": entry}})
+        restored = StageSnapshots(store, "flow-stage-0", SnapshotPart(states={"count": entry}))
         restored.backend("count", append)
         assert _states(restored, "count") == expected[snapshot_id], snapshot_id
         restored.close()
@@ -57,20 +58,20 @@ def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path
 
 def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_path):
     store = str(tmp_path / "store")
-    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(store, "f-s-0", None, base_every_s=3600)
     snaps.backend("count", append).put("a", 1)
     _take(snaps, 1)
     snaps.backends["count"].put("a", 2)
-    entry = _take(snaps, 2)["states"]["count"]
+    entry = _take(snaps, 2).states["count"]
     snaps.close()
     assert entry["deltas"] == [2]
 
-    resumed = StageSnapshots(store, "f-s-0", {"states": {"count": entry}}, base_every_s=0.0)
+    resumed = StageSnapshots(store, "f-s-0", SnapshotPart(states={"count": entry}), base_every_s=0.0)
     resumed.backend("count", append).put("b", 3)
-    entry = _take(resumed, 3)["states"]["count"]
+    entry = _take(resumed, 3).states["count"]
     resumed.close()
     assert entry == {"participant": "f-s-0-count", "base": 3, "deltas": []}  # base_every_s=0: always a base
-    again = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+    again = StageSnapshots(store, "f-s-0", SnapshotPart(states={"count": entry}))
     again.backend("count", append)
     assert _states(again, "count") == {"a": 2, "b": 3}
     again.close()
@@ -78,7 +79,7 @@ def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_pa
 
 def test_a_delta_is_one_file_of_the_changed_states(tmp_path):
     store = str(tmp_path / "store")
-    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(store, "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     cache.put("a", list(range(1000)))
     _take(snaps, 1)
@@ -98,7 +99,7 @@ def test_deltas_of_folded_inputs_are_re_applied_on_restore(tmp_path):
     from driftstream.snapshots.store import SnapshotStore
 
     store = str(tmp_path / "store")
-    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(store, "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     state = None
     entries, expected = [], []
@@ -107,13 +108,13 @@ def test_deltas_of_folded_inputs_are_re_applied_on_restore(tmp_path):
             state = append(state, x)[0]
         if inputs:
             cache.fold("hot", state, inputs)
-        entries.append(_take(snaps, snapshot_id)["states"]["count"])
+        entries.append(_take(snaps, snapshot_id).states["count"])
         expected.append(state)
     snaps.close()
     rows = decode_delta(SnapshotStore(store).get_file(3, "f-s-0-count", DELTA_FILE))
     assert [kind for _, kind, _ in rows] == ["inputs"] and len(rows[0][2]) < 10  # two small ints, not 503
     for entry, state in zip(entries, expected):
-        restored = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+        restored = StageSnapshots(store, "f-s-0", SnapshotPart(states={"count": entry}))
         assert restored.backend("count", append).get("hot") == state
         restored.close()
 
@@ -121,20 +122,20 @@ def test_deltas_of_folded_inputs_are_re_applied_on_restore(tmp_path):
 def test_a_failed_delta_makes_the_next_snapshot_a_base(tmp_path, monkeypatch):
     """Without the failed delta the chain would miss its changes: nothing may build on it."""
     store = str(tmp_path / "store")
-    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(store, "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     cache.fold("k", (1,), [1])
     _take(snaps, 1)
     real_put_file = snaps.store.put_file
     monkeypatch.setattr(snaps.store, "put_file", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     cache.fold("k", (1, 2), [2])
-    assert "disk full" in _take(snaps, 2)["error"]
+    assert "disk full" in _take(snaps, 2).error
     monkeypatch.setattr(snaps.store, "put_file", real_put_file)
     cache.fold("k", (1, 2, 3), [3])
-    entry = _take(snaps, 3)["states"]["count"]
+    entry = _take(snaps, 3).states["count"]
     snaps.close()
     assert entry["base"] == 3 and entry["deltas"] == []
-    restored = StageSnapshots(store, "f-s-0", {"states": {"count": entry}})
+    restored = StageSnapshots(store, "f-s-0", SnapshotPart(states={"count": entry}))
     assert restored.backend("count", append).get("k") == (1, 2, 3)
     restored.close()
 
@@ -149,7 +150,7 @@ def test_only_workdirs_of_gone_processes_are_removed(tmp_path, monkeypatch):
     dead = tempfile.mkdtemp(prefix="driftstream-f-s-1-999999999-")  # no such process
     live = tempfile.mkdtemp(prefix=f"driftstream-f-s-1-{os.getppid()}-")  # another live incarnation
     other = tempfile.mkdtemp(prefix="driftstream-f-s-12-999999999-")  # instance 12, not 1
-    _remove_stale_workdirs("f-s-1")
+    _remove_stale_workdirs(str(tmp_path), "f-s-1")
     assert not os.path.exists(dead) and os.path.exists(live) and os.path.exists(other)
 
 
@@ -160,7 +161,7 @@ def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tm
 
     monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every key
     store = str(tmp_path / "store")
-    snaps = StageSnapshots(store, "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(store, "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     keys = range(stage_snapshots.INLINE_DELTA_KEYS + 1)
 
@@ -186,11 +187,11 @@ def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tm
         return [await a for a in answers]
 
     (_, base), (_, small), (turns, large) = asyncio.run(go())
-    assert base["states"]["count"] == {"participant": "f-s-0-count", "base": 1, "deltas": []}
-    assert small["states"]["count"]["deltas"] == [2] and large["states"]["count"]["deltas"] == [2, 3]
+    assert base.states["count"] == {"participant": "f-s-0-count", "base": 1, "deltas": []}
+    assert small.states["count"]["deltas"] == [2] and large.states["count"]["deltas"] == [2, 3]
     assert turns >= len(keys)  # the loop had a turn between the large delta's keys
     snaps.close()
-    restored = StageSnapshots(store, "f-s-0", {"states": {"count": large["states"]["count"]}})
+    restored = StageSnapshots(store, "f-s-0", SnapshotPart(states={"count": large.states["count"]}))
     restored.backend("count", append)
     assert _states(restored, "count") == {"small": ("small",), **{k: (k,) for k in keys}}
     restored.close()
@@ -199,7 +200,7 @@ def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tm
 def test_a_base_is_flushed_by_rocksdb_before_its_checkpoint(tmp_path, monkeypatch):
     """The checkpoint would flush the memtable holding the interpreter lock: a base has
     RocksDB flush it first, while the event loop goes on."""
-    snaps = StageSnapshots(str(tmp_path / "store"), "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots(str(tmp_path / "store"), "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     for k in range(500):
         cache.put(k, (k,))
@@ -212,10 +213,10 @@ def test_a_base_is_flushed_by_rocksdb_before_its_checkpoint(tmp_path, monkeypatc
 
     monkeypatch.setattr(cache, "checkpoint", recording_checkpoint)
     part = _take(snaps, 1)
-    assert part["states"]["count"]["base"] == 1
+    assert part.states["count"]["base"] == 1
     assert in_memtable == [0]
     snaps.close()
-    restored = StageSnapshots(str(tmp_path / "store"), "f-s-0", {"states": {"count": part["states"]["count"]}})
+    restored = StageSnapshots(str(tmp_path / "store"), "f-s-0", SnapshotPart(states={"count": part.states["count"]}))
     restored.backend("count", append)
     assert _states(restored, "count") == {k: (k,) for k in range(500)}
     restored.close()
@@ -225,13 +226,13 @@ def test_a_remote_store_is_written_through_the_io_thread(tmp_path):
     from driftstream.snapshots.changelog import decode_delta
 
     # pyarrow's in-memory mock filesystem stands in for s3:// or hdfs://.
-    snaps = StageSnapshots("mock:///bucket/job", "f-s-0", {}, base_every_s=3600)
+    snaps = StageSnapshots("mock:///bucket/job", "f-s-0", None, base_every_s=3600)
     assert snaps._io is not None
     cache = snaps.backend("count", append)
     cache.fold("k", (1,), [1])
-    assert _take(snaps, 1)["states"]["count"]["base"] == 1
+    assert _take(snaps, 1).states["count"]["base"] == 1
     cache.fold("k", (1, 2), [2])
-    assert _take(snaps, 2)["states"]["count"] == {"participant": "f-s-0-count", "base": 1, "deltas": [2]}
+    assert _take(snaps, 2).states["count"] == {"participant": "f-s-0-count", "base": 1, "deltas": [2]}
     rows = decode_delta(snaps.store.get_file(2, "f-s-0-count", DELTA_FILE))
     assert [kind for _, kind, _ in rows] == ["inputs"]
     assert sorted(snaps.store.snapshot_ids()) == [1, 2]

@@ -1,0 +1,70 @@
+"""How a run starts, and starts again after a failure, from its newest manifest: what
+each stage instance is given, which replayed output it drops, and where an
+at-most-once replay stops. Pure decisions: the supervisor on Ray and the simulator
+take them here, so the simulator's seeded failures test the same rules.
+
+>>> from driftstream.engine.model.config import RunConfig
+>>> rules = RecoveryRules(RunConfig(guarantee="exactly-once", seed=2), snapshot_dir="/tmp/s")
+>>> c = rules.instance_config(Instance(1, 0), ordinal=3, manifest=None, recovering=True)
+>>> c.seed, c.skip_released, c.restore
+(2003, True, SnapshotPart(states={}, sources={}, error=None))
+>>> replay_limit([None, (4, 0, 0, 4), (2, 0, 1, 2)])
+(4, 0, 0, 4)
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from driftstream.ordering.meta import BOTTOM
+
+from driftstream.engine.model.config import Guarantee, InstanceConfig, RunConfig
+from driftstream.engine.model.manifest import Manifest, SnapshotPart
+from driftstream.engine.model.plan import Instance
+
+
+class RecoveryRules:
+    """The decisions of one run's (re)starts, from its :class:`RunConfig`."""
+
+    def __init__(self, config: RunConfig, snapshot_dir: Optional[str], defaults: Optional[dict] = None) -> None:
+        """``defaults``: instance settings the runtime chooses when the run does not
+        (``batch_size``, ``max_inflight``)."""
+        self.config = config
+        self.snapshot_dir = snapshot_dir
+        given = {"batch_size": config.batch_size, "max_inflight": config.max_inflight}
+        self.settings = {**(defaults or {}), **{k: v for k, v in given.items() if v is not None}}
+
+    @property
+    def drops_released(self) -> bool:
+        """Whether a restarted barrier drops replayed output its sink already holds: under
+        exactly-once (it is there once) and at-most-once (it must not come twice);
+        at-least-once sends it again."""
+        return self.config.guarantee in (Guarantee.EXACTLY_ONCE, Guarantee.AT_MOST_ONCE)
+
+    @property
+    def skips_backlog(self) -> bool:
+        """At-most-once: a restart replays only what released output depends on (see :func:`replay_limit`)."""
+        return self.config.guarantee is Guarantee.AT_MOST_ONCE
+
+    def instance_config(self, instance: Instance, ordinal: int, manifest: Optional[Manifest], recovering: bool) -> InstanceConfig:
+        """What ``instance`` (the ``ordinal``-th of the plan) starts with: its part of
+        ``manifest`` (None: from the beginning), and after a failure (``recovering``, or a
+        resumed run) whether it drops what its sinks hold."""
+        c = self.config
+        return InstanceConfig(
+            **self.settings,
+            chaos=c.chaos,
+            sample_every=c.sample_every,
+            snapshot_dir=self.snapshot_dir,
+            seed=None if c.seed is None else c.seed * 1000 + ordinal,
+            skip_released=recovering and self.drops_released,
+            restore=SnapshotPart() if manifest is None else manifest.part(instance),
+        )
+
+
+def replay_limit(released_through: Iterable[Optional[tuple]]) -> tuple:
+    """At-most-once: the time up to which a restart replays, the latest output any sink holds
+    (None: a sink that holds nothing). State then agrees with that output; the backlog
+    past it is skipped."""
+    known = [t for t in released_through if t is not None]
+    return max(known) if known else BOTTOM

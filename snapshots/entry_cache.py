@@ -1,0 +1,55 @@
+"""Entry state (:class:`~driftstream.ordering.entry_state.EntryKeyedState`) over a
+:class:`~driftstream.snapshots.state_cache.StateCache`: each entry of a key is one record,
+``(key, entry)``, so a snapshot writes the entries that changed, a base writes
+them to RocksDB entry by entry, and the cache bounds how many stay decoded in memory.
+
+>>> import tempfile
+>>> from driftstream.snapshots.backend import RocksDBBackend
+>>> from driftstream.snapshots.state_cache import StateCache
+>>> entries = CachedEntries(StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db")))
+>>> entries.put("the", 7, [0, 4]); entries.put("the", 9, [2]); entries.delete("the", 9)
+>>> entries.get("the", 7), entries.get("the", 9), sorted(entries.entries("the"))
+([0, 4], DELETED, [(7, [0, 4])])
+>>> sorted(entries.cache.take_changes())            # a delta holds each changed entry
+[('the', 7), ('the', 9)]
+>>> entries.cache.close()
+
+Costs: ``get``/``put``/``delete`` O(1) (a cache miss: one RocksDB read); ``entries``
+O(records): for inspection and tests only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Iterator
+
+from driftstream.ordering.entry_state import DELETED, SIZE
+
+from .state_cache import StateCache
+
+
+class CachedEntries:
+    """The entry backend protocol of :class:`~driftstream.ordering.entry_state.EntryKeyedState`
+    (see :class:`~driftstream.ordering.entry_state.DictEntryBackend`) over ``cache``.
+
+    An entry's value is never None (``MapState.put`` refuses it): a missing record reads
+    as :data:`~driftstream.ordering.entry_state.DELETED`.
+    """
+
+    def __init__(self, cache: StateCache) -> None:
+        self.cache = cache
+
+    def get(self, key: Hashable, entry: Hashable) -> Any:
+        value = self.cache.get((key, entry))
+        return DELETED if value is None else value
+
+    def put(self, key: Hashable, entry: Hashable, value: Any) -> None:
+        self.cache.put((key, entry), value)
+
+    def delete(self, key: Hashable, entry: Hashable) -> None:
+        self.cache.remove((key, entry))
+
+    def fold(self, key: Hashable, inputs: list) -> None:
+        """Nothing to add: the entries' puts and deletes are the delta."""
+
+    def entries(self, key: Hashable) -> Iterator[tuple]:
+        return ((k[1], v) for k, v in self.cache.items() if type(k) is tuple and len(k) == 2 and k[0] == key and k[1] != SIZE)
