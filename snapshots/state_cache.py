@@ -1,4 +1,4 @@
-"""A write-back cache of decoded base states in front of a :class:`RocksDBBackend`.
+"""A write-back cache of decoded base states in front of a :class:`RocksDBBackend`, within a memory budget.
 
 Folding a key into its base state happens on every watermark that passes it, and
 a base state can be large (a frequent word's posting list holds thousands of
@@ -25,9 +25,15 @@ taken batch is a consistent view of the states at T.
 3
 >>> cache.close()
 
-Clean states (written by a completed :meth:`write`, not changed since) are
-evicted first-written-first when more than ``capacity`` keys are cached; a
-later :meth:`get` reads them back from RocksDB.
+The budget (``budget_bytes``, :func:`~driftstream.snapshots.memory_size.approx_size`
+of the cached states plus :data:`RECORD_OVERHEAD` each) bounds the memory the
+cached states hold. Over it, the cache drops clean states (RocksDB holds them),
+oldest written first; if that is not enough, it writes dirty states to RocksDB
+and drops them too ("spills"), but none while a base is being written (its
+checkpoint must not see states later than its snapshot). A delta reads a spilled
+state back from RocksDB, where it is the latest one. A later :meth:`get` reads a dropped
+state back. It drops down to :data:`LOW_WATER` of the budget at once, so a pass
+over the cache is rare.
 """
 
 from __future__ import annotations
@@ -35,38 +41,64 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterator
 
 from .backend import REMOVED, RocksDBBackend
+from .memory_size import approx_size
 
 _MISSING = object()
 
+#: Memory budget of one cache (one stateful step instance) by default.
+DEFAULT_BUDGET_BYTES = 256 << 20
+
+#: Bytes counted per cached state beyond its own: its key and the cache's slots for it.
+RECORD_OVERHEAD = 200
+
+#: Over budget, the cache drops states until it holds this fraction of the budget.
+LOW_WATER = 0.9
+
 
 class StateCache:
-    """Decoded base states over ``db``; writes happen only through :meth:`write`."""
+    """Decoded base states over ``db``; writes happen through :meth:`write`, or a spill.
 
-    def __init__(self, db: RocksDBBackend, capacity: int = 200_000) -> None:
+    ``track_changes=False``: no snapshot will ask for :meth:`take_changes` (a run
+    without snapshots), so nothing is kept for deltas and every dirty state may spill.
+    """
+
+    def __init__(self, db: RocksDBBackend, budget_bytes: int = DEFAULT_BUDGET_BYTES, track_changes: bool = True) -> None:
         self.db = db
-        self.capacity = capacity
+        self.budget = budget_bytes
+        self.track_changes = track_changes
         self._states: dict = {}
         self._unwritten: set = set()  # changed since the last write to RocksDB
         # Changed since the last snapshot: key -> the inputs folded since, or None (unknown).
         self._changed: dict = {}
-        # Keys whose cached value is what RocksDB holds, oldest write first (dict keeps order).
+        # Keys whose cached value is what RocksDB holds, oldest write first, with their sizes.
         self._clean: dict = {}
+        self._clean_bytes = 0
+        # Sizes measured by write_item, taken by mark_written.
+        self._written_sizes: dict = {}
+        # A dirty state counts at the mean size of the states measured so far.
+        self._sized, self._sized_bytes = 0, 0
+        self._base_pending = False
+        self.evicted = self.spilled = self.read_back = 0
+
+    # -- reads and writes -------------------------------------------------------------------
 
     def get(self, key: Hashable) -> Any:
-        """The base state of ``key`` (None if it has none). O(1) when cached."""
+        """The base state of ``key`` (None if it has none). O(1) when cached; else one RocksDB read."""
         state = self._states.get(key, _MISSING)
         if state is _MISSING:
             state = self.db.get(key)
             if state is not None:
+                self.read_back += 1
                 self._states[key] = state
-                self._clean[key] = None
+                self._add_clean(key, self._measure(state))
                 self._evict()
         return None if state is REMOVED else state
 
     def put(self, key: Hashable, state: Any) -> None:
         """Set the base state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
+        if self.track_changes:
+            self._changed[key] = None
         self._set(key, state)
-        self._changed[key] = None
 
     def remove(self, key: Hashable) -> None:
         """The key has no state any more; RocksDB deletes it at the next :meth:`write`. O(1)."""
@@ -75,37 +107,54 @@ class StateCache:
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         """Set ``state``, the result of folding ``inputs`` (in order) into the key's previous
         state; a delta may then record the inputs instead of the state. O(len(inputs))."""
+        if self.track_changes:
+            changed = self._changed
+            if key not in changed:
+                changed[key] = list(inputs)
+            elif changed[key] is not None:
+                changed[key].extend(inputs)
         self._set(key, state)
-        changed = self._changed
-        if key not in changed:
-            changed[key] = list(inputs)
-        elif changed[key] is not None:
-            changed[key].extend(inputs)
 
     def _set(self, key: Hashable, state: Any) -> None:
+        """Set a dirty state (the caller has recorded the change for deltas)."""
         self._states[key] = state
         self._unwritten.add(key)
-        self._clean.pop(key, None)
+        size = self._clean.pop(key, None)
+        if size is not None:
+            self._clean_bytes -= size
         self._evict()
+
+    # -- snapshots --------------------------------------------------------------------------
 
     def take_changes(self) -> dict:
         """The keys changed since the last call, as ``{key: (state, inputs folded since or None)}``.
         O(changed keys)."""
-        states, changed = self._states, self._changed
-        self._changed = {}
-        return {k: (states[k], inputs) for k, inputs in changed.items()}
+        changed, self._changed = self._changed, {}
+        return {k: (self._latest(k), inputs) for k, inputs in changed.items()}
+
+    def _latest(self, key: Hashable) -> Any:
+        """The state of ``key`` now: cached, or spilled to RocksDB (REMOVED if it has none)."""
+        state = self._states.get(key, _MISSING)
+        if state is _MISSING:
+            state = self.db.get(key)
+            return REMOVED if state is None else state
+        return state
 
     def take_unwritten(self) -> dict:
         """The states changed since the last :meth:`take_unwritten`, as ``{key: state}``, to
-        :meth:`write`; O(changed keys)."""
+        :meth:`write`; O(changed keys). No state spills until :meth:`mark_written` or
+        :meth:`unwritten_again` says the batch is done."""
         states = self._states
         batch = {k: states[k] for k in self._unwritten}
         self._unwritten = set()
+        self._base_pending = True
         return batch
 
     def unwritten_again(self, batch: dict) -> None:
         """A :meth:`write` of ``batch`` failed: its keys go into the next :meth:`take_unwritten`."""
         self._unwritten.update(batch)
+        self._written_sizes.clear()
+        self._base_pending = False
 
     def write(self, batch: dict) -> None:
         """Encode and store ``batch`` (from :meth:`take_unwritten`) in RocksDB. Touches no cached
@@ -115,23 +164,92 @@ class StateCache:
             self.write_item(item)
 
     def write_item(self, item: tuple) -> None:
-        """Encode and store one ``(key, state)`` of a batch. O(size of the state)."""
+        """Encode and store one ``(key, state)`` of a batch (and measure it). O(size of the state)."""
         self.db.put(*item)
+        self._written_sizes[item[0]] = approx_size(item[1]) + RECORD_OVERHEAD
 
     def mark_written(self, batch: dict) -> None:
-        """After :meth:`write` of ``batch`` finished: its keys not changed since may be evicted.
-        Call from the owner's thread (it reads the unwritten set)."""
-        states, unwritten, clean = self._states, self._unwritten, self._clean
+        """After :meth:`write` of ``batch`` finished: its keys not changed since are clean (they
+        may be dropped). Call from the owner's thread (it reads the unwritten set)."""
+        states, unwritten, sizes = self._states, self._unwritten, self._written_sizes
         for key, state in batch.items():
-            if key not in unwritten and states.get(key, _MISSING) is state:
-                clean[key] = None
+            size = sizes.pop(key, None)
+            if size is not None:
+                self._note(size)
+            if key not in unwritten and states.get(key, _MISSING) is state and key not in self._clean:
+                self._add_clean(key, size if size is not None else self._mean())
+        sizes.clear()
+        self._base_pending = False
+        self._evict()
+
+    # -- the budget -------------------------------------------------------------------------
+
+    def _measure(self, state: Any) -> int:
+        size = approx_size(state) + RECORD_OVERHEAD
+        self._note(size)
+        return size
+
+    def _note(self, size: int) -> None:
+        self._sized += 1
+        self._sized_bytes += size
+
+    def _mean(self) -> int:
+        return self._sized_bytes // self._sized if self._sized else RECORD_OVERHEAD
+
+    def _add_clean(self, key: Hashable, size: int) -> None:
+        self._clean[key] = size
+        self._clean_bytes += size
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes the cached states hold: measured for clean ones, the mean size for dirty ones. O(1)."""
+        return self._clean_bytes + (len(self._states) - len(self._clean)) * self._mean()
 
     def _evict(self) -> None:
-        if len(self._states) <= self.capacity or not self._clean:
+        """Drop clean states, then spill dirty ones, down to LOW_WATER of the budget (see module doc).
+        O(1) under budget; a pass over the states it drops otherwise."""
+        if self.cached_bytes <= self.budget:
             return
-        for key in list(self._clean)[: max(1, len(self._states) - self.capacity)]:
-            del self._clean[key]
-            del self._states[key]
+        excess = self.cached_bytes - int(self.budget * LOW_WATER)
+        victims, freed = [], 0
+        for key, size in self._clean.items():
+            if freed >= excess:
+                break
+            victims.append(key)
+            freed += size
+        states, clean = self._states, self._clean
+        for key in victims:
+            del states[key]
+            self._clean_bytes -= clean.pop(key)
+        self.evicted += len(victims)
+        if freed < excess and not self._base_pending:
+            self._spill(excess - freed)
+
+    def _spill(self, excess: int) -> None:
+        """Write dirty states to RocksDB and drop them, about ``excess`` bytes."""
+        mean, states = self._mean(), self._states
+        victims = []
+        for key in self._unwritten:
+            if len(victims) * mean >= excess:
+                break
+            victims.append(key)
+        for key in victims:
+            self.db.put(key, states.pop(key))
+            self._unwritten.discard(key)
+        self.spilled += len(victims)
+
+    def stats(self) -> dict:
+        """What the cache holds and did: for ``status()`` and metrics. O(1)."""
+        return {
+            "records": len(self._states),
+            "bytes": self.cached_bytes,
+            "budget": self.budget,
+            "evicted": self.evicted,
+            "spilled": self.spilled,
+            "read_back": self.read_back,
+        }
+
+    # -- the rest ---------------------------------------------------------------------------
 
     def items(self) -> Iterator[tuple]:
         """Every ``(key, state)``: cached ones, then the rest from RocksDB. O(n)."""

@@ -19,6 +19,7 @@ output at or before it.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import tempfile
@@ -35,7 +36,7 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.manifest import Manifest, MissingParts, manifest_of
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
-from driftstream.engine.model.result import RunResult, merge_instances
+from driftstream.engine.model.result import RunResult, add_cache_stats, merge_instances
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
@@ -325,9 +326,10 @@ class RaySupervisor:
         self.streams += 1
         # An item later than this means the acker hangs, as a single call's bound did.
         interval = self.config.snapshot_interval
-        stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=interval + self.heartbeat_timeout + 5)
+        timeout = self.config.snapshot_timeout
+        stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=interval + timeout + 5)
         inbox = (self.inbox.address, self.inbox.token, stream.number)
-        stream.call = self.acker.snapshots.remote(self.next_snapshot_id, count, interval, self.heartbeat_timeout, inbox)
+        stream.call = self.acker.snapshots.remote(self.next_snapshot_id, count, interval, timeout, inbox)
         return stream
 
     def _take(self, stream: SnapshotStream) -> Optional[tuple]:
@@ -432,6 +434,7 @@ class RaySupervisor:
             "source_partitions": [part for s in sources for part in s["source_partitions"]],
             "source_behind": [part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
             "skipped": self.status.skipped,
+            "state_cache": functools.reduce(add_cache_stats, (s["state_cache"] for s in stats), {}),
             "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
             "snapshots": len(self.status.snapshots),
             "recoveries": [

@@ -10,7 +10,7 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: batch_size, chaos, coordinator_niceness, faults, guarantee, heartbeat_timeout, max_inflight, resume, sample_every, seed, snapshot_dir, snapshot_interval
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: batch_size, chaos, coordinator_niceness, faults, guarantee, heartbeat_timeout, max_inflight, resume, sample_every, seed, snapshot_dir, snapshot_interval, snapshot_timeout, state_cache_bytes
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Optional
+
+from driftstream.snapshots.state_cache import DEFAULT_BUDGET_BYTES
 
 from driftstream.engine.model.errors import FlowError
 
@@ -68,7 +70,12 @@ class RunConfig:
     resume: bool = False
     faults: Mapping[str, tuple] = field(default_factory=dict)
     heartbeat_timeout: float = 10.0
+    #: seconds a snapshot may take (its marker to its last part) before the instances that
+    #: have not answered are taken for hung; a backlog makes snapshots slow, not actors hung
+    snapshot_timeout: float = 120.0
     coordinator_niceness: int = COORDINATOR_NICENESS
+    #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py)
+    state_cache_bytes: int = DEFAULT_BUDGET_BYTES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -79,9 +86,11 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise FlowError(f"{name} is a positive int, not {value!r}")
-        for name in ("snapshot_interval", "heartbeat_timeout"):
+        for name in ("snapshot_interval", "heartbeat_timeout", "snapshot_timeout"):
             if not getattr(self, name) > 0:
                 raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
+        if type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1:
+            raise FlowError(f"state_cache_bytes is a positive int (bytes per stateful step instance), not {self.state_cache_bytes!r}")
         if type(self.sample_every) is not int or self.sample_every < 1:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
 
@@ -118,5 +127,6 @@ class InstanceConfig:
     sample_every: int = 1
     seed: Optional[int] = None
     snapshot_dir: Optional[str] = None
+    state_cache_bytes: int = DEFAULT_BUDGET_BYTES
     skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
     restore: Any = None  # this instance's SnapshotPart of the manifest it starts from (None: fresh)

@@ -59,6 +59,11 @@ class Metrics:
     recovery_s: list = field(default_factory=list)
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)
+    #: per stateful step backed by a state cache: records and bytes cached (summed over its
+    #: instances), each instance's budget, and states evicted, spilled and read back
+    state_cache: dict = field(default_factory=dict)
+    #: the largest peak resident memory of any instance's process (0: not measured, e.g. the simulator)
+    peak_rss_bytes: int = 0
 
     @property
     def total_tombstones(self) -> int:
@@ -93,6 +98,20 @@ class RunResult:
         return self.outputs[sink]
 
 
+def add_cache_stats(total: dict, instance: dict) -> dict:
+    """Add one instance's ``{step: StateCache.stats()}`` into ``total`` (the budget is per
+    instance: kept, not summed); returns ``total``.
+
+    >>> add_cache_stats({"index": {"records": 2, "bytes": 10, "budget": 64}}, {"index": {"records": 1, "bytes": 5, "budget": 64}})
+    {'index': {'records': 3, 'bytes': 15, 'budget': 64}}
+    """
+    for step, stats in instance.items():
+        into = total.setdefault(step, {})
+        for name, value in stats.items():
+            into[name] = value if name == "budget" else into.get(name, 0) + value
+    return total
+
+
 def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = None) -> RunResult:
     """Combine per-instance reports ``{"collected", "metrics", "emit_times", "release_times"}``."""
     outputs: dict = {name: [] for name in (sinks or [])}
@@ -108,6 +127,8 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
             for name, n in im[key].items():
                 target[name] = target.get(name, 0) + n
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
+        add_cache_stats(m.state_cache, im.get("state_cache", {}))
+        m.peak_rss_bytes = max(m.peak_rss_bytes, im.get("peak_rss_bytes", 0))
         m.dead_letters += im.get("dead_letters", 0)
         emit.update(r["emit_times"])
         for t, w in r["release_times"].items():

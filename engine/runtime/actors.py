@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import resource
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,7 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.stage import StageRuntime
-from driftstream.engine.runtime.stage_snapshots import StageSnapshots
+from driftstream.engine.runtime.stage_snapshots import SLICE_S, StageSnapshots
 from driftstream.engine.runtime.transport import Endpoint
 
 #: The interpreter's thread switch interval in stage actors (see StageActor.__init__).
@@ -40,6 +41,12 @@ SWITCH_INTERVAL_S = 0.001
 
 #: Seconds between ``gc.freeze()`` calls in stage actors (see StageActor._freeze_survivors).
 FREEZE_EVERY_S = 1.0
+
+#: Elements of queued batches processed in one event-loop callback (see StageActor._drain).
+DRAIN_CHUNK = 4096
+
+#: The longest turn the snapshot writer gets when the loop is busy (see StageActor._drain).
+MAX_WRITER_SLICE_S = 0.05
 
 
 @ray.remote(num_cpus=0)
@@ -283,13 +290,13 @@ class StageActor:
         plan, (stage_index, instance) = self.plan, self.key
         stage = plan.stages[stage_index]
         restore = config.restore or SnapshotPart()
-        self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), restore)
+        self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), restore, cache_bytes=config.state_cache_bytes)
         self.rt = StageRuntime(
             plan,
             stage_index,
             instance,
             sample_every=config.sample_every,
-            backend_factory=self.snapshots.backend if config.snapshot_dir else None,
+            backend_factory=self.snapshots.backend,
             bundle_writer=self._write_bundle,
         )
         # One thread per sink partition: its bundles are written in order, and the event
@@ -406,10 +413,27 @@ class StageActor:
             self.endpoint.send("acker", message)
 
     def _drain(self) -> None:
-        self.drain_scheduled = False
-        batches, self.inbox = self.inbox, []
+        """Process the queued batches together, :data:`DRAIN_CHUNK` elements per callback.
+
+        Batches queue up while the loop is busy; in a backlog, thousands of them. Taken
+        at once they held the loop for seconds (a stateful step re-applying its keys),
+        pings went unanswered and the supervisor replaced the actor as hung, over and
+        over. In chunks, pings, watermarks and sink acknowledgements get a turn between."""
+        inbox, n, size = self.inbox, 0, 0
+        while n < len(inbox) and size < DRAIN_CHUNK:
+            size += len(inbox[n].items)
+            n += 1
+        batches, self.inbox = inbox[:n], inbox[n:]
+        if self.inbox:
+            asyncio.get_running_loop().call_soon(self._drain)
+        else:
+            self.drain_scheduled = False
+        started = time.perf_counter()
         if self._guarded(self.rt.receive_many, batches):
             self._flush()
+        # The snapshot writer's turns last as long as this one did (within bounds): a snapshot
+        # taken in a backlog gets about half the loop, instead of a millisecond per chunk.
+        self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, time.perf_counter() - started))
 
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
@@ -436,6 +460,8 @@ class StageActor:
         self.snapshots.close()
         await self.endpoint.close()
         metrics = self.rt.metrics()
+        metrics["state_cache"] = self.snapshots.cache_stats()
+        metrics["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         if self.reader is not None:
             metrics["dead_letters"] = self.reader.dead_letters
             self.reader.close()
@@ -458,6 +484,7 @@ class StageActor:
             "source_lag": None if reader is None else reader.lag(),
             "source_partitions": [] if reader is None else reader.fetch_states(),
             "released": self.rt.released_total(),
+            "state_cache": self.snapshots.cache_stats(),
         }
 
     def _guarded(self, fn, *args) -> bool:

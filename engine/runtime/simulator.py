@@ -137,14 +137,16 @@ class Simulation:
         instance = self.restoring.pop(0)
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, self.manifest, self.recovering)
-        snaps = StageSnapshots(config.snapshot_dir, self.plan.participant(instance), config.restore, self.base_every_s, deferred=True, scratch=self.scratch)
+        snaps = StageSnapshots(
+            config.snapshot_dir, self.plan.participant(instance), config.restore, self.base_every_s, deferred=True, scratch=self.scratch, cache_bytes=config.state_cache_bytes
+        )
         self.snapshots[instance] = snaps
         self.stages[instance] = rt = StageRuntime(
             self.plan,
             *instance,
             seed=self.rng.getrandbits(32),
             clock=self._clock,
-            backend_factory=snaps.backend if config.snapshot_dir else None,
+            backend_factory=snaps.backend,
             bundle_writer=lambda sid, sink, bundle, instance=instance: self.writes.append((instance, sid, sink, bundle)),
             sink_opener=self._open_sink,
         )
@@ -335,8 +337,13 @@ class Simulation:
             if self.acker.watermark != TOP:
                 raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.in_flight()} times in flight")
             reports = [
-                {"collected": s.collected(), "metrics": s.metrics(), "emit_times": s.emit_times, "release_times": s.release_times}
-                for s in self.stages.values()
+                {
+                    "collected": s.collected(),
+                    "metrics": dict(s.metrics(), state_cache=self.snapshots[i].cache_stats()),
+                    "emit_times": s.emit_times,
+                    "release_times": s.release_times,
+                }
+                for i, s in self.stages.items()
             ]
             reports[0]["metrics"]["dead_letters"] = sum(r.dead_letters for r in self.readers.values())
             sinks = [s.name for s in self.plan.steps if s.kind == "sink"]
@@ -368,7 +375,7 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     temporary directory, removed after the run); any other option is refused rather
     than silently left out."""
     config = config or RunConfig()
-    refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir")
+    refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes")
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()

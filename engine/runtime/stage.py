@@ -81,7 +81,7 @@ class StageRuntime:
         clock: Callable[[], float] = time.time,
         sample_every: int = 1,
         max_samples: int = MAX_SAMPLES,
-        backend_factory: Optional[Callable[[str, Callable], Any]] = None,
+        backend_factory: Optional[Callable[[str, Callable, bool], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
         sink_opener: Optional[Callable[[int, int], Any]] = None,
     ) -> None:
@@ -129,9 +129,10 @@ class StageRuntime:
             step = plan.steps[sid]
             self.counts[step.name] = 0
             if step.kind in ("stateful_map", "stateful_flat_map"):
-                backend = backend_factory(step.name, step.fn) if backend_factory else None
+                entries = step.state is MapState
+                backend = backend_factory(step.name, step.fn, entries) if backend_factory else None
                 flat = step.kind == "stateful_flat_map"
-                if step.state is MapState:
+                if entries:
                     self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
                 else:
                     self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)

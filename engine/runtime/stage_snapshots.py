@@ -32,7 +32,7 @@ from typing import Any, Callable, Generator, Iterable, NamedTuple, Optional
 from driftstream.snapshots.backend import REMOVED, RocksDBBackend
 from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
-from driftstream.snapshots.state_cache import StateCache
+from driftstream.snapshots.state_cache import DEFAULT_BUDGET_BYTES, StateCache
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.manifest import SnapshotPart
@@ -56,7 +56,8 @@ class StageSnapshots:
     write deltas). ``deferred``: snapshots are written only when the owner calls
     :meth:`write_next` (the simulator: a seeded scheduling decision), never by a task.
     ``scratch``: where the working databases live (default: the system's temporary
-    directory; the simulator gives each run its own).
+    directory; the simulator gives each run its own). ``cache_bytes``: the memory
+    budget of each stateful step's cache.
     """
 
     def __init__(
@@ -67,19 +68,20 @@ class StageSnapshots:
         base_every_s: float = 5.0,
         deferred: bool = False,
         scratch: Optional[str] = None,
+        cache_bytes: int = DEFAULT_BUDGET_BYTES,
     ) -> None:
         self.store = SnapshotStore(store_uri) if store_uri else None
         self.prefix = participant_prefix
         self.restore = restore or SnapshotPart()
         self.base_every_s = base_every_s
         self.deferred = deferred
+        self.cache_bytes = cache_bytes
+        # Seconds of writing per turn of the event loop; the owner raises it to what its own
+        # callbacks take when it is busy (a backlog), so that snapshots get a fair share.
+        self.slice_s = SLICE_S
         self.chains: dict = {}  # step name -> Chain
-        self.workdir = None
-        if store_uri:
-            # A killed incarnation of this instance could not clean up after itself.
-            scratch = scratch or tempfile.gettempdir()
-            _remove_stale_workdirs(scratch, participant_prefix)
-            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{participant_prefix}-{os.getpid()}-", dir=scratch))
+        self.scratch = scratch or tempfile.gettempdir()
+        self.workdir: Optional[Path] = None  # made with the first backend
         self.backends: dict = {}
         # Steps whose last write failed: their deltas since build on a hole until the next base
         # (the writer's own record; the chain is reset when the failure is reported).
@@ -94,10 +96,20 @@ class StageSnapshots:
     def participant(self, step_name: str) -> str:
         return f"{self.prefix}-{step_name}"
 
-    def backend(self, step_name: str, fn: Callable[[Any, Any], tuple]) -> StateCache:
-        """The base states of a stateful step (RocksDB behind a write-back cache),
-        restored from the snapshot if there is one. ``fn`` is the step's function: deltas
-        that hold inputs are re-applied with it."""
+    def backend(self, step_name: str, fn: Callable[[Any, Any], tuple], entries: bool = False) -> Optional[StateCache]:
+        """The base states of a stateful step (RocksDB behind a write-back cache within the
+        memory budget), restored from the snapshot if there is one. ``fn`` is the step's
+        function: deltas that hold inputs are re-applied with it.
+
+        Without a store (no snapshots), a step of entries (``entries``) still gets one, so
+        its memory stays within the budget; a step whose state is a value gets None (the
+        keyed state keeps its states in a dict)."""
+        if self.store is None and not entries:
+            return None
+        if self.workdir is None:
+            # A killed incarnation of this instance could not clean up after itself.
+            _remove_stale_workdirs(self.scratch, self.prefix)
+            self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{self.prefix}-{os.getpid()}-", dir=self.scratch))
         path = self.workdir / f"db-{step_name}"
         entry = self.restore.states.get(step_name)
         participant = self.participant(step_name)
@@ -115,8 +127,12 @@ class StageSnapshots:
             db.put_encoded([(k, state if state is REMOVED else encode(state)) for k, state in states.items()])
             # Go on from the restored chain: its files stay in the store while a manifest needs them.
             self.chains[step_name] = Chain.from_entry(entry, time.time(), self.base_every_s)
-        backend = self.backends[step_name] = StateCache(db)
+        backend = self.backends[step_name] = StateCache(db, self.cache_bytes, track_changes=self.store is not None)
         return backend
+
+    def cache_stats(self) -> dict:
+        """Per stateful step: what its cache holds and did (:meth:`StateCache.stats`)."""
+        return {step_name: cache.stats() for step_name, cache in self.backends.items()}
 
     def take(self, snapshot_id: int, t: tuple, reader: Any, prepared: Callable[[SnapshotPart], None]) -> None:
         """Take what changed and the source positions now; store them in the background,
@@ -210,7 +226,7 @@ class StageSnapshots:
             try:
                 if kind == "base":
                     cache = self.backends[step_name]
-                    yield from _in_slices(batch.items(), cache.write_item)
+                    yield from _in_slices(batch.items(), cache.write_item, self.slice_s)
                     yield from _flushed(cache)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
                     yield from self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
@@ -219,7 +235,7 @@ class StageSnapshots:
                 else:
                     self._check_chain(step_name)
                     rows: list = []
-                    yield from _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
+                    yield from _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])), self.slice_s)
                     yield from self._io_call(self._write_delta, snapshot_id, step_name, pack_delta(rows))
             except BaseException:
                 self._broken.add(step_name)
@@ -279,14 +295,14 @@ def _run_io(io: _Io) -> Optional[Exception]:
     return None
 
 
-def _in_slices(items: Iterable, fn: Callable[[Any], Any]) -> Generator:
-    """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each :data:`SLICE_S` of it."""
-    deadline = time.perf_counter() + SLICE_S
+def _in_slices(items: Iterable, fn: Callable[[Any], Any], slice_s: float = SLICE_S) -> Generator:
+    """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each ``slice_s`` of it."""
+    deadline = time.perf_counter() + slice_s
     for item in items:
         fn(item)
         if time.perf_counter() > deadline:
             yield 0
-            deadline = time.perf_counter() + SLICE_S
+            deadline = time.perf_counter() + slice_s
 
 
 def _flushed(cache: StateCache, timeout: float = FLUSH_WAIT_S) -> Generator:

@@ -46,13 +46,18 @@ class Backlog:
     guarantee: str = "exactly-once"
     snapshot_interval: float = 1.0
     seed: int = 0
+    max_inflight: Optional[int] = None  # the engine's default when None
+    state_cache_bytes: Optional[int] = None
 
 
 def documents(n: int, seed: int = 0) -> list:
-    """The first ``n`` article leads (with a word) of a seeded shuffle of the corpus, as ``{page_id, text}``."""
-    rows = [(source, title, text) for source, title, text, _ in iter_ovos() if text.strip()]
+    """The first ``n`` article leads (with a word) of a seeded shuffle of the corpus, as
+    ``{page_id, text}``; one per page (the corpus repeats a few titles: the index runs
+    without edits, where a page is sent once)."""
+    pages = {page_id_for(source, title): text for source, title, text, _ in iter_ovos() if text.strip()}
+    rows = sorted(pages.items())
     random.Random(seed).shuffle(rows)
-    return [{"page_id": page_id_for(source, title), "text": text} for source, title, text in rows[:n]]
+    return [{"page_id": page_id, "text": text} for page_id, text in rows[:n]]
 
 
 def run_backlog(config: Backlog, docs: list, check: bool = True) -> dict:
@@ -66,6 +71,7 @@ def run_backlog(config: Backlog, docs: list, check: bool = True) -> dict:
             guarantee=config.guarantee,
             snapshot_interval=config.snapshot_interval,
             snapshot_dir=str(work / "snaps"),
+            **{k: v for k, v in (("max_inflight", config.max_inflight), ("state_cache_bytes", config.state_cache_bytes)) if v is not None},
         )
         seconds = time.perf_counter() - started
         figures = {
@@ -74,6 +80,9 @@ def run_backlog(config: Backlog, docs: list, check: bool = True) -> dict:
             "docs_per_s": round(len(docs) / seconds, 1),
             "changes": sum(result.metrics.released.values()),
             "snapshots": result.metrics.snapshots,
+            "recoveries": result.metrics.recoveries,
+            "peak_rss_mib": round(result.metrics.peak_rss_bytes / 2**20, 1),
+            "state_cache": result.metrics.state_cache,
         }
         if check:
             got = [payload for _, payload in read_file_sink(work / "out", "changes")]
@@ -94,18 +103,20 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--parallelism", "-p", type=int, default=2)
     parser.add_argument("--guarantee", default="exactly-once")
     parser.add_argument("--snapshot-interval", type=float, default=1.0)
+    parser.add_argument("--state-cache-mib", type=int, default=None, help="memory budget of each stateful instance's state cache (default: the engine's)")
     parser.add_argument("--no-check", action="store_true", help="skip the comparison with the sequential reference")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.docs.split(",")]
+    budget = None if args.state_cache_mib is None else args.state_cache_mib << 20
     corpus = documents(max(counts))
     rows = []
     started_ray = ensure_ray()
     try:
         for state in args.state.split(","):
-            fixed = run_backlog(Backlog(20, state, args.parallelism, args.guarantee, args.snapshot_interval), corpus[:20], check=False)["seconds"]
+            fixed = run_backlog(Backlog(20, state, args.parallelism, args.guarantee, args.snapshot_interval, state_cache_bytes=budget), corpus[:20], check=False)["seconds"]
             for n in counts:
-                config = Backlog(n, state, args.parallelism, args.guarantee, args.snapshot_interval)
+                config = Backlog(n, state, args.parallelism, args.guarantee, args.snapshot_interval, state_cache_bytes=budget)
                 figures = run_backlog(config, corpus[:n], check=not args.no_check)
                 figures["fixed_s"] = fixed
                 figures["docs_per_s_net"] = round(n / max(1e-9, figures["seconds"] - fixed), 1)

@@ -101,3 +101,35 @@ def test_kafka_to_kafka_on_ray_with_a_malformed_document(ray_session, kafka_brok
         handle.stop(timeout=60)
     assert got == want  # read back merged in t order
     assert rebuild_index(got) == reference_index(docs)
+
+
+def _many_docs(n: int) -> list:
+    """Pages sharing a small vocabulary: each word's posting list grows with every page."""
+    return [{"page_id": i, "text": " ".join(WORDS[(i * j) % len(WORDS)] + str(j % 7) for j in range(1, 12))} for i in range(n)]
+
+
+def test_the_index_within_a_small_state_budget_survives_crashes_on_the_simulator():
+    """Entries evicted from memory, read back from RocksDB, snapshotted and restored after
+    seeded crashes: the change records are still the reference's."""
+    from driftstream.engine.model.config import RunConfig
+    from driftstream.engine.runtime.simulator import Simulation
+
+    docs = _many_docs(200)
+    flow = build(MemorySource(docs, partitions=2), MemorySink("changes"))
+    config = RunConfig(seed=5, guarantee="exactly-once", snapshot_interval=0.02, state_cache_bytes=10_000)
+    sim = Simulation(flow.plan(2), config, crashes=2)
+    result = sim.run()
+    assert result.output("changes") == reference_changes(docs)
+    cache = result.metrics.state_cache["index"]
+    assert cache["budget"] == 10_000 and cache["bytes"] <= 2 * 10_000  # two instances
+    assert cache["evicted"] + cache["spilled"] > 0 and cache["read_back"] > 0
+    assert len(sim.crash_points) == 2
+
+
+@pytest.mark.ray
+def test_the_index_without_snapshots_spills_entries_to_stay_in_its_budget(ray_session):
+    docs = _many_docs(300)
+    result = build(MemorySource(docs, partitions=2), MemorySink("changes"), name="ii-budget").run(parallelism=2, state_cache_bytes=8_000)
+    assert result.output("changes") == reference_changes(docs)
+    cache = result.metrics.state_cache["index"]
+    assert cache["bytes"] <= 2 * 8_000 and cache["spilled"] > 0
