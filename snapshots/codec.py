@@ -139,7 +139,10 @@ def encode_key(key: Any) -> bytes:
     >>> decode(encode_key(("a", 2.0, False)))
     ('a', 2, 0)
     """
-    if type(key) is str:  # the common key: nothing to canonicalise
+    t = type(key)
+    if t is str or t is int:  # the common keys: nothing to canonicalise
+        return encode(key)
+    if t is tuple and all(type(x) is str or type(x) is int for x in key):  # e.g. (key, entry) of entry state
         return encode(key)
     return encode(_canonical_key(key))
 
