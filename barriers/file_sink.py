@@ -4,7 +4,7 @@ Every element becomes one line ``{"t": <Meta as a JSON list>, "value": <payload>
 A bundle is written with one ``write`` and made durable with one ``os.fsync``;
 returning from ``write`` is the acknowledgement. After a crash the last complete
 line says which element the file holds last, so a half-written bundle is still
-exact: reopening cuts the partial trailing line off, ``last_bundle`` returns the
+exact: reopening cuts the partial trailing line off, ``t_last`` returns the
 Meta of the last durable line, and the barrier replays from right after it.
 
 Only JSON is ever read back (no pickle), so a file from anywhere is safe to open.
@@ -18,7 +18,7 @@ Only JSON is ever read back (no pickle), so a file from anywhere is safe to open
 ...     with open(os.path.join(d, "out-0.jsonl")) as f:
 ...         print(f.read(), end="")
 ...     again = sink.open(0, 1)        # e.g. after recovery
-...     print(again.last_bundle())
+...     print(again.t_last())
 ...     again.close()
 ...     print([v for _, v in read_file_sink(d, "out")])
 {"t":[1,0,0,1,[],false],"value":{"word":"hi"}}
@@ -167,7 +167,7 @@ class FileSinkPartition(SinkPartition):
             end, line = _scan_tail(self._fd, size)
             if end < size:
                 # The tail after the last newline is a write that crashed midway: it was
-                # never acknowledged, and the barrier will replay it from last_bundle().
+                # never acknowledged, and the barrier will replay it from t_last().
                 os.ftruncate(self._fd, end)
             self._last = None if line is None else _parse_line(line, f"{path} (last line)")[0]
         except BaseException:
@@ -211,7 +211,7 @@ class FileSinkPartition(SinkPartition):
         # Through JSON and back, so it is exactly what reopening would read from the file.
         self._last = meta_from_json(json.loads(_encode(_t_json(bundle.elements[-1][0]))))
 
-    def last_bundle(self) -> Optional[Meta]:
+    def t_last(self) -> Optional[Meta]:
         """The Meta of the last complete line in the file, or None if it has none."""
         return self._last
 

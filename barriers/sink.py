@@ -33,9 +33,16 @@ class SinkPartition(ABC):
     def write(self, bundle: Bundle) -> None:
         """Make the bundle durable (or visible); returning acknowledges it."""
 
-    def last_bundle(self) -> Optional[Meta]:
-        """The ``t_last`` of the last bundle this partition holds, or None if unknown/empty."""
+    def t_last(self) -> Optional[Meta]:
+        """``t_last``: the Meta of the last element this partition durably holds, or None if
+        unknown or empty. Exactly-once recovery drops replayed output at or before it."""
+        if type(self).last_bundle is not SinkPartition.last_bundle:
+            return self.last_bundle()  # a sink written against the old name
         return None
+
+    def last_bundle(self) -> Optional[Meta]:
+        """The old name of :meth:`t_last` (deprecated): a sink that overrides only this still works."""
+        return self.t_last()
 
     def collected(self) -> Optional[list]:
         """For in-memory sinks: the ``(meta, payload)`` pairs written, handed back to the driver."""

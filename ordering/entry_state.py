@@ -6,7 +6,7 @@ million entries (the posting list of a frequent word) costs a million per elemen
 Here the state of a key is a map of entries, changed in place through a
 :class:`MapState` handle, and each change is journaled:
 
-- the *base* (everything below the watermark) lives entry by entry in an
+- the *settled* entries (everything below the watermark) live one by one in an
   :class:`EntryBackend` (a dict in tests, RocksDB in a run);
 - the *overlay* holds, per entry touched by an element at or above the watermark,
   the stack of values those elements wrote, in log order;
@@ -15,7 +15,7 @@ Here the state of a key is a map of entries, changed in place through a
 A late element rolls the key back by popping the journals of the elements after
 it (newest first), is applied, and the tail is re-applied: the cost is the writes
 of the displaced elements, not the size of the map. When the watermark passes an
-element, the bottom of each stack it wrote goes to the base. Drifting-state
+element, the bottom of each stack it wrote goes to the backend. Drifting-state
 semantics are those of :class:`~.keyed_state.DriftingKeyedState`: outputs that
 changed are invalidated by a tombstone and emitted anew, so the output is the same
 for any arrival order.

@@ -1,7 +1,7 @@
 """Order-sensitive keyed state that repairs itself when an element arrives late.
 
-Per key there is a *base* state (the fold of everything below the watermark, kept
-in a state backend) and an in-memory *log* of the elements at or above the
+Per key there is a *settled* state (the fold of everything below the watermark, kept
+in a state backend; "base" is reserved for a snapshot's full checkpoint) and an in-memory *log* of the elements at or above the
 watermark, each with the state after it and the outputs it produced. Elements
 may arrive in any order; the log is kept sorted by Meta, and whenever an element
 lands anywhere but the tail, the tail is re-applied and only the outputs that

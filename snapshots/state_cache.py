@@ -1,7 +1,7 @@
-"""A write-back cache of decoded base states in front of a :class:`RocksDBBackend`, within a memory budget.
+"""A write-back cache of decoded settled states in front of a :class:`RocksDBBackend`, within a memory budget.
 
-Folding a key into its base state happens on every watermark that passes it, and
-a base state can be large (a frequent word's posting list holds thousands of
+Folding a key into its settled state happens on every watermark that passes it, and
+a settled state can be large (a frequent word's posting list holds thousands of
 pages). Encoding and writing it on every fold would cost milliseconds each time
 on the event loop. The cache keeps decoded states in memory and two records
 of what changed, both taken in O(changed keys) with no encoding:
@@ -56,7 +56,7 @@ LOW_WATER = 0.9
 
 
 class StateCache:
-    """Decoded base states over ``db``; writes happen through :meth:`write`, or a spill.
+    """Decoded settled states over ``db``; writes happen through :meth:`write`, or a spill.
 
     ``track_changes=False``: no snapshot will ask for :meth:`take_changes` (a run
     without snapshots), so nothing is kept for deltas and every dirty state may spill.
@@ -83,7 +83,7 @@ class StateCache:
     # -- reads and writes -------------------------------------------------------------------
 
     def get(self, key: Hashable) -> Any:
-        """The base state of ``key`` (None if it has none). O(1) when cached; else one RocksDB read."""
+        """The settled state of ``key`` (None if it has none). O(1) when cached; else one RocksDB read."""
         state = self._states.get(key, _MISSING)
         if state is _MISSING:
             state = self.db.get(key)
@@ -95,7 +95,7 @@ class StateCache:
         return None if state is REMOVED else state
 
     def put(self, key: Hashable, state: Any) -> None:
-        """Set the base state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
+        """Set the settled state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
         if self.track_changes:
             self._changed[key] = None
         self._set(key, state)

@@ -103,7 +103,7 @@ class _MemoryPartition(SinkPartition):
     def write(self, bundle: Bundle) -> None:
         self.elements.extend(bundle.elements)
 
-    def last_bundle(self) -> Optional[Meta]:
+    def t_last(self) -> Optional[Meta]:
         return self.elements[-1][0] if self.elements else None
 
     def collected(self) -> list:

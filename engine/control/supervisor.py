@@ -160,7 +160,7 @@ class RaySupervisor:
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
         skip_after = None
         if recovering and self.rules.skips_backlog:
-            skip_after = replay_limit(ray.get([a.released_through.remote() for a in self.actors.values()]))
+            skip_after = replay_limit(ray.get([a.t_last.remote() for a in self.actors.values()]))
         self.status.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
 
     def run(self, timeout: Optional[float] = None, on_launched=None) -> RunResult:

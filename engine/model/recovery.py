@@ -63,9 +63,9 @@ class RecoveryRules:
         )
 
 
-def replay_limit(released_through: Iterable[Optional[tuple]]) -> tuple:
-    """At-most-once: the time up to which a restart replays, the latest output any sink holds
-    (None: a sink that holds nothing). State then agrees with that output; the backlog
-    past it is skipped."""
-    known = [t for t in released_through if t is not None]
+def replay_limit(t_lasts: Iterable[Optional[tuple]]) -> tuple:
+    """At-most-once: the time up to which a restart replays, the latest ``t_last`` over the
+    instances (None: one whose sinks hold nothing). State then agrees with that output;
+    the backlog past it is skipped."""
+    known = [t for t in t_lasts if t is not None]
     return max(known) if known else BOTTOM

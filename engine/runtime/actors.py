@@ -342,7 +342,7 @@ class StageActor:
         """Every FREEZE_EVERY_S, move the objects that survived until now out of the cyclic
         garbage collector's reach (``gc.freeze``).
 
-        A stateful actor's base states are millions of long-lived containers (an inverted
+        A stateful actor's settled states are millions of long-lived containers (an inverted
         index's posting lists); one full collection over them paused the event loop for
         100+ ms, the tail of every latency figure. States are acyclic values, freed by
         reference counting when replaced, frozen or not; what freezing gives up is only
@@ -370,9 +370,9 @@ class StageActor:
             if key != "acker" and key[0] in downstream:
                 await self.endpoint.connect(key, addresses[key])
 
-    async def released_through(self) -> Optional[tuple]:
-        """See :meth:`StageRuntime.released_through` (asked after a recovery)."""
-        return self.rt.released_through()
+    async def t_last(self) -> Optional[tuple]:
+        """See :meth:`StageRuntime.t_last` (asked after a recovery)."""
+        return self.rt.t_last()
 
     async def start(self, skip_after: Optional[tuple] = None) -> int:
         """Start reading. ``skip_after`` (at-most-once recovery): replay only up to that

@@ -158,7 +158,7 @@ class Simulation:
                 step.source, step.id, instance.index, self.plan.stages[instance.stage].parallelism, config.max_inflight, config.batch_size, starts=config.restore.positions()
             )
         if not self.restoring and self.recovering and self.rules.skips_backlog:
-            limit = replay_limit(rt.released_through() for rt in self.stages.values())
+            limit = replay_limit(rt.t_last() for rt in self.stages.values())
             self.skipped += sum(r.skip_after(limit) for r in self.readers.values())
 
     def _open_sink(self, sid: int, instance: int):

@@ -329,10 +329,11 @@ class StageRuntime:
         """After a failure (exactly-once, at-most-once): each barrier drops replayed output up
         to the last bundle its sink already holds."""
         for barrier, sink in self.barriers.values():
-            barrier.skip_through(sink.last_bundle())
+            barrier.skip_through(sink.t_last())
 
-    def released_through(self) -> Optional[tuple]:
-        """The time of the latest output any of this instance's sinks holds (None: nothing yet)."""
+    def t_last(self) -> Optional[tuple]:
+        """The latest ``t_last`` over this instance's barriers: the last output any of its sinks
+        holds (None: nothing yet)."""
         lasts = [b.t_last for b, _ in self.barriers.values() if b.t_last is not None]
         return max(lasts) if lasts else None
 

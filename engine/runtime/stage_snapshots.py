@@ -1,7 +1,7 @@
 """A stage instance's side of snapshots: RocksDB backends, checkpoints, uploads, restore.
 
 On ``snapshot(T)`` (delivered with watermark T, after the keyed state folded
-everything below T into its base states) the instance takes, in the event loop,
+everything below T into its settled states) the instance takes, in the event loop,
 what changed (references to immutable states and inputs: O(changed keys), no
 encoding) and where its source partitions must replay from, and decides whether
 the snapshot is a delta or a base. A delta is one file of the changed keys'
@@ -97,7 +97,7 @@ class StageSnapshots:
         return f"{self.prefix}-{step_name}"
 
     def backend(self, step_name: str, fn: Callable[[Any, Any], tuple], entries: bool = False) -> Optional[StateCache]:
-        """The base states of a stateful step (RocksDB behind a write-back cache within the
+        """The settled states of a stateful step (RocksDB behind a write-back cache within the
         memory budget), restored from the snapshot if there is one. ``fn`` is the step's
         function: deltas that hold inputs are re-applied with it.
 

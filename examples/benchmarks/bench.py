@@ -188,8 +188,8 @@ class _TimedPartition(SinkPartition):
         now = time.time()
         os.write(self.fd, (json.dumps([now, [m[0] for m, _ in bundle.elements]]) + "\n").encode())
 
-    def last_bundle(self):
-        return self.inner.last_bundle()
+    def t_last(self):
+        return self.inner.t_last()
 
     def close(self) -> None:
         self.inner.close()

@@ -47,14 +47,17 @@ class Config:
     guarantee: str = "exactly-once"
     snapshot_interval: float = 1.0
     trigger: str = "100ms"
+    #: driftstream's index step: "entries" (MapState) or "value" (the dict copied per change)
+    state: str = "entries"
 
     @property
     def label(self) -> str:
         if self.engine == "spark":
             return f"spark EO trigger {self.trigger}"
+        suffix = "" if self.state == "entries" else ", value state"
         if self.guarantee == "none":
-            return "driftstream none"
-        return f"driftstream EO {_interval(self.snapshot_interval)}"
+            return "driftstream none" + suffix
+        return f"driftstream EO {_interval(self.snapshot_interval)}" + suffix
 
 
 def _interval(seconds: float) -> str:
@@ -298,7 +301,7 @@ class _Driftstream:
         from .pipeline import kafka_flow
 
         self.name = f"ii-{tag}"
-        flow = kafka_flow(bootstrap, in_topic, out_topic, name=self.name)
+        flow = kafka_flow(bootstrap, in_topic, out_topic, name=self.name, state=config.state)
         self.handle = flow.start(
             parallelism=PARALLELISM,
             guarantee=config.guarantee,

@@ -116,13 +116,13 @@ def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool 
 
 
 def kafka_flow(
-    bootstrap_servers: str, input_topic: str, output_topic: str, name: str = "inverted_index", edits: bool = False
+    bootstrap_servers: str, input_topic: str, output_topic: str, name: str = "inverted_index", edits: bool = False, state: str = "entries"
 ) -> Flow:
     """The index flow between two Kafka topics; malformed documents go to ``<input_topic>.dlq``."""
     from driftstream.engine import KafkaSink, KafkaSource
 
     source = KafkaSource(input_topic, bootstrap_servers, value_format=_document)
-    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits)
+    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits, state=state)
 
 
 def _document(raw: bytes) -> Any:

@@ -1,4 +1,4 @@
-"""FileSink on real files: order across bundles, last_bundle after reopen, a torn trailing
+"""FileSink on real files: order across bundles, t_last after reopen, a torn trailing
 line ignored and cut off (so a partial bundle is still exact), one fsync per bundle,
 non-JSON payloads named by sink and t, and read_file_sink's merge in Meta order."""
 
@@ -26,10 +26,10 @@ def bundle(*pairs):
 
 
 def reopened_last(sink, partition=0, partitions=1):
-    """last_bundle() of a fresh open of the partition (closed again)."""
+    """t_last() of a fresh open of the partition (closed again)."""
     part = sink.open(partition, partitions)
     try:
-        return part.last_bundle()
+        return part.t_last()
     finally:
         part.close()
 
@@ -72,17 +72,17 @@ def test_meta_fields_round_trip_including_tombstones(tmp_path):
     assert all(type(m) is Meta for m, _ in got)
 
 
-def test_last_bundle_empty_then_after_writes_and_after_reopen(tmp_path):
+def test_t_last_empty_then_after_writes_and_after_reopen(tmp_path):
     sink = FileSink(tmp_path, name="out")
     part = sink.open(0, 1)
-    assert part.last_bundle() is None
+    assert part.t_last() is None
     part.write(bundle((T(1), "a"), (T(2, 3), "b")))
-    assert part.last_bundle() == Meta(2, 0, 0, 2, (3,), False)
-    assert type(part.last_bundle()) is Meta
+    assert part.t_last() == Meta(2, 0, 0, 2, (3,), False)
+    assert type(part.t_last()) is Meta
     part.close()
     again = sink.open(0, 1)
-    assert again.last_bundle() == Meta(2, 0, 0, 2, (3,), False)
-    assert type(again.last_bundle()) is Meta
+    assert again.t_last() == Meta(2, 0, 0, 2, (3,), False)
+    assert type(again.t_last()) is Meta
     again.write(bundle((T(4), "c")))  # continues the file
     again.close()
     assert [v for _, v in read_file_sink(tmp_path, "out")] == ["a", "b", "c"]
@@ -114,10 +114,10 @@ def test_torn_trailing_line_is_ignored_cut_off_on_reopen_and_writing_continues(t
     assert path.read_bytes() != durable  # ...without touching the file
 
     again = sink.open(0, 1)
-    assert again.last_bundle() == Meta(*T(2))
+    assert again.t_last() == Meta(*T(2))
     assert path.read_bytes() == durable  # reopening cut the partial line off
-    # The barrier replays from after last_bundle(): exactly the missing elements.
-    replay = bundle((T(1), "a"), (T(2), "b"), (T(3), "c"), (T(4), "d")).after(again.last_bundle())
+    # The barrier replays from after t_last(): exactly the missing elements.
+    replay = bundle((T(1), "a"), (T(2), "b"), (T(3), "c"), (T(4), "d")).after(again.t_last())
     again.write(replay)
     again.close()
     assert [json.loads(line)["value"] for line in lines(path)[:-1]] == ["a", "b", "c", "d"]
@@ -128,7 +128,7 @@ def test_file_that_is_only_a_partial_line_reopens_empty(tmp_path):
     path = tmp_path / "out-0.jsonl"
     path.write_bytes(b'{"t":[1,0,0,')
     part = FileSink(tmp_path, name="out").open(0, 1)
-    assert part.last_bundle() is None and path.read_bytes() == b""
+    assert part.t_last() is None and path.read_bytes() == b""
     part.write(bundle((T(1), "a")))
     part.close()
     assert read_file_sink(tmp_path, "out") == [(Meta(*T(1)), "a")]
@@ -146,7 +146,7 @@ def test_last_line_found_across_read_blocks(tmp_path, monkeypatch):
     with open(tmp_path / "out-0.jsonl", "ab") as f:
         f.write(b'{"t":[99,0,0,99,[],fal')
     again = sink.open(0, 1)
-    assert again.last_bundle() == Meta(*T(29))
+    assert again.t_last() == Meta(*T(29))
     again.close()
     assert len(read_file_sink(tmp_path, "out")) == 29
 
@@ -181,7 +181,7 @@ def test_non_json_payload_names_the_sink_and_t_and_writes_nothing(tmp_path):
         msg = str(info.value)
         assert "'orders'" in msg and "t=(3, 0, 0, 3, (1,), False)" in msg
     # The whole bundle failed before anything was written: the file and t_last are unchanged.
-    assert part.last_bundle() == Meta(*T(1))
+    assert part.t_last() == Meta(*T(1))
     part.write(bundle((T(2), "fine")))
     part.close()
     assert [v for _, v in read_file_sink(tmp_path, "orders")] == ["ok", "fine"]
@@ -262,7 +262,7 @@ def test_failed_write_blocks_further_writes_until_reopened(tmp_path, monkeypatch
     cut=st.floats(min_value=0, max_value=1, exclude_max=True),
 )
 def test_crash_anywhere_in_the_last_bundle_then_replay_is_exact(sizes, cut):
-    """Write bundles, tear the last one at any byte, reopen, replay after last_bundle():
+    """Write bundles, tear the last one at any byte, reopen, replay after t_last():
     the file ends up holding every element exactly once, in order."""
     n = sum(sizes)
     elements = [(T(i, i % 3), f"v{i}") for i in range(n)]
@@ -283,7 +283,7 @@ def test_crash_anywhere_in_the_last_bundle_then_replay_is_exact(sizes, cut):
         with open(path, "r+b") as f:
             f.truncate(keep)
         again = sink.open(0, 1)
-        again.write(Bundle(elements).after(again.last_bundle()))
+        again.write(Bundle(elements).after(again.t_last()))
         again.close()
         assert read_file_sink(d, "out") == [(Meta(*m), v) for m, v in elements]
         with open(path, "rb") as f:

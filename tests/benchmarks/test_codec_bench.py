@@ -1,4 +1,4 @@
-"""The state codec's cost on the shape of a large base state (figures, not asserts on time).
+"""The state codec's cost on the shape of a large settled state (figures, not asserts on time).
 
 A snapshot encodes every state changed since the previous one, so on the
 inverted index a frequent word's posting list (``{page_id: positions}``, pages

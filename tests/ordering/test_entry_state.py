@@ -78,7 +78,7 @@ def test_any_arrival_order_nets_out_to_the_in_order_result(flat, scenario, advan
     expected_out, expected_maps = reference(final, flat)
     assert net.net() == expected_out
     ks.advance(TOP)
-    assert ks.log_size() == 0 and not ks.logs and not ks.overlay  # everything moved to the base
+    assert ks.log_size() == 0 and not ks.logs and not ks.overlay  # everything moved to the backend
     for key in "abc":
         assert dict(ks.backend.entries(key)) == expected_maps.get(key, {})
 

@@ -329,7 +329,7 @@ def test_state_after_advance_and_later_elements():
         ks.apply(M(t), x, "k")
     ks.advance((3,))
     assert ks.log_size() == 1
-    # Late, but at or above the watermark: rolls back to the base state, not to None.
+    # Late, but at or above the watermark: rolls back to the settled state, not to None.
     out = ks.apply(M(3), "c", "k")
     assert out == [(M(3), "abc"), (M(4).as_tombstone(), "abd"), (M(4), "abcd")]
     assert ks.apply(M(5), "e", "k") == [(M(5), "abcde")]

@@ -82,7 +82,7 @@ class _KafkaSinkPartition(SinkPartition):
                 raise TypeError(f"sink {self.sink.name!r} cannot encode {short_repr(payload)} at t={meta!r}: {exc}") from exc
             yield value, [(META_HEADER, _json_bytes(Meta._make(meta).to_json()))]
 
-    def last_bundle(self) -> Optional[Meta]:
+    def t_last(self) -> Optional[Meta]:
         c = consumer(self.sink.bootstrap_servers)
         try:
             rec = last_record(c, TopicPartition(self.sink.topic, self.partition))

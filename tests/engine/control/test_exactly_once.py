@@ -123,7 +123,7 @@ def cut_snapshot_link(acker_name: str) -> None:
 
 def test_an_acker_whose_snapshots_stop_arriving_is_replaced(ray_session, tmp_path):
     """The acker answers pings but its snapshots no longer reach the supervisor: past the
-    schedule's patience (interval + heartbeat timeout + 5 s) it is taken for hung,
+    schedule's patience (interval + snapshot timeout + 5 s) it is taken for hung,
     killed and replaced, and the output is still exactly-once."""
     build("eo-mute-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
     expected = read_file_sink(tmp_path / "ref", "out")
@@ -142,7 +142,12 @@ def test_an_acker_whose_snapshots_stop_arriving_is_replaced(ray_session, tmp_pat
     cutter.start()
     # 6,000 elements at 400/s: 15 s, the cut after ~2.5 s and its detection ~7.3 s later.
     result = build("eo-mute", FileSink(out, name="out"), paced=True, rate=400).run(
-        parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"), heartbeat_timeout=2.0
+        parallelism=2,
+        guarantee="exactly-once",
+        snapshot_interval=0.3,
+        snapshot_dir=str(tmp_path / "snaps"),
+        heartbeat_timeout=2.0,
+        snapshot_timeout=2.0,
     )
     cutter.join(timeout=5)
     assert cutter.done_at is not None and cutter.done_at < N, "the link was not cut mid-run"

@@ -100,7 +100,7 @@ def test_kafka_to_kafka_on_ray_with_meta_headers_and_dead_letters(ray_session, k
 
     # Each sink partition can say what it holds last: the Meta of its last message.
     sink = KafkaSink(dst, bs)
-    lasts = {sink.open(i, 2).last_bundle() for i in range(2)} - {None}
+    lasts = {sink.open(i, 2).t_last() for i in range(2)} - {None}
     assert max(lasts) == out[-1][0]  # the last message overall is the last of its partition
     assert all(isinstance(m, Meta) and m in {meta for meta, _ in out} for m in lasts)
 
@@ -122,9 +122,9 @@ def test_replay_from_saved_offsets_reproduces_the_same_times(kafka_broker):
     assert tail == full[4:]
 
 
-def test_an_empty_sink_partition_has_no_last_bundle(kafka_broker):
+def test_an_empty_sink_partition_has_no_t_last(kafka_broker):
     sink = KafkaSink(topic_name("empty"), kafka_broker.bootstrap_servers)
-    assert sink.open(0, 1).last_bundle() is None
+    assert sink.open(0, 1).t_last() is None
 
 
 def test_a_missing_input_topic_fails_with_what_to_do(kafka_broker):
