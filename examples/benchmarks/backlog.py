@@ -22,7 +22,7 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -36,18 +36,19 @@ from driftstream.examples.inverted_index.ground_truth import reference_changes
 from driftstream.examples.inverted_index.pipeline import build
 
 
+#: The run options of a backlog run unless it says otherwise.
+RUN_OPTIONS = {"guarantee": "exactly-once", "snapshot_interval": 1.0}
+
+
 @dataclass(frozen=True)
 class Backlog:
-    """One configuration of the backlog run."""
+    """One backlog run: ``docs`` documents, the index step's ``state`` form, and the options
+    of ``flow.run`` (:class:`~driftstream.engine.model.config.RunConfig` fields)."""
 
     docs: int
     state: str = "entries"
     parallelism: int = 2
-    guarantee: str = "exactly-once"
-    snapshot_interval: float = 1.0
-    seed: int = 0
-    max_inflight: Optional[int] = None  # the engine's default when None
-    state_cache_bytes: Optional[int] = None
+    options: dict = field(default_factory=lambda: dict(RUN_OPTIONS))
 
 
 def documents(n: int, seed: int = 0) -> list:
@@ -66,16 +67,13 @@ def run_backlog(config: Backlog, docs: list, check: bool = True) -> dict:
     try:
         flow = build(MemorySource(docs, partitions=2), FileSink(work / "out", name="changes"), name=f"backlog-{config.state}", state=config.state)
         started = time.perf_counter()
-        result = flow.run(
-            parallelism=config.parallelism,
-            guarantee=config.guarantee,
-            snapshot_interval=config.snapshot_interval,
-            snapshot_dir=str(work / "snaps"),
-            **{k: v for k, v in (("max_inflight", config.max_inflight), ("state_cache_bytes", config.state_cache_bytes)) if v is not None},
-        )
+        result = flow.run(parallelism=config.parallelism, snapshot_dir=str(work / "snaps"), **config.options)
         seconds = time.perf_counter() - started
         figures = {
-            **config.__dict__,
+            "docs": config.docs,
+            "state": config.state,
+            "parallelism": config.parallelism,
+            **config.options,
             "seconds": round(seconds, 2),
             "docs_per_s": round(len(docs) / seconds, 1),
             "changes": sum(result.metrics.released.values()),
@@ -108,15 +106,17 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.docs.split(",")]
-    budget = None if args.state_cache_mib is None else args.state_cache_mib << 20
+    options = {"guarantee": args.guarantee, "snapshot_interval": args.snapshot_interval}
+    if args.state_cache_mib is not None:
+        options["state_cache_bytes"] = args.state_cache_mib << 20
     corpus = documents(max(counts))
     rows = []
     started_ray = ensure_ray()
     try:
         for state in args.state.split(","):
-            fixed = run_backlog(Backlog(20, state, args.parallelism, args.guarantee, args.snapshot_interval, state_cache_bytes=budget), corpus[:20], check=False)["seconds"]
+            fixed = run_backlog(Backlog(20, state, args.parallelism, options), corpus[:20], check=False)["seconds"]
             for n in counts:
-                config = Backlog(n, state, args.parallelism, args.guarantee, args.snapshot_interval, state_cache_bytes=budget)
+                config = Backlog(n, state, args.parallelism, options)
                 figures = run_backlog(config, corpus[:n], check=not args.no_check)
                 figures["fixed_s"] = fixed
                 figures["docs_per_s_net"] = round(n / max(1e-9, figures["seconds"] - fixed), 1)
