@@ -424,16 +424,19 @@ class StageActor:
             size += len(inbox[n].items)
             n += 1
         batches, self.inbox = inbox[:n], inbox[n:]
-        if self.inbox:
+        backlogged = bool(self.inbox)
+        if backlogged:
             asyncio.get_running_loop().call_soon(self._drain)
         else:
             self.drain_scheduled = False
         started = time.perf_counter()
         if self._guarded(self.rt.receive_many, batches):
             self._flush()
-        # The snapshot writer's turns last as long as this one did (within bounds): a snapshot
-        # taken in a backlog gets about half the loop, instead of a millisecond per chunk.
-        self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, time.perf_counter() - started))
+        # In a backlog the snapshot writer's turns last as long as this one did (within bounds):
+        # a snapshot gets about half the loop instead of a millisecond per chunk. Otherwise
+        # they stay short: every element in flight waits behind each one.
+        took = time.perf_counter() - started
+        self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took)) if backlogged else SLICE_S
 
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
