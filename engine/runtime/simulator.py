@@ -114,9 +114,13 @@ class Simulation:
         self.snapshots: dict = {}
         self.readers: dict = {}
         self.source_keys = plan.source_instances
-        self._start_incarnation(manifest=None, recovering=False)
-        while self.restoring:
-            self._restore_one()
+        try:
+            self._start_incarnation(manifest=None, recovering=False)
+            while self.restoring:
+                self._restore_one()
+        except BaseException:
+            self.close()  # e.g. a source that cannot open: nothing is left in the scratch directory
+            raise
 
     # -- incarnations ---------------------------------------------------------------------
 
