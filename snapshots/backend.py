@@ -39,20 +39,10 @@ from typing import Any, Hashable, Iterator, Union
 
 from rocksdict import Checkpoint, Options, Rdict, WriteOptions
 
+from .changelog import REMOVED
 from .codec import decode, encode, encode_key
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-class _Removed:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "REMOVED"
-
-
-#: Written in place of a state: the key has none any more (its record is deleted).
-REMOVED = _Removed()
 
 
 class RocksDBBackend:

@@ -43,8 +43,19 @@ from typing import Any, Callable, Optional
 
 import msgpack
 
-from .backend import REMOVED
 from .codec import decode, encode, encode_key
+
+
+class _Removed:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+#: Written in place of a state: the key has none any more (its record is deleted; a
+#: delta row of kind "removed").
+REMOVED = _Removed()
 
 #: File name of a delta inside a participant's directory of a snapshot.
 DELTA_FILE = "DELTA"

@@ -24,6 +24,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+#: Memory budget of one state cache (one stateful step instance) by default.
+DEFAULT_BUDGET_BYTES = 256 << 20
+
 #: Items of a container looked at; longer containers are extrapolated from them.
 SAMPLE = 16
 

@@ -40,13 +40,11 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterator
 
-from .backend import REMOVED, RocksDBBackend
-from .memory_size import approx_size
+from .backend import RocksDBBackend
+from .changelog import REMOVED
+from .memory_size import DEFAULT_BUDGET_BYTES, approx_size
 
 _MISSING = object()
-
-#: Memory budget of one cache (one stateful step instance) by default.
-DEFAULT_BUDGET_BYTES = 256 << 20
 
 #: Bytes counted per cached state beyond its own: its key and the cache's slots for it.
 RECORD_OVERHEAD = 200

@@ -110,7 +110,6 @@ class RaySupervisor:
         # Test-only fault injection: {"before_commit" | "after_restore": [actor name, ...]}; each
         # entry is a real ray.kill of that actor at that moment of the protocol, used once.
         self.faults: dict = {k: list(v) for k, v in config.faults.items()}
-        self.heartbeat_timeout = config.heartbeat_timeout
         self.stop_requested = threading.Event()
         self.status = SupervisorStatus()
         self.handles: list = []
@@ -284,7 +283,7 @@ class RaySupervisor:
             sent = pings.get(name)
             if sent is None or (sent[0] in answered and now - sent[1] >= 1.0):
                 pings[name] = (handle.ping.remote(), now)
-            elif sent[0] not in answered and now - sent[1] > self.heartbeat_timeout:
+            elif sent[0] not in answered and now - sent[1] > self.config.heartbeat_timeout:
                 hung.add(name)
         return hung if self.store is not None else set()
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Optional
 
-from driftstream.snapshots.state_cache import DEFAULT_BUDGET_BYTES
+from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
 
 from driftstream.engine.model.errors import FlowError
+from driftstream.engine.model.manifest import SnapshotPart
 
 #: How much lower than the stage actors and the acker the coordinator's process runs
 #: (an ``os.nice`` increment; Ray starts every worker at its ``worker_niceness``, 15 by
@@ -129,4 +130,4 @@ class InstanceConfig:
     snapshot_dir: Optional[str] = None
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
     skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
-    restore: Any = None  # this instance's SnapshotPart of the manifest it starts from (None: fresh)
+    restore: SnapshotPart = field(default_factory=SnapshotPart)  # its part of the manifest it starts from

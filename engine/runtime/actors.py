@@ -289,7 +289,7 @@ class StageActor:
     def _setup(self, config: InstanceConfig, token: bytes) -> None:
         plan, (stage_index, instance) = self.plan, self.key
         stage = plan.stages[stage_index]
-        restore = config.restore or SnapshotPart()
+        restore = config.restore
         self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), restore, cache_bytes=config.state_cache_bytes)
         self.rt = StageRuntime(
             plan,

@@ -29,10 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, NamedTuple, Optional
 
-from driftstream.snapshots.backend import REMOVED, RocksDBBackend
-from driftstream.snapshots.changelog import DELTA_FILE, Chain, decode_delta, delta_row, pack_delta, replay_deltas
+from driftstream.snapshots.backend import RocksDBBackend
+from driftstream.snapshots.changelog import DELTA_FILE, REMOVED, Chain, decode_delta, delta_row, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
-from driftstream.snapshots.state_cache import DEFAULT_BUDGET_BYTES, StateCache
+from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
+from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.manifest import SnapshotPart

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from driftstream.snapshots.backend import REMOVED, RocksDBBackend
+from driftstream.snapshots.backend import RocksDBBackend
+from driftstream.snapshots.changelog import REMOVED
 from driftstream.snapshots.memory_size import approx_size
 from driftstream.snapshots.state_cache import RECORD_OVERHEAD, StateCache
 
