@@ -7,8 +7,9 @@ change record was read from the output topic; the first ``skip`` documents of
 every run are left out. Each run's output is checked against the PySpark
 ground truth (every word's ``df`` sequence and the rebuilt index).
 
-    driftstream bench inverted-index                 # grid, throughput, recovery; results/ + plots
+    driftstream bench inverted-index                 # grid, rate ladder, recovery; results/ + plots
     driftstream bench inverted-index --quick         # a short grid only
+    driftstream bench inverted-index --throughput    # backlog throughput, engine against engine (throughput.py)
     driftstream demo                                 # README's first command: EO at 50 docs/s, ~1 min
 
 Python::
@@ -379,15 +380,15 @@ def _start_engine(config: Config, bootstrap: str, in_topic: str, out_topic: str,
 # -- suites -------------------------------------------------------------------------------
 
 
-#: A throughput step counts at least this many documents (see :func:`throughput`).
+#: A step of the rate ladder counts at least this many documents (see :func:`rate_ladder`).
 MIN_COUNTED = 500
 
-#: Seconds of input per throughput step (at least MIN_COUNTED documents past the skipped ones).
+#: Seconds of input per step of the rate ladder (at least MIN_COUNTED documents past the skipped ones).
 STEP_SECONDS = 15.0
 
 
 def step_docs(rate: float, skip: int, seconds: float = STEP_SECONDS, min_counted: int = MIN_COUNTED) -> int:
-    """Documents one throughput step at ``rate`` sends: ``seconds`` of input, but at least
+    """Documents one step of the rate ladder at ``rate`` sends: ``seconds`` of input, but at least
     ``min_counted`` past the ``skip`` first ones.
 
     >>> step_docs(10, 200), step_docs(100, 200)
@@ -396,7 +397,7 @@ def step_docs(rate: float, skip: int, seconds: float = STEP_SECONDS, min_counted
     return max(skip + min_counted, int(rate * seconds))
 
 
-def throughput(
+def rate_ladder(
     bench: Benchmark, config: Config, rates: list, seconds: float = STEP_SECONDS, p99_limit_ms: float = 100.0, min_counted: int = MIN_COUNTED
 ) -> dict:
     """Raise the rate until p99 reaches ``p99_limit_ms`` or the feeder cannot keep up;
@@ -636,6 +637,33 @@ def latency_table(runs: list, title: str) -> Any:
     return table
 
 
+def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
+    """``--throughput``: every engine over the same backlog; prints and writes the figures."""
+    from driftstream.examples.benchmarks.backlog import documents
+
+    from .throughput import run_all, table
+
+    engines = [e for e in args.engines.split(",") if e]
+    python = None
+    if "flink" in engines:
+        from .flink_baseline import flink_python
+
+        try:
+            python = flink_python()
+        except RuntimeError as e:
+            console.print(f"[yellow]flink left out: {e}[/]")
+            engines.remove("flink")
+    docs = documents(args.docs)
+    console.print(f"[bold]backlog[/] {len(docs):,} documents, engines: {', '.join(engines)}")
+    rows = run_all(docs, engines, bootstrap, workdir, report=lambda r: console.print(json.dumps(r)), flink_python=python)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "throughput.json").write_text(json.dumps({"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))
+    console.print(table(rows))
+    console.print(f"results: {out / 'throughput.json'}")
+    return 0 if all(r.get("correct") for r in rows) else 1
+
+
 def main(argv: Optional[list] = None, demo: bool = False) -> int:
     """``driftstream bench inverted-index`` (and ``driftstream demo`` with ``demo=True``)."""
     import argparse
@@ -678,7 +706,10 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
     console.print(f"[bold]broker[/] {bootstrap}" + ("" if args.bootstrap else " (local Tansu)"))
     started_ray = False
     try:
-        rates = [] if demo or args.quick or args.no_throughput else [float(x) for x in args.rates.split(",")]
+        if getattr(args, "throughput", False):
+            started_ray = ensure_ray(None)
+            return _throughput(args, bootstrap, workdir, console)
+        rates = [] if demo or args.quick or args.no_ladder else [float(x) for x in args.rates.split(",")]
         n_corpus = max([docs] + [step_docs(r, args.skip) for r in rates])
         corpus, truth = prepare(workdir, n_corpus, args.source, console=console)
         started_ray = ensure_ray(None)
@@ -716,7 +747,7 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                 for c in ([Config("driftstream", "exactly-once", 1.0)] if args.only != "spark" else []) + (
                     [Config("spark", trigger="0")] if args.only != "driftstream" else []
                 ):
-                    throughputs.append(throughput(bench, c, rates))
+                    throughputs.append(rate_ladder(bench, c, rates))
             results["throughput"] = throughputs
         if not (args.quick or args.no_recovery or args.only == "spark"):
             with progress:

@@ -1,0 +1,225 @@
+"""Backlog throughput of the inverted index, engine against engine, in one invocation.
+
+Every engine starts on the same N prepared documents already in place (the
+corpus's article leads, one per page, :func:`driftstream.examples.benchmarks.backlog.documents`),
+exactly-once, parallelism 2, on this machine, one after the other:
+
+- **driftstream**: the documents in a two-partition Kafka input topic (the local
+  Tansu or any broker), :func:`.pipeline.kafka_flow` with entry state, 1 s
+  snapshots; a consumer process stamps the change records as they appear in the
+  output topic. A document is done when all its change records are there.
+- **Spark**: its native SQL streaming query over JSON-lines files
+  (:mod:`.spark_native`): the strongest form here (no Kafka jar). Done by micro-batch.
+- **Flink** (optional, ``apache-flink`` is not in the default install): the PyFlink
+  job of :mod:`.flink_baseline` over files, checkpoints every second, output visible
+  when the file sink commits. Done by checkpoint.
+
+Figures per engine: documents/s and change records/s over the run (from the
+engine's start to its last output), and the rate of each fifth of the documents
+(is the last fifth, with the biggest index, slower than the first?).
+
+    driftstream bench inverted-index --throughput --docs 10000
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from driftstream.examples.inverted_index.documents import word_positions
+
+#: Fifths: the run is cut by documents done (the first fifth of the documents to finish, ...).
+FIFTHS = 5
+
+
+def fifth_rates(start: float, completions: Sequence[tuple], total: int, parts: int = FIFTHS) -> list:
+    """Documents/s in each fifth of the documents, from ``completions`` ``(time_s, documents
+    done then)`` in time order; between two completions documents finish at an even pace
+    (an engine that finishes them by batches: a micro-batch, a checkpoint).
+
+    >>> fifth_rates(0.0, [(1.0, 50), (3.0, 50)], 100)      # 50 in the first second, 50 in the next two
+    [50.0, 50.0, 33.33, 25.0, 25.0]
+    >>> fifth_rates(10.0, [(12.0, 100)], 100)
+    [50.0, 50.0, 50.0, 50.0, 50.0]
+    """
+    size = total / parts
+    rates, done, last_t = [], 0, start
+    boundaries = [size * (k + 1) for k in range(parts)]
+    prev_boundary_t = start
+    for t, n in completions:
+        done_after = done + n
+        while boundaries and boundaries[0] <= done_after + 1e-9:
+            # the time the boundary was crossed, interpolated within (last_t, t]
+            share = (boundaries[0] - done) / n if n else 1.0
+            crossed = last_t + share * (t - last_t)
+            rates.append(float(f"{size / max(crossed - prev_boundary_t, 1e-9):.4g}"))
+            prev_boundary_t = crossed
+            boundaries.pop(0)
+        done, last_t = done_after, t
+    return rates
+
+
+def summary(engine: str, docs: int, records: int, start: float, completions: Sequence[tuple], problems: list, **extra) -> dict:
+    """An engine's figures from its start time and completions ``(time_s, documents done)``.
+
+    >>> s = summary("x", 100, 1000, 0.0, [(1.0, 50), (4.0, 50)], [])
+    >>> s["seconds"], s["docs_per_s"], s["records_per_s"], s["seconds_from_first_output"], s["correct"]
+    (4.0, 25.0, 250.0, 3.0, True)
+    """
+    end = completions[-1][0] if completions else start
+    first = completions[0][0] if completions else start
+    seconds = max(end - start, 1e-9)
+    done = sum(n for _, n in completions)
+    if done != docs:
+        problems = problems + [f"{done} of {docs} documents done"]
+    return {
+        "engine": engine,
+        "docs": docs,
+        "records": records,
+        "seconds": round(seconds, 2),
+        "docs_per_s": round(docs / seconds, 1),
+        "records_per_s": round(records / seconds, 1),
+        "seconds_from_first_output": round(end - first, 2),
+        "fifths_docs_per_s": fifth_rates(start, completions, docs),
+        "correct": not problems,
+        "problems": problems[:10],
+        **extra,
+    }
+
+
+def document_completions(docs: Sequence[dict], arrivals: Sequence[tuple]) -> list:
+    """``(time_s, 1)`` per document, when the last of its change records arrived
+    (``arrivals``: ``(recv_ms, record)`` in arrival order; one send per page).
+
+    >>> docs = [{"page_id": 1, "text": "a b"}, {"page_id": 2, "text": "c"}]
+    >>> document_completions(docs, [(1000.0, {"page_id": 1}), (1500.0, {"page_id": 2}), (2000.0, {"page_id": 1})])
+    [(1.5, 1), (2.0, 1)]
+    """
+    left = {d["page_id"]: len(word_positions(d["text"])) for d in docs}
+    out = []
+    for recv_ms, record in arrivals:
+        page = record.get("page_id")
+        if page in left:
+            left[page] -= 1
+            if left[page] == 0:
+                out.append((recv_ms / 1000.0, 1))
+    return out
+
+
+def produce_backlog(bootstrap: str, topic: str, docs: Sequence[dict], partitions: int = 2) -> None:
+    """Write ``docs`` to ``topic`` (created with ``partitions``), round robin over partitions.
+
+    Record timestamps rise by 1 ms per document, so the source's order of the records
+    (running timestamp, then partition and offset) is the list's order whatever the
+    partitioning, and the sequential reference over the list is the expected output."""
+    from kafka import KafkaProducer
+
+    from driftstream.engine.connectors.kafka.io import ensure_topic
+
+    ensure_topic(bootstrap, topic, partitions)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024,
+                             max_request_size=4 * 1024 * 1024, enable_idempotence=False)
+    try:
+        base = int(time.time() * 1000) - len(docs)
+        for i, d in enumerate(docs):
+            value = json.dumps({"page_id": d["page_id"], "text": d["text"]}).encode()
+            producer.send(topic, value=value, partition=i % partitions, timestamp_ms=base + i)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, parallelism: int = 2,
+                    snapshot_interval: float = 1.0, state: str = "entries", timeout: Optional[float] = None) -> dict:
+    """The index flow over ``docs`` already in a Kafka topic, exactly-once; figures and the check."""
+    from driftstream.engine.connectors.kafka.io import ensure_topic
+
+    from .ground_truth import GroundTruth, check, reference_changes, reference_index
+    from .measure import OutputMeter
+    from .pipeline import kafka_flow
+
+    tag = uuid.uuid4().hex[:8]
+    in_topic, out_topic = f"tp-{tag}-in", f"tp-{tag}-out"
+    produce_backlog(bootstrap, in_topic, docs, partitions=2)
+    ensure_topic(bootstrap, out_topic, parallelism)
+    expected = sum(len(word_positions(d["text"])) for d in docs)
+    meter = OutputMeter(bootstrap, out_topic).start()
+    handle = None
+    try:
+        start = time.time()
+        handle = kafka_flow(bootstrap, in_topic, out_topic, name=f"throughput-{tag}", state=state).start(
+            parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
+            snapshot_dir=str(workdir / f"snapshots-{tag}"),
+        )
+        meter.wait_for(expected, timeout=timeout or max(300.0, len(docs) / 10.0))
+        status = handle.status()
+    finally:
+        arrivals = meter.stop()
+        result = handle.stop() if handle is not None else None
+    records = [r for _, r in arrivals]
+    truth = GroundTruth(index=reference_index(docs), changes=reference_changes(docs))
+    return summary(
+        "driftstream", len(docs), len(records), start, document_completions(docs, arrivals), check(records, truth),
+        snapshots=result.metrics.snapshots if result else None,
+        recoveries=len(status.get("recoveries", [])),
+        peak_rss_mib=round(result.metrics.peak_rss_bytes / 2**20, 1) if result else None,
+    )
+
+
+def run_spark(docs: Sequence[dict], workdir: Path, docs_per_batch: int = 1000) -> dict:
+    """Spark's native streaming query over ``docs`` as files (:mod:`.spark_native`)."""
+    from .spark_native import run_spark_native
+
+    r = run_spark_native(docs, workdir / f"spark-{uuid.uuid4().hex[:8]}", docs_per_batch=docs_per_batch)
+    return summary("spark (native SQL)", len(docs), r["rows_out"], r["started"], r["completions"], r["problems"],
+                   docs_per_batch=r["docs_per_batch"], output="(word, df) per changed word per micro-batch",
+                   seconds_with_jvm_start=r["seconds_total"])
+
+
+def run_flink(docs: Sequence[dict], workdir: Path, checkpoint_interval: float = 1.0, python: Optional[str] = None) -> dict:
+    """Flink's exactly-once job over ``docs`` as files (:mod:`.flink_baseline`)."""
+    from .flink_baseline import run_flink_backlog
+
+    r = run_flink_backlog(list(docs), workdir / f"flink-{uuid.uuid4().hex[:8]}", checkpoint_interval=checkpoint_interval, python=python)
+    return {**r, "engine": "flink"}
+
+
+#: The engines of a throughput run, in their default order.
+ENGINES = ("driftstream", "spark", "flink")
+
+
+def table(rows: Sequence[dict]) -> str:
+    """The figures as a Markdown table.
+
+    >>> print(table([summary("x", 100, 1000, 0.0, [(1.0, 50), (4.0, 50)], [])]))
+    | engine | documents | docs/s | records/s | seconds | fifths, docs/s | correct |
+    |---|---:|---:|---:|---:|---|---|
+    | x | 100 | 25.0 | 250.0 | 4.0 | 50 / 50 / 25 / 17 / 17 | yes |
+    """
+    lines = ["| engine | documents | docs/s | records/s | seconds | fifths, docs/s | correct |", "|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        fifths = " / ".join(f"{x:.0f}" for x in r.get("fifths_docs_per_s", []))
+        lines.append(f"| {r['engine']} | {r['docs']:,} | {r['docs_per_s']} | {r['records_per_s']} | {r['seconds']} | {fifths} | "
+                     f"{'yes' if r.get('correct') else 'NO'} |")
+    return "\n".join(lines)
+
+
+def run_all(docs: Sequence[dict], engines: Sequence[str], bootstrap: Optional[str], workdir: Path,
+            report: Callable[[dict], None] = lambda r: None, flink_python: Optional[str] = None) -> list:
+    """Each engine in turn over the same ``docs``; ``report`` sees each engine's figures as they come."""
+    runs = {
+        "driftstream": lambda: run_driftstream(docs, bootstrap, workdir),
+        "spark": lambda: run_spark(docs, workdir),
+        "flink": lambda: run_flink(docs, workdir, python=flink_python),
+    }
+    unknown = [e for e in engines if e not in runs]
+    if unknown:
+        raise ValueError(f"unknown engine(s) {', '.join(unknown)}: choose from {', '.join(ENGINES)}")
+    rows = []
+    for engine in engines:
+        rows.append(runs[engine]())
+        report(rows[-1])
+    return rows
