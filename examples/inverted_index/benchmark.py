@@ -637,6 +637,42 @@ def latency_table(runs: list, title: str) -> Any:
     return table
 
 
+#: Flink's checkpoint intervals in the latency grid, seconds: its exactly-once output is
+#: visible when a checkpoint commits, so these are its latency-relevant settings.
+FLINK_CHECKPOINTS = (0.05, 1.0)
+
+
+def flink_latency_runs(bench: Benchmark, rate: float, docs: int, python: str) -> list:
+    """Flink's exactly-once job at ``rate`` over the grid's documents, one run per interval of
+    :data:`FLINK_CHECKPOINTS`, as RunResults. Its input is files, not the Kafka topic
+    (no Kafka jar here): see :mod:`.flink_baseline` for what differs."""
+    from .flink_baseline import run_flink_latency
+
+    rows = bench.table.sort_by("seq").slice(0, docs)
+    documents = [{"page_id": p, "text": t} for p, t in zip(rows.column("page_id").to_pylist(), rows.column("text").to_pylist())]
+    out = []
+    for interval in FLINK_CHECKPOINTS:
+        label = f"flink exactly-once, checkpoints {_interval(interval)} (files)"
+        bench.progress(label, 0, docs, 0, 0)
+        r = run_flink_latency(documents, bench.workdir / f"flink-{uuid.uuid4().hex[:8]}", rate=rate, checkpoint_interval=interval,
+                              skip=bench.skip, python=python)
+        out.append(RunResult(label=label, config={"engine": "flink", "checkpoint_interval": interval}, rate=rate, docs=docs,
+                             achieved_rate=r.get("achieved_rate", 0.0), latency_ms=r.get("latency_ms", {}), records=0,
+                             expected_records=0, duplicates=0, incomplete=0, problems=r["problems"]))
+    return out
+
+
+def _flink_python_or_none(console: Any) -> Optional[str]:
+    """The interpreter with pyflink, or None (said once) when there is none."""
+    from .flink_baseline import flink_python
+
+    try:
+        return flink_python()
+    except RuntimeError as e:
+        console.print(f"[yellow]flink left out: {e}[/]")
+        return None
+
+
 def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
     """``--throughput``: every engine over the same backlog; prints and writes the figures."""
     from driftstream.examples.benchmarks.backlog import documents
@@ -644,15 +680,9 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
     from .throughput import run_all, table
 
     engines = [e for e in args.engines.split(",") if e]
-    python = None
-    if "flink" in engines:
-        from .flink_baseline import flink_python
-
-        try:
-            python = flink_python()
-        except RuntimeError as e:
-            console.print(f"[yellow]flink left out: {e}[/]")
-            engines.remove("flink")
+    python = _flink_python_or_none(console) if "flink" in engines else None
+    if python is None and "flink" in engines:
+        engines.remove("flink")
     docs = documents(args.docs)
     console.print(f"[bold]backlog[/] {len(docs):,} documents, engines: {', '.join(engines)}")
     rows = run_all(docs, engines, bootstrap, workdir, report=lambda r: console.print(json.dumps(r)), flink_python=python)
@@ -686,9 +716,17 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
     if not demo:
         parser.add_argument("--quick", action="store_true", help="grid only, 20 s per run")
         parser.add_argument("--only", choices=["driftstream", "spark"], help="run one engine's configurations")
-        parser.add_argument("--no-throughput", action="store_true")
+        parser.add_argument("--no-ladder", action="store_true", help="skip the rate ladder (the highest rate with p99 < 100 ms)")
         parser.add_argument("--no-recovery", action="store_true")
-        parser.add_argument("--rates", default="10,25,50,100,200", help="throughput ladder, docs/s")
+        parser.add_argument("--no-flink", action="store_true",
+                            help="leave Flink out (it runs where apache-flink is installed, see flink_baseline.py)")
+        parser.add_argument("--rates", default="10,25,50,100,200", help="the rate ladder's steps, docs/s")
+        parser.add_argument("--throughput", action="store_true",
+                            help="instead of the latency runs: backlog throughput of the engines over --docs documents (throughput.py)")
+        parser.add_argument("--docs", type=int, default=10_000,
+                            help="documents of the --throughput backlog (default 10,000; the corpus has 26,210)")
+        parser.add_argument("--engines", default="driftstream,spark,flink",
+                            help="engines of the --throughput run (flink where apache-flink is installed, see flink_baseline.py)")
         parser.add_argument("--rounds", type=int, default=4,
                             help="driftstream grid runs per configuration, interleaved; percentiles pool them (default 4)")
     args = parser.parse_args(argv)
@@ -731,6 +769,10 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                 if c.engine != "driftstream":  # seconds of latency: one run says enough
                     runs[c.label].append(bench.run(c, rate=args.rate, docs=docs))
         grid = [pooled(runs[c.label]) for c in configs]
+        python = None if demo or args.only or args.no_flink else _flink_python_or_none(console)
+        if python:
+            with progress:
+                grid += flink_latency_runs(bench, args.rate, docs, python)
         results["rounds"] = rounds
         results["grid"] = [slim(r) for r in grid]
         console.print(latency_table(grid, f"document latency at {args.rate:g} docs/s, first {args.skip} skipped"))

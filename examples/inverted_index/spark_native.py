@@ -42,32 +42,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional, Sequence
 
+from driftstream.examples.inverted_index.document_files import DOCS_PER_FILE, write_documents
 from driftstream.examples.inverted_index.documents import word_positions
-
-#: Documents per input file; a micro-batch takes ``files_per_batch`` files.
-DOCS_PER_FILE = 100
 
 SCHEMA = "page_id long, text string"
 
 #: Python's ``re`` ``\w`` in Java's dialect: letters, numbers, underscore (the same set of
 #: code points; Java's ``(?U)\w`` adds combining marks and leaves out ``No`` numbers such as ``²``).
 WORD_PATTERN = r"[\p{L}\p{N}_]+"
-
-
-def write_documents(docs: Sequence[dict], directory: Path, docs_per_file: int = DOCS_PER_FILE) -> int:
-    """Write ``docs`` as JSON-lines files of ``docs_per_file`` documents, named in order; returns the file count.
-
-    >>> d = Path(tempfile.mkdtemp())
-    >>> write_documents([{"page_id": i, "text": "a"} for i in range(250)], d)
-    3
-    """
-    directory.mkdir(parents=True, exist_ok=True)
-    files = 0
-    for start in range(0, len(docs), docs_per_file):
-        lines = "".join(json.dumps({"page_id": d["page_id"], "text": d["text"]}) + "\n" for d in docs[start : start + docs_per_file])
-        (directory / f"docs-{files:06d}.json").write_text(lines)
-        files += 1
-    return files
 
 
 def changed_words(docs):

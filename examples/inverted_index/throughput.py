@@ -44,7 +44,16 @@ def fifth_rates(start: float, completions: Sequence[tuple], total: int, parts: i
     [50.0, 50.0, 33.33, 25.0, 25.0]
     >>> fifth_rates(10.0, [(12.0, 100)], 100)
     [50.0, 50.0, 50.0, 50.0, 50.0]
+    >>> fifth_rates(0.0, [(1.0, 1)] * 50 + [(2.0, 1)] * 50, 100)   # two commits of 50
+    [50.0, 50.0, 50.0, 50.0, 50.0]
     """
+    merged: list = []
+    for t, n in completions:  # documents done at one instant (a commit, a poll) finished since the last
+        if merged and t <= merged[-1][0]:
+            merged[-1][1] += n
+        else:
+            merged.append([t, n])
+    completions = merged
     size = total / parts
     rates, done, last_t = [], 0, start
     boundaries = [size * (k + 1) for k in range(parts)]
@@ -188,7 +197,9 @@ def run_flink(docs: Sequence[dict], workdir: Path, checkpoint_interval: float = 
     from .flink_baseline import run_flink_backlog
 
     r = run_flink_backlog(list(docs), workdir / f"flink-{uuid.uuid4().hex[:8]}", checkpoint_interval=checkpoint_interval, python=python)
-    return {**r, "engine": "flink"}
+    return summary("flink", len(docs), r["records"], r["started"], r["completions"], r["problems"],
+                   checkpoint_interval=checkpoint_interval, first_output_after_s=r["first_output_after_s"],
+                   cpu_seconds=r["cpu_seconds"], output="one record per change, visible per checkpoint")
 
 
 #: The engines of a throughput run, in their default order.
