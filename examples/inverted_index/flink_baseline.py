@@ -44,10 +44,9 @@ Install (apache-flink 2.3.0 pins py4j 0.10.9.7 and, through apache-beam 2.61,
 pyarrow<17, numpy<2.2, pandas<2.3, protobuf<6: it downgrades driftstream's test
 dependencies, so it gets its own interpreter)::
 
-    python3 -m venv /work/flink-py
-    /work/flink-py/bin/pip install apache-flink==2.3.0
-    /work/flink-py/bin/pip install --no-deps -e /work/main
-    export DRIFTSTREAM_FLINK_PYTHON=/work/flink-py/bin/python
+    python3 -m venv .venv-flink          # in the checkout: found there, or set $DRIFTSTREAM_FLINK_PYTHON
+    .venv-flink/bin/pip install apache-flink==2.3.0
+    .venv-flink/bin/pip install --no-deps -e .
 
 Configuration (chosen by measurement; 2 cores shared with other work, load 4-14)
 --------------------------------------------------------------------------------
@@ -332,8 +331,13 @@ def _show(key: tuple) -> str:
 # ------------------------------------------------------------------ the driver (no pyflink needed)
 
 
+#: Where README's setup puts Flink's interpreter: a venv of its own beside the checkout's.
+FLINK_VENV = Path(__file__).resolve().parents[2] / ".venv-flink"
+
+
 def flink_python(python: Optional[str] = None) -> str:
-    """The interpreter that runs the job: ``python``, else this one if it has pyflink, else ``$DRIFTSTREAM_FLINK_PYTHON``."""
+    """The interpreter that runs the job: ``python``, else this one if it has pyflink, else
+    ``$DRIFTSTREAM_FLINK_PYTHON``, else the checkout's ``.venv-flink`` (see the module doc)."""
     if python:
         return python
     if importlib.util.find_spec("pyflink") is not None:
@@ -341,11 +345,12 @@ def flink_python(python: Optional[str] = None) -> str:
     env = os.environ.get(FLINK_PYTHON_ENV)
     if env:
         return env
+    if (FLINK_VENV / "bin" / "python").exists():
+        return str(FLINK_VENV / "bin" / "python")
     raise RuntimeError(
-        "no Python with pyflink: apache-flink downgrades driftstream's dependencies, so give it its own venv: "
-        "python3 -m venv /work/flink-py && /work/flink-py/bin/pip install apache-flink==2.3.0 && "
-        "/work/flink-py/bin/pip install --no-deps -e <driftstream checkout>; "
-        f"then pass python=... or set {FLINK_PYTHON_ENV}=/work/flink-py/bin/python"
+        "no Python with pyflink: apache-flink downgrades driftstream's dependencies, so it gets a venv of its own: "
+        "python3 -m venv .venv-flink && .venv-flink/bin/pip install apache-flink==2.3.0 && .venv-flink/bin/pip install --no-deps -e . "
+        f"(in the checkout), or set {FLINK_PYTHON_ENV} to a Python that has pyflink"
     )
 
 
