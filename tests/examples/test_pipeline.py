@@ -133,3 +133,58 @@ def test_the_index_without_snapshots_spills_entries_to_stay_in_its_budget(ray_se
     assert result.output("changes") == reference_changes(docs)
     cache = result.metrics.state_cache["index"]
     assert cache["bytes"] <= 2 * 8_000 and cache["spilled"] > 0
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_index_over_a_kafka_backlog_with_spilled_state_survives_kills(ray_session, kafka_broker, tmp_path):
+    """State far over its budget (entries evicted, spilled, read back from RocksDB) and the
+    stateful actors killed mid-backlog: restored from incremental snapshots, the output
+    topic holds the reference's change records, each once."""
+    import time
+
+    import ray
+    from kafka import TopicPartition
+
+    from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, true_end
+    from driftstream.engine.connectors.kafka.sink import read_kafka_sink
+    from driftstream.engine.testing import wait_for_actor
+    from driftstream.examples.benchmarks.backlog import documents
+    from driftstream.examples.inverted_index.ground_truth import GroundTruth, check
+    from driftstream.examples.inverted_index.pipeline import kafka_flow
+    from driftstream.examples.inverted_index.throughput import produce_backlog
+
+    bs, tag = kafka_broker.bootstrap_servers, uuid.uuid4().hex[:8]
+    src, out, name = f"ii-kill-in-{tag}", f"ii-kill-out-{tag}", f"ii-kill-{tag}"
+    docs = documents(900)
+    want = reference_changes(docs)
+    produce_backlog(bs, src, docs, partitions=2)
+    ensure_topic(bs, out, 2)
+    c = consumer(bs)
+
+    def written() -> int:
+        return sum(true_end(c, TopicPartition(out, p)) for p in range(2))
+
+    handle = kafka_flow(bs, src, out, name=name).start(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, snapshot_dir=str(tmp_path / "snaps"),
+        state_cache_bytes=256 << 10,
+    )
+    try:
+        for k, victim in enumerate([f"{name}/by_word/0", f"{name}/by_word/1"], start=1):
+            deadline = time.time() + 120
+            while written() < k * len(want) // 3 and time.time() < deadline:
+                time.sleep(0.05)
+            ray.kill(wait_for_actor(victim), no_restart=True)
+        deadline = time.time() + 180
+        while written() < len(want) and time.time() < deadline:
+            time.sleep(0.2)
+        status = handle.status()
+    finally:
+        result = handle.stop(timeout=120)
+        c.close()
+    got = [v for _, v in read_kafka_sink(bs, out)]
+    assert len(status["recoveries"]) == 2
+    assert check(got, GroundTruth(index=reference_index(docs), changes=want)) == []
+    assert len(got) == len(want)  # nothing twice
+    cache = result.metrics.state_cache["index"]
+    assert cache["evicted"] + cache["spilled"] > 0 and cache["read_back"] > 0
