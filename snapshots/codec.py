@@ -142,9 +142,38 @@ def encode_key(key: Any) -> bytes:
     t = type(key)
     if t is str or t is int:  # the common keys: nothing to canonicalise
         return encode(key)
-    if t is tuple and all(type(x) is str or type(x) is int for x in key):  # e.g. (key, entry) of entry state
-        return encode(key)
+    if t is tuple:  # e.g. (key, entry) of entry state: one per entry read, base row and delta row
+        for x in key:
+            tx = type(x)
+            if tx is not str and tx is not int:
+                return encode(_canonical_key(key))
+        return _encode_tuple(key)
     return encode(_canonical_key(key))
+
+
+def _encode_tuple(key: tuple) -> bytes:
+    """``encode(key)`` for a tuple, without MessagePack's Python ``default`` callback and the
+    ``ExtType`` it builds (2.1 us -> 0.9 us for ``(word, page)``): the same bytes, the
+    extension header written here. The payload is packed as :func:`_extension` packs it."""
+    payload = _pack(list(key))
+    return _HEADER + _ext_header(_TUPLE, len(payload)) + payload
+
+
+#: MessagePack's fixext headers, by payload length: (format byte, type code) follow.
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+
+
+def _ext_header(code: int, n: int) -> bytes:
+    """MessagePack's header of an extension value of type ``code`` with an ``n``-byte payload
+    (fixext 1/2/4/8/16, else ext 8/16/32), as its packer writes it."""
+    fixed = _FIXEXT.get(n)
+    if fixed is not None:
+        return bytes((fixed, code))
+    if n < 1 << 8:
+        return bytes((0xC7, n, code))
+    if n < 1 << 16:
+        return b"\xc8" + n.to_bytes(2, "big") + bytes((code,))
+    return b"\xc9" + n.to_bytes(4, "big") + bytes((code,))
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
