@@ -73,6 +73,12 @@ class RocksDBBackend:
         raw = self._db.get(key)
         return None if raw is None else decode(raw)
 
+    def is_empty(self) -> bool:
+        """True if the database holds no record (one iterator seek: microseconds)."""
+        it = self._db.iter()
+        it.seek_to_first()
+        return not it.valid()
+
     def put(self, key: Hashable, state: Any) -> None:
         """Store ``state`` for ``key`` (TypeError if the codec cannot encode either); :data:`REMOVED`
         deletes the key's record."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings, strategies as st
+
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import REMOVED
 from driftstream.snapshots.memory_size import approx_size
@@ -107,4 +109,129 @@ def test_a_failed_write_puts_its_keys_back_for_the_next_base(tmp_path):
     batch = cache.take_unwritten()
     cache.unwritten_again(batch)
     assert cache.take_unwritten() == {"a": 1}
+    cache.close()
+
+
+# -- a miss without a RocksDB read: only while RocksDB holds nothing the cache has not seen --
+
+
+class CountingBackend(RocksDBBackend):
+    """Counts the reads that reach RocksDB."""
+
+    reads = 0
+
+    def get(self, key):
+        self.reads += 1
+        return super().get(key)
+
+
+def test_a_fresh_cache_answers_a_miss_without_reading_rocksdb(tmp_path):
+    db = CountingBackend(tmp_path / "db")
+    cache = StateCache(db)
+    assert cache.complete
+    assert cache.get("new") is None and db.reads == 0
+    cache.put("a", 1)
+    batch = cache.take_unwritten()
+    cache.write(batch)
+    cache.mark_written(batch)  # written and clean, still cached: still complete
+    assert cache.complete and cache.get("a") == 1 and cache.get("other") is None and db.reads == 0
+    cache.close()
+
+
+def test_a_cache_over_a_restored_database_reads_every_miss(tmp_path):
+    cache = StateCache(RocksDBBackend(tmp_path / "db"))
+    cache.put("a", 1)
+    batch = cache.take_unwritten()
+    cache.write(batch)
+    ckpt = cache.checkpoint(tmp_path / "ckpt")
+    cache.close()
+    restored = StateCache(RocksDBBackend.restore(ckpt, tmp_path / "restored"))
+    assert not restored.complete  # RocksDB holds a state the cache has not seen
+    assert restored.get("a") == 1 and restored.get("b") is None
+    restored.close()
+
+
+def test_a_database_of_deletions_only_opens_complete(tmp_path):
+    db = RocksDBBackend(tmp_path / "db")
+    db.put("a", 1)
+    db.put("a", REMOVED)  # a tombstone in RocksDB: no record
+    assert StateCache(db).complete
+    db.close()
+
+
+def test_an_eviction_or_a_spill_ends_the_shortcut(tmp_path):
+    record = RECORD_OVERHEAD + approx_size(10)
+    evicting = StateCache(RocksDBBackend(tmp_path / "evict"), budget_bytes=3 * record)
+    for k in range(3):
+        evicting.put(k, k * 10)
+    batch = evicting.take_unwritten()
+    evicting.write(batch)
+    evicting.mark_written(batch)
+    assert evicting.complete
+    evicting.put(3, 30)
+    assert evicting.evicted and not evicting.complete
+    assert [evicting.get(k) for k in range(4)] == [0, 10, 20, 30]  # the evicted ones read back
+    evicting.close()
+
+    spilling = StateCache(RocksDBBackend(tmp_path / "spill"), budget_bytes=3 * record, track_changes=False)
+    for k in range(5):
+        spilling.put(k, k * 10)
+    assert spilling.spilled and not spilling.complete
+    assert [spilling.get(k) for k in range(5)] == [0, 10, 20, 30, 40]
+    spilling.close()
+
+
+_keys = st.integers(0, 11)
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), _keys, st.integers(0, 10**6)),
+        st.tuples(st.just("remove"), _keys),
+        st.tuples(st.just("fold"), _keys, st.lists(st.integers(0, 9), min_size=1, max_size=3)),
+        st.tuples(st.just("get"), _keys),
+        st.tuples(st.just("delta")),
+        st.tuples(st.just("base")),
+        st.tuples(st.just("restart")),  # a base, then a new cache over the same database: a restore
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_ops, records=st.integers(1, 8), preloaded=st.dictionaries(_keys, st.integers(0, 99), max_size=6))
+def test_reads_agree_with_a_dict_under_eviction_spills_and_restores(tmp_path_factory, ops, records, preloaded):
+    # A budget of a few records: evictions and spills all the time. ``preloaded``: states
+    # RocksDB holds before the cache opens it (a restored instance). Every read must see
+    # what a plain dict holds, whatever the cache dropped and whether it knew it was complete.
+    path = tmp_path_factory.mktemp("db") / "db"
+    db = RocksDBBackend(path)
+    for k, v in preloaded.items():
+        db.put(k, v)
+    model = dict(preloaded)
+    budget = records * (RECORD_OVERHEAD + approx_size(10**6))
+    cache = StateCache(db, budget_bytes=budget)
+    assert cache.complete == (not preloaded)
+    for op in ops:
+        if op[0] == "put":
+            cache.put(op[1], op[2])
+            model[op[1]] = op[2]
+        elif op[0] == "remove":
+            cache.remove(op[1])
+            model.pop(op[1], None)
+        elif op[0] == "fold":
+            state = (model.get(op[1]) or 0) + sum(op[2])
+            cache.fold(op[1], state, op[2])
+            model[op[1]] = state
+        elif op[0] == "get":
+            assert cache.get(op[1]) == model.get(op[1])
+        elif op[0] == "delta":  # each changed key's latest state, spilled or not
+            assert all(state == model.get(k, REMOVED) for k, (state, _) in cache.take_changes().items())
+        else:
+            batch = cache.take_unwritten()
+            cache.write(batch)
+            cache.mark_written(batch)
+            if op[0] == "restart":
+                cache.close()
+                cache = StateCache(RocksDBBackend(path), budget_bytes=budget)
+                assert cache.complete == (not model)
+    assert {k: cache.get(k) for k in range(12)} == {k: model.get(k) for k in range(12)}
     cache.close()
