@@ -39,9 +39,12 @@ _getsizeof = sys.getsizeof
 def approx_size(value: Any, depth: int = DEPTH) -> int:
     """Bytes ``value`` holds, its contents included (estimated, see the module doc)."""
     size = _getsizeof(value)
-    if depth == 0:
-        return size
     kind = type(value)
+    if depth == 0 or kind in _FLAT:
+        return size
+    # Items that hold nothing more (or at the last level) count at their own size, here
+    # rather than in a call each: a base measures every entry it writes (a list of a few
+    # ints: 2.0 -> 1.3 us).
     if kind is dict:
         n = len(value)
         if not n:
@@ -50,9 +53,10 @@ def approx_size(value: Any, depth: int = DEPTH) -> int:
         for i, (k, v) in enumerate(value.items()):
             if i == SAMPLE:
                 break
-            inner += approx_size(k, depth - 1) + approx_size(v, depth - 1)
+            inner += _getsizeof(k) if depth == 1 or type(k) in _FLAT else approx_size(k, depth - 1)
+            inner += _getsizeof(v) if depth == 1 or type(v) in _FLAT else approx_size(v, depth - 1)
         return size + inner * n // min(n, SAMPLE)
-    if kind in (list, tuple, set, frozenset):
+    if kind in _SEQUENCES:
         n = len(value)
         if not n:
             return size
@@ -60,6 +64,12 @@ def approx_size(value: Any, depth: int = DEPTH) -> int:
         for i, item in enumerate(value):
             if i == SAMPLE:
                 break
-            inner += approx_size(item, depth - 1)
+            inner += _getsizeof(item) if depth == 1 or type(item) in _FLAT else approx_size(item, depth - 1)
         return size + inner * n // min(n, SAMPLE)
     return size
+
+
+#: Types whose size is their own (:func:`sys.getsizeof`), with nothing inside to walk.
+_FLAT = frozenset({int, float, str, bytes, bool, type(None)})
+
+_SEQUENCES = frozenset({list, tuple, set, frozenset})

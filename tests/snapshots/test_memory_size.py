@@ -1,0 +1,46 @@
+"""approx_size: the bounded walk gives what the plain recursive definition gives."""
+
+from __future__ import annotations
+
+import sys
+
+from hypothesis import given, strategies as st
+
+from driftstream.snapshots.memory_size import DEPTH, SAMPLE, approx_size
+
+
+def walk(value, depth: int = DEPTH) -> int:
+    """The definition: each container's first SAMPLE items, DEPTH levels, scaled to its length."""
+    size = sys.getsizeof(value)
+    if depth == 0:
+        return size
+    if type(value) is dict:
+        items = [x for kv in list(value.items())[:SAMPLE] for x in kv]
+        n = len(value)
+    elif type(value) in (list, tuple, set, frozenset):
+        items = list(value)[:SAMPLE]
+        n = len(value)
+    else:
+        return size
+    if not n:
+        return size
+    return size + sum(walk(x, depth - 1) for x in items) * n // min(n, SAMPLE)
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=30), st.binary(max_size=30))
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=40),
+        st.lists(inner, max_size=20).map(tuple),
+        st.frozensets(scalars, max_size=20),
+        st.dictionaries(st.one_of(st.text(max_size=5), st.integers()), inner, max_size=20),
+    ),
+    max_leaves=80,
+)
+
+
+@given(values)
+def test_approx_size_is_the_bounded_walk(value):
+    assert approx_size(value) == walk(value)
+    assert approx_size(value, 1) == walk(value, 1)
