@@ -197,6 +197,49 @@ def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tm
     restored.close()
 
 
+def test_a_base_marks_its_rows_clean_in_slices_and_a_row_changed_meanwhile_stays_dirty(tmp_path, monkeypatch):
+    """Marking a base's rows clean is O(rows) (~12 ms for 12k): it goes in slices with other
+    callbacks in between; a row changed in between is not marked clean (the base wrote its
+    older state), so the next base writes it again."""
+    import driftstream.engine.runtime.stage_snapshots as stage_snapshots
+
+    monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every row
+    snaps = StageSnapshots(str(tmp_path / "store"), "f-s-0", None, base_every_s=3600)
+    cache = snaps.backend("count", append)
+    keys = list(range(40))
+    for k in keys:
+        cache.fold(k, (k,), [k])
+
+    async def go() -> list:
+        seen = []
+
+        def other_callback() -> None:  # the loop's processing of elements, between slices
+            clean = len(cache._clean)
+            seen.append(clean)
+            if 0 < clean < len(keys) and "late" not in cache._states:
+                unmarked = [k for k in keys if k not in cache._clean]
+                cache.fold(unmarked[-1], ("changed",), ["changed"])
+                cache.fold("late", ("late",), ["late"])
+            if not done.done():
+                loop.call_soon(other_callback)
+
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        loop.call_soon(other_callback)
+        snaps.take(1, (0,), None, done.set_result)
+        part = await done
+        return part, seen
+
+    part, seen = asyncio.run(go())
+    assert part.states["count"]["base"] == 1
+    assert any(0 < n < len(keys) for n in seen)  # other callbacks ran while rows were being marked
+    changed = [k for k in keys if cache.get(k) == ("changed",)]
+    assert len(changed) == 1
+    assert set(cache._clean) == set(keys) - set(changed)  # every row the base wrote, and only those
+    assert cache.take_unwritten() == {changed[0]: ("changed",), "late": ("late",)}
+    snaps.close()
+
+
 def test_a_base_is_flushed_by_rocksdb_before_its_checkpoint(tmp_path, monkeypatch):
     """The checkpoint would flush the memtable holding the interpreter lock: a base has
     RocksDB flush it first, while the event loop goes on."""
