@@ -83,7 +83,9 @@ class StateCache:
         self._written_sizes: dict = {}
         # A dirty state counts at the mean size of the states measured so far.
         self._sized, self._sized_bytes = 0, 0
-        self._base_pending = False
+        # Bases taken and not yet written or given back: no spill while one is pending. A count,
+        # as a base may be taken while the one before is still being written (a backlog).
+        self._bases_pending = 0
         self.evicted = self.spilled = self.read_back = 0
         #: True while every record RocksDB holds has its key in the cache (see the module doc):
         #: a miss is then a key with no state. An empty database opens complete; a drop
@@ -159,14 +161,14 @@ class StateCache:
         states = self._states
         batch = {k: states[k] for k in self._unwritten}
         self._unwritten = set()
-        self._base_pending = True
+        self._bases_pending += 1
         return batch
 
     def unwritten_again(self, batch: dict) -> None:
         """A :meth:`write` of ``batch`` failed: its keys go into the next :meth:`take_unwritten`."""
         self._unwritten.update(batch)
         self._written_sizes.clear()
-        self._base_pending = False
+        self._bases_pending = max(0, self._bases_pending - 1)
 
     def write(self, batch: dict) -> None:
         """Encode and store ``batch`` (from :meth:`take_unwritten`) in RocksDB. Touches no cached
@@ -202,7 +204,7 @@ class StateCache:
     def end_write(self) -> None:
         """After the last :meth:`mark_item_written` of a batch: states may spill again."""
         self._written_sizes.clear()
-        self._base_pending = False
+        self._bases_pending = max(0, self._bases_pending - 1)
         self._evict()
 
     # -- the budget -------------------------------------------------------------------------
@@ -247,7 +249,7 @@ class StateCache:
         if victims:
             self.complete = False  # RocksDB now holds states the cache does not
         self.evicted += len(victims)
-        if freed < excess and not self._base_pending:
+        if freed < excess and not self._bases_pending:
             self._spill(excess - freed)
 
     def _spill(self, excess: int) -> None:

@@ -235,3 +235,23 @@ def test_reads_agree_with_a_dict_under_eviction_spills_and_restores(tmp_path_fac
                 assert cache.complete == (not model)
     assert {k: cache.get(k) for k in range(12)} == {k: model.get(k) for k in range(12)}
     cache.close()
+
+
+def test_no_spill_until_every_base_taken_is_written(tmp_path):
+    # In a backlog a base may be taken while the one before is still being written; the
+    # end of the first must not let states spill before the second's checkpoint (it would
+    # hold states later than its snapshot, and a restore would apply their inputs twice).
+    record = RECORD_OVERHEAD + approx_size(1000)
+    cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=10 * record)
+    first = cache.take_unwritten()
+    second = cache.take_unwritten()
+    cache.write(first)
+    cache.mark_written(first)
+    for k in range(30):
+        cache.fold(k, 1000 + k, [k])  # over budget, nothing clean
+    assert cache.spilled == 0
+    cache.write(second)
+    cache.mark_written(second)
+    cache.fold(30, 1030, [30])
+    assert cache.spilled > 0 and cache.cached_bytes <= cache.budget
+    cache.close()
