@@ -172,9 +172,11 @@ def test_the_index_over_a_kafka_backlog_with_spilled_state_survives_kills(ray_se
     try:
         for k, victim in enumerate([f"{name}/by_word/0", f"{name}/by_word/1"], start=1):
             deadline = time.time() + 120
-            while written() < k * len(want) // 3 and time.time() < deadline:
+            while written() < k * len(want) // 4 and time.time() < deadline:
                 time.sleep(0.05)
             ray.kill(wait_for_actor(victim), no_restart=True)
+            while len(handle.status().get("recoveries", [])) < k and time.time() < deadline:
+                time.sleep(0.1)  # the kill is seen (the output may be complete already)
         deadline = time.time() + 180
         while written() < len(want) and time.time() < deadline:
             time.sleep(0.2)
