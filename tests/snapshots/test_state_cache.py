@@ -254,4 +254,49 @@ def test_no_spill_until_every_base_taken_is_written(tmp_path):
     cache.mark_written(second)
     cache.fold(30, 1030, [30])
     assert cache.spilled > 0 and cache.cached_bytes <= cache.budget
+def test_over_budget_while_a_base_is_pending_a_put_does_not_walk_the_dropped_slots(tmp_path):
+    """Nothing may go while a base is pending and nothing is clean: _evict returns at once
+    (it walked every slot the clean dict had dropped, on every put); the clean dict is
+    compacted once it has dropped more keys than it holds."""
+    record = RECORD_OVERHEAD + approx_size(10)
+    cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=50 * record)
+    for k in range(200):
+        cache.put(k, k)
+    cache.take_changes()
+    batch = cache.take_unwritten()
+    cache.write(batch)
+    cache.mark_written(batch)  # 200 clean states over a budget of 50: most dropped at once
+    assert len(cache._clean) <= 50 and cache._dropped <= len(cache._clean)  # compacted
+    pending = cache.take_unwritten()  # a base of nothing, pending: no spill
+    spilled = cache.spilled
+    for k in range(1000, 1100):
+        cache.put(k, k)
+    assert not cache._clean and cache.cached_bytes > cache.budget and cache.spilled == spilled
+
+    class Walked(dict):
+        def items(self):
+            raise AssertionError("walked an empty clean dict")
+
+    cache._clean = Walked()
+    cache.put(2000, 1)  # returns before the walk
+    cache._clean = {}
+    cache.write(pending)
+    cache.mark_written(pending)
+    cache.put(2001, 1)  # the base is done: dirty states spill down to the low-water mark
+    assert cache.spilled > spilled and cache.cached_bytes <= cache.budget
+    assert all(cache.get(k) == k for k in range(1000, 1100))
+    cache.close()
+
+
+def test_dirty_states_count_at_a_measured_size_before_any_is_written(tmp_path):
+    """Before the first base writes (and measures) any state, dirty states counted at
+    RECORD_OVERHEAD alone; the first MEASURE_FIRST are measured as they are set."""
+    from driftstream.snapshots.state_cache import MEASURE_FIRST
+
+    cache = StateCache(RocksDBBackend(tmp_path / "db"))
+    big = list(range(100))
+    for k in range(MEASURE_FIRST * 2):
+        cache.put(k, big)
+    assert cache.cached_bytes == MEASURE_FIRST * 2 * (RECORD_OVERHEAD + approx_size(big))
+    assert cache._sized == MEASURE_FIRST
     cache.close()
