@@ -169,11 +169,14 @@ def test_the_index_over_a_kafka_backlog_with_spilled_state_survives_kills(ray_se
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, snapshot_dir=str(tmp_path / "snaps"),
         state_cache_bytes=256 << 10,
     )
+    over_budget = {}
     try:
         for k, victim in enumerate([f"{name}/by_word/0", f"{name}/by_word/1"], start=1):
             deadline = time.time() + 120
             while written() < k * len(want) // 4 and time.time() < deadline:
                 time.sleep(0.05)
+            if k == 1:
+                over_budget = handle.status()["state_cache"]["index"]  # metrics at the end are the last incarnation's
             ray.kill(wait_for_actor(victim), no_restart=True)
             while len(handle.status().get("recoveries", [])) < k and time.time() < deadline:
                 time.sleep(0.1)  # the kill is seen (the output may be complete already)
@@ -182,11 +185,13 @@ def test_the_index_over_a_kafka_backlog_with_spilled_state_survives_kills(ray_se
             time.sleep(0.2)
         status = handle.status()
     finally:
-        result = handle.stop(timeout=120)
+        handle.stop(timeout=120)
         c.close()
     got = [v for _, v in read_kafka_sink(bs, out)]
     assert len(status["recoveries"]) == 2
     assert check(got, GroundTruth(index=reference_index(docs), changes=want)) == []
     assert len(got) == len(want)  # nothing twice
-    cache = result.metrics.state_cache["index"]
-    assert cache["evicted"] + cache["spilled"] > 0 and cache["read_back"] > 0
+    assert over_budget["evicted"] + over_budget["spilled"] > 0
+    # Which snapshot a kill restores depends on timing (in a backlog, snapshots are slow), so
+    # whether restored entries are read back is not certain here: the simulator's test
+    # above restores over-budget state at seeded points and checks it.
