@@ -105,9 +105,10 @@ def scenarios(draw, retractions: bool = True):
     return final, [b for b in batches if b]
 
 
-def deliver(ks, batches: list, advance: bool) -> NetOutput:
+def deliver(ks, batches: list, advance: bool, after_batch=lambda: None) -> NetOutput:
     """Feed ``batches`` to ``ks``; with ``advance``, move the watermark after each batch as far
-    as is legal (every time below it has fully arrived). Returns the net output."""
+    as is legal (every time below it has fully arrived); ``after_batch()`` runs after each
+    (e.g. a snapshot's base). Returns the net output."""
     net = NetOutput()
     undelivered = [d for b in batches for d in b]
     for batch in batches:
@@ -116,6 +117,7 @@ def deliver(ks, batches: list, advance: bool) -> NetOutput:
             undelivered.remove(d)
         if advance and undelivered:
             ks.advance(min(m.time for m, _, _ in undelivered))
+        after_batch()
     return net
 
 

@@ -16,7 +16,7 @@ from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.snapshots.state_cache import StateCache
 
 from tests.ordering.test_entry_state import on_dict, on_map
-from tests.ordering.test_keyed_state import NetOutput, scenarios
+from tests.ordering.test_keyed_state import deliver, scenarios
 
 _maps = st.dictionaries(st.sampled_from("abc"), st.dictionaries(st.sampled_from("pq"), st.text("xyz", min_size=1, max_size=2), min_size=1))
 
@@ -40,17 +40,14 @@ def test_entries_over_the_cache_net_out_to_the_in_order_result(tmp_path_factory,
     assert cache.complete == (not initial)
     ks = EntryKeyedState(on_map, backend=CachedEntries(cache))
     final, batches = scenario
-    net, undelivered = NetOutput(), [d for b in batches for d in b]
-    for batch in batches:
-        net.feed(ks.apply_batch(list(batch)))
-        for d in batch:
-            undelivered.remove(d)
-        if advance and undelivered:
-            ks.advance(min(m.time for m, _, _ in undelivered))
-        if bases:  # a base after each batch: written states become clean, and may be evicted
+
+    def base() -> None:  # a base after each batch: written states become clean, and may be evicted
+        if bases:
             taken = cache.take_unwritten()
             cache.write(taken)
             cache.mark_written(taken)
+
+    net = deliver(ks, batches, advance, after_batch=base)
     expected_out, expected_maps = _reference(final, initial)
     assert net.net() == sorted(expected_out, key=lambda e: e[0])
     ks.advance(TOP)

@@ -10,6 +10,14 @@ from driftstream.snapshots.memory_size import approx_size
 from driftstream.snapshots.state_cache import RECORD_OVERHEAD, StateCache
 
 
+
+def written_base(cache: StateCache) -> dict:
+    """A snapshot's base, written and acknowledged: the batch it wrote."""
+    batch = cache.take_unwritten()
+    cache.write(batch)
+    cache.mark_written(batch)
+    return batch
+
 def test_puts_reach_rocksdb_only_when_written(tmp_path):
     cache = StateCache(RocksDBBackend(tmp_path / "db"))
     cache.put("a", {1: [0, 2]})
@@ -34,9 +42,7 @@ def test_eviction_drops_only_written_states(tmp_path):
         cache.put(k, k * 10)  # all dirty and changed since the last snapshot: nothing may go
     assert all(cache.get(k) == k * 10 for k in range(5))
     cache.take_changes()
-    batch = cache.take_unwritten()
-    cache.write(batch)
-    cache.mark_written(batch)
+    written_base(cache)
     cache.take_changes()
     cache.put(99, 990)  # over budget with clean states: the oldest are evicted
     assert cache.cached_bytes <= cache.budget and cache.evicted >= 3
@@ -131,9 +137,7 @@ def test_a_fresh_cache_answers_a_miss_without_reading_rocksdb(tmp_path):
     assert cache.complete
     assert cache.get("new") is None and db.reads == 0
     cache.put("a", 1)
-    batch = cache.take_unwritten()
-    cache.write(batch)
-    cache.mark_written(batch)  # written and clean, still cached: still complete
+    written_base(cache)  # written and clean, still cached: still complete
     assert cache.complete and cache.get("a") == 1 and cache.get("other") is None and db.reads == 0
     cache.close()
 
@@ -164,9 +168,7 @@ def test_an_eviction_or_a_spill_ends_the_shortcut(tmp_path):
     evicting = StateCache(RocksDBBackend(tmp_path / "evict"), budget_bytes=3 * record)
     for k in range(3):
         evicting.put(k, k * 10)
-    batch = evicting.take_unwritten()
-    evicting.write(batch)
-    evicting.mark_written(batch)
+    written_base(evicting)
     assert evicting.complete
     evicting.put(3, 30)
     assert evicting.evicted and not evicting.complete
@@ -226,9 +228,7 @@ def test_reads_agree_with_a_dict_under_eviction_spills_and_restores(tmp_path_fac
         elif op[0] == "delta":  # each changed key's latest state, spilled or not
             assert all(state == model.get(k, REMOVED) for k, (state, _) in cache.take_changes().items())
         else:
-            batch = cache.take_unwritten()
-            cache.write(batch)
-            cache.mark_written(batch)
+            written_base(cache)
             if op[0] == "restart":
                 cache.close()
                 cache = StateCache(RocksDBBackend(path), budget_bytes=budget)
