@@ -105,8 +105,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from driftstream.examples.inverted_index.document_files import write_documents
+from driftstream.examples.inverted_index.document_files import document_line, write_documents
 from driftstream.examples.inverted_index.documents import word_positions
+from driftstream.examples.inverted_index.throughput import summary  # the figures every engine of a throughput run reports
 #: The configuration the measurements chose (module docstring).
 DEFAULTS = dict(state_backend="hashmap", execution_mode="thread", discovery_interval=0.05)
 #: The warm-up document of a latency run: a page and a word of its own, so no other word's df moves.
@@ -364,7 +365,6 @@ class _Job:
         # The JVM's log goes to the run's directory (by default it is pyflink's own, shared by every run).
         env = {**os.environ, "FLINK_LOG_DIR": str(workdir / "log")}
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        self.ended: Optional[float] = None
         self._cpu: dict[int, float] = {}
         self._cpu_sampled = 0.0
 
@@ -391,9 +391,7 @@ class _Job:
         return round(sum(self._cpu.values()), 1)
 
     def running(self) -> bool:
-        if self.ended is None and self.proc.poll() is not None:
-            self.ended = time.time()
-        return self.ended is None
+        return self.proc.poll() is None
 
     def stop(self) -> None:
         """SIGTERM the group, then SIGKILL whatever is left (the JVM ignores SIGINT, workers may linger)."""
@@ -491,13 +489,12 @@ def run_flink_backlog(
     timeout: Optional[float] = None,
     **options,
 ) -> dict:
-    """Run the job over ``docs`` already in files; returns the figures and the check.
-
-    ``seconds``: launch -> job ended with all output committed; ``seconds_after_first_output``
-    from the first part file (in-progress included) instead, leaving out the JVM's start.
-    ``completions``: ``(time, 1)`` per document, when its records were all visible
-    (:func:`.throughput.summary` makes the fifths of them). ``options``: ``state_backend``,
-    ``execution_mode`` (see ``DEFAULTS``)."""
+    """Run the job over ``docs`` already in files; returns the figures of
+    :func:`.throughput.summary` (clock from the job's launch; a document is done when its
+    records are all visible) and the check, plus ``seconds_after_first_output`` (from the
+    first part file, in-progress included: the JVM's start left out) and ``completions``
+    (``(time, 1)`` per document). ``options``: ``state_backend``, ``execution_mode`` (see
+    ``DEFAULTS``)."""
     python = flink_python(python)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -519,37 +516,22 @@ def run_flink_backlog(
             problems.append(f"job failed ({rc}): {job.tail()}")
     finally:
         job.stop()
-    ended = job.ended or time.time()
-    done = max([ended, *out.visible.values()])
-    seconds = done - job.launched
     first = out.first_output or job.launched
-    records = len(out.records)
-    if not out.complete():
-        problems.append(f"{len(out.want) - len(out.visible)} of {len(docs)} documents incomplete")
-    problems += check_changes(out.records, docs)
     completions = [(t, 1) for t in sorted(out.visible.values())]
-    return {
-        "engine": "flink",
-        "mode": "backlog",
-        "docs": len(docs),
-        "records": records,
-        "files": files,
-        "parallelism": parallelism,
-        "checkpoint_interval": checkpoint_interval,
+    end = completions[-1][0] if completions else job.launched
+    figures = summary(
+        "flink", len(docs), len(out.records), job.launched, completions, problems + check_changes(out.records, docs),
+        mode="backlog",
+        files=files,
+        parallelism=parallelism,
+        checkpoint_interval=checkpoint_interval,
         **{k: options.get(k, v) for k, v in DEFAULTS.items() if k != "discovery_interval"},
-        "conf": list(options.get("conf", ())),
-        "seconds": round(seconds, 2),
-        "cpu_seconds": job.cpu_seconds,  # of the job's processes, sampled every 0.5 s: a lower bound
-        "seconds_after_first_output": round(done - first, 2),
-        "first_output_after_s": round(first - job.launched, 2),
-        "docs_per_s": round(len(docs) / seconds, 1),
-        "records_per_s": round(records / seconds, 1),
-        "docs_per_s_after_first_output": round(len(docs) / max(done - first, 1e-3), 1),
-        "started": job.launched,
-        "completions": completions,
-        "correct": not problems,
-        "problems": problems,
-    }
+        conf=list(options.get("conf", ())),
+        cpu_seconds=job.cpu_seconds,  # of the job's processes, sampled every 0.5 s: a lower bound
+        seconds_after_first_output=round(end - first, 2),
+        first_output_after_s=round(first - job.launched, 2),
+    )
+    return {**figures, "completions": completions}
 
 
 def run_flink_latency(
@@ -576,7 +558,7 @@ def run_flink_latency(
     workdir = Path(workdir)
     inbox = workdir / "input"
     inbox.mkdir(parents=True, exist_ok=True)
-    (inbox / "warmup.json").write_text(_dumps(WARMUP) + "\n")
+    (inbox / "warmup.json").write_text(document_line(WARMUP))
     out = _Output(workdir / "output", [WARMUP, *docs])
     renamed: dict[int, float] = {}
     problems: list[str] = []
@@ -590,7 +572,7 @@ def run_flink_latency(
             if delay > 0 and stop_feed.wait(delay):
                 return
             hidden, final = inbox / f".doc-{i:06d}.json.tmp", inbox / f"doc-{i:06d}.json"
-            hidden.write_text(_dumps(d) + "\n")
+            hidden.write_text(document_line(d))
             os.rename(hidden, final)  # atomic: the source never lists a half-written file
             renamed[int(d["page_id"])] = time.time()
 
