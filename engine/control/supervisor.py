@@ -139,9 +139,7 @@ class RaySupervisor:
             resets.append(self.acker.reset.remote(len(plan.source_instances), token))
         else:
             self.acker = AckerActor.options(name=acker_name, namespace=NAMESPACE, **spread).remote(len(plan.source_instances), token)
-        self.handles = [self.acker]
-        self.names = [acker_name]
-        self.actors = {}
+        handles, names, actors = [self.acker], [acker_name], {}
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
             name = plan.actor_name(instance)
@@ -150,9 +148,12 @@ class RaySupervisor:
                 resets.append(actor.reset.remote(opts, token))
             else:
                 actor = StageActor.options(name=name, namespace=NAMESPACE, **spread).remote(plan, *instance, opts, token)
-            self.actors[instance] = actor
-            self.handles.append(actor)
-            self.names.append(name)
+            actors[instance] = actor
+            handles.append(actor)
+            names.append(name)
+        # The coordinator answers status() on other threads while this runs: they must see the
+        # old set of actors or the whole new one, never a dict that is being filled.
+        self.actors, self.handles, self.names = actors, handles, names
         ray.get(resets)
         keys = list(self.actors)
         addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
@@ -394,9 +395,10 @@ class RaySupervisor:
 
     def resolve_recoveries(self) -> None:
         """Fill in first_output_s of recoveries whose first output has been released."""
-        for r in self.status.recoveries:
-            if r.pending:
-                ready, _ = ray.wait(r.pending, num_returns=len(r.pending), timeout=0)
+        for r in list(self.status.recoveries):
+            pending = r.pending  # status() may resolve it on another thread meanwhile
+            if pending:
+                ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
                 times = []
                 for ref in ready:
                     try:
