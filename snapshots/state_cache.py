@@ -7,7 +7,10 @@ on the event loop. The cache keeps decoded states in memory and two records
 of what changed, both taken in O(changed keys) with no encoding:
 
 - :meth:`take_changes`, at every snapshot: the keys changed since the last one,
-  each with the inputs folded into it since (:meth:`fold`), for a delta;
+  each with the inputs folded into it since (:meth:`fold`), for a delta; or None
+  once more than ``max_delta_keys`` changed: a delta that large costs about what a
+  base does, and the base still had to follow it (a backlog wrote every entry twice).
+  The record then stops growing until the next snapshot, which writes a base;
 - :meth:`take_unwritten`, at a base: the states RocksDB does not have yet, which
   :meth:`write` then stores (in the background) before the checkpoint.
 
@@ -46,7 +49,7 @@ The first drop ends this for the cache's life (:attr:`StateCache.complete`).
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterator
+from typing import Any, Hashable, Iterator, Optional
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
@@ -61,6 +64,12 @@ RECORD_OVERHEAD = 256
 #: Over budget, the cache drops states until it holds this fraction of the budget.
 LOW_WATER = 0.9
 
+#: Keys changed since the last snapshot beyond which it writes a base instead of a delta (see
+#: :meth:`StateCache.take_changes`). A delta row costs ~4 us to encode, a base row ~5-13 us
+#: plus 15-20 ms of flush and checkpoint: at this size a base is no dearer than the delta
+#: and the later base it saves.
+MAX_DELTA_KEYS = 4096
+
 #: Dirty states measured as they are set until this many states have been measured, so that
 #: the mean they count at is a real one before the first base writes any.
 MEASURE_FIRST = 64
@@ -73,14 +82,17 @@ class StateCache:
     without snapshots), so nothing is kept for deltas and every dirty state may spill.
     """
 
-    def __init__(self, db: RocksDBBackend, budget_bytes: int = DEFAULT_BUDGET_BYTES, track_changes: bool = True) -> None:
+    def __init__(self, db: RocksDBBackend, budget_bytes: int = DEFAULT_BUDGET_BYTES, track_changes: bool = True,
+                 max_delta_keys: int = MAX_DELTA_KEYS) -> None:
         self.db = db
         self.budget = budget_bytes
         self.track_changes = track_changes
+        self.max_delta_keys = max_delta_keys
         self._states: dict = {}
         self._unwritten: set = set()  # changed since the last write to RocksDB
         # Changed since the last snapshot: key -> the inputs folded since, or None (unknown).
-        self._changed: dict = {}
+        # None instead of the dict: not recorded (no snapshots, or too many changed for a delta).
+        self._changed: Optional[dict] = {} if track_changes else None
         # Keys whose cached value is what RocksDB holds, oldest write first, with their sizes.
         self._clean: dict = {}
         self._clean_bytes = 0
@@ -116,8 +128,11 @@ class StateCache:
 
     def put(self, key: Hashable, state: Any) -> None:
         """Set the settled state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
-        if self.track_changes:
-            self._changed[key] = None
+        changed = self._changed
+        if changed is not None:
+            changed[key] = None
+            if len(changed) > self.max_delta_keys:
+                self._changed = None
         self._set(key, state)
 
     def remove(self, key: Hashable) -> None:
@@ -127,10 +142,12 @@ class StateCache:
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         """Set ``state``, the result of folding ``inputs`` (in order) into the key's previous
         state; a delta may then record the inputs instead of the state. O(len(inputs))."""
-        if self.track_changes:
-            changed = self._changed
+        changed = self._changed
+        if changed is not None:
             if key not in changed:
                 changed[key] = list(inputs)
+                if len(changed) > self.max_delta_keys:
+                    self._changed = None
             elif changed[key] is not None:
                 changed[key].extend(inputs)
         self._set(key, state)
@@ -148,10 +165,25 @@ class StateCache:
 
     # -- snapshots --------------------------------------------------------------------------
 
-    def take_changes(self) -> dict:
-        """The keys changed since the last call, as ``{key: (state, inputs folded since or None)}``.
-        O(changed keys)."""
+    def take_changes(self) -> Optional[dict]:
+        """The keys changed since the last call, as ``{key: (state, inputs folded since or None)}``,
+        or None if more than ``max_delta_keys`` did (the snapshot must write a base). O(changed keys).
+
+        >>> import tempfile
+        >>> from driftstream.snapshots.backend import RocksDBBackend
+        >>> cache = StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db"), max_delta_keys=2)
+        >>> cache.put("a", 1); cache.put("b", 2); cache.take_changes()
+        {'a': (1, None), 'b': (2, None)}
+        >>> for k in "xyz": cache.put(k, 0)
+        >>> cache.take_changes() is None, cache.take_changes()
+        (True, {})
+        >>> cache.close()
+        """
+        if not self.track_changes:
+            return {}
         changed, self._changed = self._changed, {}
+        if changed is None:
+            return None
         return {k: (self._latest(k), inputs) for k, inputs in changed.items()}
 
     def _latest(self, key: Hashable) -> Any:
@@ -237,6 +269,12 @@ class StateCache:
     def cached_bytes(self) -> int:
         """Bytes the cached states hold: measured for clean ones, the mean size for dirty ones. O(1)."""
         return self._clean_bytes + (len(self._states) - len(self._clean)) * self._mean()
+
+    @property
+    def over_budget(self) -> bool:
+        """True while the cache holds more than its budget: only while a base is being written
+        (no dirty state may spill then; see the module doc). O(1)."""
+        return self.cached_bytes > self.budget
 
     def _evict(self) -> None:
         """Drop clean states, then spill dirty ones, down to LOW_WATER of the budget (see module doc).

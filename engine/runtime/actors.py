@@ -46,7 +46,10 @@ FREEZE_EVERY_S = 1.0
 DRAIN_CHUNK = 4096
 
 #: The longest turn the snapshot writer gets when the loop is busy (see StageActor._drain).
-MAX_WRITER_SLICE_S = 0.05
+MAX_WRITER_SLICE_S = 0.25
+
+#: Seconds between looks at a state cache over its budget, waiting for a base (see StageActor._drain).
+BUDGET_WAIT_S = 0.002
 
 
 @ray.remote(num_cpus=0)
@@ -432,7 +435,15 @@ class StageActor:
         Batches queue up while the loop is busy; in a backlog, thousands of them. Taken
         at once they held the loop for seconds (a stateful step re-applying its keys),
         pings went unanswered and the supervisor replaced the actor as hung, over and
-        over. In chunks, pings, watermarks and sink acknowledgements get a turn between."""
+        over. In chunks, pings, watermarks and sink acknowledgements get a turn between.
+
+        A state cache over its budget while a base is written (it may spill nothing
+        until the base is durable) holds processing back until the writer is done:
+        memory stays within the budget instead of growing with the backlog."""
+        if self.snapshots.over_budget():
+            self.snapshots.slice_s = MAX_WRITER_SLICE_S
+            asyncio.get_running_loop().call_later(BUDGET_WAIT_S, self._drain)
+            return
         inbox, n, size = self.inbox, 0, 0
         while n < len(inbox) and size < DRAIN_CHUNK:
             size += len(inbox[n].items)
@@ -446,11 +457,13 @@ class StageActor:
         started = time.perf_counter()
         if self._guarded(self.rt.receive_many, batches):
             self._flush()
-        # In a backlog the snapshot writer's turns last as long as this one did (within bounds):
-        # a snapshot gets about half the loop instead of a millisecond per chunk. Otherwise
-        # they stay short: every element in flight waits behind each one.
+        # The snapshot writer's next turn lasts as long as this callback did (within bounds): a
+        # snapshot gets about half of a busy loop. With 1 ms turns behind each 50-100 ms of
+        # processing, a base of 17k entries (~0.1 s of work) took 15 s in a backlog, and the
+        # changes waiting for it grew past the budget. At low rates a callback takes well
+        # under a millisecond, so turns stay short: every element in flight waits behind each.
         took = time.perf_counter() - started
-        self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took)) if backlogged else SLICE_S
+        self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
 
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""

@@ -9,7 +9,9 @@ folded inputs (or states): a small one (a short interval's, about a millisecond
 of work) is written at once. A larger delta, and a base every few seconds (the
 states changed since the last base written to RocksDB, then a checkpoint), are
 written by a task of the event loop, snapshot after snapshot in order, a slice
-of about a millisecond at a time with the loop's other callbacks in between.
+of about a millisecond at a time with the loop's other callbacks in between (in a
+busy loop, as long as the owner's last callback took: ``slice_s``). A snapshot with more
+changed keys than a delta should hold (``MAX_DELTA_KEYS``) writes a base instead.
 Only a remote store's uploads go to a thread. See
 :mod:`driftstream.snapshots.changelog`. Processing never waits for more than a
 slice; the instance's part of the manifest goes to the acker once the snapshot
@@ -131,6 +133,12 @@ class StageSnapshots:
         backend = self.backends[step_name] = StateCache(db, self.cache_bytes, track_changes=self.store is not None)
         return backend
 
+    def over_budget(self) -> bool:
+        """True while a stateful step's cache is over its budget, waiting for a base to be
+        written (:attr:`StateCache.over_budget`); the owner then lets the writer catch up
+        before it processes more. O(stateful steps)."""
+        return any(cache.over_budget for cache in self.backends.values())
+
     def cache_stats(self) -> dict:
         """Per stateful step: what its cache holds and did (:meth:`StateCache.stats`)."""
         return {step_name: cache.stats() for step_name, cache in self.backends.items()}
@@ -147,7 +155,7 @@ class StageSnapshots:
         for step_name, cache in self.backends.items():
             chain = self.chains[step_name]
             changes = cache.take_changes()
-            if chain.needs_base(now):
+            if changes is None or chain.needs_base(now):
                 jobs[step_name] = ("base", cache.take_unwritten())
                 chain.add_base(snapshot_id, now)
             elif changes:  # nothing changed: the chain as it is describes this snapshot too
@@ -227,7 +235,7 @@ class StageSnapshots:
             try:
                 if kind == "base":
                     cache = self.backends[step_name]
-                    yield from _in_slices(batch.items(), cache.write_item, self.slice_s)
+                    yield from self._in_slices(batch.items(), cache.write_item)
                     yield from _flushed(cache)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
                     yield from self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
@@ -236,7 +244,7 @@ class StageSnapshots:
                 else:
                     self._check_chain(step_name)
                     rows: list = []
-                    yield from _in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])), self.slice_s)
+                    yield from self._in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
                     yield from self._io_call(self._write_delta, snapshot_id, step_name, pack_delta(rows))
             except BaseException:
                 self._broken.add(step_name)
@@ -246,7 +254,17 @@ class StageSnapshots:
         # a base's rows clean is O(rows), ~12 ms in one callback for 12k rows.
         for step_name, (kind, batch) in jobs.items():
             if kind == "base":
-                yield from _in_slices(batch.items(), self.backends[step_name].mark_item_written, self.slice_s)
+                yield from self._in_slices(batch.items(), self.backends[step_name].mark_item_written)
+
+    def _in_slices(self, items: Iterable, fn: Callable[[Any], Any]) -> Generator:
+        """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each
+        :attr:`slice_s` of it; the owner may change ``slice_s`` between turns."""
+        deadline = time.perf_counter() + self.slice_s
+        for item in items:
+            fn(item)
+            if time.perf_counter() > deadline:
+                yield 0
+                deadline = time.perf_counter() + self.slice_s
 
     def _check_chain(self, step_name: str) -> None:
         """Before encoding a delta: it must not build on a write that failed."""
@@ -302,14 +320,7 @@ def _run_io(io: _Io) -> Optional[Exception]:
     return None
 
 
-def _in_slices(items: Iterable, fn: Callable[[Any], Any], slice_s: float = SLICE_S) -> Generator:
-    """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each ``slice_s`` of it."""
-    deadline = time.perf_counter() + slice_s
-    for item in items:
-        fn(item)
-        if time.perf_counter() > deadline:
-            yield 0
-            deadline = time.perf_counter() + slice_s
+
 
 
 def _flushed(cache: StateCache, timeout: float = FLUSH_WAIT_S) -> Generator:

@@ -57,16 +57,31 @@ def test_dirty_states_spill_to_rocksdb_but_not_while_a_base_is_written(tmp_path)
     cache.take_unwritten()  # a base in flight: its checkpoint must not see later states
     for k in range(30):
         cache.fold(k, 1000 + k, [k])
-    assert cache.spilled == 0
+    assert cache.spilled == 0 and cache.over_budget  # the owner holds processing back meanwhile
     cache.mark_written({})
     cache.fold(30, 1030, [30])  # over budget and nothing clean: dirty states spill
-    assert cache.cached_bytes <= cache.budget and cache.spilled > 0
+    assert cache.cached_bytes <= cache.budget and cache.spilled > 0 and not cache.over_budget
     changes = cache.take_changes()  # a delta reads the spilled ones back, with their inputs
     assert changes == {k: (1000 + k, [k]) for k in range(31)}
     assert [cache.get(k) for k in range(31)] == [1000 + k for k in range(31)]
     cache.remove(3)
     cache.put("filler", list(range(200)))  # spills the removal too
     assert cache.take_changes()[3][0] is REMOVED and cache.get(3) is None
+    cache.close()
+
+
+def test_the_change_record_stops_at_max_delta_keys_and_the_next_snapshot_is_a_base(tmp_path):
+    cache = StateCache(RocksDBBackend(tmp_path / "db"), max_delta_keys=100)
+    for k in range(100):
+        cache.fold(k, k, [k])
+    assert len(cache.take_changes()) == 100
+    for k in range(1000):
+        cache.fold(k, -k, [k])
+    assert cache._changed is None  # not growing with the backlog
+    assert cache.take_changes() is None
+    assert written_base(cache) == {k: -k for k in range(1000)}  # the base holds every change
+    cache.put("a", 1)
+    assert cache.take_changes() == {"a": (1, None)}  # deltas again
     cache.close()
 
 

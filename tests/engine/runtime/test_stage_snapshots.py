@@ -56,6 +56,27 @@ def test_restoring_a_base_plus_deltas_gives_the_states_of_that_snapshot(tmp_path
         restored.close()
 
 
+def test_more_changed_keys_than_a_delta_holds_make_the_snapshot_a_base(tmp_path):
+    """Past ``max_delta_keys`` changed keys a delta would cost what a base does and the base
+    would still follow: the snapshot writes the base (and the change record stops growing)."""
+    store = str(tmp_path / "store")
+    snaps = StageSnapshots(store, "flow-stage-0", None, base_every_s=3600)
+    cache = snaps.backend("count", append)
+    cache.max_delta_keys = 3
+    entries = []
+    for snapshot_id, keys in enumerate(["a", "bc", "defg", "h"], start=1):
+        for k in keys:
+            cache.fold(k, append(None, k)[0], [k])
+        entries.append(_take(snaps, snapshot_id).states["count"])
+    snaps.close()
+
+    assert [(e["base"], e["deltas"]) for e in entries] == [(1, []), (1, [2]), (3, []), (3, [4])]
+    restored = StageSnapshots(store, "flow-stage-0", SnapshotPart(states={"count": entries[-1]}))
+    restored.backend("count", append)
+    assert _states(restored, "count") == {k: (k,) for k in "abcdefgh"}
+    restored.close()
+
+
 def test_a_restored_chain_goes_on_and_a_new_base_comes_after_base_every_s(tmp_path):
     store = str(tmp_path / "store")
     snaps = StageSnapshots(store, "f-s-0", None, base_every_s=3600)
