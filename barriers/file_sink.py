@@ -39,6 +39,7 @@ from typing import Any, Optional, Union
 from driftstream.ordering.meta import Meta, meta_from_json
 
 from .bundle import Bundle
+from .json_payloads import json_default
 from .sink import Sink, SinkPartition
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -47,7 +48,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 # not JSON, and other readers (jq, Spark, browsers) reject the file if we emit them.
 # ensure_ascii (the default) keeps every line pure ASCII, so byte offsets, newline
 # scanning and truncation never split a multi-byte character.
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=json_default).encode
 
 # How much of the file end to read per step when looking for the last complete line.
 _TAIL_BLOCK = 64 * 1024

@@ -50,7 +50,7 @@ class StateFnError(Exception):
 class DictBackend:
     """Base states in a dict: the backend for unit tests and the simulator.
 
-    The backend protocol: ``get(key)`` (None when missing), ``put(key, state)``,
+    The backend protocol: ``get(key)`` (None when missing), ``put(key, state)``, ``remove(key)``,
     ``fold(key, state, inputs)`` (``state`` is what folding ``inputs``, in order, into
     the previous state gave: a snapshotting backend may record the inputs instead of
     the state), ``items()``.
@@ -70,6 +70,10 @@ class DictBackend:
 
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         self._data[key] = state
+
+    def remove(self, key: Hashable) -> None:
+        """The key has no state any more (a closed window)."""
+        self._data.pop(key, None)
 
     def items(self) -> Iterable[tuple]:
         return self._data.items()

@@ -5,10 +5,14 @@ No batching, no parallelism, no late arrivals: the output every runtime must mat
 
 from __future__ import annotations
 
+import math
+
 from driftstream.engine.api.flow import Flow
 from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
-from driftstream.ordering.meta import Meta
+from driftstream.ordering.meta import TOP, Meta
+from driftstream.ordering.windowed_state import key_hash
+from driftstream.ordering.windows import Late, Session, WindowResult, close_time
 
 
 def reference_outputs(flow: Flow) -> dict:
@@ -44,6 +48,31 @@ def reference_outputs(flow: Flow) -> dict:
                 results = [] if o is None else [(meta, o, None)]
             else:
                 results = [(meta.child(k), y, None) for k, y in enumerate(o or [])]
+        elif step.kind == "window" and isinstance(step.window.assigner, Session):
+            spec = step.window
+            event = meta[0] if spec.timestamp is None else math.floor(spec.timestamp(x) * 1000)
+            close = close_time(event + spec.assigner.gap_ms, spec.allowed_lateness)
+            if meta[0] >= close[0]:
+                results = [(meta, Late(key, x, event / 1000), None)]
+            else:
+                results = []
+                states[sid].setdefault(key, []).append((event, meta, x))
+                timers.setdefault(close, {})[(key, None, None)] = sid
+        elif step.kind == "window":
+            results = []
+            spec, windows = step.window, states[sid]
+            event = meta[0] if spec.timestamp is None else math.floor(spec.timestamp(x) * 1000)
+            late = False
+            for start, end in spec.assigner.assign(event):
+                close = close_time(end, spec.allowed_lateness)
+                if meta[0] >= close[0]:
+                    late = True
+                    continue
+                state = windows.get((key, start, end))
+                windows[(key, start, end)] = spec.step(state, x)[0]
+                timers.setdefault(close, {})[(key, start, end)] = sid
+            if late:
+                results = [(meta, Late(key, x, event / 1000), None)]
         elif step.kind == "sink":
             out[step.name].append((meta, x))
             return
@@ -57,9 +86,51 @@ def reference_outputs(flow: Flow) -> dict:
             assert isinstance(s.source, MemorySource)
             n = s.source.partitions()
             inputs += [(Meta(i, s.id, i % n, i), s.id, x) for i, x in enumerate(s.source.items)]
+    timers: dict = {}  # close time -> {(key, start_ms, end_ms): window step id}
+
+    def fire(before) -> None:
+        """Emit the windows whose close time is below ``before``, in close time order."""
+        while timers and min(timers) < before:
+            close = min(timers)
+            results = []
+            for (key, start, end), sid in timers.pop(close).items():
+                spec = steps[sid].window
+                if start is None:  # sessions: the key's open elements, split where events are a gap apart
+                    results += _closed_sessions(states[sid], key, spec, close, sid)
+                    continue
+                state = states[sid].pop((key, start, end))
+                meta = Meta(*close, (key_hash(key), start))
+                results.append((meta, sid, WindowResult(key, start / 1000, end / 1000, spec.result(state))))
+            for meta, sid, r in sorted(results, key=lambda e: e[0]):
+                for c, tag in children[sid]:
+                    push(c, meta if tag is None else meta.child(tag), r)
+
     for meta, sid, x in sorted(inputs, key=lambda e: e[0]):  # t order
+        fire(meta)
         push(sid, meta, x)
+    fire(TOP)
     return {name: [p for _, p in sorted(v, key=lambda e: e[0])] for name, v in out.items()}
+
+
+def _closed_sessions(open_elements: dict, key, spec, close: tuple, sid: int) -> list:
+    """The sessions of ``key`` that close at ``close``, as results; their elements leave ``open_elements``."""
+    gap, out, sessions = spec.assigner.gap_ms, [], []
+    for e in sorted(open_elements.get(key, [])):
+        if sessions and e[0] < sessions[-1][-1][0] + gap:
+            sessions[-1].append(e)
+        else:
+            sessions.append([e])
+    for session in sessions:
+        start, last = session[0][0], session[-1][0]
+        if close_time(last + gap, spec.allowed_lateness) != close:
+            continue
+        acc = None
+        for _, _, x in sorted(session, key=lambda e: e[1]):  # t order
+            acc = spec.step(acc, x)[0]
+        out.append((Meta(*close, (key_hash(key), start)), sid, WindowResult(key, start / 1000, (last + gap) / 1000, spec.result(acc))))
+        for e in session:
+            open_elements[key].remove(e)
+    return out
 
 
 class _Entries:

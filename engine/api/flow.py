@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from driftstream.barriers.sink import Sink
 from driftstream.ordering.entry_state import MapState
+from driftstream.ordering.windows import Late, Session, Sliding, WindowResult, WindowSpec
 
+from driftstream.engine.api.aggregates import (
+    count_step, fold_step, reduce_step, window_collect, window_fold, window_list, window_reduce, window_value,
+)
 from driftstream.engine.connectors.source import Source
 from driftstream.engine.model.errors import FlowError
 
@@ -59,6 +63,8 @@ class Step:
     #: stateful steps: None, the whole state a value (``fn(state, x) -> (state, out)``), or
     #: :class:`MapState`, a map of entries changed in place (``fn(entries, x) -> out``)
     state: Optional[type] = None
+    #: window steps: the windows, the aggregation and the event time
+    window: Optional[WindowSpec] = None
 
 
 def _check_name(what: str, name: str) -> None:
@@ -85,7 +91,9 @@ class Flow:
 
     def _add(self, kind: str, name: Optional[str], inputs: list, **kw: Any) -> Step:
         if name is None:
-            name = kind if kind not in self._names else next(f"{kind}_{i}" for i in range(1, 10**6) if f"{kind}_{i}" not in self._names)
+            label = kw.pop("label", None) or kind
+            name = label if label not in self._names else next(f"{label}_{i}" for i in range(1, 10**6) if f"{label}_{i}" not in self._names)
+        kw.pop("label", None)
         _check_name("step", name)
         if name in self._names:
             raise FlowError(f"step name {name!r} is used twice in flow {self.name!r}: give each step a unique name=")
@@ -214,11 +222,12 @@ class Stream:
         (with ``state=MapState``: ``fn(entries, x) -> iterable_of_outputs``)."""
         return self._stateful("stateful_flat_map", fn, name, state)
 
-    def _stateful(self, kind: str, fn: Callable, name: Optional[str], state: Optional[type]) -> "Stream":
-        self._require_keyed(kind, name)
+    def _stateful(self, kind: str, fn: Callable, name: Optional[str], state: Optional[type], label: Optional[str] = None) -> "Stream":
+        """``label``: what a step without a name is named after (default: ``kind``)."""
+        self._require_keyed(label or kind, name)
         if state not in (None, MapState):
             raise FlowError(f"step {name or kind!r}: state= takes MapState (from driftstream.engine) or None (the state a value), not {state!r}")
-        return Stream(self.flow, self.flow._add(kind, name, [self.step.id], fn=fn, state=state))
+        return Stream(self.flow, self.flow._add(kind, name, [self.step.id], fn=fn, state=state, label=label))
 
     def merge(self, *others: "Stream", name: Optional[str] = None) -> "Stream":
         """The union of this stream and ``others`` (same flow)."""
@@ -236,6 +245,18 @@ class Stream:
             raise FlowError(f"sink() takes a Sink (e.g. MemorySink('out')), not {type(sink).__name__}")
         self.flow._add("sink", name or sink.name, [self.step.id], sink=sink)
 
+    def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> "Stream":
+        """Keyed streams only (:meth:`KeyedStream.fold`)."""
+        self._require_keyed("fold", name)
+
+    def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> "Stream":
+        """Keyed streams only (:meth:`KeyedStream.reduce`)."""
+        self._require_keyed("reduce", name)
+
+    def count(self, name: Optional[str] = None) -> "Stream":
+        """Keyed streams only (:meth:`KeyedStream.count`)."""
+        self._require_keyed("count", name)
+
     def _require_keyed(self, kind: str, name: Optional[str]) -> None:
         if not isinstance(self, KeyedStream):
             label = name or kind
@@ -244,4 +265,115 @@ class Stream:
 
 class KeyedStream(Stream):
     """A stream right after ``key_by``: the only place stateful operators may follow."""
+
+    def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> Stream:
+        """A running aggregate per key, one output per element: ``(key, aggregate)`` where the
+        aggregate is ``fn(aggregate so far, x)``, starting from ``init``. ``fn`` must return a new
+        value, not change the one it is given.
+
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> flow = Flow("totals")
+        >>> (flow.source(MemorySource([("a", 1), ("b", 5), ("a", 2)])).key_by(lambda kv: kv[0])
+        ...      .fold(0, lambda total, kv: total + kv[1]).sink(MemorySink("out")))
+        >>> flow.run(runtime="simulator").output("out")
+        [('a', 1), ('b', 5), ('a', 3)]
+        """
+        return self._stateful("stateful_map", fold_step(init, fn, self.step.fn), name, None, label="fold")
+
+    def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> Stream:
+        """Like :meth:`fold`, the first element of a key being its first aggregate:
+        ``(key, fn(aggregate so far, x))``, e.g. ``.reduce(max)``."""
+        return self._stateful("stateful_map", reduce_step(fn, self.step.fn), name, None, label="reduce")
+
+    def count(self, name: Optional[str] = None) -> Stream:
+        """``(key, elements of the key so far)`` per element."""
+        return self._stateful("stateful_map", count_step(self.step.fn), name, None, label="count")
+
+    def window(self, assigner: Any, *, timestamp: Optional[Callable[[Any], float]] = None,
+               allowed_lateness: float = 0.0, name: Optional[str] = None) -> "WindowedStream":
+        """Event-time windows per key (``Tumbling(size)``, ``Sliding(size, slide)``,
+        ``Session(gap)``, from :mod:`driftstream.engine.windows`); aggregate them with ``.reduce``, ``.fold``,
+        ``.count`` or ``.collect``, which emit one ``WindowResult(key, start, end, value)`` per
+        key and window when it closes: once the source time passes ``end + allowed_lateness``.
+
+        ``timestamp(x)``: an element's event time in seconds (default: its source time, the
+        Kafka record timestamp). An element whose source time has passed the close of a
+        window it belongs to is late for it: counted (``metrics.late_elements``) and sent to
+        ``.late(sink)`` when one is given.
+
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> from driftstream.engine.windows import Tumbling
+        >>> clicks = [("home", 0.5), ("home", 1.2), ("about", 1.7), ("home", 2.1)]
+        >>> flow = Flow("clicks")
+        >>> (flow.source(MemorySource(clicks)).key_by(lambda c: c[0])
+        ...      .window(Tumbling(1), timestamp=lambda c: c[1]).count().sink(MemorySink("out")))
+        >>> [(r.key, r.start, r.value) for r in flow.run(runtime="simulator").output("out")]
+        [('home', 0.0, 1), ('home', 1.0, 1), ('about', 1.0, 1), ('home', 2.0, 1)]
+        """
+        if not isinstance(assigner, (Sliding, Session)):
+            raise FlowError(f"window: the assigner is Tumbling(size), Sliding(size, slide) or Session(gap) from driftstream.engine.windows, not {assigner!r}")
+        if timestamp is not None and not callable(timestamp):
+            raise FlowError(f"window: timestamp= takes a function element -> event time in seconds, not {timestamp!r}")
+        if isinstance(allowed_lateness, bool) or not isinstance(allowed_lateness, (int, float)) or allowed_lateness < 0:
+            raise FlowError(f"window: allowed_lateness is seconds >= 0, not {allowed_lateness!r}")
+        return WindowedStream(self, assigner, timestamp, float(allowed_lateness), name)
+
+
+class WindowedStream:
+    """A keyed stream cut into windows: choose the aggregate (each returns a stream of
+    :class:`WindowResult`)."""
+
+    def __init__(self, keyed: KeyedStream, assigner: Any, timestamp: Optional[Callable], allowed_lateness: float,
+                 name: Optional[str]) -> None:
+        self.keyed, self.assigner, self.timestamp, self.allowed_lateness, self.name = keyed, assigner, timestamp, allowed_lateness, name
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> "WindowOutput":
+        """The window's first element, then ``fn(aggregate so far, x)`` for each next one in t order."""
+        return self._aggregate(window_reduce(fn), window_value)
+
+    def fold(self, init: Any, fn: Callable[[Any, Any], Any]) -> "WindowOutput":
+        """``fn(aggregate so far, x)`` from ``init``, in t order (``fn`` returns a new value)."""
+        return self._aggregate(window_fold(init, fn), window_value)
+
+    def count(self) -> "WindowOutput":
+        """How many elements the window holds."""
+        return self._aggregate(window_fold(0, _plus_one), window_value)
+
+    def collect(self) -> "WindowOutput":
+        """The window's elements, a list in t order."""
+        return self._aggregate(window_collect(), window_list)
+
+    def _aggregate(self, step_fn: Callable, result: Callable) -> "WindowOutput":
+        keyed, flow = self.keyed, self.keyed.flow
+        spec = WindowSpec(self.assigner, step_fn, result, self.timestamp, self.allowed_lateness)
+        window = flow._add("window", self.name, [keyed.step.id], fn=step_fn, window=spec)
+        results = flow._add("filter", f"{window.name}.results", [window.id], fn=_is_result)
+        return WindowOutput(flow, results, window)
+
+
+class WindowOutput(Stream):
+    """The results of a windowed aggregation; :meth:`late` adds a sink for late elements."""
+
+    def __init__(self, flow: Flow, step: Step, window: Step) -> None:
+        super().__init__(flow, step)
+        self.window = window
+
+    def late(self, sink: Sink, name: Optional[str] = None) -> "WindowOutput":
+        """Send the elements that reached a window after it closed, as ``Late(key, element,
+        event_time)``, to ``sink``; returns this stream of results."""
+        late = self.flow._add("filter", f"{self.window.name}.late", [self.window.id], fn=_is_late)
+        Stream(self.flow, late).sink(sink, name)
+        return self
+
+
+def _plus_one(n: int, _x: Any) -> int:
+    return n + 1
+
+
+def _is_result(x: Any) -> bool:
+    return type(x) is WindowResult
+
+
+def _is_late(x: Any) -> bool:
+    return type(x) is Late
 

@@ -158,6 +158,11 @@ class RaySupervisor:
         keys = list(self.actors)
         addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
+        # Restored windows' timers reach the acker before any source starts: the watermark
+        # must not pass a close time whose windows have not been emitted.
+        seeds = [x for x in ray.get([a.take_acks.remote() for a in self.actors.values()]) if x]
+        if seeds:
+            ray.get(self.acker.seed.remote(seeds))
         skip_after = None
         if recovering and self.rules.skips_backlog:
             skip_after = replay_limit(ray.get([a.t_last.remote() for a in self.actors.values()]))
@@ -436,6 +441,7 @@ class RaySupervisor:
             "source_behind": [part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
             "skipped": self.status.skipped,
             "state_cache": functools.reduce(add_cache_stats, (s["state_cache"] for s in stats), {}),
+            "late_elements": _sum_per_step(s["late_elements"] for s in stats),
             "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
             "snapshots": len(self.status.snapshots),
             "recoveries": [
@@ -460,6 +466,15 @@ class RaySupervisor:
         if self.inbox is not None:
             self.inbox.close()
             self.inbox = None
+
+
+def _sum_per_step(counts) -> dict:
+    """``{step: n}`` dicts of the instances, summed per step."""
+    total: dict = {}
+    for per_step in counts:
+        for step, n in per_step.items():
+            total[step] = total.get(step, 0) + n
+    return total
 
 
 def _sum_known(values) -> Optional[int]:

@@ -42,6 +42,8 @@ class Metrics:
 
     elements: dict = field(default_factory=dict)
     tombstones_emitted: dict = field(default_factory=dict)
+    #: per window step: elements that reached a window after it closed (what its late sink got)
+    late_elements: dict = field(default_factory=dict)
     tombstones_at_sinks: dict = field(default_factory=dict)
     released: dict = field(default_factory=dict)
     peak_log_entries: int = 0
@@ -122,9 +124,9 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for name, elems in r["collected"].items():
             outputs.setdefault(name, []).extend(elems)
         im = r["metrics"]
-        for key in ("elements", "tombstones_emitted", "tombstones_at_sinks", "released"):
+        for key in ("elements", "tombstones_emitted", "late_elements", "tombstones_at_sinks", "released"):
             target = getattr(m, key)
-            for name, n in im[key].items():
+            for name, n in im.get(key, {}).items():
                 target[name] = target.get(name, 0) + n
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
         add_cache_stats(m.state_cache, im.get("state_cache", {}))

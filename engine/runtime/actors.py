@@ -88,6 +88,11 @@ class AckerActor:
         # snapshot id -> (its PartCollector, Event set once every actor answered), while pending
         self.pending_snapshots: dict = {}
 
+    async def seed(self, xors: list) -> None:
+        """Before any source starts: the stage actors' XORs of :meth:`StageActor.take_acks`."""
+        for x in xors:
+            self.acker.update(x)
+
     async def listen(self) -> tuple:
         self.done = asyncio.Event()
         return await self.endpoint.listen(node_ip())
@@ -387,6 +392,11 @@ class StageActor:
             if key != "acker" and key[0] in downstream:
                 await self.endpoint.connect(key, addresses[key])
 
+    async def take_acks(self) -> dict:
+        """Before :meth:`start`: the XORs this incarnation holds already, the timers of the
+        windows it restored (:meth:`WindowedState.restore_timers`), for the acker's table."""
+        return self.rt.take_acks()
+
     async def t_last(self) -> Optional[tuple]:
         """See :meth:`StageRuntime.t_last` (asked after a recovery)."""
         return self.rt.t_last()
@@ -472,6 +482,8 @@ class StageActor:
 
     def _apply_watermark(self, w: tuple) -> None:
         ok = self._guarded(self.rt.on_watermark, w)
+        if ok and (self.rt.out or self.rt.acks):
+            self._flush()  # windows the watermark closed, and their timers
         if ok and self.reader is not None:
             self.reader.on_watermark(w)
             self.credit.set()
@@ -515,6 +527,7 @@ class StageActor:
             "source_partitions": [] if reader is None else reader.fetch_states(),
             "released": self.rt.released_total(),
             "state_cache": self.snapshots.cache_stats(),
+            "late_elements": self.rt.late_elements(),
         }
 
     def _guarded(self, fn, *args) -> bool:

@@ -156,6 +156,9 @@ class Simulation:
         )
         if config.skip_released:
             rt.skip_released()
+        seed = rt.take_acks()  # restored windows' timers, in the table before any source starts
+        if seed:
+            self.acker.update(seed)
         if instance in self.source_keys:
             step = self.plan.steps[self.plan.stages[instance.stage].source_id]
             self.readers[instance] = SourceReader(

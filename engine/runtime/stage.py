@@ -32,6 +32,8 @@ from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
 from driftstream.ordering.partitioning import stable_hash
+from driftstream.ordering.windowed_state import SessionState, WindowedState, step_function
+from driftstream.ordering.windows import Session
 
 from driftstream.engine.model.errors import StepError, short_repr
 from driftstream.engine.model.plan import Plan
@@ -115,6 +117,7 @@ class StageRuntime:
         self.out: dict = {}
         self.counts: dict = {}
         self.keyed: dict = {}
+        self.windows: dict = {}  # window step id -> WindowedState
         self.barriers: dict = {}
         self.emit_times: dict = {}
         self.release_times: dict = {}
@@ -136,6 +139,13 @@ class StageRuntime:
                     self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
                 else:
                     self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)
+            elif step.kind == "window":
+                backend = backend_factory(step.name, step_function(step.window), False) if backend_factory else None
+                form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
+                ws = self.windows[sid] = form(step.window, backend, seed=self.rng.getrandbits(64))
+                # Windows restored from a snapshot hold the watermark again at their close
+                # times: the runtime hands these XORs to the acker before any source starts.
+                ws.restore_timers(self.acks)
             elif step.kind == "sink":
                 sink = sink_opener(sid, instance) if sink_opener else step.sink.open(instance, plan.parallelism)
                 self.barriers[sid] = (Barrier(), sink)
@@ -180,27 +190,33 @@ class StageRuntime:
 
     def process(self, entry: int, items: list) -> None:
         """Run ``items`` from step ``entry`` through the rest of the stage."""
-        pending = {entry: items}
-        runners, successors, channels = self._runners, self.plan.successors, self.plan.channels
+        self._run({entry: items})
+
+    def _run(self, pending: dict) -> None:
+        """Run the stage's steps in order over ``pending`` (step id -> its input items)."""
+        runners = self._runners
         for sid in self.stage.step_ids:
             batch = pending.pop(sid, None)
             if not batch:
                 continue
             outs = runners[sid](batch)
-            if not outs:
-                continue
-            for succ, tag in successors[sid]:
-                items_in = outs if tag is None else _tagged(outs, tag)
-                if succ in pending:
-                    pending[succ] = pending[succ] + items_in
-                else:
-                    pending[succ] = items_in
-            for ch in channels[sid]:
-                self._route(ch, outs)
+            if outs:
+                self._pass_on(sid, outs, pending)
         if self.keyed:
             size = sum(k.log_size() for k in self.keyed.values())
             if size > self.peak_log_entries:
                 self.peak_log_entries = size
+
+    def _pass_on(self, sid: int, outs: list, pending: dict) -> None:
+        """Step ``sid``'s outputs to its successors in this stage (``pending``) and to its channels."""
+        for succ, tag in self.plan.successors[sid]:
+            items_in = outs if tag is None else _tagged(outs, tag)
+            if succ in pending:
+                pending[succ] = pending[succ] + items_in
+            else:
+                pending[succ] = items_in
+        for ch in self.plan.channels[sid]:
+            self._route(ch, outs)
 
     # -- data out -----------------------------------------------------------------------
 
@@ -265,6 +281,13 @@ class StageRuntime:
         self.watermark = watermark
         for ks in self.keyed.values():
             ks.advance(watermark)
+        for sid, ws in self.windows.items():
+            ws.advance(watermark)
+            fired = ws.fire(watermark, self.acks)
+            if fired:
+                pending: dict = {}
+                self._pass_on(sid, [(m, p, None) for m, p in fired], pending)
+                self._run(pending)
         for sid in self.barriers:
             self._release(sid)
 
@@ -368,15 +391,20 @@ class StageRuntime:
                 out[self.plan.steps[sid].name] = got
         return out
 
+    def late_elements(self) -> dict:
+        """Per window step: the elements that reached a window after it closed."""
+        return {self.plan.steps[sid].name: ws.late for sid, ws in self.windows.items()}
+
     def metrics(self) -> dict:
         steps = self.plan.steps
         return {
             "elements": dict(self.counts),
-            "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in self.keyed.items()},
+            "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in (*self.keyed.items(), *self.windows.items())},
+            "late_elements": self.late_elements(),
             "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
             "released": {steps[sid].name: b.released for sid, (b, _) in self.barriers.items()},
             "peak_log_entries": self.peak_log_entries,
-            "log_entries": sum(k.log_size() for k in self.keyed.values()),
+            "log_entries": sum(k.log_size() for k in (*self.keyed.values(), *self.windows.values())),
         }
 
     def close(self) -> None:
@@ -454,6 +482,16 @@ class StageRuntime:
                     raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
 
             return guard(run_stateful)
+        if kind == "window":
+            ws = self.windows[step.id]
+
+            def run_window(items: list) -> list:
+                try:
+                    return [(m, p, None) for m, p in ws.apply_batch(items, self.acks)]
+                except StateFnError as exc:  # the step's function or the timestamp function
+                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+            return guard(run_window)
         if kind == "sink":
             barrier = self.barriers[step.id][0]
 

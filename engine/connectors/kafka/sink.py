@@ -22,6 +22,7 @@ from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.ordering.meta import Meta, meta_from_json
 
 from driftstream.engine.model.errors import short_repr
+from driftstream.barriers.json_payloads import json_default
 from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, last_record, read_partition
 from driftstream.engine.connectors.kafka.wire import PartitionWriter
 
@@ -39,7 +40,7 @@ def _json_bytes(value: Any) -> bytes:
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:
-        return json.dumps(value, separators=(",", ":")).encode()
+        return json.dumps(value, separators=(",", ":"), default=json_default).encode()
 
 
 class KafkaSink(Sink):

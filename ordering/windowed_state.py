@@ -1,0 +1,319 @@
+"""A windowed aggregation of one operator instance: drifting state per (key, window), and
+a timer per close time that holds the watermark until the windows closing then are emitted.
+
+Each element goes, per window it belongs to (:mod:`.windows`), into a
+:class:`~driftstream.ordering.keyed_state.DriftingKeyedState` under the key
+``(key, start_ms, end_ms)``: elements may arrive in any order, and what settles below
+the watermark is folded in t order, as for ``stateful_map``. An element whose source
+time has reached a window's close is *late* for it: it is not added, and it leaves as
+a :class:`~driftstream.ordering.windows.Late` record at its own t.
+
+The first element of a window registers a *timer* at the window's close time: an XOR
+entry in the acker's table, as for an element in flight (one entry per instance and
+close time, whatever the number of keys). The acker's watermark therefore stops at the
+close time, with every element below it settled; :meth:`WindowedState.fire` then emits
+each window closing there as a :class:`~driftstream.ordering.windows.WindowResult` at
+the close time, and XORs the timer out in the same flush as the results' batch ids. A
+window's content is the set of elements below its close: the same for any arrival
+order, parallelism, or failure.
+
+>>> from driftstream.ordering.windows import Tumbling, WindowSpec
+>>> count = WindowSpec(Tumbling(1), step=lambda n, x: ((n or 0) + 1, None), result=lambda n: n)
+>>> ws, acks = WindowedState(count, seed=1), {}
+>>> ws.apply_batch([((10, 0, 0, 1, (), False), "a", "k"), ((900, 0, 0, 2, (), False), "b", "k")], acks)
+[]
+>>> list(acks) == [(1000, -1, -1, -1)]                   # a timer at the close of [0 s, 1 s)
+True
+>>> ws.advance((1000, -1, -1, -1)); out = ws.fire((1000, -1, -1, -1), acks)
+>>> [p for _, p in out], acks[(1000, -1, -1, -1)]          # the timer's XOR is back to 0
+([WindowResult(key='k', start=0.0, end=1.0, value=2)], 0)
+>>> [p for _, p in ws.apply_batch([((1500, 0, 0, 3, (), False), "c", "k")], acks)]  # event time 1.5 s: on time
+[]
+
+Costs: an element costs one assignment and, per window, what ``stateful_map`` costs it;
+a timer is O(log timers) to set and to fire; firing reads and removes each closing
+window's state once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from typing import Any, Callable, Hashable, Iterator, Optional
+
+from .keyed_state import DriftingKeyedState, StateFnError
+from .partitioning import stable_hash
+from .windows import Late, Session, WindowResult, WindowSpec, close_time
+
+
+class _TimedState:
+    """What both window forms share: the keyed state, the timers, the late count."""
+
+    def __init__(self, spec: WindowSpec, step: Callable, backend: Any, seed: Optional[int]) -> None:
+        self.spec = spec
+        self.keyed = DriftingKeyedState(step, backend=backend)
+        self.rng = random.Random(seed)
+        self.timers: dict = {}  # close time -> (timer id, {what closes then, ...})
+        self._heap: list = []
+        # What was emitted at a close time the watermark has not passed yet: (close, state key).
+        # Its state stays until the watermark does: a snapshot at a watermark equal to the close
+        # time is taken after the emission, at that very time, and a replay from it must emit again.
+        self._emitted: list = []
+        self.late = 0  # late elements (less their tombstones)
+        self.fired = 0  # windows emitted
+
+    @property
+    def backend(self) -> Any:
+        return self.keyed.backend
+
+    @property
+    def tombstones_emitted(self) -> int:
+        return self.keyed.tombstones_emitted
+
+    def log_size(self) -> int:
+        return self.keyed.log_size()
+
+    def event_ms(self, meta: tuple, payload: Any) -> int:
+        """An element's event time in ms: ``timestamp(payload)`` seconds, or its source time."""
+        timestamp = self.spec.timestamp
+        if timestamp is None:
+            return meta[0]
+        try:
+            return math.floor(timestamp(payload) * 1000)
+        except Exception as exc:
+            raise StateFnError(meta, payload) from exc
+
+    def _set_timer(self, close: tuple, member: Hashable, acks: dict) -> None:
+        timer = self.timers.get(close)
+        if timer is None:
+            timer = self.timers[close] = (self.rng.getrandbits(64) or 1, set())
+            acks[close] = acks.get(close, 0) ^ timer[0]
+            heapq.heappush(self._heap, close)
+        timer[1].add(member)
+
+    def _due(self, watermark: tuple, acks: dict) -> Iterator[tuple]:
+        """``(close time, members)`` of the timers the watermark has reached, oldest first; their
+        XORs go into ``acks``."""
+        heap = self._heap
+        while heap and heap[0] <= watermark:
+            close = heapq.heappop(heap)
+            timer_id, members = self.timers.pop(close)
+            acks[close] = acks.get(close, 0) ^ timer_id
+            yield close, members
+
+    def _late(self, meta: tuple, key: Hashable, payload: Any, event: int) -> tuple:
+        self.late += -1 if meta[5] else 1
+        return (meta, Late(key, payload, event / 1000))
+
+    def _forget_emitted(self, watermark: tuple, forget: Callable[[tuple, Hashable], None]) -> None:
+        """``forget(close, state key)`` for what was emitted below ``watermark``."""
+        if self._emitted and self._emitted[0][0] < watermark:
+            keep = []
+            for close, key in self._emitted:
+                if close < watermark:
+                    forget(close, key)
+                else:
+                    keep.append((close, key))
+            self._emitted = keep
+
+
+class WindowedState(_TimedState):
+    """The windows of every key of one instance; see the module doc.
+
+    ``backend``: where settled window states live (snapshots and restore, as for
+    ``stateful_map``). Restored windows get their timers back from :meth:`restore_timers`.
+    """
+
+    def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None) -> None:
+        super().__init__(spec, spec.step, backend, seed)
+
+    def apply_batch(self, items: list, acks: dict) -> list:
+        """Take ``(meta, payload, key)`` elements and tombstones; timers go into ``acks``.
+        Returns the :class:`Late` records (and their tombstones) to emit."""
+        assign, lateness = self.spec.assigner.assign, self.spec.allowed_lateness
+        feed, out = [], []
+        for meta, payload, key in items:
+            event = self.event_ms(meta, payload)
+            late = False
+            for start, end in assign(event):
+                close = close_time(end, lateness)
+                if meta[0] >= close[0]:
+                    late = True
+                    continue
+                window_key = (key, start, end)
+                feed.append((meta, payload, window_key))
+                if not meta[5]:
+                    self._set_timer(close, window_key, acks)
+            if late:
+                out.append(self._late(meta, key, payload, event))
+        if feed:
+            self.keyed.apply_batch(feed)  # a window step emits nothing per element
+        return out
+
+    def advance(self, watermark: tuple) -> None:
+        """Fold what settled below ``watermark`` into the windows' states; forget the windows
+        emitted below it."""
+        self.keyed.advance(watermark)
+        remove = self.keyed.backend.remove
+        self._forget_emitted(watermark, lambda close, window_key: remove(window_key))
+
+    def fire(self, watermark: tuple, acks: dict) -> list:
+        """Emit the windows whose close time the watermark has reached (after :meth:`advance`),
+        each at its close time; their timers' XORs go into ``acks``. Returns ``(meta, WindowResult)``.
+
+        A result's meta is ``close time + (h, start_ms)`` with ``h`` a 64-bit hash of the key:
+        results of one close time are ordered the same way in every instance and run."""
+        out, backend, result = [], self.keyed.backend, self.spec.result
+        for close, window_keys in self._due(watermark, acks):
+            for window_key in window_keys:
+                key, start, end = window_key
+                state = backend.get(window_key)
+                if state is None:
+                    continue  # every element of the window was retracted
+                self._emitted.append((close, window_key))
+                meta = (close[0], close[1], close[2], close[3], (key_hash(key), start), False)
+                out.append((meta, WindowResult(key, start / 1000, end / 1000, result(state))))
+                self.fired += 1
+        out.sort(key=lambda item: item[0])
+        return out
+
+    def restore_timers(self, acks: dict) -> None:
+        """Set the timers of the windows restored from a snapshot (their states are in the
+        backend; their close times are above the snapshot's watermark). O(restored windows)."""
+        lateness = self.spec.allowed_lateness
+        for window_key, _ in list(self.keyed.backend.items()):
+            self._set_timer(close_time(window_key[2], lateness), window_key, acks)
+
+
+def session_merge(spec: WindowSpec) -> Callable[[Any, tuple], tuple]:
+    """A key's step function under :class:`SessionState` (also what a restore re-applies
+    deltas with): ``sessions, (meta, event_ms, x) -> (sessions, None)``; see its class doc."""
+    gap, lateness_ms = spec.assigner.gap_ms, close_time(0, spec.allowed_lateness)[0]
+
+    def merge(sessions: Any, item: tuple) -> tuple:
+        meta, event, x = item
+        ts = meta[0]
+        lo, hi, elements, keep = event, event, [(meta, x)], []
+        for session in sessions or ():
+            start, last, held = session
+            if last + gap + lateness_ms <= ts:
+                continue  # closed: its timer emitted it
+            if event < last + gap and event + gap > start:
+                lo, hi = min(lo, start), max(hi, last)
+                elements.extend(held)
+            else:
+                keep.append(session)
+        elements.sort(key=_first)
+        keep.append((lo, hi, tuple(elements)))
+        keep.sort(key=_first)
+        return tuple(keep), None
+
+    return merge
+
+
+def _first(item: tuple) -> Any:
+    return item[0]
+
+
+def step_function(spec: WindowSpec) -> Callable[[Any, Any], tuple]:
+    """The function a window step's backend re-applies inputs with on restore."""
+    return session_merge(spec) if isinstance(spec.assigner, Session) else spec.step
+
+
+def key_hash(key: Hashable) -> int:
+    """A 64-bit hash of a key, the same in every process and for equal keys (``1``, ``1.0``):
+    two :func:`~driftstream.ordering.partitioning.stable_hash` of it, one salted.
+
+    >>> key_hash("a") == key_hash("a") != key_hash("b"), key_hash(1) == key_hash(1.0)
+    (True, True)
+    """
+    return (stable_hash(key) << 32) | stable_hash((key, "salt"))
+
+
+class SessionState(_TimedState):
+    """Session windows of every key of one instance: the same timers and closing rules as
+    :class:`WindowedState`, but a key's windows are its sessions, which grow and merge.
+
+    A key's settled state is its open sessions, ``((start_ms, last_ms, ((meta, x), ...)), ...)``
+    sorted by start, each holding its elements in t order (a session's aggregate is folded
+    when it closes: merging two sessions' partial folds would need a merge function).
+    Applying an element (in t order, through :class:`DriftingKeyedState`) first drops the
+    sessions its source time has closed (their timers emitted them), then merges it with
+    every session its ``[event, event + gap)`` overlaps. An element is late when its own
+    session ``[event, event + gap)`` would have closed by its source time; a session's close
+    is that of its latest element, whose timer is set when that element arrives.
+
+    >>> from driftstream.ordering.windows import Session, WindowSpec
+    >>> count = WindowSpec(Session(0.01), step=lambda n, x: ((n or 0) + 1, None), result=lambda n: n, timestamp=lambda x: x)
+    >>> ss, acks = SessionState(count, seed=1), {}
+    >>> e = lambda ts, x: ((ts, 0, 0, ts, (), False), x, "k")
+    >>> ss.apply_batch([e(1, 0.000), e(2, 0.008), e(3, 0.030)], acks)   # event times 0, 8 and 30 ms
+    []
+    >>> ss.advance((18, -1, -1, -1)); [p for _, p in ss.fire((18, -1, -1, -1), acks)]
+    [WindowResult(key='k', start=0.0, end=0.018, value=2)]
+    """
+
+    def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None) -> None:
+        super().__init__(spec, session_merge(spec), backend, seed)
+        self.gap = spec.assigner.gap_ms
+        self.lateness_ms = close_time(0, spec.allowed_lateness)[0]
+
+    def _close(self, last_ms: int) -> int:
+        return last_ms + self.gap + self.lateness_ms
+
+    def apply_batch(self, items: list, acks: dict) -> list:
+        """As :meth:`WindowedState.apply_batch`."""
+        feed, out = [], []
+        for meta, payload, key in items:
+            event = self.event_ms(meta, payload)
+            close = (self._close(event), -1, -1, -1)
+            plain = (meta[0], meta[1], meta[2], meta[3], meta[4], False)  # a tombstone matches its element
+            if meta[0] >= close[0]:
+                out.append(self._late(meta, key, payload, event))
+                continue
+            feed.append((meta, (plain, event, payload), key))
+            if not meta[5]:
+                self._set_timer(close, key, acks)
+        if feed:
+            self.keyed.apply_batch(feed)
+        return out
+
+    def advance(self, watermark: tuple) -> None:
+        """Fold what settled below ``watermark``; drop the sessions emitted below it."""
+        self.keyed.advance(watermark)
+        backend = self.keyed.backend
+
+        def forget(close: tuple, key: Hashable) -> None:
+            sessions = tuple(s for s in backend.get(key) or () if self._close(s[1]) > close[0])
+            if sessions:
+                backend.put(key, sessions)
+            else:
+                backend.remove(key)
+
+        self._forget_emitted(watermark, forget)
+
+    def fire(self, watermark: tuple, acks: dict) -> list:
+        """As :meth:`WindowedState.fire`: the sessions whose close time the watermark reached."""
+        out, backend = [], self.keyed.backend
+        step, result = self.spec.step, self.spec.result
+        for close, keys in self._due(watermark, acks):
+            for key in keys:
+                for start, last, elements in backend.get(key) or ():
+                    if self._close(last) != close[0]:
+                        continue
+                    acc = None
+                    for _, x in elements:
+                        acc = step(acc, x)[0]
+                    meta = (close[0], close[1], close[2], close[3], (key_hash(key), start), False)
+                    out.append((meta, WindowResult(key, start / 1000, (last + self.gap) / 1000, result(acc))))
+                    self._emitted.append((close, key))
+                    self.fired += 1
+        out.sort(key=lambda item: item[0])
+        return out
+
+    def restore_timers(self, acks: dict) -> None:
+        """As :meth:`WindowedState.restore_timers`: a timer per restored session."""
+        for key, sessions in list(self.keyed.backend.items()):
+            for _, last, _ in sessions:
+                self._set_timer((self._close(last), -1, -1, -1), key, acks)
