@@ -131,7 +131,7 @@ class WindowedState(_TimedState):
     def apply_batch(self, items: list, acks: dict) -> list:
         """Take ``(meta, payload, key)`` elements and tombstones; timers go into ``acks``.
         Returns the :class:`Late` records (and their tombstones) to emit."""
-        assign, lateness = self.spec.assigner.assign, self.spec.allowed_lateness
+        assign, lateness, pairs = self.spec.assigner.assign, self.spec.allowed_lateness, self.spec.pairs
         feed, out = [], []
         for meta, payload, key in items:
             event = self.event_ms(meta, payload)
@@ -142,7 +142,7 @@ class WindowedState(_TimedState):
                     late = True
                     continue
                 window_key = (key, start, end)
-                feed.append((meta, payload, window_key))
+                feed.append((meta, payload if pairs is None else (meta[4][-1], payload), window_key))
                 if not meta[5]:
                     self._set_timer(close, window_key, acks)
             if late:
@@ -164,7 +164,7 @@ class WindowedState(_TimedState):
 
         A result's meta is ``close time + (h, start_ms)`` with ``h`` a 64-bit hash of the key:
         results of one close time are ordered the same way in every instance and run."""
-        out, backend, result = [], self.keyed.backend, self.spec.result
+        out, backend, result, pairs = [], self.keyed.backend, self.spec.result, self.spec.pairs
         for close, window_keys in self._due(watermark, acks):
             for window_key in window_keys:
                 key, start, end = window_key
@@ -172,9 +172,14 @@ class WindowedState(_TimedState):
                 if state is None:
                     continue  # every element of the window was retracted
                 self._emitted.append((close, window_key))
-                meta = (close[0], close[1], close[2], close[3], (key_hash(key), start), False)
-                out.append((meta, WindowResult(key, start / 1000, end / 1000, result(state))))
                 self.fired += 1
+                if pairs is None:
+                    meta = (close[0], close[1], close[2], close[3], (key_hash(key), start), False)
+                    out.append((meta, WindowResult(key, start / 1000, end / 1000, result(state))))
+                    continue
+                h = key_hash(key)
+                for i, payload in enumerate(pairs(key, state)):
+                    out.append(((close[0], close[1], close[2], close[3], (h, start, i), False), payload))
         out.sort(key=lambda item: item[0])
         return out
 

@@ -130,3 +130,6 @@ class WindowSpec:
     result: Callable[[Any], Any]
     timestamp: Optional[Callable[[Any], float]] = None
     allowed_lateness: float = 0.0
+    #: a join's: the payloads a closed window emits, ``pairs(key, state) -> [payload, ...]``
+    #: (instead of one WindowResult); its inputs are two sides, and ``step`` folds ``(side, x)``
+    pairs: Optional[Callable[[Hashable, Any], list]] = None

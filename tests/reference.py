@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from driftstream.engine.api.flow import Flow
+from driftstream.engine.model.plan import TAGGED_INPUTS
 from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
 from driftstream.ordering.meta import TOP, Meta
@@ -21,7 +22,7 @@ def reference_outputs(flow: Flow) -> dict:
     children: dict = {s.id: [] for s in steps}
     for s in steps:
         for position, i in enumerate(s.inputs):
-            children[i].append((s.id, position if s.kind == "merge" else None))
+            children[i].append((s.id, position if s.kind in TAGGED_INPUTS else None))
     states: dict = {s.id: {} for s in steps}
     out: dict = {s.name: [] for s in steps if s.kind == "sink"}
 
@@ -48,6 +49,13 @@ def reference_outputs(flow: Flow) -> dict:
                 results = [] if o is None else [(meta, o, None)]
             else:
                 results = [(meta.child(k), y, None) for k, y in enumerate(o or [])]
+        elif step.kind == "lookup":
+            table, side = states[sid], meta.child_ids[-1]
+            if side == 1:
+                table[key] = x
+                results = []
+            else:
+                results = [(meta, (x, table.get(key)), None)]
         elif step.kind == "window" and isinstance(step.window.assigner, Session):
             spec = step.window
             event = meta[0] if spec.timestamp is None else math.floor(spec.timestamp(x) * 1000)
@@ -58,7 +66,7 @@ def reference_outputs(flow: Flow) -> dict:
                 results = []
                 states[sid].setdefault(key, []).append((event, meta, x))
                 timers.setdefault(close, {})[(key, None, None)] = sid
-        elif step.kind == "window":
+        elif step.kind in ("window", "window_join"):
             results = []
             spec, windows = step.window, states[sid]
             event = meta[0] if spec.timestamp is None else math.floor(spec.timestamp(x) * 1000)
@@ -69,7 +77,7 @@ def reference_outputs(flow: Flow) -> dict:
                     late = True
                     continue
                 state = windows.get((key, start, end))
-                windows[(key, start, end)] = spec.step(state, x)[0]
+                windows[(key, start, end)] = spec.step(state, x if spec.pairs is None else (meta.child_ids[-1], x))[0]
                 timers.setdefault(close, {})[(key, start, end)] = sid
             if late:
                 results = [(meta, Late(key, x, event / 1000), None)]
@@ -99,6 +107,9 @@ def reference_outputs(flow: Flow) -> dict:
                     results += _closed_sessions(states[sid], key, spec, close, sid)
                     continue
                 state = states[sid].pop((key, start, end))
+                if spec.pairs is not None:
+                    results += [(Meta(*close, (key_hash(key), start, i)), sid, p) for i, p in enumerate(spec.pairs(key, state))]
+                    continue
                 meta = Meta(*close, (key_hash(key), start))
                 results.append((meta, sid, WindowResult(key, start / 1000, end / 1000, spec.result(state))))
             for meta, sid, r in sorted(results, key=lambda e: e[0]):

@@ -32,6 +32,7 @@ from driftstream.barriers.sink import Sink
 from driftstream.ordering.entry_state import MapState
 from driftstream.ordering.windows import Late, Session, Sliding, WindowResult, WindowSpec
 
+from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.api.aggregates import (
     count_step, fold_step, reduce_step, window_collect, window_fold, window_list, window_reduce, window_value,
 )
@@ -319,6 +320,52 @@ class KeyedStream(Stream):
         return WindowedStream(self, assigner, timestamp, float(allowed_lateness), name)
 
 
+    def lookup(self, table: "KeyedStream", *, name: Optional[str] = None) -> Stream:
+        """A temporal (stream-table) join: ``table`` is a keyed stream of updates; each element
+        leaves as ``(element, value)``, ``value`` the table's latest update for its key *before
+        the element in t order* (None if none). Elsewhere this join depends on which side a
+        machine happened to process first; here a late update re-applies the elements after it.
+
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> flow = Flow("enrich")
+        >>> events = flow.source(MemorySource([(1, "Ada"), (1, "order a"), (1, "Bob"), (1, "order b")]))
+        >>> orders = events.filter(lambda e: e[1].startswith("order")).key_by(lambda e: e[0])
+        >>> names = events.filter(lambda e: not e[1].startswith("order")).key_by(lambda e: e[0])
+        >>> orders.lookup(names).sink(MemorySink("out"))
+        >>> [(o[1], n[1]) for o, n in flow.run(runtime="simulator").output("out")]
+        [('order a', 'Ada'), ('order b', 'Bob')]
+        """
+        self._check_other("lookup", table)
+        return Stream(self.flow, self.flow._add("lookup", name, [self.step.id, table.step.id], fn=lookup_step))
+
+    def join(self, other: "KeyedStream", *, window: Any = None, interval: Any = None, how: str = "inner",
+             name: Optional[str] = None) -> "WindowOutput":
+        """A keyed stream-stream join within the same event-time window (``window=Tumbling(...)``
+        or ``Sliding(...)``; event time: the source time): when a window closes it emits
+        ``(key, left, right)`` for each pair of its elements from this stream and ``other``, in
+        t order; ``how="left"`` adds ``(key, left, None)`` for a left without a right in its
+        window, ``"outer"`` also ``(key, None, right)``. Elements later than their window are
+        counted and go to ``.late(sink)``.
+        """
+        self._check_other("join", other)
+        if how not in HOWS:
+            raise FlowError(f"join: how= is one of {', '.join(map(repr, HOWS))}, not {how!r}")
+        if interval is not None:
+            raise FlowError("join: interval= joins are not built yet; join within a window: window=Tumbling(size)")
+        if not isinstance(window, Sliding):
+            raise FlowError(f"join: window= takes Tumbling(size) or Sliding(size, slide) from driftstream.engine.windows, not {window!r}")
+        spec = WindowSpec(window, join_collect, _no_result, pairs=join_pairs(how))
+        step = self.flow._add("window_join", name, [self.step.id, other.step.id], fn=join_collect, window=spec, label="join")
+        results = self.flow._add("filter", f"{step.name}.results", [step.id], fn=_is_not_late)
+        return WindowOutput(self.flow, results, step)
+
+    def _check_other(self, what: str, other: Any) -> None:
+        if not isinstance(other, KeyedStream) or other.flow is not self.flow:
+            raise FlowError(f"{what}: the other side is a keyed stream of flow {self.flow.name!r} (call .key_by(key_fn) on it)")
+        if other.step is self.step:
+            raise FlowError(f"{what}: a stream cannot be joined with itself; key the other side with a key_by of its own")
+
+
 class WindowedStream:
     """A keyed stream cut into windows: choose the aggregate (each returns a stream of
     :class:`WindowResult`)."""
@@ -376,4 +423,12 @@ def _is_result(x: Any) -> bool:
 
 def _is_late(x: Any) -> bool:
     return type(x) is Late
+
+
+def _is_not_late(x: Any) -> bool:
+    return type(x) is not Late
+
+
+def _no_result(state: Any) -> None:
+    """A join's windows emit pairs (``WindowSpec.pairs``), not one result."""
 

@@ -93,6 +93,12 @@ class Plan:
         return "\n".join(lines)
 
 
+#: Steps whose inputs are told apart by a tag appended to each element's child ids (the
+#: input's position): a merge (one element may reach it by two branches with equal Metas),
+#: and the joins, whose state needs to know each element's side.
+TAGGED_INPUTS = ("merge", "lookup", "window_join")
+
+
 def compile_plan(flow, parallelism: int) -> Plan:
     """Validate ``flow`` and split it into stages; raises FlowError with a fix."""
     if not isinstance(parallelism, int) or parallelism < 1:
@@ -136,7 +142,7 @@ def compile_plan(flow, parallelism: int) -> Plan:
         for position, i in enumerate(step.inputs):
             # Two inputs of a merge may carry equal Metas (one element, two branches);
             # the input's position in child_ids keeps them apart and ordered.
-            tag = position if step.kind == "merge" else None
+            tag = position if step.kind in TAGGED_INPUTS else None
             if stage_of[i] == stage_of[step.id]:
                 successors[i].append((step.id, tag))
             else:

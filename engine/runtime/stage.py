@@ -131,7 +131,7 @@ class StageRuntime:
         for sid in self.stage.step_ids:
             step = plan.steps[sid]
             self.counts[step.name] = 0
-            if step.kind in ("stateful_map", "stateful_flat_map"):
+            if step.kind in ("stateful_map", "stateful_flat_map", "lookup"):
                 entries = step.state is MapState
                 backend = backend_factory(step.name, step.fn, entries) if backend_factory else None
                 flat = step.kind == "stateful_flat_map"
@@ -139,7 +139,7 @@ class StageRuntime:
                     self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
                 else:
                     self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)
-            elif step.kind == "window":
+            elif step.kind in ("window", "window_join"):
                 backend = backend_factory(step.name, step_function(step.window), False) if backend_factory else None
                 form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
                 ws = self.windows[sid] = form(step.window, backend, seed=self.rng.getrandbits(64))
@@ -253,7 +253,7 @@ class StageRuntime:
             buf = self._buffer((ch.dst_stage, self.instance, ch.dst))
             bid, times, append = buf.batch_id, buf.times, buf.items.append
             for item in outs:
-                append((item[0], item[1], None))
+                append((item[0], item[1], item[2]))  # a key_by's key: the other side of a join needs it
                 t = item[0][:4]
                 if t not in times:
                     times.add(t)
@@ -482,7 +482,17 @@ class StageRuntime:
                     raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
 
             return guard(run_stateful)
-        if kind == "window":
+        if kind == "lookup":
+            ks = self.keyed[step.id]
+
+            def run_lookup(items: list) -> list:
+                try:  # the side: the input's tag, the last child id
+                    return [(m, p, None) for m, p in ks.apply_batch([(m, (m[4][-1], p), k) for m, p, k in items])]
+                except StateFnError as exc:
+                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+            return guard(run_lookup)
+        if kind in ("window", "window_join"):
             ws = self.windows[step.id]
 
             def run_window(items: list) -> list:
