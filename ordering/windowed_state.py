@@ -50,9 +50,9 @@ from .windows import Late, Session, WindowResult, WindowSpec, close_time
 class _TimedState:
     """What both window forms share: the keyed state, the timers, the late count."""
 
-    def __init__(self, spec: WindowSpec, step: Callable, backend: Any, seed: Optional[int]) -> None:
+    def __init__(self, spec: WindowSpec, step: Callable, backend: Any, seed: Optional[int], flat: bool = False) -> None:
         self.spec = spec
-        self.keyed = DriftingKeyedState(step, backend=backend)
+        self.keyed = DriftingKeyedState(step, flat=flat, backend=backend)
         self.rng = random.Random(seed)
         self.timers: dict = {}  # close time -> (timer id, {what closes then, ...})
         self._heap: list = []
@@ -322,3 +322,134 @@ class SessionState(_TimedState):
         for key, sessions in list(self.keyed.backend.items()):
             for _, last, _ in sessions:
                 self._set_timer((self._close(last), -1, -1, -1), key, acks)
+
+
+class IntervalJoinState(_TimedState):
+    """A keyed interval join of one instance (Flink's): a left ``l`` and a right ``r`` of one
+    key pair up when ``l.time + lower <= r.time <= l.time + upper`` (source times, ms), and the
+    pair leaves as soon as the later of the two is applied, at its t.
+
+    A key's state is ``(lefts, rights)``, each element as ``(time_ms, meta, x, matched)``.
+    Applying an element (in t order) first drops the elements no later one can match: a left
+    once the source time passes ``l.time + upper``, a right once it passes ``r.time - lower``.
+    With ``how="left"`` (``"outer"``), a left (and a right) that matched nothing leaves as
+    ``(key, l, None)`` (``(key, None, r)``) at that moment: a timer there holds the watermark.
+
+    >>> ij, acks = IntervalJoinState(lower_ms=0, upper_ms=5, how="left", seed=1), {}
+    >>> e = lambda ts, side, x: ((ts, 0, 0, ts, (side,), False), x, "k")
+    >>> [p for _, p in ij.apply_batch([e(1, 0, "l1"), e(3, 1, "r1"), e(4, 0, "l2")], acks)]
+    [('k', 'l1', 'r1')]
+    >>> ij.advance((10, -1, -1, -1)); [p for _, p in ij.fire((10, -1, -1, -1), acks)]
+    [('k', 'l2', None)]
+    """
+
+    def __init__(self, lower_ms: int, upper_ms: int, how: str = "inner", backend: Any = None, seed: Optional[int] = None) -> None:
+        super().__init__(WindowSpec(None, None, None), interval_step(lower_ms, upper_ms), backend, seed, flat=True)
+        self.lower, self.upper, self.how = lower_ms, upper_ms, how
+
+    def _expiry(self, side: int, time_ms: int) -> tuple:
+        """The global time at which an element stops matching: source time past its range (and
+        past its own: with ``upper < 0`` a left can only match rights before it)."""
+        return (_last_match(side, time_ms, self.lower, self.upper) + 1, -1, -1, -1)
+
+    def _pads(self, side: int) -> bool:
+        return self.how == "outer" or (self.how == "left" and side == 0)
+
+    def apply_batch(self, items: list, acks: dict) -> list:
+        """Take ``(meta, payload, key)`` of both sides (the side: the last child id); returns the pairs."""
+        feed = []
+        for meta, payload, key in items:
+            side = meta[4][-1]
+            plain = (meta[0], meta[1], meta[2], meta[3], meta[4], False)  # a tombstone matches its element
+            feed.append((meta, (side, plain, key, payload), key))
+            if not meta[5] and self._pads(side):
+                self._set_timer(self._expiry(side, meta[0]), key, acks)
+        return self.keyed.apply_batch(feed) if feed else []
+
+    def advance(self, watermark: tuple) -> None:
+        """Fold what settled below ``watermark``; drop the unmatched elements emitted below it."""
+        self.keyed.advance(watermark)
+        backend = self.keyed.backend
+
+        def forget(close: tuple, key: Hashable) -> None:
+            state = backend.get(key)
+            if state is None:
+                return
+            lefts, rights = (tuple(e for e in held if self._expiry(side, e[0]) > close) for side, held in enumerate(state))
+            if lefts or rights:
+                backend.put(key, (lefts, rights))
+            else:
+                backend.remove(key)
+
+        self._forget_emitted(watermark, forget)
+
+    def fire(self, watermark: tuple, acks: dict) -> list:
+        """The unmatched elements (left / outer joins) whose expiry the watermark reached."""
+        out, backend = [], self.keyed.backend
+        for close, keys in self._due(watermark, acks):
+            for key in keys:
+                state = backend.get(key)
+                if state is None:
+                    continue
+                h, emitted = key_hash(key), False
+                for side, held in enumerate(state):
+                    if not self._pads(side):
+                        continue
+                    for time_ms, meta, x, matched in held:
+                        if not matched and self._expiry(side, time_ms) == close:
+                            pair = (key, x, None) if side == 0 else (key, None, x)
+                            out.append(((close[0], close[1], close[2], close[3], (h, side, *meta[:4], *meta[4]), False), pair))
+                            emitted = True
+                if emitted:
+                    self._emitted.append((close, key))
+                    self.fired += 1
+        out.sort(key=lambda item: item[0])
+        return out
+
+    def restore_timers(self, acks: dict) -> None:
+        """A timer per restored element that may still have to leave unmatched."""
+        for key, state in list(self.keyed.backend.items()):
+            for side, held in enumerate(state):
+                if self._pads(side):
+                    for time_ms, _, _, matched in held:
+                        if not matched:
+                            self._set_timer(self._expiry(side, time_ms), key, acks)
+
+
+def _last_match(side: int, time_ms: int, lower_ms: int, upper_ms: int) -> int:
+    """The last source time at which an element of ``side`` may still meet a match (or leave unmatched)."""
+    return max(time_ms, time_ms + upper_ms if side == 0 else time_ms - lower_ms)
+
+
+def interval_step(lower_ms: int, upper_ms: int) -> Callable[[Any, tuple], tuple]:
+    """An interval join's step function (also what a restore re-applies deltas with):
+    ``state, (side, meta, key, x) -> (state, [(key, left, right), ...])``; see :class:`IntervalJoinState`."""
+
+    def step(state: Any, item: tuple) -> tuple:
+        side, meta, key, x = item
+        now = meta[0]
+        lefts, rights = state or ((), ())
+        lefts = tuple(e for e in lefts if _last_match(0, e[0], lower_ms, upper_ms) >= now)
+        rights = tuple(e for e in rights if _last_match(1, e[0], lower_ms, upper_ms) >= now)
+        pairs, matched = [], False
+        if side == 0:
+            kept = []
+            for r in rights:
+                if now + lower_ms <= r[0] <= now + upper_ms:
+                    pairs.append((meta, x, r[2]))
+                    r = (r[0], r[1], r[2], True)
+                kept.append(r)
+            rights, matched = tuple(kept), bool(pairs)
+            lefts += ((now, meta, x, matched),)
+        else:
+            kept = []
+            for left in lefts:
+                if left[0] + lower_ms <= now <= left[0] + upper_ms:
+                    pairs.append((meta, left[2], x))
+                    left = (left[0], left[1], left[2], True)
+                kept.append(left)
+            lefts, matched = tuple(kept), bool(pairs)
+            rights += ((now, meta, x, matched),)
+        return (lefts, rights), [(key, left, right) for _, left, right in pairs]
+
+    return step

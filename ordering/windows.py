@@ -133,3 +133,12 @@ class WindowSpec:
     #: a join's: the payloads a closed window emits, ``pairs(key, state) -> [payload, ...]``
     #: (instead of one WindowResult); its inputs are two sides, and ``step`` folds ``(side, x)``
     pairs: Optional[Callable[[Hashable, Any], list]] = None
+
+
+@dataclass(frozen=True)
+class IntervalJoinSpec:
+    """``KeyedStream.join(other, interval=(lower, upper), how=...)``, in ms of source time."""
+
+    lower_ms: int
+    upper_ms: int
+    how: str = "inner"

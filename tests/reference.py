@@ -49,6 +49,28 @@ def reference_outputs(flow: Flow) -> dict:
                 results = [] if o is None else [(meta, o, None)]
             else:
                 results = [(meta.child(k), y, None) for k, y in enumerate(o or [])]
+        elif step.kind == "interval_join":
+            iv, side, now = step.interval, meta.child_ids[-1], meta[0]
+            lefts, rights = states[sid].setdefault(key, ([], []))
+            # the elements no later one can match are gone (their unmatched timers fired)
+            lefts[:] = [e for e in lefts if max(e[0], e[0] + iv.upper_ms) >= now]
+            rights[:] = [e for e in rights if max(e[0], e[0] - iv.lower_ms) >= now]
+            element = [now, meta, x, False]
+            if side == 0:
+                matches = [r for r in rights if now + iv.lower_ms <= r[0] <= now + iv.upper_ms]
+                pairs = [(key, x, r[2]) for r in matches]
+                lefts.append(element)
+            else:
+                matches = [left for left in lefts if left[0] + iv.lower_ms <= now <= left[0] + iv.upper_ms]
+                pairs = [(key, left[2], x) for left in matches]
+                rights.append(element)
+            for other in matches:
+                other[3] = True
+            element[3] = bool(matches)
+            results = [(meta.child(k), pair, None) for k, pair in enumerate(pairs)]
+            if iv.how == "outer" or (iv.how == "left" and side == 0):
+                expiry = (max(now, now + iv.upper_ms if side == 0 else now - iv.lower_ms) + 1, -1, -1, -1)
+                timers.setdefault(expiry, {})[(key, "interval", id(element))] = (sid, side, element)
         elif step.kind == "lookup":
             table, side = states[sid], meta.child_ids[-1]
             if side == 1:
@@ -102,6 +124,12 @@ def reference_outputs(flow: Flow) -> dict:
             close = min(timers)
             results = []
             for (key, start, end), sid in timers.pop(close).items():
+                if start == "interval":  # an interval join's element that may leave unmatched
+                    sid, side, (_, m, x, matched) = sid
+                    if not matched:
+                        meta = Meta(*close, (key_hash(key), side, *m[:4], *m[4]))
+                        results.append((meta, sid, (key, x, None) if side == 0 else (key, None, x)))
+                    continue
                 spec = steps[sid].window
                 if start is None:  # sessions: the key's open elements, split where events are a gap apart
                     results += _closed_sessions(states[sid], key, spec, close, sid)

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from driftstream.barriers.sink import Sink
 from driftstream.ordering.entry_state import MapState
-from driftstream.ordering.windows import Late, Session, Sliding, WindowResult, WindowSpec
+from driftstream.ordering.windowed_state import interval_step
+from driftstream.ordering.windows import IntervalJoinSpec, Late, Session, Sliding, WindowResult, WindowSpec
 
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.api.aggregates import (
@@ -66,6 +67,8 @@ class Step:
     state: Optional[type] = None
     #: window steps: the windows, the aggregation and the event time
     window: Optional[WindowSpec] = None
+    #: interval joins: the interval and which unmatched elements leave
+    interval: Optional[IntervalJoinSpec] = None
 
 
 def _check_name(what: str, name: str) -> None:
@@ -339,19 +342,29 @@ class KeyedStream(Stream):
         return Stream(self.flow, self.flow._add("lookup", name, [self.step.id, table.step.id], fn=lookup_step))
 
     def join(self, other: "KeyedStream", *, window: Any = None, interval: Any = None, how: str = "inner",
-             name: Optional[str] = None) -> "WindowOutput":
-        """A keyed stream-stream join within the same event-time window (``window=Tumbling(...)``
-        or ``Sliding(...)``; event time: the source time): when a window closes it emits
-        ``(key, left, right)`` for each pair of its elements from this stream and ``other``, in
-        t order; ``how="left"`` adds ``(key, left, None)`` for a left without a right in its
-        window, ``"outer"`` also ``(key, None, right)``. Elements later than their window are
-        counted and go to ``.late(sink)``.
+             name: Optional[str] = None) -> Stream:
+        """A keyed stream-stream join of this stream (left) and ``other`` (right); event time is
+        the source time (a Kafka record's timestamp).
+
+        ``window=Tumbling(...)`` or ``Sliding(...)``: when a window closes it emits ``(key, left,
+        right)`` for each pair of its elements, in t order; ``how="left"`` adds ``(key, left,
+        None)`` for a left without a right in its window, ``"outer"`` also ``(key, None,
+        right)``. Elements later than their window are counted and go to ``.late(sink)``.
+
+        ``interval=(lower, upper)`` (seconds, Flink's interval join): ``(key, left, right)`` for
+        each pair with ``left.time + lower <= right.time <= left.time + upper``, as soon as the
+        later of the two is applied (at its t); ``how="left"`` / ``"outer"`` emit the unmatched
+        ones once no later element can match them.
         """
         self._check_other("join", other)
         if how not in HOWS:
             raise FlowError(f"join: how= is one of {', '.join(map(repr, HOWS))}, not {how!r}")
+        if (window is None) == (interval is None):
+            raise FlowError("join: give either window=Tumbling(size) (pairs within one window) or interval=(lower, upper) (seconds)")
         if interval is not None:
-            raise FlowError("join: interval= joins are not built yet; join within a window: window=Tumbling(size)")
+            spec = _interval(interval, how)
+            fn = interval_step(spec.lower_ms, spec.upper_ms)
+            return Stream(self.flow, self.flow._add("interval_join", name, [self.step.id, other.step.id], fn=fn, interval=spec, label="join"))
         if not isinstance(window, Sliding):
             raise FlowError(f"join: window= takes Tumbling(size) or Sliding(size, slide) from driftstream.engine.windows, not {window!r}")
         spec = WindowSpec(window, join_collect, _no_result, pairs=join_pairs(how))
@@ -427,6 +440,17 @@ def _is_late(x: Any) -> bool:
 
 def _is_not_late(x: Any) -> bool:
     return type(x) is not Late
+
+
+def _interval(interval: Any, how: str) -> IntervalJoinSpec:
+    try:
+        lower, upper = interval
+        lower_ms, upper_ms = round(lower * 1000), round(upper * 1000)
+    except (TypeError, ValueError):
+        raise FlowError(f"join: interval= is (lower, upper) in seconds, e.g. (-5, 5), not {interval!r}") from None
+    if lower_ms > upper_ms:
+        raise FlowError(f"join: interval=(lower, upper) needs lower <= upper, not {interval!r}")
+    return IntervalJoinSpec(lower_ms, upper_ms, how)
 
 
 def _no_result(state: Any) -> None:

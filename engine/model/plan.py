@@ -96,7 +96,7 @@ class Plan:
 #: Steps whose inputs are told apart by a tag appended to each element's child ids (the
 #: input's position): a merge (one element may reach it by two branches with equal Metas),
 #: and the joins, whose state needs to know each element's side.
-TAGGED_INPUTS = ("merge", "lookup", "window_join")
+TAGGED_INPUTS = ("merge", "lookup", "window_join", "interval_join")
 
 
 def compile_plan(flow, parallelism: int) -> Plan:

@@ -32,7 +32,7 @@ from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
 from driftstream.ordering.partitioning import stable_hash
-from driftstream.ordering.windowed_state import SessionState, WindowedState, step_function
+from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
 
 from driftstream.engine.model.errors import StepError, short_repr
@@ -139,6 +139,11 @@ class StageRuntime:
                     self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
                 else:
                     self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)
+            elif step.kind == "interval_join":
+                iv = step.interval
+                backend = backend_factory(step.name, step.fn, False) if backend_factory else None
+                ws = self.windows[sid] = IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=self.rng.getrandbits(64))
+                ws.restore_timers(self.acks)
             elif step.kind in ("window", "window_join"):
                 backend = backend_factory(step.name, step_function(step.window), False) if backend_factory else None
                 form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
@@ -492,7 +497,7 @@ class StageRuntime:
                     raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
 
             return guard(run_lookup)
-        if kind in ("window", "window_join"):
+        if kind in ("window", "window_join", "interval_join"):
             ws = self.windows[step.id]
 
             def run_window(items: list) -> list:

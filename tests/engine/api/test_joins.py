@@ -33,7 +33,12 @@ def build(items: list, kind: str, how: str = "inner", window=None, partitions: i
         events = flow.source(source(items), name="events")
         left, right = events.filter(lambda x: x[0] == "L", name="is_left"), events.filter(lambda x: x[0] == "R", name="is_right")
     lk, rk = left.key_by(lambda x: x[1], name="left_key"), right.key_by(lambda x: x[1], name="right_key")
-    out = lk.lookup(rk) if kind == "lookup" else lk.join(rk, window=window, how=how)
+    if kind == "lookup":
+        out = lk.lookup(rk)
+    elif kind == "interval":
+        out = lk.join(rk, interval=window, how=how)
+    else:
+        out = lk.join(rk, window=window, how=how)
     out.sink(sink or MemorySink("out"))
     return flow
 
@@ -48,6 +53,25 @@ items = st.lists(st.tuples(st.sampled_from("LR"), st.sampled_from("ab"), st.inte
 def test_any_arrival_order_gives_the_sequential_join(data, kind, window, two_sources, parallelism, partitions, seed):
     flow = build(data, "lookup" if kind == "lookup" else "join", kind, window, partitions, two_sources=two_sources)
     assert flow.run(runtime="simulator", parallelism=parallelism, seed=seed).output("out") == reference_outputs(flow)["out"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=items, how=st.sampled_from(["inner", "left", "outer"]), interval=st.sampled_from([(0, 0.003), (-0.002, 0.002), (-0.005, -0.001)]),
+       two_sources=st.booleans(), parallelism=st.integers(1, 4), partitions=st.integers(1, 3), seed=st.integers(0, 2**32))
+def test_any_arrival_order_gives_the_sequential_interval_join(data, how, interval, two_sources, parallelism, partitions, seed):
+    flow = build(data, "interval", how, interval, partitions, two_sources=two_sources)
+    assert flow.run(runtime="simulator", parallelism=parallelism, seed=seed).output("out") == reference_outputs(flow)["out"]
+
+
+def test_an_interval_join_pairs_within_the_interval_and_pads_the_unmatched():
+    # one element per ms of source time; interval (0, 2 ms): a right 0-2 ms after its left
+    data = [("L", "k", 1), ("R", "k", "x"), ("R", "k", "y"), ("R", "k", "z"), ("L", "k", 2), ("R", "j", "w"), *[("L", "n", 0)] * 5]
+    got = lambda how: [(k, l and l[2], r and r[2]) for k, l, r in  # noqa: E731
+                       build(data, "interval", how, (0, 0.002), partitions=1).run(runtime="simulator", parallelism=2, seed=1).output("out")]
+    inner = [("k", 1, "x"), ("k", 1, "y")]  # z came 3 ms after; ("k", 2) has no right within 2 ms
+    assert got("inner") == inner
+    assert sorted(got("left"), key=str) == sorted(inner + [("k", 2, None)] + [("n", 0, None)] * 5, key=str)
+    assert sorted(got("outer"), key=str) == sorted(got("left") + [("k", None, "z"), ("j", None, "w")], key=str)
 
 
 def test_lookup_takes_the_table_value_at_the_element_position_in_t():
@@ -68,10 +92,13 @@ def test_window_join_pairs_each_left_with_each_right_of_its_window():
     assert sorted(pairs("outer"), key=str) == sorted(pairs("left") + [("i", None, "z")], key=str)
 
 
-@pytest.mark.parametrize("kind", ["lookup", "outer"])
+@pytest.mark.parametrize("kind", ["lookup", "outer", "interval"])
 def test_joins_survive_simulated_crashes(kind):
     data = [("LR"[(i * 7) % 3 == 0], "abc"[i % 3], i) for i in range(60)]
-    flow = build(data, "lookup" if kind == "lookup" else "join", kind, Sliding(0.01, 0.005), partitions=3)
+    if kind == "interval":
+        flow = build(data, "interval", "outer", (-0.004, 0.003), partitions=3)
+    else:
+        flow = build(data, "lookup" if kind == "lookup" else "join", kind, Sliding(0.01, 0.005), partitions=3)
     expected = reference_outputs(flow)["out"]
     wrong = []
     for seed in range(100):
@@ -96,12 +123,13 @@ def test_invalid_joins_fail_when_built():
         a.lookup(flow.source(MemorySource([3])))
 
 
-@pytest.mark.parametrize("kind", ["lookup", "left"])
+@pytest.mark.parametrize("kind", ["lookup", "left", "interval"])
 def test_joins_on_ray_exactly_once_with_a_kill(ray_session, tmp_path, kind):
     data = [("LR"[(i * 7) % 3 == 0], "abcd"[i % 4], i) for i in range(2000)]
-    reference = reference_outputs(build(data, "lookup" if kind == "lookup" else "join", kind, Tumbling(0.05)))["out"]
-    flow = build(data, "lookup" if kind == "lookup" else "join", kind, Tumbling(0.05), name="join-ray", rate=1500,
-                 sink=FileSink(tmp_path / "out", name="out"))
+    how, window = ("outer", (-0.01, 0.005)) if kind == "interval" else (kind, Tumbling(0.05))
+    op = {"lookup": "lookup", "left": "join", "interval": "interval"}[kind]
+    reference = reference_outputs(build(data, op, how, window))["out"]
+    flow = build(data, op, how, window, name="join-ray", rate=1500, sink=FileSink(tmp_path / "out", name="out"))
     result = flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
                       faults={"before_commit": ["join-ray/left_key/1"]})
     assert result.metrics.recoveries >= 1
