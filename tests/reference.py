@@ -70,7 +70,7 @@ def reference_outputs(flow: Flow) -> dict:
             results = [(meta.child(k), pair, None) for k, pair in enumerate(pairs)]
             if iv.how == "outer" or (iv.how == "left" and side == 0):
                 expiry = (max(now, now + iv.upper_ms if side == 0 else now - iv.lower_ms) + 1, -1, -1, -1)
-                timers.setdefault(expiry, {})[(key, "interval", id(element))] = (sid, side, element)
+                timers.setdefault(expiry, {})[(sid, key, "interval", id(element))] = (sid, side, element)
         elif step.kind == "lookup":
             table, side = states[sid], meta.child_ids[-1]
             if side == 1:
@@ -87,7 +87,7 @@ def reference_outputs(flow: Flow) -> dict:
             else:
                 results = []
                 states[sid].setdefault(key, []).append((event, meta, x))
-                timers.setdefault(close, {})[(key, None, None)] = sid
+                timers.setdefault(close, {})[(sid, key, None, None)] = sid
         elif step.kind in ("window", "window_join"):
             results = []
             spec, windows = step.window, states[sid]
@@ -100,7 +100,7 @@ def reference_outputs(flow: Flow) -> dict:
                     continue
                 state = windows.get((key, start, end))
                 windows[(key, start, end)] = spec.step(state, x if spec.pairs is None else (meta.child_ids[-1], x))[0]
-                timers.setdefault(close, {})[(key, start, end)] = sid
+                timers.setdefault(close, {})[(sid, key, start, end)] = sid
             if late:
                 results = [(meta, Late(key, x, event / 1000), None)]
         elif step.kind == "sink":
@@ -114,16 +114,21 @@ def reference_outputs(flow: Flow) -> dict:
     for s in steps:
         if s.kind == "source":
             assert isinstance(s.source, MemorySource)
-            n = s.source.partitions()
-            inputs += [(Meta(i, s.id, i % n, i), s.id, x) for i, x in enumerate(s.source.items)]
-    timers: dict = {}  # close time -> {(key, start_ms, end_ms): window step id}
+            n, timestamp = s.source.partitions(), s.source.timestamp
+            running: dict = {}  # partition -> running max of the timestamps, ms
+            for i, x in enumerate(s.source.items):
+                ts = i
+                if timestamp is not None:
+                    ts = running[i % n] = max(running.get(i % n, float("-inf")), math.floor(timestamp(x) * 1000))
+                inputs.append((Meta(ts, s.id, i % n, i), s.id, x))
+    timers: dict = {}  # close time -> {(step id, key, start_ms, end_ms): window step id (or an interval join's element)}
 
     def fire(before) -> None:
         """Emit the windows whose close time is below ``before``, in close time order."""
         while timers and min(timers) < before:
             close = min(timers)
             results = []
-            for (key, start, end), sid in timers.pop(close).items():
+            for (_, key, start, end), sid in timers.pop(close).items():
                 if start == "interval":  # an interval join's element that may leave unmatched
                     sid, side, (_, m, x, matched) = sid
                     if not matched:

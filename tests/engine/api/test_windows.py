@@ -25,12 +25,15 @@ def _event_s(x) -> float:
 
 
 def build(items: list, assigner, aggregate: str, lateness: float = 0.0, partitions: int = 2, sink=None,
-          late_sink=None, name: str = "win", rate: float = 0.0) -> Flow:
+          late_sink=None, name: str = "win", rate: float = 0.0, source_time: bool = False) -> Flow:
     """Elements ``(key, event ms, value)``; a MemorySource's source time is the element's index
-    (ms), so an element whose event time lags its index by more than a window is late."""
+    (ms), so an element whose event time lags its index by more than a window is late.
+    ``source_time``: the source time is the running max of the event times per partition (a
+    Kafka partition's record timestamps), and the windows use it."""
     flow = Flow(name)
-    source = PacedSource(items, rate, partitions=partitions) if rate else MemorySource(items, partitions=partitions)
-    windowed = flow.source(source).key_by(lambda x: x[0]).window(assigner, timestamp=_event_s, allowed_lateness=lateness)
+    ts = _event_s if source_time else None
+    source = PacedSource(items, rate, partitions=partitions, timestamp=ts) if rate else MemorySource(items, partitions=partitions, timestamp=ts)
+    windowed = flow.source(source).key_by(lambda x: x[0]).window(assigner, timestamp=None if source_time else _event_s, allowed_lateness=lateness)
     if aggregate == "count":
         out = windowed.count()
     elif aggregate == "collect":
@@ -51,9 +54,10 @@ assigners = st.one_of(st.builds(Tumbling, st.sampled_from([0.004, 0.01, 0.025]))
 
 @settings(max_examples=150, deadline=None)
 @given(data=elements, assigner=assigners, aggregate=st.sampled_from(["count", "collect", "fold", "reduce"]),
-       lateness=st.sampled_from([0.0, 0.005]), parallelism=st.integers(1, 4), partitions=st.integers(1, 3), seed=st.integers(0, 2**32))
-def test_any_arrival_order_gives_the_sequential_windows(data, assigner, aggregate, lateness, parallelism, partitions, seed):
-    flow = build(data, assigner, aggregate, lateness, partitions)
+       lateness=st.sampled_from([0.0, 0.005]), parallelism=st.integers(1, 4), partitions=st.integers(1, 3), seed=st.integers(0, 2**32),
+       source_time=st.booleans())
+def test_any_arrival_order_gives_the_sequential_windows(data, assigner, aggregate, lateness, parallelism, partitions, seed, source_time):
+    flow = build(data, assigner, aggregate, lateness, partitions, source_time=source_time)
     expected = reference_outputs(flow)
     result = flow.run(runtime="simulator", parallelism=parallelism, seed=seed)
     assert result.output("out") == expected["out"]
