@@ -24,7 +24,7 @@ from driftstream.engine.connectors.source import Source
 from driftstream.engine.testing import MemorySink, MemorySource
 from driftstream.engine.windows import Sliding, Tumbling
 
-from .clicks import PAGES, at, clicks, logged  # noqa: F401  (PAGES: the doctest)
+from .clicks import PAGES, at, clicks, logged  # noqa: F401  (PAGES: for the doctest)
 
 
 def build(source: "Source | list", per_minute: Optional[Sink] = None, last_minute: Optional[Sink] = None,
