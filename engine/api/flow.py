@@ -33,10 +33,10 @@ from driftstream.ordering.entry_state import MapState
 from driftstream.ordering.windowed_state import interval_step
 from driftstream.ordering.windows import IntervalJoinSpec, Late, Session, Sliding, WindowResult, WindowSpec
 
-from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.api.aggregates import (
     count_step, fold_step, reduce_step, window_collect, window_fold, window_list, window_reduce, window_value,
 )
+from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.connectors.source import Source
 from driftstream.engine.model.errors import FlowError
 
@@ -321,7 +321,6 @@ class KeyedStream(Stream):
         if isinstance(allowed_lateness, bool) or not isinstance(allowed_lateness, (int, float)) or allowed_lateness < 0:
             raise FlowError(f"window: allowed_lateness is seconds >= 0, not {allowed_lateness!r}")
         return WindowedStream(self, assigner, timestamp, float(allowed_lateness), name)
-
 
     def lookup(self, table: "KeyedStream", *, name: Optional[str] = None) -> Stream:
         """A temporal (stream-table) join: ``table`` is a keyed stream of updates; each element
