@@ -160,7 +160,7 @@ class RaySupervisor:
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.
-        seeds = [x for x in ray.get([a.take_acks.remote() for a in self.actors.values()]) if x]
+        seeds = [x for x in ray.get([a.take_seed.remote() for a in self.actors.values()]) if x]
         if seeds:
             ray.get(self.acker.seed.remote(seeds))
         skip_after = None

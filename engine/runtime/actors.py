@@ -89,7 +89,7 @@ class AckerActor:
         self.pending_snapshots: dict = {}
 
     async def seed(self, xors: list) -> None:
-        """Before any source starts: the stage actors' XORs of :meth:`StageActor.take_acks`."""
+        """Before any source starts: the stage actors' XORs of :meth:`StageActor.take_seed`."""
         for x in xors:
             self.acker.update(x)
 
@@ -392,10 +392,10 @@ class StageActor:
             if key != "acker" and key[0] in downstream:
                 await self.endpoint.connect(key, addresses[key])
 
-    async def take_acks(self) -> dict:
-        """Before :meth:`start`: the XORs this incarnation holds already, the timers of the
-        windows it restored (:meth:`WindowedState.restore_timers`), for the acker's table."""
-        return self.rt.take_acks()
+    async def take_seed(self) -> dict:
+        """Before :meth:`start`: the XORs of the timers of the windows this incarnation
+        restored (:meth:`StageRuntime.take_seed`), for the acker's table."""
+        return self.rt.take_seed()
 
     async def t_last(self) -> Optional[tuple]:
         """See :meth:`StageRuntime.t_last` (asked after a recovery)."""
@@ -417,7 +417,7 @@ class StageActor:
             self.inbox.append(message.batch)
             if not self.drain_scheduled:
                 self.drain_scheduled = True
-                asyncio.get_running_loop().call_soon(self._drain)
+                asyncio.get_running_loop().call_soon(self._drain, self.rt)
         else:
             self._apply_watermark(message.t)
             if message.snapshot_id is not None:
@@ -439,7 +439,7 @@ class StageActor:
         for message in self.rt.ready_parts():
             self.endpoint.send("acker", message)
 
-    def _drain(self) -> None:
+    def _drain(self, rt: StageRuntime) -> None:
         """Process the queued batches together, :data:`DRAIN_CHUNK` elements per callback.
 
         Batches queue up while the loop is busy; in a backlog, thousands of them. Taken
@@ -449,10 +449,15 @@ class StageActor:
 
         A state cache over its budget while a base is written (it may spill nothing
         until the base is durable) holds processing back until the writer is done:
-        memory stays within the budget instead of growing with the backlog."""
+        memory stays within the budget instead of growing with the backlog.
+
+        ``rt``: the incarnation the callback was scheduled for; one scheduled before a
+        reset does nothing (it would flush the new incarnation before it is connected)."""
+        if rt is not self.rt:
+            return
         if self.snapshots.over_budget():
             self.snapshots.slice_s = MAX_WRITER_SLICE_S
-            asyncio.get_running_loop().call_later(BUDGET_WAIT_S, self._drain)
+            asyncio.get_running_loop().call_later(BUDGET_WAIT_S, self._drain, rt)
             return
         inbox, n, size = self.inbox, 0, 0
         while n < len(inbox) and size < DRAIN_CHUNK:
@@ -461,7 +466,7 @@ class StageActor:
         batches, self.inbox = inbox[:n], inbox[n:]
         backlogged = bool(self.inbox)
         if backlogged:
-            asyncio.get_running_loop().call_soon(self._drain)
+            asyncio.get_running_loop().call_soon(self._drain, rt)
         else:
             self.drain_scheduled = False
         started = time.perf_counter()

@@ -156,7 +156,7 @@ class Simulation:
         )
         if config.skip_released:
             rt.skip_released()
-        seed = rt.take_acks()  # restored windows' timers, in the table before any source starts
+        seed = rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
             self.acker.update(seed)
         if instance in self.source_keys:

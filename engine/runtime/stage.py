@@ -114,6 +114,9 @@ class StageRuntime:
         self.max_samples = max_samples
         self.watermark: tuple = BOTTOM
         self.acks: dict = {}
+        # The timers of restored windows: XORs the acker must hold before any source starts,
+        # apart from ``acks`` (which any flush may send) until the runtime takes them (take_seed).
+        self.seed_acks: dict = {}
         self.out: dict = {}
         self.counts: dict = {}
         self.keyed: dict = {}
@@ -143,14 +146,14 @@ class StageRuntime:
                 iv = step.interval
                 backend = backend_factory(step.name, step.fn, False) if backend_factory else None
                 ws = self.windows[sid] = IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=self.rng.getrandbits(64))
-                ws.restore_timers(self.acks)
+                ws.restore_timers(self.seed_acks)
             elif step.kind in ("window", "window_join"):
                 backend = backend_factory(step.name, step_function(step.window), False) if backend_factory else None
                 form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
                 ws = self.windows[sid] = form(step.window, backend, seed=self.rng.getrandbits(64))
                 # Windows restored from a snapshot hold the watermark again at their close
                 # times: the runtime hands these XORs to the acker before any source starts.
-                ws.restore_timers(self.acks)
+                ws.restore_timers(self.seed_acks)
             elif step.kind == "sink":
                 sink = sink_opener(sid, instance) if sink_opener else step.sink.open(instance, plan.parallelism)
                 self.barriers[sid] = (Barrier(), sink)
@@ -272,6 +275,11 @@ class StageRuntime:
         self.out = {}
         return out
 
+    def take_seed(self) -> dict:
+        """The XORs of the timers of restored windows (see ``seed_acks``), once."""
+        seed, self.seed_acks = self.seed_acks, {}
+        return seed
+
     def take_acks(self) -> dict:
         """The XORs accumulated since the last call (to send to the acker)."""
         acks, self.acks = self.acks, {}
@@ -290,6 +298,12 @@ class StageRuntime:
             ws.advance(watermark)
             fired = ws.fire(watermark, self.acks)
             if fired:
+                # A result's latency sample starts when its window closed: the time the
+                # watermark reached its close (its elements' own samples end in the window).
+                now, every = self.clock(), self._emit_every
+                for meta, _ in fired:
+                    if meta[3] % every == 0:
+                        self.emit_times[meta[:4]] = now
                 pending: dict = {}
                 self._pass_on(sid, [(m, p, None) for m, p in fired], pending)
                 self._run(pending)
