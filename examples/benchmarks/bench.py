@@ -675,6 +675,10 @@ def main(argv: Optional[list] = None) -> int:
         from driftstream.examples.benchmarks.backlog import main as backlog_main
 
         return backlog_main(argv[1:])
+    if argv and argv[0] == "nexmark":
+        from driftstream.examples.nexmark.bench import main as nexmark_main
+
+        return nexmark_main(argv[1:])
     if argv and argv[0] == "inverted-index":
         # The benchmark workload lives with its example (PySpark corpus, Spark baseline).
         from driftstream.examples.inverted_index.benchmark import main as inverted_index_main
@@ -684,6 +688,7 @@ def main(argv: Optional[list] = None) -> int:
     sub = parser.add_subparsers(dest="bench", required=True)
     sub.add_parser("soak", help="a Kafka flow with keyed state at a steady rate for a long time, checked exactly-once (--help for options)")
     sub.add_parser("inverted-index", help="driftstream vs Spark Structured Streaming on the inverted index (--help for options)")
+    sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
     wc.add_argument("--lines", type=int, default=40_000, help="lines (10 words each) for the throughput run")
