@@ -43,6 +43,7 @@ import random
 from typing import Any, Callable, Hashable, Iterator, Optional
 
 from .keyed_state import DriftingKeyedState, StateFnError
+from .meta import invalidee_of
 from .partitioning import stable_hash
 from .windows import Late, Session, WindowResult, WindowSpec, close_time
 
@@ -61,11 +62,6 @@ class _TimedState:
         # time is taken after the emission, at that very time, and a replay from it must emit again.
         self._emitted: list = []
         self.late = 0  # late elements (less their tombstones)
-        self.fired = 0  # windows emitted
-
-    @property
-    def backend(self) -> Any:
-        return self.keyed.backend
 
     @property
     def tombstones_emitted(self) -> int:
@@ -172,14 +168,13 @@ class WindowedState(_TimedState):
                 if state is None:
                     continue  # every element of the window was retracted
                 self._emitted.append((close, window_key))
-                self.fired += 1
                 if pairs is None:
-                    meta = (close[0], close[1], close[2], close[3], (key_hash(key), start), False)
+                    meta = (*close, (key_hash(key), start), False)
                     out.append((meta, WindowResult(key, start / 1000, end / 1000, result(state))))
                     continue
                 h = key_hash(key)
                 for i, payload in enumerate(pairs(key, state)):
-                    out.append(((close[0], close[1], close[2], close[3], (h, start, i), False), payload))
+                    out.append(((*close, (h, start, i), False), payload))
         out.sort(key=lambda item: item[0])
         return out
 
@@ -273,7 +268,7 @@ class SessionState(_TimedState):
         for meta, payload, key in items:
             event = self.event_ms(meta, payload)
             close = (self._close(event), -1, -1, -1)
-            plain = (meta[0], meta[1], meta[2], meta[3], meta[4], False)  # a tombstone matches its element
+            plain = invalidee_of(meta)  # a tombstone's payload matches its element's
             if meta[0] >= close[0]:
                 out.append(self._late(meta, key, payload, event))
                 continue
@@ -310,10 +305,9 @@ class SessionState(_TimedState):
                     acc = None
                     for _, x in elements:
                         acc = step(acc, x)[0]
-                    meta = (close[0], close[1], close[2], close[3], (key_hash(key), start), False)
+                    meta = (*close, (key_hash(key), start), False)
                     out.append((meta, WindowResult(key, start / 1000, (last + self.gap) / 1000, result(acc))))
                     self._emitted.append((close, key))
-                    self.fired += 1
         out.sort(key=lambda item: item[0])
         return out
 
@@ -360,7 +354,7 @@ class IntervalJoinState(_TimedState):
         feed = []
         for meta, payload, key in items:
             side = meta[4][-1]
-            plain = (meta[0], meta[1], meta[2], meta[3], meta[4], False)  # a tombstone matches its element
+            plain = invalidee_of(meta)  # a tombstone's payload matches its element's
             feed.append((meta, (side, plain, key, payload), key))
             if not meta[5] and self._pads(side):
                 self._set_timer(self._expiry(side, meta[0]), key, acks)
@@ -398,11 +392,10 @@ class IntervalJoinState(_TimedState):
                     for time_ms, meta, x, matched in held:
                         if not matched and self._expiry(side, time_ms) == close:
                             pair = (key, x, None) if side == 0 else (key, None, x)
-                            out.append(((close[0], close[1], close[2], close[3], (h, side, *meta[:4], *meta[4]), False), pair))
+                            out.append(((*close, (h, side, *meta[:4], *meta[4]), False), pair))
                             emitted = True
                 if emitted:
                     self._emitted.append((close, key))
-                    self.fired += 1
         out.sort(key=lambda item: item[0])
         return out
 

@@ -43,6 +43,19 @@ from driftstream.engine.model.plan import Plan
 MAX_SAMPLES = 1 << 16
 
 
+#: Steps whose state closes on timers (windows, window joins, interval joins).
+TIMED_KINDS = ("window", "window_join", "interval_join")
+
+
+def _timed_state(step: Any, backend: Any, seed: int) -> Any:
+    """The state of a step of :data:`TIMED_KINDS`, over ``backend``."""
+    if step.kind == "interval_join":
+        iv = step.interval
+        return IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=seed)
+    form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
+    return form(step.window, backend, seed=seed)
+
+
 @dataclass
 class Batch:
     """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
@@ -142,15 +155,10 @@ class StageRuntime:
                     self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
                 else:
                     self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)
-            elif step.kind == "interval_join":
-                iv = step.interval
-                backend = backend_factory(step.name, step.fn, False) if backend_factory else None
-                ws = self.windows[sid] = IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=self.rng.getrandbits(64))
-                ws.restore_timers(self.seed_acks)
-            elif step.kind in ("window", "window_join"):
-                backend = backend_factory(step.name, step_function(step.window), False) if backend_factory else None
-                form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
-                ws = self.windows[sid] = form(step.window, backend, seed=self.rng.getrandbits(64))
+            elif step.kind in TIMED_KINDS:
+                fn = step.fn if step.kind == "interval_join" else step_function(step.window)
+                backend = backend_factory(step.name, fn, False) if backend_factory else None
+                ws = self.windows[sid] = _timed_state(step, backend, self.rng.getrandbits(64))
                 # Windows restored from a snapshot hold the watermark again at their close
                 # times: the runtime hands these XORs to the acker before any source starts.
                 ws.restore_timers(self.seed_acks)
@@ -511,7 +519,7 @@ class StageRuntime:
                     raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
 
             return guard(run_lookup)
-        if kind in ("window", "window_join", "interval_join"):
+        if kind in TIMED_KINDS:
             ws = self.windows[step.id]
 
             def run_window(items: list) -> list:
