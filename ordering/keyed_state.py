@@ -153,6 +153,9 @@ class DriftingLogs:
         self._seq = count()
         self._size = 0
         self.tombstones_emitted = 0
+        #: elements that landed before the tail of their key's log: arrived after an element
+        #: later in t, so the key's state was rolled back and re-applied from them
+        self.out_of_order = 0
 
     def log_size(self) -> int:
         """Number of entries held in memory over all keys (O(1))."""
@@ -215,6 +218,7 @@ class DriftingLogs:
             log = self.logs[key] = KeyLog()
         i = log.insert(meta, payload)
         if i < len(log.metas) - 1:
+            self.out_of_order += 1
             self._roll_back(key, log, i + 1)
         self._size += 1
         if i == 0:

@@ -67,6 +67,10 @@ class _TimedState:
     def tombstones_emitted(self) -> int:
         return self.keyed.tombstones_emitted
 
+    @property
+    def out_of_order(self) -> int:
+        return self.keyed.out_of_order
+
     def log_size(self) -> int:
         return self.keyed.log_size()
 

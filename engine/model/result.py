@@ -42,6 +42,9 @@ class Metrics:
 
     elements: dict = field(default_factory=dict)
     tombstones_emitted: dict = field(default_factory=dict)
+    #: per stateful step: elements that arrived after an element of their key later in t
+    #: (the key's state rolled back and re-applied from them; the output is the same)
+    out_of_order: dict = field(default_factory=dict)
     #: per window step: elements that reached a window after it closed (what its late sink got)
     late_elements: dict = field(default_factory=dict)
     tombstones_at_sinks: dict = field(default_factory=dict)
@@ -124,7 +127,7 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for name, elems in r["collected"].items():
             outputs.setdefault(name, []).extend(elems)
         im = r["metrics"]
-        for key in ("elements", "tombstones_emitted", "late_elements", "tombstones_at_sinks", "released"):
+        for key in ("elements", "tombstones_emitted", "out_of_order", "late_elements", "tombstones_at_sinks", "released"):
             target = getattr(m, key)
             for name, n in im.get(key, {}).items():
                 target[name] = target.get(name, 0) + n

@@ -427,6 +427,7 @@ class StageRuntime:
         return {
             "elements": dict(self.counts),
             "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in (*self.keyed.items(), *self.windows.items())},
+            "out_of_order": {steps[sid].name: ks.out_of_order for sid, ks in (*self.keyed.items(), *self.windows.items())},
             "late_elements": self.late_elements(),
             "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
             "released": {steps[sid].name: b.released for sid, (b, _) in self.barriers.items()},
