@@ -149,8 +149,8 @@ class EntryKeyedState(DriftingLogs):
     with ``flat``, an iterable of outputs). A log entry's ``after`` is its journal.
     """
 
-    def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Any = None) -> None:
-        super().__init__(fn, flat, backend if backend is not None else DictEntryBackend())
+    def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Any = None, on_error: Optional[Callable] = None) -> None:
+        super().__init__(fn, flat, backend if backend is not None else DictEntryBackend(), on_error)
         self.overlay: dict = {}  # (key, entry) -> deque of values written by elements in the log, in log order
 
     def _read(self, key: Hashable, entry: Hashable) -> Any:
@@ -191,7 +191,10 @@ class EntryKeyedState(DriftingLogs):
                 self._record(log, j, fn(MapState(self, key, journal), payloads[j]), out)
             except Exception as exc:
                 self._roll_back(key, log, j)
-                raise StateFnError(metas[j], payloads[j]) from exc
+                if self.on_error is None:
+                    raise StateFnError(metas[j], payloads[j]) from exc
+                journals[j] = []  # its writes undone: the entries as if it had not come
+                self._record(log, j, self._diverted(metas[j], payloads[j], exc), out)
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
         """Move the writes of the first n entries into the backend, in log order. O(writes)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from itertools import count
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Optional
 
 from .meta import Meta, child_of, invalidee_of, tombstone_of
 
@@ -138,12 +138,19 @@ class DriftingLogs:
     every one of them not applied) and ``_fold(key, log, n)`` (the first n entries
     leave the log for the backend), and may implement ``_roll_back(key, log, i)``
     (entries i.. are about to be applied again: undo what they left).
+
+    ``on_error(meta, payload, exc)``, when given, is what an element whose function raised
+    outputs instead of failing (a dead letter); the key's state is as if it had not come.
     """
 
-    def __init__(self, fn: Callable, flat: bool, backend: Any) -> None:
+    def __init__(self, fn: Callable, flat: bool, backend: Any, on_error: Optional[Callable] = None) -> None:
         self.fn = fn
         self.flat = flat
         self.backend = backend
+        self.on_error = on_error
+        #: metas of the log entries whose function raised (their outputs are dead letters):
+        #: not inputs of the state, so not folded as such
+        self.diverted: set = set()
         self.logs: dict = {}
         # Tombstones whose invalidee has not arrived yet (any arrival order is legal).
         self.pending_tombstones: dict = {}
@@ -205,6 +212,8 @@ class DriftingLogs:
                 return -1
             self._roll_back(key, log, i)
             self._size -= 1
+            if self.diverted:
+                self.diverted.discard(invalidee)
             self._emit_diff(invalidee, log.remove(i), NO_OUTPUT, out)
             return i
         if self.pending_tombstones:
@@ -269,6 +278,11 @@ class DriftingLogs:
                 self._emit_diff(log.metas[j], old, new, out)
             log.outputs[j] = new
 
+    def _diverted(self, meta: tuple, payload: Any, exc: BaseException) -> Any:
+        """The output of an element whose function raised: its dead letter (a list of it, flat)."""
+        letter = self.on_error(meta, payload, exc)
+        return [letter] if self.flat else letter
+
     def _emit_diff(self, meta: tuple, old: list, new: list, out: list) -> None:
         flat = self.flat
         for k in range(max(len(old), len(new))):
@@ -291,11 +305,17 @@ class DriftingKeyedState(DriftingLogs):
     folds every entry below the watermark into the backend.
     """
 
-    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Any = None) -> None:
-        super().__init__(fn, flat, backend if backend is not None else DictBackend())
+    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Any = None, on_error: Optional[Callable] = None) -> None:
+        super().__init__(fn, flat, backend if backend is not None else DictBackend(), on_error)
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
-        self.backend.fold(key, log.after[n - 1], log.payloads[:n])
+        inputs = log.payloads[:n]
+        diverted = self.diverted
+        if diverted:  # a snapshot may record the inputs and re-apply them: not the failing ones
+            metas = log.metas[:n]
+            inputs = [p for m, p in zip(metas, inputs) if m not in diverted]
+            diverted.difference_update(metas)
+        self.backend.fold(key, log.after[n - 1], inputs)
 
     def _replay(self, key: Hashable, log: KeyLog, i: int, out: list) -> None:
         """Re-apply entries i.. of the log, emitting only the outputs that changed."""
@@ -304,8 +324,15 @@ class DriftingKeyedState(DriftingLogs):
         metas, payloads, states = log.metas, log.payloads, log.after
         for j in range(i, len(metas)):
             try:
-                state, result = fn(state, payloads[j])
+                new, result = fn(state, payloads[j])
                 self._record(log, j, result, out)  # a flat result that is not iterable raises here
             except Exception as exc:
-                raise StateFnError(metas[j], payloads[j]) from exc
+                if self.on_error is None:
+                    raise StateFnError(metas[j], payloads[j]) from exc
+                self._record(log, j, self._diverted(metas[j], payloads[j], exc), out)
+                self.diverted.add(metas[j])
+            else:
+                state = new
+                if self.diverted:
+                    self.diverted.discard(metas[j])  # a late arrival before it changed its state
             states[j] = state

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from driftstream.engine.api.flow import Flow
+from driftstream.engine.model.errors import DeadLetter, dead_letter
 from driftstream.engine.model.plan import TAGGED_INPUTS
 from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
@@ -18,7 +19,7 @@ from driftstream.ordering.windows import Late, Session, WindowResult, close_time
 
 def reference_outputs(flow: Flow) -> dict:
     """``{sink name: [payload, ...]}`` in t order, for flows over MemorySources."""
-    steps = flow.steps
+    steps = flow.steps_to_run()
     children: dict = {s.id: [] for s in steps}
     for s in steps:
         for position, i in enumerate(s.inputs):
@@ -28,7 +29,11 @@ def reference_outputs(flow: Flow) -> dict:
 
     def push(sid: int, meta: Meta, x, key=None) -> None:
         step = steps[sid]
-        if step.kind in ("source", "merge"):  # a merge's input tag is already in meta
+        if step.on_error == "dead-letter":
+            results = _applied_or_diverted(step, states[sid], meta, x, key)
+        elif step.kind == "dead_letters":
+            results = [(meta, x, None)] if type(x) is DeadLetter else []
+        elif step.kind in ("source", "merge"):  # a merge's input tag is already in meta
             results = [(meta, x, None)]
         elif step.kind == "key_by":
             results = [(meta, x, step.fn(x))]
@@ -37,7 +42,7 @@ def reference_outputs(flow: Flow) -> dict:
         elif step.kind == "flat_map":
             results = [(meta.child(k), y, None) for k, y in enumerate(step.fn(x))]
         elif step.kind == "filter":
-            results = [(meta, x, None)] if step.fn(x) else []
+            results = [(meta, x, key)] if step.fn(x) else []
         elif step.kind in ("stateful_map", "stateful_flat_map"):
             table = states[sid]
             if step.state is MapState:
@@ -175,6 +180,37 @@ def _closed_sessions(open_elements: dict, key, spec, close: tuple, sid: int) -> 
         for e in session:
             open_elements[key].remove(e)
     return out
+
+
+def _applied_or_diverted(step, table: dict, meta: Meta, x, key) -> list:
+    """A step with on_error="dead-letter": its results, or the element's dead letter (its
+    user function called from this frame, as the runtime calls it, for the same traceback)."""
+    kind, flat = step.kind, step.kind in ("flat_map", "stateful_flat_map")
+    try:
+        if kind == "map":
+            return [(meta, step.fn(x), None)]
+        if kind == "filter":
+            return [(meta, x, key)] if step.fn(x) else []
+        if kind == "key_by":
+            return [(meta, x, step.fn(x))]
+        if kind == "flat_map":
+            results = []
+            for k, y in enumerate(step.fn(x)):
+                results.append((meta.child(k), y, None))
+            return results
+        if step.state is MapState:
+            entries = dict(table.get(key, {}))  # its writes kept only if it does not raise
+            o = step.fn(_Entries(entries), x)
+            table[key] = entries
+        else:
+            new, o = step.fn(table.get(key), x)
+            table[key] = new
+    except Exception as exc:
+        letter = dead_letter(step.name, meta, x, exc)
+        return [(meta.child(0) if flat else meta, letter, step.name if kind == "key_by" else None)]
+    if kind == "stateful_map":
+        return [] if o is None else [(meta, o, None)]
+    return [(meta.child(k), y, None) for k, y in enumerate(o or [])]
 
 
 class _Entries:

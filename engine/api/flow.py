@@ -38,7 +38,7 @@ from driftstream.engine.api.aggregates import (
 )
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.connectors.source import Source
-from driftstream.engine.model.errors import FlowError
+from driftstream.engine.model.errors import ON_ERROR, FlowError, is_not_dead_letter
 
 if TYPE_CHECKING:  # type names in signatures; the runtimes are imported when a flow runs
     from driftstream.engine.api.handle import FlowHandle
@@ -69,6 +69,9 @@ class Step:
     window: Optional[WindowSpec] = None
     #: interval joins: the interval and which unmatched elements leave
     interval: Optional[IntervalJoinSpec] = None
+    #: what an element the step's function raises on does: "fail" the run, or leave as a
+    #: DeadLetter for the flow's dead-letter sink ("dead-letter")
+    on_error: str = "fail"
 
 
 def _check_name(what: str, name: str) -> None:
@@ -84,6 +87,7 @@ class Flow:
         self.name = name
         self.steps: list = []
         self._names: set = set()
+        self._dead_letter_sink: Optional[Sink] = None
 
     # -- building -------------------------------------------------------------------
 
@@ -102,12 +106,60 @@ class Flow:
         if name in self._names:
             raise FlowError(f"step name {name!r} is used twice in flow {self.name!r}: give each step a unique name=")
         fn = kw.get("fn")
-        if kind not in ("source", "sink", "merge") and not callable(fn):
+        if kind not in ("source", "sink", "merge", "dead_letters") and not callable(fn):
             raise FlowError(f"step {name!r}: {kind} needs a callable (a function or lambda), got {type(fn).__name__} {fn!r}")
         step = Step(len(self.steps), name, kind, list(inputs), **kw)
         self.steps.append(step)
         self._names.add(name)
         return step
+
+    def dead_letters(self, sink: Sink) -> "Flow":
+        """Where the elements of steps with ``on_error="dead-letter"`` go, as
+        :class:`~driftstream.engine.model.errors.DeadLetter` records (default for a flow
+        with one KafkaSource: its dead-letter topic, ``<topic>.dlq``). Returns the flow.
+
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> flow = Flow("parse").dead_letters(MemorySink("dlq"))
+        >>> flow.source(MemorySource(["1", "x", "3"])).map(int, on_error="dead-letter").sink(MemorySink("out"))
+        >>> result = flow.run(runtime="simulator")
+        >>> result.output("out"), [(d.step, d.element, d.error) for d in result.output("dlq")]
+        ([1, 3], [('map', 'x', "ValueError: invalid literal for int() with base 10: 'x'")])
+        """
+        if not isinstance(sink, Sink):
+            raise FlowError(f"dead_letters() takes a Sink (e.g. KafkaSink('events.dlq', ...)), not {type(sink).__name__}")
+        self._dead_letter_sink = sink
+        return self
+
+    def steps_to_run(self) -> list:
+        """The steps, then those that take dead letters to their sink: a merge of every
+        step's dead letters (when more than one step has them) and the sink step, named after
+        the sink."""
+        diverted = [s for s in self.steps if s.kind == "dead_letters"]
+        if not diverted:
+            return self.steps
+        sink = self._dead_letter_sink or self._default_dead_letter_sink(diverted)
+        for name in (f"{sink.name}.all", sink.name):
+            if name in self._names:
+                raise FlowError(f"the step name {name!r} is taken by the flow's dead-letter sink: name your step otherwise")
+        steps, last = list(self.steps), diverted[0].id
+        if len(diverted) > 1:
+            steps.append(Step(len(steps), f"{sink.name}.all", "merge", [d.id for d in diverted]))
+            last = len(steps) - 1
+        steps.append(Step(len(steps), sink.name, "sink", [last], sink=sink))
+        return steps
+
+    def _default_dead_letter_sink(self, diverted: list) -> Sink:
+        from driftstream.engine.connectors.kafka.sink import KafkaSink
+        from driftstream.engine.connectors.kafka.source import KafkaSource
+
+        topics = {(s.source.dlq_topic, s.source.bootstrap_servers) for s in self.steps if isinstance(s.source, KafkaSource)}
+        if len(topics) != 1:
+            step = self.steps[diverted[0].inputs[0]].name
+            raise FlowError(f"step {step!r} sends its failures to dead letters, but flow {self.name!r} has no dead-letter sink "
+                            f"({'several Kafka sources' if topics else 'no Kafka source'}): call flow.dead_letters(sink) "
+                            "(e.g. FileSink('dlq') or KafkaSink('events.dlq', servers))")
+        topic, servers = topics.pop()
+        return KafkaSink(topic, servers, name="dead_letters")
 
     # -- running --------------------------------------------------------------------
 
@@ -183,27 +235,44 @@ class Stream:
         self.flow = flow
         self.step = step
 
-    def _then(self, kind: str, fn: Any, name: Optional[str]) -> "Stream":
-        return Stream(self.flow, self.flow._add(kind, name, [self.step.id], fn=fn))
+    def _then(self, kind: str, fn: Any, name: Optional[str], on_error: str = "fail", **kw: Any) -> "Stream":
+        step = self.flow._add(kind, name, [self.step.id], fn=fn, on_error=_on_error(on_error, name or kind), **kw)
+        return Stream(self.flow, self._diverting(step))
 
-    def map(self, fn: Callable[[Any], Any], name: Optional[str] = None) -> "Stream":
-        """One output per element: ``fn(x)``."""
-        return self._then("map", fn, name)
+    def _diverting(self, step: Step) -> Step:
+        """``step``, or with ``on_error="dead-letter"`` the step after it that passes all
+        but its dead letters (these go to the flow's dead-letter sink)."""
+        if step.on_error == "fail":
+            return step
+        self.flow._add("dead_letters", f"{step.name}.dead_letters", [step.id])
+        return self.flow._add("filter", f"{step.name}.ok", [step.id], fn=is_not_dead_letter)
 
-    def flat_map(self, fn: Callable[[Any], Iterable], name: Optional[str] = None) -> "Stream":
+    def map(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
+        """One output per element: ``fn(x)``.
+
+        Every step that runs a function takes ``on_error``: ``"fail"`` (a ``StepError``
+        stops the run) or ``"dead-letter"``: an element the function raises on leaves the
+        stream there and goes to the flow's dead-letter sink (:meth:`Flow.dead_letters`) as a
+        ``DeadLetter(step, element, t, error, traceback)``, counted in ``metrics.dead_letters``
+        and ``status()``; the run goes on.
+        """
+        return self._then("map", fn, name, on_error)
+
+    def flat_map(self, fn: Callable[[Any], Iterable], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Zero or more outputs per element: the items of ``fn(x)``."""
-        return self._then("flat_map", fn, name)
+        return self._then("flat_map", fn, name, on_error)
 
-    def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None) -> "Stream":
+    def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keep the elements for which ``fn(x)`` is true."""
-        return self._then("filter", fn, name)
+        return self._then("filter", fn, name, on_error)
 
-    def key_by(self, fn: Callable[[Any], Any], name: Optional[str] = None) -> "KeyedStream":
+    def key_by(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "KeyedStream":
         """Shuffle by ``fn(x)`` (a str, bytes, number or tuple): equal keys meet in one instance."""
-        s = self._then("key_by", fn, name)
-        return KeyedStream(s.flow, s.step)
+        s = self._then("key_by", fn, name, on_error)
+        return KeyedStream(s.flow, s.step, key_fn=fn)
 
-    def stateful_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None) -> "Stream":
+    def stateful_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None,
+                     on_error: str = "fail") -> "Stream":
         """Per-key state: ``fn(state, x) -> (new_state, output)``; state starts as None, output None emits nothing.
 
         ``fn`` must not mutate ``state`` (it may be re-applied after a late arrival): return a new state.
@@ -218,20 +287,25 @@ class Stream:
                 pages.put(visit["page"], visit["at"])
                 return len(pages)
             visits.key_by(user).stateful_map(count_pages, state=MapState)
-        """
-        return self._stateful("stateful_map", fn, name, state)
 
-    def stateful_flat_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None) -> "Stream":
+        With ``on_error="dead-letter"``, an element ``fn`` raises on leaves as a dead letter
+        and the key's state is as if it had not come.
+        """
+        return self._stateful("stateful_map", fn, name, state, on_error=on_error)
+
+    def stateful_flat_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None,
+                          on_error: str = "fail") -> "Stream":
         """Like stateful_map, but ``fn(state, x) -> (new_state, iterable_of_outputs)``
         (with ``state=MapState``: ``fn(entries, x) -> iterable_of_outputs``)."""
-        return self._stateful("stateful_flat_map", fn, name, state)
+        return self._stateful("stateful_flat_map", fn, name, state, on_error=on_error)
 
-    def _stateful(self, kind: str, fn: Callable, name: Optional[str], state: Optional[type], label: Optional[str] = None) -> "Stream":
+    def _stateful(self, kind: str, fn: Callable, name: Optional[str], state: Optional[type], label: Optional[str] = None,
+                  on_error: str = "fail") -> "Stream":
         """``label``: what a step without a name is named after (default: ``kind``)."""
         self._require_keyed(label or kind, name)
         if state not in (None, MapState):
             raise FlowError(f"step {name or kind!r}: state= takes MapState (from driftstream.engine) or None (the state a value), not {state!r}")
-        return Stream(self.flow, self.flow._add(kind, name, [self.step.id], fn=fn, state=state, label=label))
+        return self._then(kind, fn, name, on_error, state=state, label=label)
 
     def merge(self, *others: "Stream", name: Optional[str] = None) -> "Stream":
         """The union of this stream and ``others`` (same flow)."""
@@ -249,11 +323,11 @@ class Stream:
             raise FlowError(f"sink() takes a Sink (e.g. MemorySink('out')), not {type(sink).__name__}")
         self.flow._add("sink", name or sink.name, [self.step.id], sink=sink)
 
-    def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> "Stream":
+    def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keyed streams only (:meth:`KeyedStream.fold`)."""
         self._require_keyed("fold", name)
 
-    def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> "Stream":
+    def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keyed streams only (:meth:`KeyedStream.reduce`)."""
         self._require_keyed("reduce", name)
 
@@ -270,7 +344,11 @@ class Stream:
 class KeyedStream(Stream):
     """A stream right after ``key_by``: the only place stateful operators may follow."""
 
-    def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> Stream:
+    def __init__(self, flow: Flow, step: Step, key_fn: Callable[[Any], Any]) -> None:
+        super().__init__(flow, step)
+        self.key_fn = key_fn
+
+    def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> Stream:
         """A running aggregate per key, one output per element: ``(key, aggregate)`` where the
         aggregate is ``fn(aggregate so far, x)``, starting from ``init``. ``fn`` must return a new
         value, not change the one it is given.
@@ -282,16 +360,16 @@ class KeyedStream(Stream):
         >>> flow.run(runtime="simulator").output("out")
         [('a', 1), ('b', 5), ('a', 3)]
         """
-        return self._stateful("stateful_map", fold_step(init, fn, self.step.fn), name, None, label="fold")
+        return self._stateful("stateful_map", fold_step(init, fn, self.key_fn), name, None, label="fold", on_error=on_error)
 
-    def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None) -> Stream:
+    def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> Stream:
         """Like :meth:`fold`, the first element of a key being its first aggregate:
         ``(key, fn(aggregate so far, x))``, e.g. ``.reduce(max)``."""
-        return self._stateful("stateful_map", reduce_step(fn, self.step.fn), name, None, label="reduce")
+        return self._stateful("stateful_map", reduce_step(fn, self.key_fn), name, None, label="reduce", on_error=on_error)
 
     def count(self, name: Optional[str] = None) -> Stream:
         """``(key, elements of the key so far)`` per element."""
-        return self._stateful("stateful_map", count_step(self.step.fn), name, None, label="count")
+        return self._stateful("stateful_map", count_step(self.key_fn), name, None, label="count")
 
     def window(self, assigner: Any, *, timestamp: Optional[Callable[[Any], float]] = None,
                allowed_lateness: float = 0.0, name: Optional[str] = None) -> "WindowedStream":
@@ -423,6 +501,12 @@ class WindowOutput(Stream):
         late = self.flow._add("filter", f"{self.window.name}.late", [self.window.id], fn=_is_late)
         Stream(self.flow, late).sink(sink, name)
         return self
+
+
+def _on_error(policy: Any, step: str) -> str:
+    if policy not in ON_ERROR:
+        raise FlowError(f"step {step!r}: on_error= is {' or '.join(map(repr, ON_ERROR))}, not {policy!r}")
+    return policy
 
 
 def _plus_one(n: int, _x: Any) -> int:

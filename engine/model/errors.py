@@ -1,8 +1,14 @@
-"""Errors a user sees: build-time (`FlowError`) and run-time (`StepError`)."""
+"""Errors a user sees: build-time (`FlowError`), run-time (`StepError`), and the
+`DeadLetter` a step with ``on_error="dead-letter"`` sends instead of failing."""
 
 from __future__ import annotations
 
+import traceback
+from dataclasses import dataclass
 from typing import Any, Optional
+
+#: A step's ``on_error`` policies: stop the run with a StepError, or divert the element.
+ON_ERROR = ("fail", "dead-letter")
 
 REPR_LIMIT = 200
 
@@ -40,3 +46,43 @@ class StepError(RuntimeError):
 
     def __reduce__(self):
         return (StepError, (self.step, self.element, self.t, self.cause, self.traceback_text))
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An element whose step raised, under ``on_error="dead-letter"``: the step's name, the
+    element, its position ``t`` (Meta's times and child ids), the exception's type and text,
+    and the traceback of the user's code. It leaves the step at the element's own t, so a
+    run's dead letters are a function of its input, like its output.
+
+    >>> try:
+    ...     int("x")
+    ... except ValueError as exc:
+    ...     letter = dead_letter("parse", (1, 0, 0, 7, ()), "x", exc)
+    >>> letter.step, letter.element, letter.t, letter.error
+    ('parse', 'x', (1, 0, 0, 7, ()), "ValueError: invalid literal for int() with base 10: 'x'")
+    """
+
+    step: str
+    element: Any
+    t: tuple
+    error: str
+    traceback: str
+
+
+def dead_letter(step: str, meta: tuple, element: Any, exc: BaseException) -> DeadLetter:
+    """The dead letter of ``element``; call it in the ``except`` of the frame that called the
+    user's function: that frame is left out of the traceback, which then holds the user's
+    frames alone and is the same wherever the engine called it from."""
+    tb = exc.__traceback__
+    frames = tb.tb_next if tb is not None and tb.tb_next is not None else tb
+    text = "".join(traceback.format_exception(type(exc), exc, frames))
+    return DeadLetter(step, element, tuple(meta[:4]) + (tuple(meta[4]),), f"{type(exc).__name__}: {exc}", text)
+
+
+def is_dead_letter(x: Any) -> bool:
+    return type(x) is DeadLetter
+
+
+def is_not_dead_letter(x: Any) -> bool:
+    return type(x) is not DeadLetter

@@ -104,7 +104,7 @@ def compile_plan(flow, parallelism: int) -> Plan:
     if not isinstance(parallelism, int) or parallelism < 1:
         raise FlowError(f"parallelism must be an int >= 1, got {parallelism!r}")
     flow.validate()
-    steps = flow.steps
+    steps = flow.steps_to_run()
     stage_of: dict = {}
     stages: list = []
 

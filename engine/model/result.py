@@ -36,7 +36,8 @@ class Metrics:
     ``tombstones_emitted``: per stateful step; ``tombstones_at_sinks``: tombstones
     a barrier could not match and released (0 in a correct run);
     ``peak_log_entries``: the largest in-memory keyed log seen by any instance;
-    ``dead_letters``: input records diverted to a dead-letter destination;
+    ``dead_letters``: records diverted to a dead-letter destination (malformed input
+    records, and elements of steps with ``on_error="dead-letter"``);
     ``latency_ms``: source emit -> barrier release percentiles.
     """
 
@@ -51,6 +52,8 @@ class Metrics:
     released: dict = field(default_factory=dict)
     peak_log_entries: int = 0
     dead_letters: int = 0
+    #: per step with on_error="dead-letter": the elements it diverted (part of ``dead_letters``)
+    step_dead_letters: dict = field(default_factory=dict)
     #: input records an at-most-once recovery skipped (lost by choice, never duplicated)
     skipped: int = 0
     #: snapshots committed (every part durable, then its manifest written)
@@ -127,7 +130,7 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for name, elems in r["collected"].items():
             outputs.setdefault(name, []).extend(elems)
         im = r["metrics"]
-        for key in ("elements", "tombstones_emitted", "out_of_order", "late_elements", "tombstones_at_sinks", "released"):
+        for key in ("elements", "tombstones_emitted", "out_of_order", "late_elements", "step_dead_letters", "tombstones_at_sinks", "released"):
             target = getattr(m, key)
             for name, n in im.get(key, {}).items():
                 target[name] = target.get(name, 0) + n
@@ -139,6 +142,7 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for t, w in r["release_times"].items():
             if w > release.get(t, 0.0):
                 release[t] = w
+    m.dead_letters += sum(m.step_dead_letters.values())
     for name, elems in outputs.items():
         elems.sort(key=lambda e: e[0])
         outputs[name] = [(Meta._make(m), p) for m, p in elems]

@@ -533,6 +533,7 @@ class StageActor:
             "released": self.rt.released_total(),
             "state_cache": self.snapshots.cache_stats(),
             "late_elements": self.rt.late_elements(),
+            "step_dead_letters": dict(self.rt.dead_letters),
         }
 
     def _guarded(self, fn, *args) -> bool:

@@ -19,6 +19,7 @@ batches, flushes acks to the acker and delivers watermarks.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 import traceback
@@ -35,7 +36,7 @@ from driftstream.ordering.partitioning import stable_hash
 from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
 
-from driftstream.engine.model.errors import StepError, short_repr
+from driftstream.engine.model.errors import StepError, dead_letter, is_dead_letter, short_repr
 from driftstream.engine.model.plan import Plan
 
 
@@ -139,6 +140,8 @@ class StageRuntime:
         self.release_times: dict = {}
         self._emit_every = self._release_every = self.sample_every
         self.peak_log_entries = 0
+        #: per step with on_error="dead-letter": its dead letters (less their tombstones)
+        self.dead_letters: dict = {}
         self.failure: Optional[StepError] = None
         # Snapshot parts, (T, part message), durable but waiting for the sinks to acknowledge
         # the output below T (see part_prepared).
@@ -151,10 +154,11 @@ class StageRuntime:
                 entries = step.state is MapState
                 backend = backend_factory(step.name, step.fn, entries) if backend_factory else None
                 flat = step.kind == "stateful_flat_map"
+                divert = functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
                 if entries:
-                    self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend))
+                    self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend), on_error=divert)
                 else:
-                    self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend)
+                    self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend, on_error=divert)
             elif step.kind in TIMED_KINDS:
                 fn = step.fn if step.kind == "interval_join" else step_function(step.window)
                 backend = backend_factory(step.name, fn, False) if backend_factory else None
@@ -248,12 +252,18 @@ class StageRuntime:
             outs = _tagged(outs, ch.tag)
         if ch.keyed:
             step = self.plan.steps[ch.dst]
-            fn, n = step.fn, self.plan.parallelism
+            fn, n, divert = step.fn, self.plan.parallelism, step.on_error == "dead-letter"
             bufs: dict = {}
             try:
                 for item in outs:
                     meta, payload = item[0], item[1]
-                    key = fn(payload)
+                    try:
+                        key = fn(payload)
+                    except Exception as exc:
+                        if not divert:
+                            raise
+                        # its dead letter goes on, keyed by the step's name, to the split after it
+                        payload, key = dead_letter(step.name, meta, payload, exc), step.name
                     dst = stable_hash(key) % n
                     buf = bufs.get(dst)
                     if buf is None:
@@ -429,6 +439,7 @@ class StageRuntime:
             "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in (*self.keyed.items(), *self.windows.items())},
             "out_of_order": {steps[sid].name: ks.out_of_order for sid, ks in (*self.keyed.items(), *self.windows.items())},
             "late_elements": self.late_elements(),
+            "step_dead_letters": dict(self.dead_letters),
             "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
             "released": {steps[sid].name: b.released for sid, (b, _) in self.barriers.items()},
             "peak_log_entries": self.peak_log_entries,
@@ -446,10 +457,41 @@ class StageRuntime:
             return exc
         return StepError(step_name, short_repr(payload), meta, f"{type(exc).__name__}: {exc}", traceback.format_exc())
 
+    def _diverting_runner(self, step) -> Callable[[list], list]:
+        """A map, flat_map or filter under ``on_error="dead-letter"``: an element its function
+        raises on leaves as its DeadLetter, at its own t (a flat_map's: its first child's)."""
+        counts, name, fn, kind = self.counts, step.name, step.fn, step.kind
+
+        def run(items: list) -> list:
+            counts[name] += len(items)
+            out = []
+            append = out.append
+            for item in items:
+                meta, payload = item[0], item[1]
+                try:
+                    if kind == "map":
+                        append((meta, fn(payload), None))
+                    elif kind == "filter":
+                        if fn(payload):
+                            append(item)
+                    else:
+                        outputs = []  # all or nothing: none of them leaves if the function raises
+                        for k, value in enumerate(fn(payload)):
+                            outputs.append((child_of(meta, k), value, None))
+                        out.extend(outputs)
+                except Exception as exc:
+                    letter = dead_letter(name, meta, payload, exc)
+                    append((child_of(meta, 0), letter, None) if kind == "flat_map" else (meta, letter, item[2] if kind == "filter" else None))
+            return out
+
+        return run
+
     def _make_runner(self, step) -> Callable[[list], list]:
         """A function from a list of ``(meta, payload, key)`` to the step's outputs."""
         counts, name, fn, error = self.counts, step.name, step.fn, self._error
         kind = step.kind
+        if step.on_error == "dead-letter" and kind in ("map", "flat_map", "filter"):
+            return self._diverting_runner(step)
 
         def guard(body: Callable[[list], list]) -> Callable[[list], list]:
             def run(items: list) -> list:
@@ -530,6 +572,18 @@ class StageRuntime:
                     raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
 
             return guard(run_window)
+        if kind == "dead_letters":
+            failing = self.plan.steps[step.inputs[0]].name
+            letters = self.dead_letters
+            letters[failing] = 0
+
+            def run_dead_letters(items: list) -> list:
+                out = [item for item in items if is_dead_letter(item[1])]
+                for item in out:
+                    letters[failing] += -1 if item[0][5] else 1
+                return out
+
+            return guard(run_dead_letters)
         if kind == "sink":
             barrier = self.barriers[step.id][0]
 
