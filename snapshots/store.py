@@ -184,8 +184,11 @@ class SnapshotStore:
         self._newest_committed = snapshot_id
         self._committed_since_prune += 1
         if self._committed_since_prune >= self.prune_every:
-            self._committed_since_prune = 0
-            self.prune()
+            try:
+                self.prune()
+                self._committed_since_prune = 0
+            except OSError:
+                pass  # the snapshot is committed; old ones are pruned at a later commit
 
     def read_manifest(self, snapshot_id: int) -> Optional[dict]:
         """The committed manifest of ``snapshot_id``, or None if it is not committed (or unreadable)."""

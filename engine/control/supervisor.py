@@ -25,6 +25,7 @@ import secrets
 import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -33,7 +34,7 @@ import ray
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
-from driftstream.engine.model.manifest import Manifest, MissingParts, manifest_of
+from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, manifest_of
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult, add_cache_stats, merge_instances
@@ -45,6 +46,14 @@ from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
 #: While a snapshot schedule runs, the watch loop waits for the next snapshot this long
 #: at most before it looks at the actors again: a death is seen within it.
 POLL_S = 0.05
+
+#: A failed snapshot (the store unwritable) is retried after the snapshot interval, doubling
+#: at each failure in a row up to this many seconds.
+SNAPSHOT_RETRY_MAX_S = 8.0
+
+#: Committed snapshots whose record (id, t, duration) a run keeps for status() and metrics:
+#: the last ones; the count is kept apart.
+KEEP_SNAPSHOT_RECORDS = 1000
 
 
 class Hung(Exception):
@@ -76,14 +85,23 @@ class SnapshotRecord:
     t: tuple
     duration_s: float
     requested_at: float = 0.0
+    committed_at: float = 0.0
 
 
 @dataclass
 class SupervisorStatus:
-    snapshots: list = field(default_factory=list)
+    #: the last KEEP_SNAPSHOT_RECORDS committed snapshots; ``committed`` counts them all
+    snapshots: deque = field(default_factory=lambda: deque(maxlen=KEEP_SNAPSHOT_RECORDS))
+    committed: int = 0
     recoveries: list = field(default_factory=list)
     #: input records skipped by at-most-once recoveries (lost on purpose)
     skipped: int = 0
+    #: snapshots that could not be written (the store failed), the last one's error, and
+    #: since when they fail in a row (None: the last one was committed)
+    snapshot_failures: int = 0
+    failures_in_row: int = 0
+    last_snapshot_error: Optional[str] = None
+    failing_since: Optional[float] = None
 
 
 def default_snapshot_dir(flow_name: str) -> str:
@@ -194,7 +212,8 @@ class RaySupervisor:
         self.resolve_recoveries()
         reports = detail if outcome == "done" else ray.get([a.report.remote() for a in self.actors.values()])
         result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
-        result.metrics.snapshots = len(self.status.snapshots)
+        result.metrics.snapshots = self.status.committed
+        result.metrics.snapshot_failures = self.status.snapshot_failures
         result.metrics.recoveries = len(self.status.recoveries)
         result.metrics.skipped = self.status.skipped
         result.metrics.recovery_s = [
@@ -250,8 +269,10 @@ class RaySupervisor:
                         if item is None:  # the run is complete: done_ref follows
                             self._drop(stream)
                             stream, next_snapshot = None, float("inf")
-                        else:
-                            self._commit(item)
+                        elif not self._commit_or_defer(item):
+                            # The store failed: end the schedule, start another after a backoff.
+                            self._drain(stream, tolerant=True)
+                            stream, next_snapshot = None, self._retry_at()
                     elif stream is not None:
                         self._check_on_time(stream)
                     if ready:
@@ -356,14 +377,46 @@ class RaySupervisor:
         """Forget ``stream``: later snapshots take ids past any it may have begun."""
         self.next_snapshot_id = max(self.next_snapshot_id, stream.next_id + 1)
 
-    def _drain(self, stream: Optional[SnapshotStream]) -> None:
-        """End ``stream``'s schedule and commit what it still yields (a stop)."""
+    def _drain(self, stream: Optional[SnapshotStream], tolerant: bool = False) -> None:
+        """End ``stream``'s schedule and commit what it still yields (a stop); ``tolerant``:
+        a snapshot the store fails is counted, not raised."""
         if stream is None:
             return
         ray.get(self.acker.end_snapshots.remote())
         while (item := self._take(stream)) is not None:
-            self._commit(item)
+            if tolerant:
+                self._commit_or_defer(item)
+            else:
+                self._commit(item)
         self._drop(stream)
+
+    def _commit_or_defer(self, item: tuple) -> bool:
+        """Commit ``item``; False if the store failed it (a part or the manifest could not be
+        written). Processing and output go on meanwhile; past ``snapshot_failure_timeout``
+        seconds of failures in a row, SnapshotFailed stops the run, since a recovery would
+        replay everything since the last committed snapshot."""
+        try:
+            self._commit(item)
+            return True
+        except (SnapshotFailed, OSError) as exc:
+            st, now = self.status, time.time()
+            st.snapshot_failures += 1
+            st.failures_in_row += 1
+            st.last_snapshot_error = f"{type(exc).__name__}: {exc}"
+            st.failing_since = st.failing_since or now
+            if now - st.failing_since > self.config.snapshot_failure_timeout:
+                last = f"snapshot {st.snapshots[-1].snapshot_id}" if st.snapshots else "none"
+                raise SnapshotFailed(
+                    f"snapshots have failed for {now - st.failing_since:.0f} s (snapshot_failure_timeout="
+                    f"{self.config.snapshot_failure_timeout:g}), the last with {st.last_snapshot_error}; the last committed "
+                    f"snapshot: {last}. The run stops so that a recovery never replays more than that: "
+                    "make the snapshot store writable, then start the flow again with resume=True") from exc
+            return False
+
+    def _retry_at(self) -> float:
+        """When to try a snapshot again after failures: the interval, doubled per failure in a row."""
+        backoff = self.config.snapshot_interval * 2 ** min(10, self.status.failures_in_row - 1)
+        return time.time() + min(SNAPSHOT_RETRY_MAX_S, backoff)
 
     def _commit(self, item: tuple) -> SnapshotRecord:
         """Commit the manifest of one snapshot from the acker, ``(id, T, parts, missing,
@@ -376,8 +429,10 @@ class RaySupervisor:
             raise Hung({self.plan.actor_name(i) for i in exc.instances}) from None
         self._inject("before_commit")
         self.store.write_manifest(sid, manifest.to_json())
-        record = SnapshotRecord(sid, t, took_s, started)
+        record = SnapshotRecord(sid, t, took_s, started, time.time())
         self.status.snapshots.append(record)
+        self.status.committed += 1
+        self.status.failing_since, self.status.failures_in_row = None, 0
         return record
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
@@ -443,8 +498,13 @@ class RaySupervisor:
             "skipped": self.status.skipped,
             "state_cache": functools.reduce(add_cache_stats, (s["state_cache"] for s in stats), {}),
             "late_elements": _sum_per_step(s["late_elements"] for s in stats),
-            "last_snapshot": None if last is None else {"id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s},
-            "snapshots": len(self.status.snapshots),
+            "last_snapshot": None if last is None else {
+                "id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s, "age_s": round(time.time() - last.committed_at, 3)},
+            "snapshots": self.status.committed,
+            "snapshot_failures": self.status.snapshot_failures,
+            "last_snapshot_error": self.status.last_snapshot_error,
+            # seconds snapshots have failed in a row (0: the last one was committed)
+            "snapshots_failing_s": 0.0 if self.status.failing_since is None else round(time.time() - self.status.failing_since, 3),
             "recoveries": [
                 {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id}
                 for r in self.status.recoveries

@@ -74,6 +74,10 @@ class RunConfig:
     #: seconds a snapshot may take (its marker to its last part) before the instances that
     #: have not answered are taken for hung; a backlog makes snapshots slow, not actors hung
     snapshot_timeout: float = 120.0
+    #: seconds snapshots may fail in a row (the store unwritable: full disk, read-only mount,
+    #: object store errors) while the run goes on; past them the run stops, since a recovery
+    #: would replay all the input since the last committed snapshot
+    snapshot_failure_timeout: float = 300.0
     coordinator_niceness: int = COORDINATOR_NICENESS
     #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py)
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
@@ -87,7 +91,7 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise FlowError(f"{name} is a positive int, not {value!r}")
-        for name in ("snapshot_interval", "heartbeat_timeout", "snapshot_timeout"):
+        for name in ("snapshot_interval", "heartbeat_timeout", "snapshot_timeout", "snapshot_failure_timeout"):
             if not getattr(self, name) > 0:
                 raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
         if type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1:

@@ -58,6 +58,8 @@ class Metrics:
     skipped: int = 0
     #: snapshots committed (every part durable, then its manifest written)
     snapshots: int = 0
+    #: snapshots the store failed (retried with backoff; see RunConfig.snapshot_failure_timeout)
+    snapshot_failures: int = 0
     recoveries: int = 0
     #: per snapshot: seconds from its marker until every part was durable
     snapshot_s: list = field(default_factory=list)
