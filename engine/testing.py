@@ -22,12 +22,15 @@ __all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "wait_for
 
 
 def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None):
-    """The live Ray actor named ``name`` (namespace ``driftstream``) once it exists, skipping the
-    incarnation whose actor id is ``not_id``; None if ``stop`` is set first. For fault tests."""
+    """The live Ray actor playing instance ``name`` (``<flow>/<stage>/<i>``, namespace
+    ``driftstream``) once there is one: the actor of that name, or a standby that took its
+    place in a recovery. Skips the incarnation whose actor id is ``not_id``; None if ``stop``
+    is set first. For fault tests."""
     import ray  # here, not at the top: tests of the simulator and in-memory flows need no Ray
 
     from driftstream.engine.runtime.ray_session import NAMESPACE
 
+    standby_prefix = name.split("/")[0] + "/standby/"
     while stop is None or not stop.is_set():
         try:
             handle = ray.get_actor(name, namespace=NAMESPACE)
@@ -35,5 +38,14 @@ def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[th
                 return handle
         except ValueError:
             pass
+        for standby in ray.util.list_named_actors(all_namespaces=True):
+            if standby["namespace"] != NAMESPACE or not standby["name"].startswith(standby_prefix):
+                continue
+            try:
+                handle = ray.get_actor(standby["name"], namespace=NAMESPACE)
+                if handle._actor_id != not_id and ray.get(handle.playing.remote(), timeout=5) == name:
+                    return handle
+            except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
         time.sleep(0.01)
     return None

@@ -233,3 +233,21 @@ class _Entries:
 
     def __len__(self) -> int:
         return len(self.data)
+
+
+def crashed_runs_differing(flow: Flow, expected: dict, seeds: int) -> tuple:
+    """Exactly-once runs of ``flow`` on the simulator for seeds 0..seeds-1 (parallelism 1-3,
+    snapshots every 5, 10 or 20 ms, one or two crashes each): ``(seeds whose output of a sink
+    of expected differs, with their crash points; recoveries that restored a committed snapshot)``."""
+    from driftstream.engine.model.config import RunConfig
+    from driftstream.engine.runtime.simulator import Simulation
+
+    wrong, restored = [], 0
+    for seed in range(seeds):
+        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(5, 10, 20)[seed % 3] / 1000)
+        sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2)
+        result = sim.run()
+        if any(result.output(sink) != want for sink, want in expected.items()):
+            wrong.append((seed, sim.crash_points))
+        restored += sum(sid is not None for sid in sim.recoveries)
+    return wrong, restored

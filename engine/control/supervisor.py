@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets
+import socket
 import tempfile
 import threading
 import time
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driftstream.snapshots.store import SnapshotStore
 
@@ -54,6 +56,15 @@ SNAPSHOT_RETRY_MAX_S = 8.0
 #: Committed snapshots whose record (id, t, duration) a run keeps for status() and metrics:
 #: the last ones; the count is kept apart.
 KEEP_SNAPSHOT_RECORDS = 1000
+
+#: Seconds after a recovery that used a standby before a new standby is started: its
+#: process start (about a second of CPU) must not slow the replay that catches up.
+STANDBY_REPLENISH_DELAY_S = 2.0
+
+#: Seconds a recovery waits for a lost actor's name to be free before its replacement takes
+#: another: Ray frees it at once for a killed actor, only after a health check (~14 s) for
+#: one on a node that vanished.
+NAME_WAIT_S = 1.0
 
 
 class Hung(Exception):
@@ -137,6 +148,18 @@ class RaySupervisor:
         self.next_snapshot_id = 1
         self.inbox: Optional[SnapshotInbox] = None  # where the acker sends snapshots, once a schedule started
         self.streams = 0  # schedules started: each stream's number
+        #: started actors waiting to replace a lost instance: (handle, actor name)
+        self.standbys: list = []
+        self._standbys_started = 0
+        self._replenish_at = 0.0
+        #: instance actor name -> the name of the actor playing it, where a standby took its place
+        self.real_names: dict = {}
+        #: actor name -> the Ray node it runs on; nodes that lost actors in the last recovery
+        self.node_of: dict = {}
+        self.avoid_nodes: set = set()
+        #: for the next launch: actor name -> the name its new actor takes (the name still held)
+        self.renamed: dict = {}
+        self._renames = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -148,7 +171,7 @@ class RaySupervisor:
         """
         plan = self.plan
         survivors = survivors or {}
-        spread = {"scheduling_strategy": "SPREAD"}
+        placed = self._placement()
         token = secrets.token_bytes(32)
         resets: list = []
         acker_name = f"{plan.flow_name}/acker"
@@ -156,25 +179,39 @@ class RaySupervisor:
             self.acker = survivors[acker_name]
             resets.append(self.acker.reset.remote(len(plan.source_instances), token))
         else:
-            self.acker = AckerActor.options(name=acker_name, namespace=NAMESPACE, **spread).remote(len(plan.source_instances), token)
-        handles, names, actors = [self.acker], [acker_name], {}
+            self.acker = AckerActor.options(name=self.renamed.get(acker_name, acker_name), namespace=NAMESPACE,
+                                            scheduling_strategy=next(placed)).remote(len(plan.source_instances), token)
+        handles, names, actors, real_names = [self.acker], [acker_name], {}, {}
+        if acker_name in self.renamed:
+            real_names[acker_name] = self.renamed[acker_name]
+        elif acker_name in survivors and acker_name in self.real_names:
+            real_names[acker_name] = self.real_names[acker_name]
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
             name = plan.actor_name(instance)
             if name in survivors:
                 actor = survivors[name]
                 resets.append(actor.reset.remote(opts, token))
+                if name in self.real_names:
+                    real_names[name] = self.real_names[name]
+            elif self._usable_standby():
+                actor, real_names[name], _ = self.standbys.pop(0)
+                resets.append(actor.reset.remote(opts, token, tuple(instance)))
             else:
-                actor = StageActor.options(name=name, namespace=NAMESPACE, **spread).remote(plan, *instance, opts, token)
+                real = real_names[name] = self.renamed.get(name, name)
+                actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan, *instance, opts, token)
             actors[instance] = actor
             handles.append(actor)
             names.append(name)
         # The coordinator answers status() on other threads while this runs: they must see the
         # old set of actors or the whole new one, never a dict that is being filled.
-        self.actors, self.handles, self.names = actors, handles, names
+        self.actors, self.handles, self.names, self.real_names = actors, handles, names, real_names
+        self.renamed = {}
         ray.get(resets)
         keys = list(self.actors)
-        addresses = dict(zip(keys + ["acker"], ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()])))
+        answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
+        addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
+        self.node_of = dict(zip(names, answers[len(keys) + 1:]))
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.
@@ -195,6 +232,7 @@ class RaySupervisor:
         t0 = time.time()
         # A resumed run's sinks may hold output past the manifest (or output without any manifest).
         self._launch_surviving(manifest, recovering=self.config.resume)
+        self._replenish()
         if on_launched is not None:
             on_launched()
         deadline = None if timeout is None else t0 + timeout
@@ -240,7 +278,7 @@ class RaySupervisor:
             ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
             if ready:
                 ray.wait(alive, num_returns=len(alive), timeout=0.1)
-            return "died", ({n for n, ref in zip(self.names, alive) if _dead(ref)}, seen)
+            return "died", (self._lost(alive), seen)
 
         next_snapshot = time.time() + self.config.snapshot_interval
         pings: dict = {}  # actor name -> (ping ref, sent at): the heartbeat
@@ -287,6 +325,8 @@ class RaySupervisor:
                         return "error", TimeoutError("run did not finish in time")
                     if self.store is not None and stream is None and time.time() >= next_snapshot:
                         stream = self._stream(count=None)
+                    if len(self.standbys) < self.config.standbys and time.time() >= self._replenish_at:
+                        self._replenish()
                 except ray.exceptions.RayActorError:
                     return dead()
                 except Hung as exc:
@@ -328,10 +368,13 @@ class RaySupervisor:
             try:
                 self.launch(manifest, recovering, survivors if attempt == 0 else None)
                 return manifest
-            except ray.exceptions.RayActorError:
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                # An actor died while the run starts: its call failed, or a peer's connection to it did.
+                if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc.cause, OSError):
+                    raise
                 if self.store is None or attempt == attempts - 1:
                     raise
-                kill_actors(self.handles, self.names)
+                self._kill(self.handles, self.names)
                 manifest, recovering = self._latest_manifest(), True
                 self.status.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest.snapshot_id))
         return manifest
@@ -439,19 +482,94 @@ class RaySupervisor:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
         detected = detected or time.time()
         dead = set(self.names) if dead is None else dead
-        kill_actors([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in self.names if n in dead])
+        # A node whose raylet does not answer is gone with every actor on it, though Ray says so
+        # only after its health check (~14 s): its actors that still answer are dying too.
+        gone = _unreachable_nodes({self.node_of[n] for n in self.names if n in self.node_of})
+        dead |= {n for n in self.names if self.node_of.get(n) in gone}
+        lost = [n for n in self.names if n in dead]
+        # A node with a surviving actor is alive; one whose actors all died may be gone (its
+        # death known to Ray only after a health check): new actors go elsewhere.
+        survived_on = {self.node_of.get(n) for n in self.names if n not in dead}
+        self.avoid_nodes = {self.node_of[n] for n in lost if n in self.node_of} - survived_on
+        # Only a name a new actor takes must be free first; a standby keeps its own.
+        by_standby = [n for n in lost if n != self.names[0]][:len(self.standbys)]  # names[0]: the acker
+        self._kill([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in lost if n not in by_standby])
         survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
         manifest = self._launch_surviving(self._latest_manifest(), recovering=True, survivors=survivors)
         sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k.stage].step_ids)]
         snapshot_id = None if manifest is None else manifest.snapshot_id
         recovery = Recovery(detected, time.time() - detected, snapshot_id, pending=[a.first_release.remote() for a in sinks])
         self.status.recoveries.append(recovery)
+        self._replenish_at = time.time() + STANDBY_REPLENISH_DELAY_S
         self._inject("after_restore")
+
+    def _placement(self):
+        """Scheduling strategies for new actors, one per call of ``next``: away from the nodes
+        that lost actors in this recovery, round-robin over the others; Ray's SPREAD when no
+        node is to be avoided or none is left. A
+        node that vanished stays alive in Ray's view until its health check fails (~14 s):
+        without this, replacements could be placed there and die with it again."""
+        others = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in self.avoid_nodes] if self.avoid_nodes else []
+        if not others:
+            while True:
+                yield "SPREAD"
+        while True:
+            for node in others:
+                # Hard: with soft, Ray may still spill an actor back to the lost node it takes for alive.
+                yield NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+
+    def _usable_standby(self) -> bool:
+        """True if a standby can be used; drops those that run on a node to avoid."""
+        while self.standbys:
+            handle, name, node = self.standbys[0]
+            ready, _ = ray.wait([node], timeout=0)
+            try:
+                lost = bool(ready) and ray.get(node) in self.avoid_nodes
+            except ray.exceptions.RayActorError:
+                lost = True
+            if not lost:
+                return True
+            self.standbys.pop(0)
+            kill_actors([handle], [])
+        return False
+
+    def _lost(self, alive: list) -> set:
+        """The actors that died, from the ``alive()`` calls that answered: a call fails when its
+        actor died, and returns the peers its actor saw die (their connections ended)."""
+        lost = set()
+        for name, ref in zip(self.names, alive):
+            if ray.wait([ref], timeout=0)[0]:
+                try:
+                    lost.update(n for n in ray.get(ref) if n in self.names)
+                except ray.exceptions.RayActorError:
+                    lost.add(name)
+        return lost
+
+    def _replenish(self) -> None:
+        """Start standbys up to ``config.standbys``: processes that take a lost instance's place."""
+        while len(self.standbys) < self.config.standbys:
+            name = f"{self.plan.flow_name}/standby/{self._standbys_started}"
+            self._standbys_started += 1
+            handle = StageActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(self.plan, None, None, None, b"")
+            self.standbys.append((handle, name, handle.node.remote()))
+
+    def _kill(self, handles: list, names: list) -> None:
+        """Kill ``handles``; the actors of ``names`` will be replaced by new ones: a name Ray
+        still holds after NAME_WAIT_S (its node vanished) is taken as ``<name>#<n>`` instead."""
+        taken = kill_actors(handles, self._actor_names(names), wait_s=NAME_WAIT_S)
+        self._renames += 1
+        self.renamed = {n: f"{n}#{self._renames}" for n in names if self.real_names.get(n, n) in taken}
+
+    def _actor_names(self, names) -> list:
+        """The names of the actors playing the instances ``names`` (a standby keeps its own)."""
+        return [self.real_names.get(n, n) for n in names]
 
     def _inject(self, moment: str) -> None:
         names = self.faults.get(moment)
         if names:
-            ray.kill(ray.get_actor(names.pop(0), namespace=NAMESPACE), no_restart=True)
+            name = names.pop(0)
+            handle = dict(zip(self.names, self.handles)).get(name) or ray.get_actor(name, namespace=NAMESPACE)
+            ray.kill(handle, no_restart=True)
 
     def resolve_recoveries(self) -> None:
         """Fill in first_output_s of recoveries whose first output has been released."""
@@ -523,7 +641,8 @@ class RaySupervisor:
         return answers
 
     def shutdown(self) -> None:
-        kill_actors(self.handles, self.names)
+        kill_actors(self.handles + [s[0] for s in self.standbys], self._actor_names(self.names) + [s[1] for s in self.standbys])
+        self.standbys = []
         if self.inbox is not None:
             self.inbox.close()
             self.inbox = None
@@ -544,7 +663,16 @@ def _sum_known(values) -> Optional[int]:
     return sum(known) if known else None
 
 
-def _dead(ref) -> bool:
-    """True if the actor behind a pending ``alive()`` call has died (the call then fails at once)."""
-    ready, _ = ray.wait([ref], timeout=0)
-    return bool(ready)
+def _unreachable_nodes(nodes: set, timeout: float = 0.5) -> set:
+    """The nodes among ``nodes`` whose raylet does not accept a TCP connection within
+    ``timeout`` (refused at once when its process died; a timeout when its machine is gone)."""
+    gone = set()
+    for info in ray.nodes():
+        if info["NodeID"] in nodes and info.get("Alive"):
+            try:
+                socket.create_connection((info["NodeManagerAddress"], info["NodeManagerPort"]), timeout=timeout).close()
+            except OSError:
+                gone.add(info["NodeID"])
+        elif info["NodeID"] in nodes:
+            gone.add(info["NodeID"])
+    return gone

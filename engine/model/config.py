@@ -79,6 +79,9 @@ class RunConfig:
     #: would replay all the input since the last committed snapshot
     snapshot_failure_timeout: float = 300.0
     coordinator_niceness: int = COORDINATOR_NICENESS
+    #: started spare stage actors (Ray): a recovery resets one in a lost instance's place
+    #: instead of starting a process (~1 s of CPU); each costs an idle process's memory
+    standbys: int = 0
     #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py)
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
 
@@ -87,6 +90,8 @@ class RunConfig:
         object.__setattr__(self, "faults", {k: tuple(v) for k, v in dict(self.faults or {}).items()})
         if type(self.coordinator_niceness) is not int or not 0 <= self.coordinator_niceness <= 19:
             raise FlowError(f"coordinator_niceness is an int from 0 (the data path's priority) to 19, not {self.coordinator_niceness!r}")
+        if type(self.standbys) is not int or self.standbys < 0:
+            raise FlowError(f"standbys is an int >= 0 (spare actors that replace a lost one), not {self.standbys!r}")
         for name in ("batch_size", "max_inflight"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):

@@ -36,6 +36,25 @@ from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import SLICE_S, StageSnapshots
 from driftstream.engine.runtime.transport import Endpoint
 
+
+class LostPeers:
+    """The peers whose data-plane connection ended while one incarnation of an actor ran:
+    their processes died (alone or with their node). One per incarnation, so connections
+    that a reset closes on purpose never count for the next one."""
+
+    def __init__(self) -> None:
+        self.names: set = set()
+        self.event = asyncio.Event()
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+        self.event.set()
+
+    async def wait(self) -> list:
+        await self.event.wait()
+        await asyncio.sleep(0.05)  # the peers of one lost node go within milliseconds: one answer
+        return sorted(self.names)
+
 #: The interpreter's thread switch interval in stage actors (see StageActor.__init__).
 SWITCH_INTERVAL_S = 0.001
 
@@ -78,7 +97,8 @@ class AckerActor:
     def _setup(self, sources: int, token: bytes) -> None:
         self._end_schedule()
         self.acker = Acker(sources)
-        self.endpoint = Endpoint(token, self._on_message)
+        self.lost = LostPeers()
+        self.endpoint = Endpoint(token, self._on_message, me=ray.get_runtime_context().get_actor_name() or "acker", on_lost=self.lost.add)
         self.subscribers: dict = {}
         self.pushed = self.acker.watermark
         self.push_scheduled = False
@@ -213,9 +233,14 @@ class AckerActor:
             self.pending_snapshots.pop(snapshot_id, None)
         return w, collector.parts, collector.missing
 
-    async def alive(self) -> None:
-        """Never returns: the supervisor holds this call to learn at once when the actor dies."""
-        await asyncio.Event().wait()
+    async def alive(self) -> list:
+        """The supervisor holds this call to learn at once when the actor dies (the call fails)
+        or when it saw peers die: it returns their names (:class:`LostPeers`)."""
+        return await self.lost.wait()
+
+    async def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
 
     async def ping(self) -> bool:
         """The heartbeat: answered only while the event loop is not stuck."""
@@ -248,10 +273,15 @@ def _freeze_after_full_collection(phase: str, info: dict) -> None:
 
 @ray.remote(num_cpus=0)
 class StageActor:
-    """One stage instance around a pure :class:`StageRuntime`."""
+    """One stage instance around a pure :class:`StageRuntime`.
 
-    def __init__(self, plan: Plan, stage_index: int, instance: int, config: InstanceConfig, token: bytes) -> None:
-        self.key = Instance(stage_index, instance)
+    Created with ``config=None`` it is a *standby*: a started process, the flow's code
+    loaded, that becomes an instance when a recovery resets it with that instance's key
+    (starting a process costs about a second of CPU on a small machine, a reset milliseconds).
+    """
+
+    def __init__(self, plan: Plan, stage_index: Optional[int], instance: Optional[int], config: Optional[InstanceConfig], token: bytes) -> None:
+        self.key = None if config is None else Instance(stage_index, instance)
         self.plan = plan
         # The event loop shares the interpreter lock with the sink writer, a remote snapshot
         # store's uploads and the Kafka fetcher's threads; when one of them holds it, the loop waits up
@@ -260,14 +290,27 @@ class StageActor:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.source_task: Optional[asyncio.Task] = None
         self.gc_task: Optional[asyncio.Task] = None
-        self._setup(config, token)
+        if self.key is not None:
+            self._setup(config, token)
 
-    async def reset(self, config: InstanceConfig, token: bytes) -> None:
-        """Start over in this process from a snapshot (recovery of a survivor: no new process).
+    async def reset(self, config: InstanceConfig, token: bytes, key: Optional[tuple] = None) -> None:
+        """Start over in this process from a snapshot (recovery of a survivor: no new process),
+        as instance ``key`` when given (a standby taking a lost instance's place).
 
         The old data-plane endpoint is closed first, so nothing sent before the
         reset can reach the new state.
         """
+        if self.key is not None:
+            await self._tear_down()
+        if key is not None:
+            self.key = Instance(*key)
+        self._setup(config, token)
+
+    async def playing(self) -> Optional[str]:
+        """The name of the instance this actor plays (None: a standby not used yet)."""
+        return None if self.key is None else self.plan.actor_name(self.key)
+
+    async def _tear_down(self) -> None:
         if self.source_task is not None:
             self.source_task.cancel()
             self.source_task = None
@@ -277,7 +320,6 @@ class StageActor:
         self.snapshots.close()
         if self.reader is not None:
             self.reader.close()
-        self._setup(config, token)
 
     def _stop_sink_threads(self) -> None:
         for pool in self.sink_threads.values():
@@ -343,7 +385,8 @@ class StageActor:
         self.drain_scheduled = False
         self.failed = False
         self.acker = None
-        self.endpoint = Endpoint(token, self._on_message)
+        self.lost = LostPeers()
+        self.endpoint = Endpoint(token, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add)
         self.credit: Optional[asyncio.Event] = None
         self.first_release_at: Optional[float] = None
         self.released: Optional[asyncio.Event] = None
@@ -430,9 +473,14 @@ class StageActor:
 
                 self.snapshots.take(snapshot_id, t, self.reader, prepared)
 
-    async def alive(self) -> None:
-        """Never returns: the supervisor holds this call to learn at once when the actor dies."""
-        await asyncio.Event().wait()
+    async def alive(self) -> list:
+        """The supervisor holds this call to learn at once when the actor dies (the call fails)
+        or when it saw peers die: it returns their names (:class:`LostPeers`)."""
+        return await self.lost.wait()
+
+    async def node(self) -> str:
+        """The id of the Ray node this actor runs on."""
+        return ray.get_runtime_context().get_node_id()
 
     def _send_parts(self) -> None:
         """Send the snapshot parts whose T the sinks' acknowledged output has reached, in order."""

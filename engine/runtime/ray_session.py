@@ -61,17 +61,20 @@ def check_no_leftovers(flow_name: str, grace_s: float = 10.0) -> None:
         )
 
 
-def kill_actors(handles: list, names: list) -> None:
-    """Kill ``handles`` and wait until their ``names`` are free for new actors."""
+def kill_actors(handles: list, names: list, wait_s: float = 10.0) -> set:
+    """Kill ``handles`` and wait up to ``wait_s`` until their ``names`` are free for new
+    actors; returns the names still taken (Ray frees the name of an actor on a node that
+    vanished only once its health check declares the node dead)."""
     for h in handles:
         try:
             ray.kill(h, no_restart=True)
         except Exception:
             pass
     names = set(names)
-    deadline = time.time() + 10
-    while names and time.time() < deadline:
-        live = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE}
-        if not live & names:
-            return
+    deadline = time.time() + wait_s
+    while names:
+        taken = names & {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE}
+        if not taken or time.time() >= deadline:
+            return taken
         time.sleep(0.02)
+    return set()

@@ -9,7 +9,10 @@ the difference between meeting a 10 ms latency floor and missing it by 3x.
 
 Every connection starts with the run's secret token; a peer that does not
 present it is dropped before anything it sent is unpickled. Messages are
-pickled because both ends are this engine's own actors of one run.
+pickled because both ends are this engine's own actors of one run. Then the
+peer says who it is, so that a connection that ends while the endpoint is open
+(the peer's process died, with its node or alone) names the peer lost
+(``on_lost``): seen at once, without waiting for Ray's health check.
 
 >>> import asyncio
 >>> async def demo():
@@ -44,9 +47,12 @@ class Endpoint:
     the order each peer sent them (TCP keeps per-connection FIFO).
     """
 
-    def __init__(self, token: bytes, handler: Optional[Callable[[Any], None]]) -> None:
+    def __init__(self, token: bytes, handler: Optional[Callable[[Any], None]], me: str = "",
+                 on_lost: Optional[Callable[[str], None]] = None) -> None:
         self.token = token
         self.handler = handler
+        self.me = me.encode()
+        self.on_lost = on_lost
         self.server: Optional[asyncio.AbstractServer] = None
         self.writers: dict = {}
         self.closed = False
@@ -61,7 +67,7 @@ class Endpoint:
     async def connect(self, name: Any, address: tuple) -> None:
         """Open the connection used by ``send(name, ...)``."""
         reader, writer = await asyncio.open_connection(*address)
-        writer.write(_LEN.pack(len(self.token)) + self.token)
+        writer.write(_LEN.pack(len(self.token)) + self.token + _LEN.pack(len(self.me)) + self.me)
         self.writers[name] = writer
 
     def send(self, name: Any, message: Any) -> None:
@@ -85,10 +91,15 @@ class Endpoint:
             self.server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = None
         try:
             (n,) = _LEN.unpack(await reader.readexactly(4))
             if n != len(self.token) or not hmac.compare_digest(await reader.readexactly(n), self.token):
                 return  # not one of ours: never unpickle what it sends
+            (n,) = _LEN.unpack(await reader.readexactly(4))
+            if n > 1024:
+                return
+            peer = (await reader.readexactly(n)).decode()
             handler, loads, unpack, readexactly = self.handler, pickle.loads, _LEN.unpack, reader.readexactly
             while True:
                 (n,) = unpack(await readexactly(4))
@@ -98,7 +109,8 @@ class Endpoint:
                 self.received += 1
                 handler(loads(data))
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            if peer and not self.closed and self.on_lost is not None:
+                self.on_lost(peer)  # the peer's end closed while this incarnation runs: it died
         except asyncio.CancelledError:
             # The loop is shutting down. Ending normally (not cancelled) keeps
             # Python 3.11's stream callback from logging a spurious traceback.

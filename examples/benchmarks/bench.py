@@ -553,12 +553,13 @@ def _workdir(path: Optional[str]):
 
 
 def exactly_once(
-    intervals: tuple = (0.05, 0.5, 1.0), recovery_interval: float = 1.0, kill_at: tuple = (3.0, 6.0), workload: Workload = Workload()
+    intervals: tuple = (0.05, 0.5, 1.0), recovery_interval: float = 1.0, kill_at: tuple = (3.0, 6.0), workload: Workload = Workload(),
+    standbys: int = 0,
 ) -> dict:
     """Every exactly-once figure: :func:`latency_under_snapshots`, then :func:`recovery`
-    (no recovery run when ``kill_at`` is empty), both on ``workload``."""
-    lat = latency_under_snapshots(workload, intervals=tuple(intervals))
-    rec = recovery(workload, snapshot_interval=recovery_interval, kill_at=tuple(kill_at)) if kill_at else None
+    (no recovery run when ``kill_at`` is empty; with ``standbys`` spare actors), both on ``workload``."""
+    lat = latency_under_snapshots(workload, intervals=tuple(intervals)) if intervals else {"runs": [], "floors": {}}
+    rec = recovery(workload, snapshot_interval=recovery_interval, kill_at=tuple(kill_at), standbys=standbys) if kill_at else None
     return {
         "config": dict(asdict(workload), intervals=list(intervals), keys=EO_KEYS, workdir=None),
         "latency": lat["runs"],
@@ -711,6 +712,7 @@ def main(argv: Optional[list] = None) -> int:
     eo.add_argument("--warmup", type=float, default=1.0, help="seconds of input left out of the latency figures (default 1)")
     eo.add_argument("--recovery-interval", type=float, default=1.0, help="snapshot interval of the recovery run (default 1.0)")
     eo.add_argument("--kill-at", type=_floats, default=(3.0, 6.0), help="seconds into the recovery run's input to kill the stateful actor; empty: no recovery run")
+    eo.add_argument("--standbys", type=int, default=0, help="spare actors of the recovery run: a standby takes the killed one's place")
     eo.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     from driftstream.engine.runtime.ray_session import ensure_ray
@@ -742,8 +744,9 @@ def _main_exactly_once(args: argparse.Namespace) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     started = time.time()
     workload = Workload(rate=args.rate, seconds=args.seconds, partitions=args.partitions, parallelism=args.parallelism, warmup=args.warmup)
-    figures = exactly_once(args.intervals, args.recovery_interval, args.kill_at, workload)
-    print(format_latency(figures["latency"], figures["floors"], args.rate, args.warmup))
+    figures = exactly_once(args.intervals, args.recovery_interval, args.kill_at, workload, standbys=args.standbys)
+    if figures["latency"]:  # --intervals '': the recovery run alone
+        print(format_latency(figures["latency"], figures["floors"], args.rate, args.warmup))
     if figures["recovery"] is not None:
         print(format_recovery(figures["recovery"]))
     if load is not None:

@@ -13,11 +13,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from driftstream.engine import Flow, MapState
-from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import DeadLetter, FlowError
-from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource
-from tests.reference import reference_outputs
+from tests.reference import crashed_runs_differing, reference_outputs
 
 
 def checked(x: tuple) -> tuple:
@@ -117,13 +115,7 @@ def test_dead_letters_survive_simulated_crashes_once_each(state):
     flow = build(data, partitions=3, state=state)
     expected = reference_outputs(flow)
     assert len(expected["dlq"]) > 5
-    wrong = []
-    for seed in range(100):
-        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(5, 10, 20)[seed % 3] / 1000)
-        sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2)
-        result = sim.run()
-        if result.output("out") != expected["out"] or result.output("dlq") != expected["dlq"]:
-            wrong.append((seed, sim.crash_points))
+    wrong, _ = crashed_runs_differing(flow, expected, 100)
     assert not wrong, f"seeds whose output differs (seed, crash points): {wrong[:5]}"
 
 

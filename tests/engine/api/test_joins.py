@@ -10,12 +10,10 @@ from hypothesis import given, settings, strategies as st
 
 from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
-from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource
 from driftstream.engine.windows import Session, Sliding, Tumbling
-from tests.reference import reference_outputs
+from tests.reference import crashed_runs_differing, reference_outputs
 
 
 def build(items: list, kind: str, how: str = "inner", window=None, partitions: int = 2, sink=None, name: str = "join",
@@ -99,13 +97,7 @@ def test_joins_survive_simulated_crashes(kind):
         flow = build(data, "interval", "outer", (-0.004, 0.003), partitions=3)
     else:
         flow = build(data, "lookup" if kind == "lookup" else "join", kind, Sliding(0.01, 0.005), partitions=3)
-    expected = reference_outputs(flow)["out"]
-    wrong = []
-    for seed in range(100):
-        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(5, 10, 20)[seed % 3] / 1000)
-        sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2)
-        if sim.run().output("out") != expected:
-            wrong.append((seed, sim.crash_points))
+    wrong, _ = crashed_runs_differing(flow, {"out": reference_outputs(flow)["out"]}, 100)
     assert not wrong, wrong[:5]
 
 

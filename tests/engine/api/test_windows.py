@@ -12,12 +12,10 @@ from hypothesis import given, settings, strategies as st
 from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.barriers.json_payloads import json_default
 from driftstream.engine import Flow
-from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource
 from driftstream.engine.windows import Late, Session, Sliding, Tumbling
-from tests.reference import reference_outputs
+from tests.reference import crashed_runs_differing, reference_outputs
 
 
 def _event_s(x) -> float:
@@ -107,14 +105,7 @@ def test_exactly_once_windows_survive_simulated_crashes(assigner):
     flow = build(data, assigner, "fold", lateness=0.002, partitions=3)
     expected = reference_outputs(flow)
     assert expected["late"] and len(expected["out"]) > 10
-    wrong, restored = [], 0
-    for seed in range(150):
-        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(5, 10, 20)[seed % 3] / 1000)
-        sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2)
-        result = sim.run()
-        if result.output("out") != expected["out"] or result.output("late") != expected["late"]:
-            wrong.append((seed, sim.crash_points))
-        restored += sum(sid is not None for sid in sim.recoveries)
+    wrong, restored = crashed_runs_differing(flow, expected, 150)
     assert not wrong, f"seeds whose output differs (seed, crash points): {wrong[:5]}"
     assert restored > 75  # recoveries from a committed snapshot, with windows open in it
 

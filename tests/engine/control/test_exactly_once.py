@@ -88,6 +88,41 @@ def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path):
     assert got == expected  # same payloads, same Metas, same order: no duplicate, no loss
 
 
+def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path):
+    """With standbys=1 a recovery resets a started spare actor in the lost instance's place (no
+    new process), and a new standby is started a little later. Killed three times: the output is
+    a failure-free run's, and every actor, standbys included, is gone with the run."""
+    build("eo-sb-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+    out = tmp_path / "eo"
+    played_by: list = []  # at each kill: the name of the actor playing eo-sb/by_key/0
+
+    def progress() -> int:
+        return len(read_file_sink(out, "out")) if out.exists() else 0
+
+    def kill_three():
+        killed = None
+        for n in range(1, 4):
+            while progress() < n * N // 4:
+                time.sleep(0.02)
+            handle = wait_for_actor("eo-sb/by_key/0", None if killed is None else killed._actor_id)
+            named = {a["name"]: ray.get_actor(a["name"], namespace="driftstream")._actor_id
+                     for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("eo-sb/")}
+            played_by.append(next(name for name, actor_id in named.items() if actor_id == handle._actor_id))
+            ray.kill(handle, no_restart=True)
+            killed = handle
+
+    killer = threading.Thread(target=kill_three, daemon=True)
+    killer.start()
+    result = build("eo-sb", FileSink(out, name="out"), paced=True, rate=1500).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), standbys=1)
+    killer.join(timeout=5)
+    assert result.metrics.recoveries == 3
+    assert read_file_sink(out, "out") == expected
+    assert played_by[:2] == ["eo-sb/by_key/0", "eo-sb/standby/0"]
+    assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("eo-sb/")]
+
+
 def test_streamed_snapshots_survive_kills(ray_session, tmp_path):
     """At 50 ms the acker streams its snapshots to the supervisor, which commits each as it
     comes: a kill abandons the stream (and the snapshot it was taking), recovery starts
