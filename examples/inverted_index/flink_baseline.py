@@ -91,30 +91,36 @@ prints the figures as JSON (``job ...`` is the subprocess's own entry point).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+from driftstream.examples.flink_job import (
+    FLINK_PYTHON_ENV,
+    Feeder,
+    FlinkJob,
+    PartFiles,
+    die_with_parent,
+    feed_when_warm,
+    flink_python,
+    job_settings,
+)
 from driftstream.examples.inverted_index.document_files import document_line, write_documents
 from driftstream.examples.inverted_index.documents import word_positions
 from driftstream.examples.inverted_index.throughput import summary  # the figures every engine of a throughput run reports
 #: The configuration the measurements chose (module docstring).
 DEFAULTS = dict(state_backend="hashmap", execution_mode="thread", discovery_interval=0.05)
+#: The job's module: the driver runs ``python -m MODULE job ...`` under Flink's interpreter.
+MODULE = "driftstream.examples.inverted_index.flink_baseline"
 #: The warm-up document of a latency run: a page and a word of its own, so no other word's df moves.
 WARMUP = {"page_id": -1, "text": "driftstreamflinkwarmup"}
-#: How often the driver lists the output directory.
-POLL_INTERVAL = 0.01
-FLINK_PYTHON_ENV = "DRIFTSTREAM_FLINK_PYTHON"
 
 
 def _dumps(obj) -> str:
@@ -189,18 +195,6 @@ def _embedded_python_path(directory: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(directory), *site.getsitepackages(), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
 
-def _die_with_parent() -> None:
-    """Kill the job's process group (this process, the JVM, its workers) if the driver dies without stopping it."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
-
-
 def run_job(
     input_dir: str,
     output_dir: str,
@@ -228,22 +222,13 @@ def run_job(
     if execution_mode == "thread":
         _embedded_python_path(Path(checkpoint_dir).parent / "pythonpath")
     conf = Configuration()
-    # A failure ends the run instead of restarting forever (the benchmark measures failure-free runs).
-    conf.set_string("restart-strategy.type", "none")
-    conf.set_string("execution.runtime-mode", "STREAMING")
-    conf.set_string("execution.checkpointing.interval", f"{max(10, round(checkpoint_interval * 1000))} ms")
-    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
-    conf.set_string("execution.checkpointing.dir", Path(checkpoint_dir).resolve().as_uri())
-    conf.set_string("state.backend.type", state_backend)
-    if state_backend == "rocksdb":
-        conf.set_string("execution.checkpointing.incremental", "true")
-    conf.set_string("python.execution-mode", execution_mode)
-    # The workers the JVM starts must be this interpreter (the one with pyflink and driftstream).
-    conf.set_string("python.executable", sys.executable)
-    conf.set_string("python.client.executable", sys.executable)
-    conf.set_string("parallelism.default", str(parallelism))
-    for kv in extra:  # KEY=VALUE Flink options (measurements)
-        k, v = kv.split("=", 1)
+    settings = job_settings(checkpoint_dir, checkpoint_interval, parallelism, state_backend, **{
+        "python.execution-mode": execution_mode,
+        # The workers the JVM starts must be this interpreter (the one with pyflink and driftstream).
+        "python.executable": sys.executable,
+        "python.client.executable": sys.executable,
+    }, extra=extra)  # fmt: skip
+    for k, v in settings.items():
         conf.set_string(k, v)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_runtime_mode(RuntimeExecutionMode.STREAMING)
@@ -332,137 +317,31 @@ def _show(key: tuple) -> str:
 # ------------------------------------------------------------------ the driver (no pyflink needed)
 
 
-#: Where README's setup puts Flink's interpreter: a venv of its own beside the checkout's.
-FLINK_VENV = Path(__file__).resolve().parents[2] / ".venv-flink"
-
-
-def flink_python(python: Optional[str] = None) -> str:
-    """The interpreter that runs the job: ``python``, else this one if it has pyflink, else
-    ``$DRIFTSTREAM_FLINK_PYTHON``, else the checkout's ``.venv-flink`` (see the module doc)."""
-    if python:
-        return python
-    if importlib.util.find_spec("pyflink") is not None:
-        return sys.executable
-    env = os.environ.get(FLINK_PYTHON_ENV)
-    if env:
-        return env
-    if (FLINK_VENV / "bin" / "python").exists():
-        return str(FLINK_VENV / "bin" / "python")
-    raise RuntimeError(
-        "no Python with pyflink: apache-flink downgrades driftstream's dependencies, so it gets a venv of its own: "
-        "python3 -m venv .venv-flink && .venv-flink/bin/pip install apache-flink==2.3.0 && .venv-flink/bin/pip install --no-deps -e . "
-        f"(in the checkout), or set {FLINK_PYTHON_ENV} to a Python that has pyflink"
-    )
-
-
-class _Job:
-    """The job subprocess in its own process group (JVM and Python workers included); ``stop`` kills the group."""
-
-    def __init__(self, python: str, workdir: Path, args: list[str]) -> None:
-        self.log = open(workdir / "job.log", "wb")
-        cmd = [python, "-m", "driftstream.examples.inverted_index.flink_baseline", "job", *args]
-        self.launched = time.time()
-        # The JVM's log goes to the run's directory (by default it is pyflink's own, shared by every run).
-        env = {**os.environ, "FLINK_LOG_DIR": str(workdir / "log")}
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        self._cpu: dict[int, float] = {}
-        self._cpu_sampled = 0.0
-
-    def sample_cpu(self, every: float = 0.5) -> None:
-        """Record the CPU seconds of every process in the job's group (JVM, Python workers): the load-independent cost."""
-        now = time.time()
-        if now - self._cpu_sampled < every:
-            return
-        self._cpu_sampled = now
-        tick = os.sysconf("SC_CLK_TCK")
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == self.proc.pid:  # fields[2]: pgrp (after pid, comm, state)
-                # utime + stime + cutime + cstime: children that exited are counted too
-                self._cpu[int(d)] = max(self._cpu.get(int(d), 0.0), sum(int(x) for x in fields[11:15]) / tick)
-
-    @property
-    def cpu_seconds(self) -> float:
-        return round(sum(self._cpu.values()), 1)
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM the group, then SIGKILL whatever is left (the JVM ignores SIGINT, workers may linger)."""
-        self.running()
-        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.time() + grace
-            while time.time() < deadline and _group_alive(self.proc.pid):
-                self.proc.poll()
-                time.sleep(0.05)
-            if not _group_alive(self.proc.pid):
-                break
-        self.proc.wait()
-        self.log.close()
-
-    def tail(self, n: int = 3000) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_bytes()[-n:].decode(errors="replace")
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 class _Output:
-    """Reads finished part files as they appear (a finished file is complete: the sink renames it in at commit)."""
+    """The change records of finished part files as they appear, and when each document's last one did."""
 
     def __init__(self, directory: Path, docs: Sequence[dict]) -> None:
-        self.directory = directory
+        self.files = PartFiles(directory)
         self.want = {int(d["page_id"]): len(word_positions(d.get("text") or "")) for d in docs}
         self.got: Counter = Counter()
         self.visible: dict[int, float] = {}  # page_id -> time its last record became visible
         self.records: list[dict] = []
-        self.seen: set = set()
-        self.first_output: Optional[float] = None  # first file of any kind (in-progress included)
+
+    @property
+    def first_output(self) -> Optional[float]:
+        return self.files.first_output  # first file of any kind (in-progress included)
 
     def poll(self) -> int:
         """Read the part files finished since the last call; returns the number of new records."""
         now = time.time()
-        try:
-            entries = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return 0
-        new = 0
-        for e in entries:
-            if self.first_output is None:
-                self.first_output = now
-            if e.name.startswith((".", "_")) or e.name in self.seen or not e.is_file():
-                continue
-            self.seen.add(e.name)
-            with open(e.path, encoding="utf-8") as f:
-                for line in f:
-                    if not line.strip():
-                        continue
-                    r = json.loads(line)
-                    self.records.append(r)
-                    page = int(r["page_id"])
-                    self.got[page] += 1
-                    new += 1
-                    if self.got[page] == self.want.get(page, -1):
-                        self.visible[page] = now
-        return new
+        new = self.files.poll()
+        self.records += new
+        for r in new:
+            page = int(r["page_id"])
+            self.got[page] += 1
+            if self.got[page] == self.want.get(page, -1):
+                self.visible[page] = now
+        return len(new)
 
     def complete(self) -> bool:
         return len(self.visible) == len(self.want)
@@ -501,16 +380,12 @@ def run_flink_backlog(
     files = write_documents(docs, workdir / "input")
     out = _Output(workdir / "output", docs)
     problems: list[str] = []
-    job = _Job(python, workdir, _job_args(workdir / "input", workdir / "output", workdir, "backlog", checkpoint_interval, parallelism, options))
+    job = FlinkJob(python, workdir, MODULE, _job_args(workdir / "input", workdir / "output", workdir, "backlog", checkpoint_interval, parallelism, options))
     deadline = job.launched + (timeout if timeout is not None else 120 + len(docs) / 5)
     try:
-        while job.running() and time.time() < deadline:
-            out.poll()
-            job.sample_cpu()
-            time.sleep(POLL_INTERVAL)
+        job.watch(out.poll, lambda: False, deadline)
         if job.running():
             problems.append(f"timed out after {time.time() - job.launched:.0f} s")
-        out.poll()
         rc = job.proc.poll()
         if rc not in (0, None):
             problems.append(f"job failed ({rc}): {job.tail()}")
@@ -549,7 +424,7 @@ def run_flink_latency(
     """Feed ``docs`` one file each at ``rate`` docs/s into the running job; latency = visible - renamed in.
 
     A document is visible when all its change records are in finished part files (the
-    driver lists the output every ``POLL_INTERVAL`` s). Percentiles over the documents
+    driver lists the output every ``flink_job.POLL_INTERVAL`` s). Percentiles over the documents
     after the first ``skip``. ``options``: ``state_backend``, ``execution_mode``,
     ``discovery_interval`` (see ``DEFAULTS``)."""
     from driftstream.engine.model.result import percentiles  # the driver's side: the job's interpreter has no engine
@@ -560,48 +435,13 @@ def run_flink_latency(
     inbox.mkdir(parents=True, exist_ok=True)
     (inbox / "warmup.json").write_text(document_line(WARMUP))
     out = _Output(workdir / "output", [WARMUP, *docs])
-    renamed: dict[int, float] = {}
-    problems: list[str] = []
-    job = _Job(python, workdir, _job_args(inbox, workdir / "output", workdir, "latency", checkpoint_interval, parallelism, options))
-    stop_feed = threading.Event()
-
-    def feed() -> None:
-        start = time.time()
-        for i, d in enumerate(docs):
-            delay = start + i / rate - time.time()
-            if delay > 0 and stop_feed.wait(delay):
-                return
-            hidden, final = inbox / f".doc-{i:06d}.json.tmp", inbox / f"doc-{i:06d}.json"
-            hidden.write_text(document_line(d))
-            os.rename(hidden, final)  # atomic: the source never lists a half-written file
-            renamed[int(d["page_id"])] = time.time()
-
-    feeder = threading.Thread(target=feed, name="flink-feeder", daemon=True)
-    try:
-        deadline = time.time() + warmup_timeout
-        while WARMUP["page_id"] not in out.visible and job.running() and time.time() < deadline:
-            out.poll()
-            time.sleep(POLL_INTERVAL)
-        if WARMUP["page_id"] not in out.visible:
-            problems.append(f"warm-up document not out after {time.time() - job.launched:.0f} s: {job.tail()}")
-        else:
-            ready = time.time() - job.launched
-            feeder.start()
-            deadline = time.time() + len(docs) / rate + 30 + 10 * checkpoint_interval
-            while not out.complete() and job.running() and time.time() < deadline:
-                out.poll()
-                job.sample_cpu()
-                time.sleep(POLL_INTERVAL)
-            out.poll()
-            if not job.running():
-                problems.append(f"job ended ({job.proc.returncode}): {job.tail()}")
-    finally:
-        stop_feed.set()
-        job.stop()
-        if feeder.is_alive():
-            feeder.join()
+    job = FlinkJob(python, workdir, MODULE, _job_args(inbox, workdir / "output", workdir, "latency", checkpoint_interval, parallelism, options))
+    feeder = Feeder(inbox, [(f"doc-{i:06d}.json", document_line(d), i / rate) for i, d in enumerate(docs)])
+    problems, ready = feed_when_warm(job, out.poll, lambda: WARMUP["page_id"] in out.visible, out.complete, feeder,
+                                     warmup_timeout, len(docs) / rate + 30 + 10 * checkpoint_interval)  # fmt: skip
     if problems:
         return {"engine": "flink", "mode": "latency", "rate": rate, "correct": False, "problems": problems}
+    renamed = {int(d["page_id"]): t for d, t in zip(docs, feeder.renamed) if t is not None}
     fed = sorted(renamed.values())
     achieved = (len(fed) - 1) / (fed[-1] - fed[0]) if len(fed) > 1 else 0.0
     order = [int(d["page_id"]) for d in docs]
@@ -662,7 +502,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     if args.command == "job":
-        _die_with_parent()
+        die_with_parent()
         run_job(args.input, args.output, args.checkpoints, mode=args.mode, checkpoint_interval=args.checkpoint_interval,
                 parallelism=args.parallelism, state_backend=args.state_backend, execution_mode=args.execution_mode,
                 discovery_interval=args.discovery_interval, extra=args.conf)  # fmt: skip

@@ -4,12 +4,24 @@ latency at a fixed rate: source emit -> sink acknowledged for a result of the ev
 itself (q1, q2, q3), and for a window's result (q5, q7, q8) from the moment its window
 closed (the watermark reached its close time) -> sink acknowledged.
 
-    driftstream bench nexmark --events 50000 --rate 2000 --seconds 30 [--queries q1,q7]
+    driftstream bench nexmark --events 50000 --rate 2000 --seconds 30 [--queries q1,q7] [--no-flink]
 
 The events are in a two-partition MemorySource (their source time: each event's ``time``;
 the backlog's ``--event-rate`` per second of it, so that it spans many windows) and the
 results go to a FileSink; each run's results are checked against a simulator run of the
 same query over the same events. Seconds and events/s include starting the actors.
+
+Flink's figures come beside ours (``--flink``, the default where an interpreter with
+pyflink is found, :func:`driftstream.examples.flink_job.flink_python`; ``--no-flink``):
+the same queries as Flink SQL over the same events as JSON-lines files
+(:mod:`.flink_queries`), exactly-once with 1 s checkpoints, parallelism 2, checked
+against the same simulator results. Its backlog's seconds and events/s include the JVM's
+and mini cluster's start (~7-20 s); "events/s after 1st output" (from the first output
+file, as the inverted index's Flink baseline reports) and "from reading" (from the
+moment both source readers had their file, in Flink's log) leave it out. Its latency is
+from an event's file renamed in (a window's: the file that let the watermark pass its
+end) to the result committed in a finished part file, at the next checkpoint; its
+snapshots are its completed checkpoints.
 """
 
 from __future__ import annotations
@@ -24,12 +36,15 @@ from typing import Optional
 from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.engine.testing import MemorySource, PacedSource
 
+from .flink_queries import expected_results
 from .generator import event_time, events
 from .queries import QUERIES, build
 
 
-def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None, parallelism: int = 2) -> dict:
-    """One run: ``rate`` None for the backlog, else events paced at ``rate`` per second."""
+def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None, parallelism: int = 2,
+              expected: Optional[list] = None) -> dict:
+    """One run: ``rate`` None for the backlog, else events paced at ``rate`` per second;
+    checked against ``expected`` (default: the simulator's results, computed here)."""
     tag = f"{query}-{'backlog' if rate is None else 'paced'}-{time.time_ns()}"
     source = (MemorySource(evs, partitions=2, timestamp=event_time) if rate is None
               else PacedSource(evs, rate, partitions=2, timestamp=event_time))
@@ -38,10 +53,10 @@ def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None
     result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"snaps-{tag}"))
     seconds = time.time() - started
     got = [p for _, p in read_file_sink(workdir / tag, query)]
-    expected = json.loads(json.dumps(build(query, evs).run(runtime="simulator", seed=1).output(query)))
+    expected = expected_results(query, evs) if expected is None else expected
     lat = result.metrics.latency_ms
     return {
-        "query": query, "events": len(evs), "mode": "backlog" if rate is None else f"{rate:g} events/s",
+        "engine": "driftstream", "query": query, "events": len(evs), "mode": "backlog" if rate is None else f"{rate:g} events/s",
         "seconds": round(seconds, 2), "events_per_s": round(len(evs) / seconds, 1), "results": len(got),
         "p50_ms": _ms(lat.get("p50")), "p99_ms": _ms(lat.get("p99")), "snapshots": result.metrics.snapshots, "correct": got == expected,
     }
@@ -51,21 +66,60 @@ def _ms(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 1)
 
 
-def table(rows: list) -> str:
-    """The figures as Markdown.
+def run_flink(query: str, evs: list, workdir: Path, rate: Optional[float], expected: list, python: str, parallelism: int = 2) -> dict:
+    """Flink's run of ``query`` (:mod:`.flink_queries`), a job of its own: the backlog (``rate`` None) or fed at ``rate``::
 
-    >>> print(table([{"query": "q1", "mode": "backlog", "events": 10, "seconds": 1.0, "events_per_s": 10.0,
-    ...               "results": 9, "p50_ms": 1.0, "p99_ms": 2.0, "snapshots": 1, "correct": True}]))
-    | query | run | events | seconds | events/s | results | p50 ms | p99 ms | snapshots | correct |
-    |---|---|---:|---:|---:|---:|---:|---:|---:|---|
-    | q1 | backlog | 10 | 1.0 | 10.0 | 9 | 1.0 | 2.0 | 1 | yes |
+        run_flink("q1", evs, Path(tmp), None, expected_results("q1", evs), flink_python())   # a row of table()
     """
-    lines = ["| query | run | events | seconds | events/s | results | p50 ms | p99 ms | snapshots | correct |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    from .flink_queries import run_flink_backlog, run_flink_latency
+
+    work = workdir / f"flink-{query}-{'backlog' if rate is None else 'paced'}-{time.time_ns()}"
+    if rate is None:
+        return run_flink_backlog([query], evs, work, expected={query: expected}, parallelism=parallelism, python=python)[0]
+    return run_flink_latency(query, evs, work, rate=rate, expected=expected, parallelism=parallelism, python=python)
+
+
+def _cell(value) -> str:
+    return "—" if value is None else str(value)
+
+
+def table(rows: list) -> str:
+    """The figures as Markdown, a row per engine and run ("after 1st output" and "from reading":
+    Flink's events/s without its start; its snapshots: its checkpoints).
+
+    >>> print(table([{"engine": "driftstream", "query": "q1", "mode": "backlog", "events": 10, "seconds": 1.0, "events_per_s": 10.0,
+    ...               "results": 9, "p50_ms": 1.0, "p99_ms": 2.0, "snapshots": 1, "correct": True},
+    ...              {"engine": "flink", "query": "q1", "mode": "backlog", "events": 10, "seconds": 20.0, "events_per_s": 0.5,
+    ...               "events_per_s_after_first_output": 5.0, "events_per_s_from_reading": 4.0, "results": 9, "p50_ms": None,
+    ...               "p99_ms": None, "checkpoints": 2, "correct": False}]))
+    | engine | query | run | events | seconds | events/s | after 1st output | from reading | results | p50 ms | p99 ms | snapshots | correct |
+    |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+    | driftstream | q1 | backlog | 10 | 1.0 | 10.0 | — | — | 9 | 1.0 | 2.0 | 1 | yes |
+    | flink | q1 | backlog | 10 | 20.0 | 0.5 | 5.0 | 4.0 | 9 | — | — | 2 | NO |
+    """
+    lines = ["| engine | query | run | events | seconds | events/s | after 1st output | from reading | results | p50 ms | p99 ms | snapshots | correct |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['query']} | {r['mode']} | {r['events']} | {r['seconds']} | {r['events_per_s']} | {r['results']} | "
-                     f"{r['p50_ms']} | {r['p99_ms']} | {r['snapshots']} | {'yes' if r['correct'] else 'NO'} |")
+        cells = [r.get("engine", "driftstream"), r["query"], r["mode"], r["events"], r["seconds"], r["events_per_s"],
+                 r.get("events_per_s_after_first_output"), r.get("events_per_s_from_reading"), r["results"], r["p50_ms"], r["p99_ms"],
+                 r.get("snapshots", r.get("checkpoints")), "yes" if r["correct"] else "NO"]  # fmt: skip
+        lines.append("| " + " | ".join(map(_cell, cells)) + " |")
     return "\n".join(lines)
+
+
+def _flink_python(wanted: Optional[bool]) -> Optional[str]:
+    """The interpreter for Flink's runs, or None: ``--no-flink``, or none found (said in one line; with ``--flink``, an error)."""
+    from driftstream.examples.flink_job import flink_python
+
+    if wanted is False:
+        return None
+    try:
+        return flink_python()
+    except RuntimeError as e:
+        if wanted:
+            raise
+        print(f"flink left out: {str(e).split(':')[0]} (see driftstream.examples.flink_job; --no-flink to say so)", flush=True)
+        return None
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -76,18 +130,27 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of the latency runs")
     parser.add_argument("--queries", default=",".join(QUERIES))
     parser.add_argument("--parallelism", "-p", type=int, default=2)
+    parser.add_argument("--flink", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run Flink's SQL over the same events (default: where an interpreter with pyflink is found)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     queries = [q for q in args.queries.split(",") if q]
+    python = _flink_python(args.flink)
     backlog = events(args.events, rate=args.event_rate)
     paced = events(int(args.rate * args.seconds), rate=args.rate)
-    rows = []
+    rows: list = []
+
+    def report(row: dict) -> None:
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+
     with tempfile.TemporaryDirectory(prefix="nexmark-") as tmp:
         for query in queries:
             for evs, rate in ((backlog, None), (paced, args.rate)):
-                row = run_query(query, evs, Path(tmp), rate, args.parallelism)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+                expected = expected_results(query, evs)  # one simulator run checks both engines
+                report(run_query(query, evs, Path(tmp), rate, args.parallelism, expected))
+                if python:
+                    report(run_flink(query, evs, Path(tmp), rate, expected, python, args.parallelism))
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))

@@ -62,14 +62,18 @@ def test_wrong_positions_fail():
     assert any("missing" in p for p in problems) and any("unexpected" in p for p in problems)
 
 
-def _flink_python() -> str:
+def _flink_python(job_module: str = "driftstream.examples.inverted_index.documents") -> str:
+    """The Flink interpreter, if it can import pyflink and ``job_module``; else the test is skipped."""
     try:
         python = flink_python()
     except RuntimeError as e:
         pytest.skip(f"no Flink interpreter: {e}")
-    ok = subprocess.run([python, "-c", "import pyflink, driftstream.examples.inverted_index.documents"], capture_output=True).returncode == 0
+    try:
+        ok = subprocess.run([python, "-c", f"import pyflink, {job_module}"], capture_output=True).returncode == 0
+    except OSError:  # $DRIFTSTREAM_FLINK_PYTHON names no program
+        ok = False
     if not ok:
-        pytest.skip(f"{python} cannot import pyflink and driftstream (see flink_baseline's docstring)")
+        pytest.skip(f"{python} cannot import pyflink and {job_module} (see driftstream.examples.flink_job)")
     return python
 
 
