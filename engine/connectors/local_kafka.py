@@ -53,10 +53,12 @@ class LocalKafka:
 
     process: subprocess.Popen
     port: int
+    #: where the broker tells clients to connect (a proxy in front of it), if not its own port
+    advertised_port: Optional[int] = None
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.advertised_port or self.port}"
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -68,13 +70,15 @@ class LocalKafka:
                 self.process.wait()
 
 
-def start_local_kafka(port: Optional[int] = None, log_path: Optional[str] = None, timeout: float = 20.0) -> LocalKafka:
-    """Start Tansu on a free loopback port and wait until it accepts connections."""
+def start_local_kafka(port: Optional[int] = None, log_path: Optional[str] = None, timeout: float = 20.0,
+                      advertised_port: Optional[int] = None) -> LocalKafka:
+    """Start Tansu on a free loopback port and wait until it accepts connections.
+    ``advertised_port``: the port clients are told to use (a proxy's), if not its own."""
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
-        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", f"tcp://127.0.0.1:{advertised_port or port}"],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # not killed by a Ctrl-C meant for the driver
@@ -85,7 +89,7 @@ def start_local_kafka(port: Optional[int] = None, log_path: Optional[str] = None
             raise RuntimeError(f"the local broker exited with code {proc.returncode} (port {port})")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return LocalKafka(proc, port)
+                return LocalKafka(proc, port, advertised_port)
         except OSError:
             time.sleep(0.05)
     proc.kill()

@@ -10,7 +10,7 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: batch_size, chaos, coordinator_niceness, faults, guarantee, heartbeat_timeout, max_inflight, resume, sample_every, seed, snapshot_dir, snapshot_interval, snapshot_timeout, state_cache_bytes
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: batch_size, chaos, coordinator_niceness, faults, guarantee, heartbeat_timeout, max_inflight, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, standbys, state_cache_bytes
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ class KafkaSource(Source):
     ``gap_wait_s``: how long a hole in the offsets may stay before the reader skips it
     (see the module docstring). Apache Kafka only leaves holes that stay (compaction,
     transaction markers): a topic with those may set 0 to skip them at once.
+    ``broker_timeout_s``: how long fetches from an unreachable broker (or a partition with
+    no leader) are retried before the run fails with the error.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class KafkaSource(Source):
         start_offsets: Optional[dict] = None,
         tick_interval: Optional[float] = 0.02,
         gap_wait_s: float = GAP_WAIT_S,
+        broker_timeout_s: float = 30.0,
     ) -> None:
         if value_format == "json":
             self.decode: Optional[Callable[[bytes], Any]] = _json
@@ -106,6 +109,7 @@ class KafkaSource(Source):
         self.tick_interval = None if bounded else tick_interval
         self.start_offsets = dict(start_offsets or {})
         self.gap_wait_s = gap_wait_s
+        self.broker_timeout_s = broker_timeout_s
         self._partitions: Optional[int] = None
 
     def partitions(self) -> int:
@@ -199,7 +203,8 @@ class KafkaPartitionReader(SourcePartition):
         # answer: a fetcher thread long-polls instead (on a socket of its own,
         # :class:`.TopicFetcher`), and the event loop only takes what it has fetched.
         # The same thread appends the ticks the event loop asks for, between fetches.
-        self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS)
+        self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS,
+                                            timeout_s=source.broker_timeout_s)
         self._ticker: Optional[PartitionWriter] = None
         self._tick_wanted = False
         # The last fetch found nothing past the reader's offset: the partition is idle, not

@@ -1,0 +1,119 @@
+"""The broker unreachable mid-run (connections refused, then stalled, 10 s in all) and back:
+the sources' fetches and the sinks' writes retry with backoff (a sink first reads back what
+landed), the run goes on, and its output is that of a run without the outage."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+import uuid
+
+from driftstream.engine import Flow, KafkaSink, KafkaSource
+from driftstream.engine.connectors.kafka.io import ensure_topic
+from driftstream.engine.connectors.kafka.sink import read_kafka_sink
+from driftstream.engine.connectors.kafka.wire import PartitionWriter
+from driftstream.engine.connectors.local_kafka import free_port, start_local_kafka
+from driftstream.engine.testing import MemorySink, MemorySource
+from tests.engine.connectors.kafka.broker_proxy import BrokerProxy
+from tests.reference import reference_outputs
+
+N = 5000
+RATE = 400  # records/s: 12.5 s of input, the outage (10 s) in the middle of it
+
+
+def _count(n, e):
+    n = (n or 0) + 1
+    return n, {"k": e["k"], "i": e["i"], "n": n}
+
+
+def build(source, sink, name: str) -> Flow:
+    flow = Flow(name)
+    flow.source(source, name="events").key_by(lambda e: e["k"], name="key").stateful_map(_count, name="count").sink(sink)
+    return flow
+
+
+def _output(bootstrap: str, topic: str) -> list:
+    try:
+        return [p for _, p in read_kafka_sink(bootstrap, topic)]
+    except Exception:  # the broker is away
+        return []
+
+
+def _per_key(rows: list) -> dict:
+    """Each key's outputs in order: a key stays in one partition, so its order is the input's
+    (the order across keys depends on the broker's timestamps)."""
+    out: dict = {}
+    for row in rows:
+        out.setdefault(row["k"], []).append(row)
+    return out
+
+
+def feed(bootstrap: str, broker_port: int, topic: str, events: list, stop: threading.Event) -> threading.Thread:
+    """Append ``events`` at RATE, event i to partition i % 2, straight to the broker (not
+    through the proxy, which the broker advertises): the input keeps coming in the outage."""
+
+    def run() -> None:
+        writers = [PartitionWriter(bootstrap, topic, p) for p in (0, 1)]
+        for w in writers:
+            w.leader = dataclasses.replace(w.leader, port=broker_port)
+        started = time.time()
+        for i in range(0, len(events), 20):
+            if stop.wait(max(0.0, started + i / RATE - time.time())):
+                break
+            for p, w in enumerate(writers):
+                w.write([(json.dumps(e).encode(), []) for j, e in enumerate(events[i:i + 20], start=i) if j % 2 == p])
+        for w in writers:
+            w.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_ten_second_broker_outage_leaves_the_output_unchanged(ray_session, tmp_path):
+    events = [{"k": f"k{i % 4}", "i": i} for i in range(N)]  # key k{j} in partition j % 2
+    expected = _per_key(reference_outputs(build(MemorySource(events, partitions=2), MemorySink("out"), "outage-ref"))["out"])
+    proxy_port = free_port()
+    broker = start_local_kafka(advertised_port=proxy_port)  # clients are told to use the proxy
+    proxy = BrokerProxy(broker.port, proxy_port)
+    stop = threading.Event()
+    try:
+        bootstrap, tag = broker.bootstrap_servers, uuid.uuid4().hex[:8]
+        topic, out = f"in-{tag}", f"out-{tag}"
+        ensure_topic(bootstrap, topic, 2)
+        handle = build(KafkaSource(topic, bootstrap), KafkaSink(out, bootstrap), f"outage-{tag}").start(
+            parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+        feeder = feed(bootstrap, broker.port, topic, events, stop)
+        try:
+            deadline = time.time() + 120
+            released = lambda: handle.status()["released"]  # noqa: E731  (written and acknowledged by the sinks)
+            while released() < N // 10:
+                assert time.time() < deadline, handle.status()
+                time.sleep(0.05)
+            before = released()
+            proxy.refuse()   # the scenario: 5 s of refused connections, 5 s of stalled ones
+            time.sleep(5)
+            proxy.stall()
+            time.sleep(5)
+            during = released()
+            proxy.forward()
+            back, resumed = time.time(), None
+            while released() < N:
+                if resumed is None and released() > during:
+                    resumed = time.time() - back
+                assert time.time() < deadline, handle.status()
+                time.sleep(0.05)
+            status = handle.status()
+        finally:
+            stop.set()
+            handle.stop(timeout=60)
+        feeder.join(timeout=10)
+        assert before < N, "the outage came after the run had written everything"
+        assert _per_key(_output(bootstrap, out)) == expected
+        print(f"\nbroker back -> output growing again after {resumed if resumed is not None else 0:.2f} s; "
+              f"recoveries {len(status['recoveries'])}")
+    finally:
+        proxy.close()
+        broker.stop()
