@@ -194,7 +194,7 @@ class RaySupervisor:
                 resets.append(actor.reset.remote(opts, token))
                 if name in self.real_names:
                     real_names[name] = self.real_names[name]
-            elif self._usable_standby():
+            elif self.standbys:
                 actor, real_names[name], _ = self.standbys.pop(0)
                 resets.append(actor.reset.remote(opts, token, tuple(instance)))
             else:
@@ -492,6 +492,7 @@ class RaySupervisor:
         survived_on = {self.node_of.get(n) for n in self.names if n not in dead}
         self.avoid_nodes = {self.node_of[n] for n in lost if n in self.node_of} - survived_on
         # Only a name a new actor takes must be free first; a standby keeps its own.
+        self._drop_standbys_on(self.avoid_nodes)
         by_standby = [n for n in lost if n != self.names[0]][:len(self.standbys)]  # names[0]: the acker
         self._kill([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in lost if n not in by_standby])
         survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
@@ -518,20 +519,20 @@ class RaySupervisor:
                 # Hard: with soft, Ray may still spill an actor back to the lost node it takes for alive.
                 yield NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
-    def _usable_standby(self) -> bool:
-        """True if a standby can be used; drops those that run on a node to avoid."""
-        while self.standbys:
-            handle, name, node = self.standbys[0]
-            ready, _ = ray.wait([node], timeout=0)
+    def _drop_standbys_on(self, nodes: set) -> None:
+        """Kill the standbys known to run on ``nodes`` (lost ones) or known dead; keep the rest
+        (one whose node is not known yet is still starting)."""
+        kept = []
+        for handle, name, node in self.standbys:
             try:
-                lost = bool(ready) and ray.get(node) in self.avoid_nodes
+                lost = bool(ray.wait([node], timeout=0)[0]) and ray.get(node) in nodes
             except ray.exceptions.RayActorError:
                 lost = True
-            if not lost:
-                return True
-            self.standbys.pop(0)
-            kill_actors([handle], [])
-        return False
+            if lost:
+                kill_actors([handle], [])
+            else:
+                kept.append((handle, name, node))
+        self.standbys = kept
 
     def _lost(self, alive: list) -> set:
         """The actors that died, from the ``alive()`` calls that answered: a call fails when its
