@@ -50,6 +50,8 @@ class Config:
     trigger: str = "100ms"
     #: driftstream's index step: "entries" (MapState) or "value" (the dict copied per change)
     state: str = "entries"
+    #: driftstream's spare actors: a recovery resets one in the killed actor's place
+    standbys: int = 0
 
     @property
     def label(self) -> str:
@@ -308,8 +310,10 @@ class _Driftstream:
             guarantee=config.guarantee,
             snapshot_interval=config.snapshot_interval,
             snapshot_dir=str(workdir / "snapshots"),
+            standbys=config.standbys,
         )
         self._wait_running()
+        self._killed = None
 
     def _wait_running(self, timeout: float = 120.0) -> None:
         deadline = time.time() + timeout
@@ -329,17 +333,26 @@ class _Driftstream:
         return bool(self.handle.status().get("running"))
 
     def kill_stateful_actor(self) -> float:
+        import threading
+
         import ray
 
-        name, deadline = f"{self.name}/by_word/0", time.time() + 60
-        while True:  # after an earlier kill, the replacement may not be registered yet
-            try:
-                ray.kill(ray.get_actor(name, namespace="driftstream"), no_restart=True)
-                return time.time()
-            except ValueError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.05)
+        from driftstream.engine.testing import wait_for_actor
+
+        # After an earlier kill the replacement (a new actor, or a standby playing the
+        # instance) may not be registered yet.
+        stop = threading.Event()
+        timer = threading.Timer(60, stop.set)
+        timer.start()
+        try:
+            handle = wait_for_actor(f"{self.name}/by_word/0", self._killed, stop)
+        finally:
+            timer.cancel()
+        if handle is None:
+            raise TimeoutError(f"no actor plays {self.name}/by_word/0 after 60 s")
+        ray.kill(handle, no_restart=True)
+        self._killed = handle._actor_id
+        return time.time()
 
     def stop(self) -> dict:
         status = self.handle.status()
@@ -718,6 +731,7 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
         parser.add_argument("--only", choices=["driftstream", "spark"], help="run one engine's configurations")
         parser.add_argument("--no-ladder", action="store_true", help="skip the rate ladder (the highest rate with p99 < 100 ms)")
         parser.add_argument("--no-recovery", action="store_true")
+        parser.add_argument("--standbys", type=int, default=0, help="driftstream's spare actors in the recovery run")
         parser.add_argument("--no-flink", action="store_true",
                             help="leave Flink out (it runs where apache-flink is installed, see flink_baseline.py)")
         parser.add_argument("--rates", default="10,25,50,100,200", help="the rate ladder's steps, docs/s")
@@ -793,7 +807,7 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
             results["throughput"] = throughputs
         if not (args.quick or args.no_recovery or args.only == "spark"):
             with progress:
-                rec = bench.run(Config("driftstream", "exactly-once", 1.0), rate=args.rate, docs=docs,
+                rec = bench.run(Config("driftstream", "exactly-once", 1.0, standbys=args.standbys), rate=args.rate, docs=docs,
                                 kill_at=(seconds * 0.3, seconds * 0.5, seconds * 0.7))
             results["recovery"] = slim(rec, timeline=True)
         results["floors"] = floors(results["grid"], throughputs)
