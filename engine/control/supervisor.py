@@ -39,7 +39,7 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, manifest_of
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
-from driftstream.engine.model.result import RunResult, add_cache_stats, merge_instances
+from driftstream.engine.model.result import RunResult, add_cache_stats, merge_instances, sum_per_step
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
@@ -603,20 +603,21 @@ class RaySupervisor:
         sources = [s for s in second if s is not None]
         last = self.status.snapshots[-1] if self.status.snapshots else None
         self.resolve_recoveries()
+        step_dead_letters = sum_per_step(s["step_dead_letters"] for s in stats)
         return {
             "unavailable": max(first.count(None), second.count(None)),
             "watermark": acker["watermark"],
             "in_flight": acker["in_flight"],
             "emitted": sum(s["emitted"] for s in sources),
             "released": sum(s["released"] for s in stats),
-            "dead_letters": sum(s["dead_letters"] for s in sources) + sum(sum(s["step_dead_letters"].values()) for s in stats),
-            "step_dead_letters": _sum_per_step(s["step_dead_letters"] for s in stats),
+            "dead_letters": sum(s["dead_letters"] for s in sources) + sum(step_dead_letters.values()),
+            "step_dead_letters": step_dead_letters,
             "source_lag": _sum_known(s["source_lag"] for s in sources),
             "source_partitions": [part for s in sources for part in s["source_partitions"]],
             "source_behind": [part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
             "skipped": self.status.skipped,
             "state_cache": functools.reduce(add_cache_stats, (s["state_cache"] for s in stats), {}),
-            "late_elements": _sum_per_step(s["late_elements"] for s in stats),
+            "late_elements": sum_per_step(s["late_elements"] for s in stats),
             "last_snapshot": None if last is None else {
                 "id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s, "age_s": round(time.time() - last.committed_at, 3)},
             "snapshots": self.status.committed,
@@ -647,15 +648,6 @@ class RaySupervisor:
         if self.inbox is not None:
             self.inbox.close()
             self.inbox = None
-
-
-def _sum_per_step(counts) -> dict:
-    """``{step: n}`` dicts of the instances, summed per step."""
-    total: dict = {}
-    for per_step in counts:
-        for step, n in per_step.items():
-            total[step] = total.get(step, 0) + n
-    return total
 
 
 def _sum_known(values) -> Optional[int]:

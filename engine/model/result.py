@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 from driftstream.ordering.meta import Meta
 
@@ -122,6 +122,23 @@ def add_cache_stats(total: dict, instance: dict) -> dict:
     return total
 
 
+def sum_per_step(counts: Iterable[dict]) -> dict:
+    """``{step: n}`` dicts (one per instance), summed per step.
+
+    >>> sum_per_step([{"a": 1, "b": 2}, {"a": 3}])
+    {'a': 4, 'b': 2}
+    """
+    total: dict = {}
+    for per_step in counts:
+        for step, n in per_step.items():
+            total[step] = total.get(step, 0) + n
+    return total
+
+
+#: Metrics that are ``{step: count}`` per instance, summed over the instances.
+PER_STEP_COUNTS = ("elements", "tombstones_emitted", "out_of_order", "late_elements", "step_dead_letters", "tombstones_at_sinks", "released")
+
+
 def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = None) -> RunResult:
     """Combine per-instance reports ``{"collected", "metrics", "emit_times", "release_times"}``."""
     outputs: dict = {name: [] for name in (sinks or [])}
@@ -132,10 +149,6 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for name, elems in r["collected"].items():
             outputs.setdefault(name, []).extend(elems)
         im = r["metrics"]
-        for key in ("elements", "tombstones_emitted", "out_of_order", "late_elements", "step_dead_letters", "tombstones_at_sinks", "released"):
-            target = getattr(m, key)
-            for name, n in im.get(key, {}).items():
-                target[name] = target.get(name, 0) + n
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
         add_cache_stats(m.state_cache, im.get("state_cache", {}))
         m.peak_rss_bytes = max(m.peak_rss_bytes, im.get("peak_rss_bytes", 0))
@@ -144,6 +157,8 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         for t, w in r["release_times"].items():
             if w > release.get(t, 0.0):
                 release[t] = w
+    for key in PER_STEP_COUNTS:
+        setattr(m, key, sum_per_step(r["metrics"].get(key, {}) for r in reports))
     m.dead_letters += sum(m.step_dead_letters.values())
     for name, elems in outputs.items():
         elems.sort(key=lambda e: e[0])

@@ -457,13 +457,13 @@ class StageRuntime:
             return exc
         return StepError(step_name, short_repr(payload), meta, f"{type(exc).__name__}: {exc}", traceback.format_exc())
 
-    def _diverting_runner(self, step) -> Callable[[list], list]:
+    @staticmethod
+    def _diverting_body(step) -> Callable[[list], list]:
         """A map, flat_map or filter under ``on_error="dead-letter"``: an element its function
         raises on leaves as its DeadLetter, at its own t (a flat_map's: its first child's)."""
-        counts, name, fn, kind = self.counts, step.name, step.fn, step.kind
+        name, fn, kind = step.name, step.fn, step.kind
 
         def run(items: list) -> list:
-            counts[name] += len(items)
             out = []
             append = out.append
             for item in items:
@@ -490,8 +490,6 @@ class StageRuntime:
         """A function from a list of ``(meta, payload, key)`` to the step's outputs."""
         counts, name, fn, error = self.counts, step.name, step.fn, self._error
         kind = step.kind
-        if step.on_error == "dead-letter" and kind in ("map", "flat_map", "filter"):
-            return self._diverting_runner(step)
 
         def guard(body: Callable[[list], list]) -> Callable[[list], list]:
             def run(items: list) -> list:
@@ -499,6 +497,9 @@ class StageRuntime:
                 return body(items)
 
             return run
+
+        if step.on_error == "dead-letter" and kind in ("map", "flat_map", "filter"):
+            return guard(self._diverting_body(step))
 
         if kind in ("source", "key_by", "merge"):
             return guard(lambda items: items)
