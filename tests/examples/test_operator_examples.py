@@ -57,13 +57,17 @@ def test_page_views_from_kafka_exactly_once_with_a_kill(ray_session, kafka_broke
     try:
         # the source's ticks move an idle partition's time to now: every window closes
         deadline, killed = time.time() + 120, False
+        # The kill comes once a snapshot is committed, asked of status(): a read of the sink
+        # topic can take seconds, long enough for the run to write everything before it.
+        while not handle.status()["snapshots"]:
+            assert time.time() < deadline, handle.status()
+            time.sleep(0.05)
+        import ray
+
+        ray.kill(ray.get_actor(f"views-{tag}/by_page/1", namespace="driftstream"), no_restart=True)
+        killed = True
         while len(read_kafka_sink(bootstrap, out)) < len(expected["per_minute"]):
             assert time.time() < deadline, handle.status()
-            if not killed and read_kafka_sink(bootstrap, out):
-                import ray
-
-                ray.kill(ray.get_actor(f"views-{tag}/by_page/1", namespace="driftstream"), no_restart=True)
-                killed = True
             time.sleep(0.2)
         while killed and not handle.status()["recoveries"]:  # the replay after the kill must add nothing
             assert time.time() < deadline, handle.status()
