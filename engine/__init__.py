@@ -28,6 +28,9 @@ __all__ = [
     "Flow",
     "Stream",
     "KeyedStream",
+    "FlowHandle",
+    "attach",
+    "list_flows",
     "MapState",
     "FlowError",
     "StepError",
@@ -39,3 +42,13 @@ __all__ = [
     "KafkaSink",
     "FileSink",
 ]
+
+
+def __getattr__(name: str):
+    # The handle imports Ray; ``import driftstream.engine`` does not: a flow is defined,
+    # checked and planned without it.
+    if name in ("FlowHandle", "attach", "list_flows"):
+        from driftstream.engine.api import handle
+
+        return getattr(handle, name)
+    raise AttributeError(f"module 'driftstream.engine' has no attribute {name!r}")

@@ -42,10 +42,13 @@ class RayHead:
 
     ``metrics``: Ray's metrics collection on (the session's lean settings turn it off),
     exported every ``metrics_report_ms`` to the Prometheus endpoint at :attr:`metrics_url`.
+    ``auth``: token authentication (Ray 2.60's default for ``ray start``) or none.
     """
 
-    def __init__(self, num_cpus: int = 2, metrics: bool = False, metrics_report_ms: int = 1000, timeout_s: float = 90.0) -> None:
+    def __init__(self, num_cpus: int = 2, metrics: bool = False, metrics_report_ms: int = 1000, auth: bool = True,
+                 timeout_s: float = 90.0) -> None:
         self.num_cpus = num_cpus
+        self.auth = auth
         self.metrics = metrics
         self.metrics_report_ms = metrics_report_ms
         self.timeout_s = timeout_s
@@ -73,7 +76,7 @@ class RayHead:
         """Environment of a driver of this cluster: its address, token authentication, the lean
         settings (metrics collection as the cluster has it)."""
         env = dict(os.environ, **LEAN_RAY_ENV)
-        env.update(RAY_ADDRESS=self.address, RAY_AUTH_MODE="token")
+        env.update(RAY_ADDRESS=self.address, RAY_AUTH_MODE="token" if self.auth else "disabled")
         env["RAY_enable_metrics_collection"] = "1" if self.metrics else "0"
         return env
 

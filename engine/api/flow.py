@@ -216,16 +216,18 @@ class Flow:
         raise FlowError(f"unknown runtime {runtime!r}: use runtime='ray' or runtime='simulator'")
 
 
-    def start(self, parallelism: int = 1, address: Optional[str] = None, **options: Any) -> "FlowHandle":
+    def start(self, parallelism: int = 1, address: Optional[str] = None, detached: bool = False, **options: Any) -> "FlowHandle":
         """Start the flow on Ray in the background (for unbounded sources); returns a
         :class:`~driftstream.engine.api.handle.FlowHandle` with ``status()``, ``stop()`` and ``wait()``.
 
         Takes the options of :meth:`run`; with ``resume=True`` and the same ``snapshot_dir``
         it continues from the newest snapshot, also after the previous driver was killed.
+        ``detached=True`` (with the ``address`` of a cluster): the flow runs on after this
+        driver exits; :func:`~driftstream.engine.attach` reaches it by name.
         """
         from driftstream.engine.api.handle import start_on_ray
 
-        return start_on_ray(self.plan(parallelism), address=address, **options)
+        return start_on_ray(self.plan(parallelism), address=address, detached=detached, **options)
 
 
 class Stream:

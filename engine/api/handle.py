@@ -4,49 +4,111 @@
 >>> handle.status()["watermark"]                                                              # doctest: +SKIP
 >>> handle.stop()          # final snapshot, then shut down; returns the RunResult            # doctest: +SKIP
 >>> flow.start(parallelism=2, guarantee="exactly-once", snapshot_dir="/data/snaps", resume=True)  # doctest: +SKIP
+
+A flow started with ``detached=True`` (or ``driftstream start``) runs on without its driver;
+any driver connected to the cluster reaches it by name:
+
+>>> handle = attach("orders", address="auto")                                                # doctest: +SKIP
+>>> [f["name"] for f in list_flows()]                                                         # doctest: +SKIP
+['orders']
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Optional
+import time
+from typing import Any, Optional
 
-from driftstream.engine.control.coordinator import run_coordinated
+from driftstream.engine.control.coordinator import remove, run_coordinated, start_detached
 from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
-from driftstream.engine.runtime.ray_session import check_no_leftovers, ensure_ray
+from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers, ensure_ray
+
+COORDINATOR_SUFFIX = "/coordinator"
 
 
-def start_on_ray(plan: Plan, address: Optional[str] = None, **options) -> "FlowHandle":
+def start_on_ray(plan: Plan, address: Optional[str] = None, detached: bool = False, **options) -> "FlowHandle":
     """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
     config = RunConfig.from_options(**options)
+    if detached:
+        if address is None:
+            raise FlowError("a detached flow needs a Ray cluster to outlive this driver: pass address='auto' (the cluster "
+                            "`ray start --head` runs on this machine) or address='HOST:PORT'")
+        ensure_ray(address)
+        return FlowHandle(plan.flow_name, coordinator=start_detached(plan, config))
     started_ray = ensure_ray(address)
     check_no_leftovers(plan.flow_name)
-    return FlowHandle(plan, config, started_ray)
+    handle = FlowHandle(plan.flow_name)
+    handle._run_here(plan, config, started_ray)
+    return handle
+
+
+def attach(name: str, address: Optional[str] = None) -> "FlowHandle":
+    """The handle of the flow named ``name`` running on the cluster (connects to ``address``
+    first if this process is not connected to Ray yet)."""
+    import ray
+
+    if address is not None or not ray.is_initialized():
+        ensure_ray(address or "auto")
+    try:
+        coordinator = ray.get_actor(name + COORDINATOR_SUFFIX, namespace=NAMESPACE)
+    except ValueError:
+        running = ", ".join(f["name"] for f in list_flows()) or "none"
+        raise FlowError(f"no flow named {name!r} runs on this cluster (running: {running})") from None
+    return FlowHandle(name, coordinator=coordinator)
+
+
+def list_flows() -> list:
+    """``describe()`` of every flow on the connected cluster: name, state (starting, running,
+    stopping, finished, failed), detached, started_at, guarantee, parallelism, snapshot_dir..."""
+    import ray
+
+    flows = []
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if a["namespace"] == NAMESPACE and a["name"].endswith(COORDINATOR_SUFFIX):
+            try:
+                coordinator = ray.get_actor(a["name"], namespace=NAMESPACE)
+                flows.append(ray.get(coordinator.describe.remote(), timeout=10))
+            except Exception as exc:  # gone or restarting between the listing and the call
+                flows.append({"name": a["name"][: -len(COORDINATOR_SUFFIX)], "state": f"unreachable ({type(exc).__name__})"})
+    return sorted(flows, key=lambda f: f["name"])
 
 
 class FlowHandle:
-    """A flow running under its coordinator actor; a driver thread waits for the result."""
+    """A flow running under its coordinator actor.
 
-    def __init__(self, plan: Plan, config: RunConfig, started_ray: bool) -> None:
-        self.plan = plan
-        self._started_ray = started_ray
+    Started here (``flow.start()``), a driver thread runs it and restarts a coordinator that
+    dies; detached (``attach()``), the coordinator runs it by itself and Ray restarts it.
+    """
+
+    def __init__(self, name: str, coordinator: Any = None) -> None:
+        self.name = name
+        self._coordinator = coordinator
+        self._has_coordinator = threading.Event()
+        if coordinator is not None:
+            self._has_coordinator.set()
+        self._thread: Optional[threading.Thread] = None
         self._result: Optional[RunResult] = None
         self._error: Optional[BaseException] = None
-        self._coordinator = None
-        self._has_coordinator = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(config,), name=f"driftstream-{plan.flow_name}", daemon=True)
+
+    @property
+    def detached(self) -> bool:
+        return self._thread is None
+
+    def _run_here(self, plan: Plan, config: RunConfig, started_ray: bool) -> None:
+        self._thread = threading.Thread(target=self._run, args=(plan, config, started_ray), name=f"driftstream-{plan.flow_name}", daemon=True)
         self._thread.start()
 
-    def _run(self, config: RunConfig) -> None:
+    def _run(self, plan: Plan, config: RunConfig, started_ray: bool) -> None:
         try:
-            self._result = run_coordinated(self.plan, config, on_coordinator=self._set_coordinator)
+            self._result = run_coordinated(plan, config, on_coordinator=self._set_coordinator)
         except BaseException as exc:  # handed to wait()
             self._error = exc
         finally:
             self._has_coordinator.set()
-            if self._started_ray:
+            if started_ray:
                 import ray
 
                 ray.shutdown()
@@ -55,6 +117,9 @@ class FlowHandle:
         self._coordinator = coordinator
         self._has_coordinator.set()
 
+    def _running_here(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def status(self) -> dict:
         """Watermark, source lag, elements emitted and released, dead letters, records skipped
         (at-most-once), the last snapshot (T, duration) and every recovery (detected at,
@@ -62,6 +127,8 @@ class FlowHandle:
         import ray
 
         self._has_coordinator.wait()
+        if self.detached:
+            return dict({"running": True}, **ray.get(self._coordinator.status.remote(), timeout=60))
         if self._thread.is_alive():
             try:
                 return dict(ray.get(self._coordinator.status.remote(), timeout=30), running=True)
@@ -70,24 +137,51 @@ class FlowHandle:
                     raise
         return {"running": False, "error": None if self._error is None else str(self._error)}
 
-    def stop(self, timeout: Optional[float] = None) -> RunResult:
-        """Take a final snapshot, shut every actor down, and return what the run released."""
+    def describe(self) -> dict:
+        """Name, state, guarantee, parallelism, snapshot dir, when it started (``driftstream list``)."""
         import ray
 
         self._has_coordinator.wait()
-        if self._thread.is_alive():
+        return ray.get(self._coordinator.describe.remote(), timeout=30)
+
+    def stop(self, timeout: Optional[float] = None) -> RunResult:
+        """Take a final snapshot, shut every actor down, and return what the run released.
+        A detached flow's coordinator is removed then, which frees its name for a resume."""
+        import ray
+
+        self._has_coordinator.wait()
+        if self.detached or self._thread.is_alive():
             try:
                 ray.get(self._coordinator.stop.remote(), timeout=30)
             except Exception:
-                if self._thread.is_alive():
+                if self._running_here():
                     raise
-        return self.wait(timeout)
+        try:
+            return self.wait(timeout)
+        finally:
+            if self.detached:
+                remove(self._coordinator, self.name)
 
     def wait(self, timeout: Optional[float] = None) -> RunResult:
         """Wait until the run ends (bounded sources done, or ``stop()``); raise its error if it failed."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"flow {self.plan.flow_name!r} still running after {timeout}s")
+        if self.detached:
+            self._wait_detached(timeout)
+        else:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"flow {self.name!r} still running after {timeout}s")
         if self._error is not None:
             raise self._error
         return self._result
+
+    def _wait_detached(self, timeout: Optional[float]) -> None:
+        import ray
+
+        deadline = None if timeout is None else time.time() + timeout
+        while True:
+            left = 10.0 if deadline is None else max(0.0, min(10.0, deadline - time.time()))
+            done, self._result, self._error = ray.get(self._coordinator.outcome.remote(left))
+            if done:
+                return
+            if deadline is not None and time.time() >= deadline:
+                raise TimeoutError(f"flow {self.name!r} still running after {timeout}s")

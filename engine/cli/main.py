@@ -6,6 +6,8 @@
     driftstream bench wordcount [--rate N] ...
     driftstream bench inverted-index  # driftstream vs Spark Structured Streaming
     driftstream kafka start|stop
+    driftstream start package.module:flow [-p N] [--guarantee G] [--snapshot-dir DIR] [--resume]   # detached, on a cluster
+    driftstream list | status NAME [--watch] | stop NAME
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Callable, Optional
 
 from driftstream.engine.model.errors import FlowError, StepError
 from driftstream.engine.api.flow import Flow
+from driftstream.engine.cli.flows import add_commands
 
 
 def load_flow(spec: str) -> Flow:
@@ -101,6 +104,7 @@ def main(argv: Optional[list] = None) -> int:
     kafka.add_argument("action", choices=["start", "stop"])
     kafka.add_argument("--port", type=int, default=None)
     kafka.set_defaults(fn=_kafka)
+    add_commands(sub, load_flow)
     bench = sub.add_parser("bench", help="benchmarks (driftstream bench wordcount --help)", add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(fn=_plugin)
@@ -120,6 +124,8 @@ def main(argv: Optional[list] = None) -> int:
     except (FlowError, StepError) as exc:
         print(f"driftstream: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

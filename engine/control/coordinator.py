@@ -37,14 +37,33 @@ class CoordinatorActor:
 
     ``config.coordinator_niceness`` lowers this process's CPU priority (see
     :data:`~driftstream.engine.model.config.COORDINATOR_NICENESS`).
+
+    ``detached``: the actor runs the flow by itself (a thread started here) and keeps its
+    outcome until :func:`remove` takes it; no driver waits on ``run()``. Ray restarts it
+    if its process dies (:func:`start_detached`), and the new incarnation resumes from the
+    newest snapshot, as a new coordinator does under :func:`run_coordinated`.
     """
 
-    def __init__(self, plan: Plan, config: RunConfig) -> None:
+    def __init__(self, plan: Plan, config: RunConfig, detached: bool = False) -> None:
         niceness = config.coordinator_niceness
         if niceness and hasattr(os, "nice"):  # an actor has its own worker process: only it is affected
             os.nice(niceness)
+        self.detached = detached
+        self.flow_name = plan.flow_name
+        self.started_at = time.time()
+        self.restarts = 0
+        if detached and ray.get_runtime_context().was_current_actor_reconstructed:
+            # The previous incarnation's actors died with it (Ray ties them to their creator).
+            self.restarts = 1
+            config = config.resumed()
+            check_no_leftovers(plan.flow_name, exclude={coordinator_name(plan)})
+        self.config = config
         self.supervisor = RaySupervisor(plan, config)
         self.launched = threading.Event()
+        self.done = threading.Event()
+        self.outcome_: tuple = (None, None)
+        if detached:
+            threading.Thread(target=self._run_detached, name="driftstream-detached", daemon=True).start()
 
     def run(self, timeout: Optional[float] = None) -> tuple:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
@@ -57,8 +76,38 @@ class CoordinatorActor:
             self.launched.set()
             self.supervisor.shutdown()
 
+    def _run_detached(self) -> None:
+        result, error = self.run(None)
+        if result is not None:
+            result.metrics.recoveries += self.restarts
+        self.outcome_ = (result, error)
+        self.done.set()
+
+    def wait_launched(self, timeout: float) -> Optional[BaseException]:
+        """Block until the run's actors are up (or it failed first); its error, if any."""
+        self.launched.wait(timeout)
+        return self.outcome_[1] if self.done.wait(0.2) else None
+
+    def outcome(self, timeout: float) -> tuple:
+        """``(done, result, error)``, waiting up to ``timeout`` s for the end of a detached run."""
+        done = self.done.wait(timeout)
+        return (done, *self.outcome_)
+
+    def describe(self) -> dict:
+        """What ``driftstream list`` shows; answers at once, also while the run starts."""
+        c = self.config
+        state = ("failed" if self.outcome_[1] is not None else "finished") if self.done.is_set() else (
+            "stopping" if self.supervisor.stop_requested.is_set() else "running" if self.launched.is_set() else "starting")
+        return {"name": self.flow_name, "state": state, "detached": self.detached, "started_at": self.started_at,
+                "guarantee": c.guarantee.value, "snapshot_interval": c.snapshot_interval, "snapshot_dir": self.supervisor.snapshot_dir,
+                "parallelism": self.supervisor.plan.parallelism, "restarts": self.restarts,
+                "error": None if self.outcome_[1] is None else str(self.outcome_[1])}
+
     def status(self) -> dict:
         self.launched.wait()
+        if self.done.is_set():
+            error = self.outcome_[1]
+            return {"running": False, "state": self.describe()["state"], "error": None if error is None else str(error)}
         return dict(self.supervisor.live_status(), coordinator_niceness=os.nice(0) if hasattr(os, "nice") else None)
 
     def stop(self) -> None:
@@ -107,11 +156,45 @@ def run_coordinated(
             config = config.resumed()  # the new coordinator recovers from the newest manifest
             check_no_leftovers(plan.flow_name)  # its actors died with it; wait until their names are free
         finally:
-            try:
-                ray.kill(coordinator, no_restart=True)
-            except Exception:
-                pass
-            _wait_gone(coordinator_name(plan))
+            remove(coordinator, plan.flow_name)
+
+
+def start_detached(plan: Plan, config: RunConfig, launch_timeout: float = 120.0) -> Any:
+    """Start ``plan`` under a detached coordinator and return its handle once the run's
+    actors are up: the run outlives this driver, and ``driftstream status/stop`` (or
+    :func:`~driftstream.engine.api.handle.attach`) reach it by the flow's name.
+
+    It is placed on this driver's node if it can be (the head node, for ``driftstream start``
+    there or a Ray job), elsewhere if that node is lost; Ray restarts it up to 3 times when
+    the run takes snapshots (each restart resumes from the newest one).
+    """
+    from driftstream.engine.model.errors import FlowError
+
+    try:
+        check_no_leftovers(plan.flow_name, grace_s=0)
+    except RuntimeError:
+        raise FlowError(f"a flow named {plan.flow_name!r} is already on this cluster: `driftstream status {plan.flow_name}` "
+                        f"shows it, `driftstream stop {plan.flow_name}` stops it (then start it with --resume to continue)") from None
+    restarts = 3 if config.takes_snapshots else 0
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
+    coordinator = CoordinatorActor.options(
+        name=coordinator_name(plan), namespace=NAMESPACE, lifetime="detached", max_restarts=restarts,
+        max_task_retries=-1 if restarts else 0, scheduling_strategy=here,
+    ).remote(plan, config, detached=True)
+    error = ray.get(coordinator.wait_launched.remote(launch_timeout))
+    if error is not None:
+        remove(coordinator, plan.flow_name)
+        raise error
+    return coordinator
+
+
+def remove(coordinator: Any, flow_name: str) -> None:
+    """End a coordinator actor (detached ones stay until this) and wait until its name is free."""
+    try:
+        ray.kill(coordinator, no_restart=True)
+    except Exception:
+        pass
+    _wait_gone(f"{flow_name}/coordinator")
 
 
 def _wait_gone(name: str, timeout: float = 10.0) -> None:

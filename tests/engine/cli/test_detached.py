@@ -1,0 +1,173 @@
+"""Detached flows on a cluster started with ``ray start --head``, operated from shells that
+come and go: ``driftstream start / list / status / stop``, a stateful actor killed between
+them, ``start --resume``, Ray Jobs, and Ray's token authentication. Output is checked
+record by record: per key, the running sums of a sequential run, each exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+from driftstream.engine.connectors.kafka.io import ensure_topic
+from driftstream.engine.connectors.kafka.sink import read_kafka_sink
+
+from tests.engine.cli import kafka_flow
+from tests.ray_head import RayHead
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[3]
+DRIFTSTREAM = str(Path(sys.executable).with_name("driftstream"))
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture(scope="module")
+def head():
+    with RayHead() as h:
+        yield h
+
+
+class Setup:
+    """A flow's name, topics and the environment its shells run in."""
+
+    def __init__(self, head: RayHead, bootstrap: str, tmp_path: Path) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.name, self.bootstrap = f"ops-{tag}", bootstrap
+        self.topic_in, self.topic_out = f"ops-in-{tag}", f"ops-out-{tag}"
+        self.snapshots = str(tmp_path / "snaps")
+        self.flow_env = {"DS_FLOW": self.name, "DS_BOOTSTRAP": bootstrap, "DS_IN": self.topic_in, "DS_OUT": self.topic_out}
+        self.env = dict(head.env, **self.flow_env)
+        ensure_topic(bootstrap, self.topic_in, 2)
+        ensure_topic(bootstrap, self.topic_out, 2)
+        self.sent: list = []
+
+    def cli(self, *args: str, env: dict = None, timeout: float = 180) -> subprocess.CompletedProcess:
+        """A ``driftstream`` command in a shell of its own, as a user types it."""
+        return subprocess.run([DRIFTSTREAM, *args], env=env or self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+    def start_args(self, *extra: str) -> list:
+        return ["start", "tests.engine.cli.kafka_flow:flow", "-p", "2", "--guarantee", "exactly-once",
+                "--snapshot-interval", "0.3", "--snapshot-dir", self.snapshots, *extra]
+
+    def produce(self, n: int) -> None:
+        """``n`` records over 5 keys; the key picks the partition, so each key keeps its order."""
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap)
+        for _ in range(n):
+            record = {"k": f"k{len(self.sent) % 5}", "v": len(self.sent)}
+            producer.send(self.topic_in, key=record["k"].encode(), value=json.dumps(record).encode())
+            self.sent.append(record)
+        producer.flush()
+        producer.close()
+
+    def output(self) -> list:
+        return [value for _, value in read_kafka_sink(self.bootstrap, self.topic_out)]
+
+    def status(self) -> dict:
+        done = self.cli("status", self.name, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["status"]
+
+    def wait_for(self, what: str, check, timeout: float = 120.0):
+        deadline = time.time() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            assert time.time() < deadline, f"{what} did not happen within {timeout} s"
+            time.sleep(0.5)
+
+    def assert_output_exactly_once(self) -> None:
+        self.wait_for("all the output", lambda: len(self.output()) >= len(self.sent))
+        got: dict = {}
+        for value in self.output():
+            got.setdefault(value["k"], []).append(value["sum"])
+        assert got == kafka_flow.expected(self.sent)  # nothing lost, nothing twice, per-key order kept
+
+
+def stateful_actor(setup: Setup, index: int) -> str:
+    """The Ray name of the actor running instance ``index`` of the ``sums`` step."""
+    os.environ.update(setup.flow_env)
+    try:
+        plan = kafka_flow.flow().plan(2)
+    finally:
+        for k in setup.flow_env:
+            os.environ.pop(k)
+    stage = next(s for s in plan.stages if "sums" in s.steps)
+    return stage.actor_names[index]
+
+
+def test_start_status_kill_stop_resume_from_shells(head, kafka_broker, tmp_path):
+    s = Setup(head, kafka_broker.bootstrap_servers, tmp_path)
+    s.produce(300)
+    started = s.cli(*s.start_args())
+    assert started.returncode == 0, started.stderr
+    assert f"started flow '{s.name}'" in started.stdout  # and the shell that started it is gone
+
+    listed = s.cli("list")
+    assert listed.returncode == 0 and any(line.split()[:2] == [s.name, "running"] for line in listed.stdout.splitlines()), listed.stdout
+    s.wait_for("output and a committed snapshot", lambda: len(s.output()) >= 100 and s.status()["snapshots"] >= 1)
+    view = s.cli("status", s.name, "--interval", "0.5")
+    assert view.returncode == 0 and f"flow {s.name}: running" in view.stdout and "snapshots:" in view.stdout, view.stdout + view.stderr
+
+    # A stateful actor dies, from a shell that is none of the flow's.
+    victim = stateful_actor(s, 0)
+    code = f"import ray; ray.init(); ray.kill(ray.get_actor({victim!r}, namespace='driftstream'), no_restart=True)"
+    killed = subprocess.run([sys.executable, "-c", code], env=s.env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 0, killed.stderr
+    s.produce(300)
+    s.wait_for("a recovery", lambda: len(s.status()["recoveries"]) >= 1)
+
+    stopped = s.cli("stop", s.name)
+    assert stopped.returncode == 0 and f"stopped flow '{s.name}'" in stopped.stdout, stopped.stderr
+    assert s.name not in s.cli("list").stdout  # stop frees the name for the resume
+
+    s.produce(300)  # while nothing runs: the resumed flow reads it from where the final snapshot left off
+    resumed = s.cli(*s.start_args("--resume"))
+    assert resumed.returncode == 0, resumed.stderr
+    s.assert_output_exactly_once()
+    assert s.cli("stop", s.name).returncode == 0
+
+
+def test_started_by_a_ray_job(head, kafka_broker, tmp_path):
+    s = Setup(head, kafka_broker.bootstrap_servers, tmp_path)
+    s.produce(200)
+    # The job's driver runs on the cluster, in the cluster's environment: the flow's settings and
+    # this checkout (where the flow's module is) go with the job's runtime environment.
+    runtime_env = {"env_vars": dict(s.flow_env, PYTHONPATH=str(ROOT))}
+    submitted = subprocess.run(
+        [RAY, "job", "submit", "--address", head.dashboard_url, "--runtime-env-json", json.dumps(runtime_env), "--",
+         DRIFTSTREAM, *s.start_args()],
+        env=s.env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert submitted.returncode == 0 and f"started flow '{s.name}'" in submitted.stdout, submitted.stdout + submitted.stderr
+    s.produce(200)  # the job has ended; the flow goes on
+    s.assert_output_exactly_once()
+    assert s.cli("stop", s.name).returncode == 0
+
+
+def test_a_driver_without_the_clusters_token_is_told_what_to_export(head, tmp_path):
+    env = {k: v for k, v in head.env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token
+    done = subprocess.run([DRIFTSTREAM, "list", "--address", head.address], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2
+    assert "export RAY_AUTH_MODE=token" in done.stderr and "ray get-auth-token" in done.stderr, done.stderr
+    # With the token at hand the same command connects (token mode turned on by itself).
+    assert subprocess.run([DRIFTSTREAM, "list", "--address", head.address], env=dict(env, HOME=os.path.expanduser("~")),
+                          capture_output=True, text=True, timeout=180).returncode == 0
+
+
+def test_no_cluster_fails_at_once_with_what_to_do(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path))
+    env.pop("RAY_ADDRESS", None)
+    t0 = time.time()
+    done = subprocess.run([DRIFTSTREAM, "list", "--address", "127.0.0.1:1"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "ray start --head" in done.stderr, done.stderr
+    assert time.time() - t0 < 60
