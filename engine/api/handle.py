@@ -33,7 +33,9 @@ def start_on_ray(plan: Plan, address: Optional[str] = None, detached: bool = Fal
     """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
     config = RunConfig.from_options(**options)
     if detached:
-        if address is None:
+        import ray
+
+        if address is None and not ray.is_initialized():
             raise FlowError("a detached flow needs a Ray cluster to outlive this driver: pass address='auto' (the cluster "
                             "`ray start --head` runs on this machine) or address='HOST:PORT'")
         ensure_ray(address)

@@ -83,3 +83,25 @@ def test_start_status_stop_then_resume(ray_session, tmp_path):
     resumed.wait(timeout=120)
     build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
     assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")
+
+
+def test_detached_flow_survives_its_coordinator_process(ray_session, tmp_path):
+    """A detached flow's coordinator dies (its process killed): Ray restarts it, the new
+    incarnation resumes from the newest snapshot, and the output is a failure-free run's."""
+    from driftstream.engine import attach, list_flows
+
+    out, snaps = tmp_path / "out", tmp_path / "snaps"
+    handle = build(str(out)).start(parallelism=2, detached=True, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps))
+    assert [f["state"] for f in list_flows() if f["name"] == "resume"] == ["running"]
+    deadline = time.time() + 120
+    while not (handle.status().get("snapshots", 0) >= 1 and len(read_file_sink(out, "out")) > N // 4):
+        assert time.time() < deadline, f"no snapshot and output within 120 s: {handle.status()}"
+        time.sleep(0.05)
+    ray.kill(ray.get_actor("resume/coordinator", namespace="driftstream"), no_restart=False)
+    result = attach("resume").wait(timeout=120)
+    assert result.metrics.recoveries == 1
+    assert attach("resume").describe()["restarts"] == 1
+    handle.stop(timeout=60)  # removes the finished flow: its name is free again
+    assert "resume" not in [f["name"] for f in list_flows()]
+    build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
+    assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")
