@@ -44,6 +44,7 @@ def start_on_ray(plan: Plan, address: Optional[str] = None, detached: bool = Fal
     check_no_leftovers(plan.flow_name)
     handle = FlowHandle(plan.flow_name)
     handle._run_here(plan, config, started_ray)
+    handle._has_coordinator.wait()  # from here on, attach() finds it by name
     return handle
 
 
@@ -59,7 +60,9 @@ def attach(name: str, address: Optional[str] = None) -> "FlowHandle":
     except ValueError:
         running = ", ".join(f["name"] for f in list_flows()) or "none"
         raise FlowError(f"no flow named {name!r} runs on this cluster (running: {running})") from None
-    return FlowHandle(name, coordinator=coordinator)
+    handle = FlowHandle(name, coordinator=coordinator)
+    handle._owner_elsewhere = not handle.describe()["detached"]
+    return handle
 
 
 def list_flows() -> list:
@@ -94,6 +97,9 @@ class FlowHandle:
         self._thread: Optional[threading.Thread] = None
         self._result: Optional[RunResult] = None
         self._error: Optional[BaseException] = None
+        # Attached to a flow a driver runs (flow.start() elsewhere): that driver removes its
+        # coordinator when the run ends, and restarts one that dies.
+        self._owner_elsewhere = False
 
     @property
     def detached(self) -> bool:
@@ -161,7 +167,7 @@ class FlowHandle:
         try:
             return self.wait(timeout)
         finally:
-            if self.detached:
+            if self.detached and not self._owner_elsewhere:
                 remove(self._coordinator, self.name)
 
     def wait(self, timeout: Optional[float] = None) -> RunResult:
@@ -182,7 +188,12 @@ class FlowHandle:
         deadline = None if timeout is None else time.time() + timeout
         while True:
             left = 10.0 if deadline is None else max(0.0, min(10.0, deadline - time.time()))
-            done, self._result, self._error = ray.get(self._coordinator.outcome.remote(left))
+            try:
+                done, self._result, self._error = ray.get(self._coordinator.outcome.remote(left))
+            except ray.exceptions.RayActorError:
+                if not self._owner_elsewhere:
+                    raise
+                return  # its driver has taken the result and removed the coordinator
             if done:
                 return
             if deadline is not None and time.time() >= deadline:

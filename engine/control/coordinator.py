@@ -69,19 +69,20 @@ class CoordinatorActor:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
         with its fields), not wrapped in Ray's task error."""
         try:
-            return self.supervisor.run(timeout, on_launched=self.launched.set), None
+            outcome = self.supervisor.run(timeout, on_launched=self.launched.set), None
         except Exception as exc:
-            return None, exc
+            outcome = None, exc
         finally:
             self.launched.set()
             self.supervisor.shutdown()
+        if outcome[0] is not None:
+            outcome[0].metrics.recoveries += self.restarts
+        self.outcome_ = outcome
+        self.done.set()
+        return outcome
 
     def _run_detached(self) -> None:
-        result, error = self.run(None)
-        if result is not None:
-            result.metrics.recoveries += self.restarts
-        self.outcome_ = (result, error)
-        self.done.set()
+        self.run(None)
 
     def wait_launched(self, timeout: float) -> Optional[BaseException]:
         """Block until the run's actors are up (or it failed first); its error, if any."""

@@ -105,3 +105,22 @@ def test_detached_flow_survives_its_coordinator_process(ray_session, tmp_path):
     assert "resume" not in [f["name"] for f in list_flows()]
     build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
     assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")
+
+
+def test_attach_to_a_flow_a_driver_runs(ray_session, tmp_path):
+    """attach() reaches a flow that flow.start() runs elsewhere: its status, and a stop that
+    the starting driver sees as the run's end (it keeps removing its own coordinator)."""
+    from driftstream.engine import attach, list_flows
+
+    out = tmp_path / "out"
+    handle = build(str(out)).start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+    other = attach("resume")
+    assert other.describe()["detached"] is False
+    deadline = time.time() + 120
+    while not other.status().get("released"):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    other.stop(timeout=60)
+    result = handle.wait(timeout=60)
+    assert 0 < result.metrics.elements["numbers"] < N  # stopped mid-stream, through the attached handle
+    assert "resume" not in [f["name"] for f in list_flows()]
