@@ -18,6 +18,7 @@ from kafka import KafkaProducer
 
 from driftstream.engine.connectors.kafka.io import ensure_topic
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
+from driftstream.snapshots.store import SnapshotStore
 
 from tests.engine.cli import kafka_flow
 from tests.ray_head import RayHead
@@ -113,7 +114,7 @@ def test_start_status_kill_stop_resume_from_shells(head, kafka_broker, tmp_path)
 
     listed = s.cli("list")
     assert listed.returncode == 0 and any(line.split()[:2] == [s.name, "running"] for line in listed.stdout.splitlines()), listed.stdout
-    s.wait_for("output and a committed snapshot", lambda: len(s.output()) >= 100 and s.status()["snapshots"] >= 1)
+    s.wait_for("output and a committed snapshot", lambda: len(s.output()) >= 100 and SnapshotStore(s.snapshots).read_latest_manifest())
     view = s.cli("status", s.name, "--interval", "0.5")
     assert view.returncode == 0 and f"flow {s.name}: running" in view.stdout and "snapshots:" in view.stdout, view.stdout + view.stderr
 
