@@ -153,6 +153,12 @@ class TlsProxy:
         self._loop.set_exception_handler(lambda loop, context: None)
         self._started.set()
         self._loop.run_forever()
+        # Stopped by close(): end the connections' copies while the loop can still run them.
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
