@@ -39,6 +39,7 @@ import kafka.errors as kafka_errors
 from kafka import KafkaProducer, TopicPartition
 
 from driftstream.engine.model.errors import FlowError, short_repr
+from driftstream.engine.connectors.kafka.group_commit import GroupCommitter
 from driftstream.engine.connectors.kafka.io import consumer, partition_count, read_partition, true_end
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
@@ -87,6 +88,8 @@ class KafkaSource(Source):
     no leader) are retried before the run fails with the error.
     ``security`` (or kafka-python's security settings as keyword arguments): TLS and SASL,
     see :class:`.KafkaSecurity`.
+    ``commit_group``: a consumer group to which each committed snapshot's offsets are
+    committed, for lag monitors (:mod:`.group_commit`); the flow never reads them back.
     """
 
     def __init__(
@@ -101,9 +104,11 @@ class KafkaSource(Source):
         gap_wait_s: float = GAP_WAIT_S,
         broker_timeout_s: float = 30.0,
         security: Optional[KafkaSecurity] = None,
+        commit_group: Optional[str] = None,
         **security_settings: Any,
     ) -> None:
         self.security = security_of(security, security_settings)
+        self.commit_group = commit_group
         if value_format == "json":
             self.decode: Optional[Callable[[bytes], Any]] = _json
         elif value_format == "bytes":
@@ -133,6 +138,11 @@ class KafkaSource(Source):
 
     def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
         return KafkaPartitionReader(self, partition, source_id, start)
+
+    def commit_hook(self) -> Optional[GroupCommitter]:
+        if self.commit_group is None:
+            return None
+        return GroupCommitter(self.bootstrap_servers, self.topic, self.commit_group, self.security)
 
     def __repr__(self) -> str:
         return f"KafkaSource({self.topic!r}, {self.bootstrap_servers!r}, security={self.security!r})"
