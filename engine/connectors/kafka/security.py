@@ -188,7 +188,7 @@ class KafkaSecurity:
                 raise kafka_errors.SaslAuthenticationFailedError(f"{who} failed: the broker closed the connection (credentials refused)") from None
             if answer.error_code:
                 error = kafka_errors.for_code(answer.error_code)
-                raise kafka_errors.SaslAuthenticationFailedError(f"{who} failed: {error.__name__}: {answer.error_message or 'no reason given'}")
+                raise kafka_errors.SaslAuthenticationFailedError(f"{who} failed: {answer.error_message or error.__name__}")
             token = bytes(answer.auth_bytes)
             if token.startswith(b"e="):  # SCRAM's server-final error (RFC 5802): e.g. unknown-user, invalid-proof
                 raise kafka_errors.SaslAuthenticationFailedError(f"{who} failed: {token[2:].decode('utf-8', 'replace')}")

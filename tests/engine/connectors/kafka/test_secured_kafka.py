@@ -1,8 +1,13 @@
-"""The Kafka connectors against secured brokers, for real: a flow over TLS (a TLS listener in
-front of Tansu: Tansu 0.6.0's own TLS cannot be switched on, its ``--cert`` and ``--key``
-exclude each other) with a stateful actor killed, and Tansu requiring SASL authentication
-(where no client can succeed: Tansu 0.6.0 offers SCRAM only, with users it creates only for
-an authenticated client), whose refusal must come at once, clearly, without the password."""
+"""The Kafka connectors against secured brokers, for real.
+
+Tansu 0.6.0 cannot be the TLS or SASL end itself: its ``--cert`` and ``--key`` exclude each
+other (no TLS), and with ``--authentication`` it offers SCRAM only, with users it creates only
+for an already authenticated client, so on its in-memory storage no client gets in. So TLS
+and SCRAM are done by a listener in front of a plain Tansu (``SecuredProxy``, which Tansu
+advertises): a flow over SASL_SSL with a stateful actor killed, exactly once; a flow over
+SSL; refusals (plaintext against TLS, a foreign CA, a wrong password) at once and clearly,
+without the password; SASL sessions renewed before they run out. Tansu's own
+``--authentication`` runs the SCRAM exchange and refuses: that refusal is tested too."""
 
 from __future__ import annotations
 
@@ -22,9 +27,10 @@ from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, read_
 from driftstream.engine.connectors.kafka.security import KafkaSecurity
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.connectors.kafka.source import TICK_HEADER, KafkaSource
+from driftstream.engine.connectors.kafka.wire import TopicFetcher
 from driftstream.engine.connectors.local_kafka import free_port, start_local_kafka
 from driftstream.engine.testing import MemorySink
-from tests.engine.connectors.kafka.broker_proxy import TlsProxy
+from tests.engine.connectors.kafka.broker_proxy import SecuredProxy
 from tests.engine.connectors.kafka.test_kafka import expected_sums, running_sum
 
 pytestmark = pytest.mark.ray
@@ -83,17 +89,39 @@ def certs(tmp_path_factory):
     return _write_certs(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.fixture(scope="module")
-def tls_broker(certs):
-    """``(bootstrap servers, security)`` of Tansu behind a TLS listener, which it advertises."""
+def _secured_broker(certs, **proxy_settings):
+    """A plain Tansu behind a SecuredProxy (TLS with the test's server certificate), which it
+    advertises: ``(broker, proxy)``."""
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(certs["server_cert"], certs["server_key"])
     port = free_port()
     broker = start_local_kafka(advertised_port=port)
-    proxy = TlsProxy(broker.port, server, port=port)
-    security = KafkaSecurity(security_protocol="SSL", ssl_cafile=certs["ca"], ssl_certfile=certs["client_cert"],
-                             ssl_keyfile=certs["client_key"], ssl_password=KEY_PASSWORD)
-    yield f"127.0.0.1:{port}", security
+    return broker, SecuredProxy(broker.port, server, port=port, **proxy_settings)
+
+
+def _security(certs, **settings) -> KafkaSecurity:
+    """TLS trusting the test's CA, with the client certificate (its key encrypted)."""
+    return KafkaSecurity(ssl_cafile=certs["ca"], ssl_certfile=certs["client_cert"], ssl_keyfile=certs["client_key"],
+                         ssl_password=KEY_PASSWORD, **settings)
+
+
+@pytest.fixture(scope="module")
+def tls_broker(certs):
+    """``(bootstrap servers, security)`` of Tansu behind a TLS listener."""
+    broker, proxy = _secured_broker(certs)
+    yield f"127.0.0.1:{proxy.port}", _security(certs, security_protocol="SSL")
+    proxy.close()
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def sasl_broker(certs):
+    """``(bootstrap servers, security, proxy)`` of Tansu behind a TLS listener that requires
+    SCRAM-SHA-512 authentication as alice."""
+    broker, proxy = _secured_broker(certs, scram_users={"alice": SASL_PASSWORD})
+    security = _security(certs, security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
+                         sasl_plain_password=SASL_PASSWORD)
+    yield f"127.0.0.1:{proxy.port}", security, proxy
     proxy.close()
     broker.stop()
 
@@ -146,12 +174,13 @@ def _wait(what, deadline: float, status=None):
         time.sleep(0.05)
 
 
-def test_a_flow_over_tls_is_exactly_once_with_a_stateful_actor_killed(ray_session, tls_broker, tmp_path, caplog):
-    """Input, output, ticks, metadata: every byte goes through the TLS listener (Tansu
-    advertises only it). Half the input is there before the kill, half comes after it."""
+def test_a_flow_over_sasl_ssl_is_exactly_once_with_a_stateful_actor_killed(ray_session, sasl_broker, tmp_path, caplog):
+    """Input, output, ticks, metadata: every byte goes through the TLS listener, on
+    connections authenticated with SCRAM (Tansu advertises only the listener). Half the
+    input is there before the kill, half comes after it."""
     import ray
 
-    bs, security = tls_broker
+    bs, security, proxy = sasl_broker
     tag = uuid.uuid4().hex[:8]
     src, dst, name = f"tls-in-{tag}", f"tls-out-{tag}", f"tls-{tag}"
     ensure_topic(bs, src, 2, security)
@@ -181,8 +210,59 @@ def test_a_flow_over_tls_is_exactly_once_with_a_stateful_actor_killed(ray_sessio
     assert [v for _, v in out] == expected_sums(timed)  # each once, in time order, after the kill
     assert [tuple(m)[:4] for m, _ in out] == sorted(t for t, _ in timed)
     assert status["recoveries"]
-    assert KEY_PASSWORD not in json.dumps(status, default=str)
-    assert KEY_PASSWORD not in caplog.text  # kafka-python logs its configuration at DEBUG
+    assert proxy.authentications > 10 and proxy.refused == 0  # the fetchers, writers, kafka-python's clients
+    for secret in (KEY_PASSWORD, SASL_PASSWORD):
+        assert secret not in json.dumps(status, default=str)
+        assert secret not in caplog.text  # kafka-python logs its configuration at DEBUG
+
+
+def test_a_flow_over_tls_reads_and_writes(tls_broker):
+    bs, security = tls_broker
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"ssl-in-{tag}", f"ssl-out-{tag}"
+    ensure_topic(bs, src, 2, security)
+    docs = [{"k": "ab"[i % 2], "v": i} for i in range(100)]
+    _produce(bs, security, src, docs)
+    flow = Flow("ssl")
+    flow.source(KafkaSource(src, bs, bounded=True, security=security)).map(lambda d: d["v"] * 2).sink(KafkaSink(dst, bs, security=security))
+    flow.run(runtime="simulator", parallelism=2)
+    out = _whole(lambda: read_kafka_sink(bs, dst, security=security), len(docs), time.time() + 30)
+    assert sorted(v for _, v in out) == [2 * i for i in range(100)]
+
+
+def test_a_wrong_password_fails_at_once_naming_broker_and_user(sasl_broker):
+    bs, security, proxy = sasl_broker
+    wrong = "wrong-" + uuid.uuid4().hex[:6]
+    settings = {**security.client_settings(), "sasl_plain_password": wrong}
+    began, refused_before = time.monotonic(), proxy.refused
+    with pytest.raises(SaslAuthenticationFailedError) as refused:
+        KafkaSource("anything", bs, **settings).partitions()
+    assert time.monotonic() - began < 10 and proxy.refused == refused_before + 1
+    assert str(refused.value).endswith(f"Kafka broker {bs}: SASL SCRAM-SHA-512 as 'alice' failed: "
+                                       "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")
+    assert wrong not in repr(refused.value) and SASL_PASSWORD not in repr(refused.value)
+
+
+def test_a_sasl_session_is_renewed_before_the_broker_ends_it(certs):
+    """The listener cuts each connection when its session (1 s) ends: a fetcher that did not
+    open a new, authenticated connection before then would lose its connection each second."""
+    broker, proxy = _secured_broker(certs, scram_users={"alice": SASL_PASSWORD}, session_lifetime_ms=1000)
+    bs = f"127.0.0.1:{proxy.port}"
+    security = _security(certs, security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+                         sasl_plain_password=SASL_PASSWORD)
+    try:
+        ensure_topic(bs, "renewed", 1, security)
+        fetcher = TopicFetcher(bs, "renewed", [0], security=security, max_wait_ms=50)
+        before = proxy.authentications
+        ends = time.monotonic() + 2.6
+        while time.monotonic() < ends:
+            fetcher.fetch({0: 0})
+        fetcher.close()
+        assert proxy.authentications - before >= 4  # opened, then renewed at 0.8, 1.6 and 2.4 s
+        assert proxy.cut == 0
+    finally:
+        proxy.close()
+        broker.stop()
 
 
 def test_a_plaintext_client_against_the_tls_listener_fails_at_once_and_says_why(tls_broker):
