@@ -51,6 +51,11 @@ SESSION_RENEW_AT = 0.8
 REFUSED = (kafka_errors.SaslAuthenticationFailedError, kafka_errors.UnsupportedSaslMechanismError, ssl.SSLCertVerificationError)
 
 
+class TlsHandshakeTimeout(TimeoutError):
+    """The broker accepted the connection but did not answer the TLS handshake in time: a
+    plaintext listener waits for the rest of what it takes for a (very large) request."""
+
+
 class Secret(str):
     """A password: a ``str`` for the libraries that use it, ``'***'`` wherever it is shown
     (``repr()``, so also in kafka-python's debug log of its configuration, and ``str()`` in messages).
@@ -156,7 +161,12 @@ class KafkaSecurity:
 
     def wrap(self, sock: socket.socket, host: str) -> socket.socket:
         """``sock`` (connected to ``host``) as TLS if the protocol says so, else itself."""
-        return self.ssl_context().wrap_socket(sock, server_hostname=host) if self.tls else sock
+        if not self.tls:
+            return sock
+        try:
+            return self.ssl_context().wrap_socket(sock, server_hostname=host)
+        except socket.timeout:
+            raise TlsHandshakeTimeout(f"{host}: no answer to the TLS handshake") from None
 
     def authenticate(self, conn: Any, broker: str) -> Optional[float]:
         """SaslHandshake, then SaslAuthenticate until kafka-python's mechanism is done, on

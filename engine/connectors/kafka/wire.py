@@ -40,7 +40,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity
+from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, TlsHandshakeTimeout
 
 #: Highest request versions used (those whose fields this module fills in).
 FETCH_VERSION, PRODUCE_VERSION = 12, 9
@@ -170,9 +170,10 @@ CHECK_TIMEOUT_S = 5.0
 def check_broker(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, timeout_s: float = CHECK_TIMEOUT_S) -> None:
     """Raise a clear error, within about ``timeout_s``, if the first bootstrap server that
     answers does not take ``security``: a TLS handshake that fails (not a TLS listener, a
-    certificate that does not verify), refused SASL credentials or mechanism, or a broker
-    that hangs up on a plaintext request (a TLS listener, most likely). A broker that does
-    not answer at all is no security matter: nothing is raised, the caller's own retries
+    certificate that does not verify) or that gets no answer (a plaintext listener, most
+    likely), refused SASL credentials or mechanism, or a broker that hangs up on a plaintext
+    request (a TLS listener, most likely). A broker that cannot be reached or does not answer
+    a plaintext request is no security matter: nothing is raised, the caller's own retries
     deal with it. kafka-python's clients, on these errors, retry until their bootstrap
     timeout (30 s) and then say only that they could not bootstrap.
     """
@@ -186,6 +187,10 @@ def check_broker(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, ti
             raise kafka_errors.KafkaConnectionError(
                 f"TLS with Kafka broker {server} failed ({exc.reason or exc}): check ssl_cafile and ssl_check_hostname, "
                 f"and that {server} is a TLS listener") from None
+        except TlsHandshakeTimeout:
+            raise kafka_errors.KafkaConnectionError(
+                f"Kafka broker {server} accepted the connection but did not answer the TLS handshake within {timeout_s:g} s: "
+                "a plaintext listener needs security_protocol 'PLAINTEXT' or 'SASL_PLAINTEXT'") from None
         except (socket.timeout, OSError):
             continue  # not reachable (or not answering a TLS handshake): not a security matter
         try:

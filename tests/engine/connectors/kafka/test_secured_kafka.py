@@ -277,6 +277,14 @@ def test_a_plaintext_client_against_the_tls_listener_fails_at_once_and_says_why(
     assert time.monotonic() - began < 10  # kafka-python alone retries for 30 s, then cannot say why
 
 
+def test_a_tls_client_against_a_plaintext_listener_is_told_so(kafka_broker, certs):
+    """Tansu takes the TLS hello for the start of a huge request and waits for the rest."""
+    began = time.monotonic()
+    with pytest.raises(KafkaConnectionError, match="did not answer the TLS handshake within 5 s: a plaintext listener needs"):
+        KafkaSink("anything", kafka_broker.bootstrap_servers, security_protocol="SSL", ssl_cafile=certs["ca"]).open(0, 1)
+    assert time.monotonic() - began < 10
+
+
 def test_a_broker_certificate_from_another_ca_is_refused_at_once(tls_broker, certs):
     bs, _ = tls_broker
     began = time.monotonic()
