@@ -152,14 +152,14 @@ class Flow:
         from driftstream.engine.connectors.kafka.sink import KafkaSink
         from driftstream.engine.connectors.kafka.source import KafkaSource
 
-        topics = {(s.source.dlq_topic, s.source.bootstrap_servers) for s in self.steps if isinstance(s.source, KafkaSource)}
+        topics = {(s.source.dlq_topic, s.source.bootstrap_servers, s.source.security) for s in self.steps if isinstance(s.source, KafkaSource)}
         if len(topics) != 1:
             step = self.steps[diverted[0].inputs[0]].name
             raise FlowError(f"step {step!r} sends its failures to dead letters, but flow {self.name!r} has no dead-letter sink "
                             f"({'several Kafka sources' if topics else 'no Kafka source'}): call flow.dead_letters(sink) "
                             "(e.g. FileSink('dlq') or KafkaSink('events.dlq', servers))")
-        topic, servers = topics.pop()
-        return KafkaSink(topic, servers, name="dead_letters")
+        topic, servers, security = topics.pop()
+        return KafkaSink(topic, servers, name="dead_letters", security=security)
 
     # -- running --------------------------------------------------------------------
 

@@ -71,14 +71,18 @@ class LocalKafka:
 
 
 def start_local_kafka(port: Optional[int] = None, log_path: Optional[str] = None, timeout: float = 20.0,
-                      advertised_port: Optional[int] = None) -> LocalKafka:
+                      advertised_port: Optional[int] = None, authentication: bool = False) -> LocalKafka:
     """Start Tansu on a free loopback port and wait until it accepts connections.
-    ``advertised_port``: the port clients are told to use (a proxy's), if not its own."""
+    ``advertised_port``: the port clients are told to use (a proxy's), if not its own.
+    ``authentication``: clients must authenticate (SASL SCRAM). Tansu 0.6.0 keeps users in
+    its storage and creates them only for an authenticated client, so on its in-memory
+    storage no client can: useful to test how refused credentials are reported."""
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(
-        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", f"tcp://127.0.0.1:{advertised_port or port}"],
+        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", f"tcp://127.0.0.1:{advertised_port or port}"]
+        + (["--authentication"] if authentication else []),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # not killed by a Ctrl-C meant for the driver

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Optional
+from typing import Optional, Protocol
 
 from driftstream.ordering.meta import BOTTOM, TOP, Time
 
@@ -71,6 +71,21 @@ class SourcePartition(ABC):
         """Release resources."""
 
 
+class CommitHook(Protocol):
+    """Told, on the driver, the positions each committed snapshot holds for a source's
+    partitions (e.g. :class:`~driftstream.engine.connectors.kafka.group_commit.GroupCommitter`).
+    ``submit`` must return at once: the supervisor calls it in its loop."""
+
+    def submit(self, offsets: dict) -> None:
+        """``{partition: next offset}`` of the snapshot just committed."""
+
+    def status(self) -> dict:
+        """What ``status()`` shows of it."""
+
+    def close(self, timeout_s: float) -> None:
+        """Finish what is pending within ``timeout_s``, then stop."""
+
+
 class Source(ABC):
     """A named input of a flow. ``bounded`` sources end; unbounded ones run until stopped."""
 
@@ -87,6 +102,11 @@ class Source(ABC):
         ``start``: a :meth:`SourcePartition.position` saved by a snapshot; the partition
         then re-emits exactly the elements from there on, with the same times.
         """
+
+    def commit_hook(self) -> Optional[CommitHook]:
+        """What to tell each committed snapshot's positions of this source, on the driver
+        (Kafka: a consumer group to commit them to); None (default): nothing."""
+        return None
 
 
 class SourceReader:

@@ -37,7 +37,7 @@ from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, manifest_of
-from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult, add_cache_stats, merge_instances, sum_per_step
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
@@ -65,6 +65,9 @@ STANDBY_REPLENISH_DELAY_S = 2.0
 #: another: Ray frees it at once for a killed actor, only after a health check (~14 s) for
 #: one on a node that vanished.
 NAME_WAIT_S = 1.0
+
+#: Seconds a source's commit hook (a Kafka consumer group commit) may take to finish at shutdown.
+COMMIT_HOOK_CLOSE_S = 5.0
 
 
 class Hung(Exception):
@@ -160,6 +163,13 @@ class RaySupervisor:
         #: for the next launch: actor name -> the name its new actor takes (the name still held)
         self.renamed: dict = {}
         self._renames = 0
+        #: source stage -> what its source wants told of each committed snapshot (a Kafka consumer group)
+        self.commit_hooks: dict = {}
+        if self.store is not None:
+            for stage in plan.stages:
+                hook = plan.steps[stage.source_id].source.commit_hook() if stage.source_id >= 0 else None
+                if hook is not None:
+                    self.commit_hooks[stage.index] = hook
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -472,6 +482,8 @@ class RaySupervisor:
             raise Hung({self.plan.actor_name(i) for i in exc.instances}) from None
         self._inject("before_commit")
         self.store.write_manifest(sid, manifest.to_json())
+        for stage, hook in self.commit_hooks.items():
+            hook.submit(manifest.offsets(Instance(stage, i) for i in range(self.plan.stages[stage].parallelism)))
         record = SnapshotRecord(sid, t, took_s, started, time.time())
         self.status.snapshots.append(record)
         self.status.committed += 1
@@ -629,6 +641,7 @@ class RaySupervisor:
                 {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id}
                 for r in self.status.recoveries
             ],
+            "commit_groups": {self.plan.stages[stage].name: hook.status() for stage, hook in self.commit_hooks.items()},
         }
 
     @staticmethod
@@ -648,6 +661,8 @@ class RaySupervisor:
         if self.inbox is not None:
             self.inbox.close()
             self.inbox = None
+        for hook in self.commit_hooks.values():
+            hook.close(timeout_s=COMMIT_HOOK_CLOSE_S)
 
 
 def _sum_known(values) -> Optional[int]:

@@ -72,6 +72,11 @@ class Manifest:
         """What ``instance`` restores from (an empty part if it had nothing to record)."""
         return self.parts.get(instance.label, SnapshotPart())
 
+    def offsets(self, instances: Iterable[Instance]) -> dict:
+        """``{partition: offset}`` where a replay of the partitions these (source) instances
+        read starts: the next record to read of each."""
+        return {p: pos[0] for i in instances for p, pos in (self.part(i).positions() or {}).items()}
+
     def to_json(self) -> dict:
         return {
             "snapshot_id": self.snapshot_id,

@@ -4,6 +4,8 @@ kafka-python is 3.x. Brokers differ in how exactly they report a partition's end
 offset (Tansu reports the base offset of the last batch + 1), so "the end" is
 found by reading from just before the reported end until nothing more comes:
 one record on Apache Kafka, at most one batch on Tansu.
+
+Every helper that opens a client takes the connector's :class:`.KafkaSecurity`.
 """
 
 from __future__ import annotations
@@ -15,21 +17,23 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from driftstream.engine.connectors.kafka.security import PLAINTEXT, KafkaSecurity
 
-def consumer(bootstrap_servers: str, **kw) -> KafkaConsumer:
+
+def consumer(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, **kw) -> KafkaConsumer:
     """A consumer with no group and no auto-commit: driftstream tracks offsets itself."""
     return KafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        group_id=None,
-        **kw,
+        **{"group_id": None, **kw},
+        **security.client_settings(),
     )
 
 
-def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> int:
+def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, security: KafkaSecurity = PLAINTEXT) -> int:
     """Create ``topic`` with ``partitions`` partitions unless it exists; returns its partition count."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security.client_settings())
     try:
         if topic not in admin.list_topics():
             try:
@@ -38,12 +42,12 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> int:
                 pass
     finally:
         admin.close()
-    return partition_count(bootstrap_servers, topic)
+    return partition_count(bootstrap_servers, topic, security=security)
 
 
-def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0) -> int:
+def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0, security: KafkaSecurity = PLAINTEXT) -> int:
     """Number of partitions of ``topic`` (0 if it does not exist)."""
-    c = consumer(bootstrap_servers)
+    c = consumer(bootstrap_servers, security)
     try:
         deadline = time.time() + timeout
         while True:

@@ -7,6 +7,9 @@ everything at or before it, and a bundle that was only partly written is still
 exact.
 
 >>> flow.source(src).map(f).sink(KafkaSink("out", "127.0.0.1:9092"))   # doctest: +SKIP
+
+A secured broker: ``security=KafkaSecurity(...)`` or kafka-python's settings as keyword
+arguments, as for :class:`.KafkaSource`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from driftstream.ordering.meta import Meta, meta_from_json
 from driftstream.engine.model.errors import short_repr
 from driftstream.barriers.json_payloads import json_default
 from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, last_record, read_partition
-from driftstream.engine.connectors.kafka.wire import PartitionWriter
+from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, security_of
+from driftstream.engine.connectors.kafka.wire import PartitionWriter, check_broker
 
 log = logging.getLogger(__name__)
 
@@ -54,25 +58,31 @@ class KafkaSink(Sink):
     ``encode``: payload -> bytes (default: compact JSON). ``retry_s``: how long a write the
     broker fails (unreachable, no leader) is retried, with backoff, before the run fails
     with the error; a retry first reads the partition's last message back and writes only
-    what did not land, so nothing is written twice.
+    what did not land, so nothing is written twice. ``security`` (or kafka-python's security
+    settings as keyword arguments): TLS and SASL, see :class:`.KafkaSecurity`.
     """
 
     def __init__(self, topic: str, bootstrap_servers: str, name: Optional[str] = None, encode: Callable[[Any], bytes] = _json_bytes,
-                 retry_s: float = 60.0) -> None:
+                 retry_s: float = 60.0, security: Optional[KafkaSecurity] = None, **security_settings: Any) -> None:
         super().__init__(name or topic.replace("/", "_"))
+        self.security = security_of(security, security_settings)
         self.topic = topic
         self.bootstrap_servers = bootstrap_servers
         self.encode = encode
         self.retry_s = retry_s
 
     def open(self, partition: int, partitions: int) -> SinkPartition:
-        have = ensure_topic(self.bootstrap_servers, self.topic, partitions)
+        check_broker(self.bootstrap_servers, self.security)
+        have = ensure_topic(self.bootstrap_servers, self.topic, partitions, self.security)
         if have < partitions:
             raise ValueError(
                 f"sink topic {self.topic!r} has {have} partitions but the flow writes {partitions}: "
                 "create it with at least as many partitions as the sink's parallelism"
             )
         return _KafkaSinkPartition(self, partition)
+
+    def __repr__(self) -> str:
+        return f"KafkaSink({self.topic!r}, {self.bootstrap_servers!r}, security={self.security!r})"
 
 
 class _KafkaSinkPartition(SinkPartition):
@@ -89,7 +99,8 @@ class _KafkaSinkPartition(SinkPartition):
     def __init__(self, sink: KafkaSink, partition: int) -> None:
         self.sink = sink
         self.partition = partition
-        self.writer = PartitionWriter(sink.bootstrap_servers, sink.topic, partition, client_id=f"driftstream-sink-{sink.name}-{partition}")
+        self.writer = PartitionWriter(sink.bootstrap_servers, sink.topic, partition, client_id=f"driftstream-sink-{sink.name}-{partition}",
+                                      security=sink.security)
 
     def write(self, bundle: Bundle) -> None:
         records = list(self._records(bundle))  # an element that cannot be encoded fails at once
@@ -105,6 +116,8 @@ class _KafkaSinkPartition(SinkPartition):
                 if records:
                     self.writer.write(records)
                 return
+            except REFUSED:
+                raise  # refused credentials or certificate: no retry fixes them
             except (kafka_errors.KafkaError, OSError) as exc:
                 landed_unknown = True
                 if time.monotonic() + pause > deadline:
@@ -125,7 +138,7 @@ class _KafkaSinkPartition(SinkPartition):
             yield value, [(META_HEADER, _json_bytes(Meta._make(meta).to_json()))]
 
     def t_last(self) -> Optional[Meta]:
-        c = consumer(self.sink.bootstrap_servers)
+        c = consumer(self.sink.bootstrap_servers, self.sink.security)
         try:
             rec = last_record(c, TopicPartition(self.sink.topic, self.partition))
         finally:
@@ -144,14 +157,14 @@ def meta_of(rec: Any) -> Optional[Meta]:
     return None
 
 
-def read_kafka_sink(bootstrap_servers: str, topic: str, decode: Callable[[bytes], Any] = json.loads) -> list:
+def read_kafka_sink(bootstrap_servers: str, topic: str, decode: Callable[[bytes], Any] = json.loads, security: KafkaSecurity = PLAINTEXT) -> list:
     """Every message of a sink topic as ``(Meta, value)``, merged across partitions in t order."""
     from driftstream.engine.connectors.kafka.io import partition_count
 
-    c = consumer(bootstrap_servers)
+    c = consumer(bootstrap_servers, security)
     out: list = []
     try:
-        for p in range(partition_count(bootstrap_servers, topic)):
+        for p in range(partition_count(bootstrap_servers, topic, security=security)):
             out.extend((meta_of(r), decode(r.value)) for r in read_partition(c, TopicPartition(topic, p), 0))
     finally:
         c.close()

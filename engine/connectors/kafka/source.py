@@ -18,6 +18,10 @@ dead-letter topic (``<topic>.dlq`` by default) with the error and the original
 bytes in headers and value, are counted, and do not stop the flow. Values are
 decoded as JSON or passed on as bytes; never unpickled.
 
+A secured broker: ``security=KafkaSecurity(...)``, or kafka-python's settings as keyword
+arguments (``security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", ...``); every
+client the source opens uses them (:mod:`.security`).
+
 >>> src = KafkaSource("docs", "127.0.0.1:9092")             # doctest: +SKIP
 >>> flow.source(src).map(lambda doc: doc["title"])          # doctest: +SKIP
 """
@@ -35,8 +39,10 @@ import kafka.errors as kafka_errors
 from kafka import KafkaProducer, TopicPartition
 
 from driftstream.engine.model.errors import FlowError, short_repr
+from driftstream.engine.connectors.kafka.group_commit import GroupCommitter
 from driftstream.engine.connectors.kafka.io import consumer, partition_count, read_partition, true_end
-from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher
+from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
+from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
 from driftstream.engine.connectors.source import Source, SourcePartition
 
 #: Batches of records a partition's fetcher thread may hold ahead of the event loop.
@@ -80,6 +86,10 @@ class KafkaSource(Source):
     transaction markers): a topic with those may set 0 to skip them at once.
     ``broker_timeout_s``: how long fetches from an unreachable broker (or a partition with
     no leader) are retried before the run fails with the error.
+    ``security`` (or kafka-python's security settings as keyword arguments): TLS and SASL,
+    see :class:`.KafkaSecurity`.
+    ``commit_group``: a consumer group to which each committed snapshot's offsets are
+    committed, for lag monitors (:mod:`.group_commit`); the flow never reads them back.
     """
 
     def __init__(
@@ -93,7 +103,12 @@ class KafkaSource(Source):
         tick_interval: Optional[float] = 0.02,
         gap_wait_s: float = GAP_WAIT_S,
         broker_timeout_s: float = 30.0,
+        security: Optional[KafkaSecurity] = None,
+        commit_group: Optional[str] = None,
+        **security_settings: Any,
     ) -> None:
+        self.security = security_of(security, security_settings)
+        self.commit_group = commit_group
         if value_format == "json":
             self.decode: Optional[Callable[[bytes], Any]] = _json
         elif value_format == "bytes":
@@ -114,7 +129,8 @@ class KafkaSource(Source):
 
     def partitions(self) -> int:
         if self._partitions is None:
-            n = partition_count(self.bootstrap_servers, self.topic)
+            check_broker(self.bootstrap_servers, self.security)
+            n = partition_count(self.bootstrap_servers, self.topic, security=self.security)
             if n == 0:
                 raise FlowError(f"Kafka topic {self.topic!r} does not exist at {self.bootstrap_servers}: create it first")
             self._partitions = n
@@ -122,6 +138,14 @@ class KafkaSource(Source):
 
     def open(self, partition: int, source_id: int, start: Optional[tuple] = None) -> SourcePartition:
         return KafkaPartitionReader(self, partition, source_id, start)
+
+    def commit_hook(self) -> Optional[GroupCommitter]:
+        if self.commit_group is None:
+            return None
+        return GroupCommitter(self.bootstrap_servers, self.topic, self.commit_group, self.security)
+
+    def __repr__(self) -> str:
+        return f"KafkaSource({self.topic!r}, {self.bootstrap_servers!r}, security={self.security!r})"
 
 
 class OffsetGaps:
@@ -204,7 +228,7 @@ class KafkaPartitionReader(SourcePartition):
         # :class:`.TopicFetcher`), and the event loop only takes what it has fetched.
         # The same thread appends the ticks the event loop asks for, between fetches.
         self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS,
-                                            timeout_s=source.broker_timeout_s)
+                                            timeout_s=source.broker_timeout_s, security=source.security)
         self._ticker: Optional[PartitionWriter] = None
         self._tick_wanted = False
         # The last fetch found nothing past the reader's offset: the partition is idle, not
@@ -256,7 +280,7 @@ class KafkaPartitionReader(SourcePartition):
         }
 
     def _true_end(self) -> int:
-        c = consumer(self.source.bootstrap_servers)
+        c = consumer(self.source.bootstrap_servers, self.source.security)
         try:
             return true_end(c, self.tp)
         finally:
@@ -270,7 +294,7 @@ class KafkaPartitionReader(SourcePartition):
         """
         if self._fetcher_started or self.done:
             raise RuntimeError("skip_after must come before the first read")
-        c = consumer(self.source.bootstrap_servers)
+        c = consumer(self.source.bootstrap_servers, self.source.security)
         try:
             live_end = true_end(c, self.tp)
             first_after, ts = live_end, self.ts
@@ -382,7 +406,8 @@ class KafkaPartitionReader(SourcePartition):
 
     def _producer_client(self) -> KafkaProducer:
         if self._producer is None:
-            self._producer = KafkaProducer(bootstrap_servers=self.source.bootstrap_servers, acks="all", linger_ms=0)
+            self._producer = KafkaProducer(bootstrap_servers=self.source.bootstrap_servers, acks="all", linger_ms=0,
+                                           **self.source.security.client_settings())
         return self._producer
 
     def _maybe_tick(self) -> None:
@@ -398,7 +423,8 @@ class KafkaPartitionReader(SourcePartition):
         # in the fetches. Ticks are idempotent (they only move time), so one that did land is harmless.
         try:
             if self._ticker is None:
-                self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick")
+                self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick",
+                                               security=self.source.security)
             self._ticker.write([(b"", [(TICK_HEADER, b"1")])])
             self.ticks_sent += 1
         except (kafka_errors.KafkaError, OSError) as exc:

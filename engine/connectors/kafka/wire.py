@@ -10,6 +10,10 @@ socket that encodes and decodes with kafka-python's protocol classes costs
 one request at a time. kafka-python still finds the leader and the API versions
 the broker speaks (:func:`locate`).
 
+A secured broker (:class:`.KafkaSecurity`: TLS, SASL) is reached the same way: the
+socket is wrapped in TLS and authenticated (SaslHandshake, SaslAuthenticate) when it
+opens, and opened again before the SASL session's lifetime runs out.
+
 A moved leader or a broken connection is found again (metadata refresh, new
 socket) for up to ``timeout_s``; any other error code raises.
 
@@ -22,6 +26,7 @@ socket) for up to ``timeout_s``; any other error code raises.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -34,6 +39,8 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder
+
+from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, TlsHandshakeTimeout
 
 #: Highest request versions used (those whose fields this module fills in).
 FETCH_VERSION, PRODUCE_VERSION = 12, 9
@@ -75,10 +82,11 @@ class Leader:
     produce_version: int
 
 
-def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeout_s: float = 30.0) -> Leader:
+def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeout_s: float = 30.0,
+           security: KafkaSecurity = PLAINTEXT) -> Leader:
     """The broker leading ``partitions`` of ``topic`` (waits up to ``timeout_s`` for one to
     be elected). ValueError if different brokers lead them."""
-    client = KafkaNetClient(bootstrap_servers=bootstrap_servers.split(","), client_id="driftstream-locate")
+    client = KafkaNetClient(bootstrap_servers=bootstrap_servers.split(","), client_id="driftstream-locate", **security.client_settings())
     try:
         client.check_version()
         cluster = client.cluster
@@ -113,14 +121,21 @@ class BrokerConnection:
     """A blocking socket to one broker: a request, then its response.
 
     O(request + response bytes) per call; no thread, no selector. Not thread-safe:
-    one owner at a time.
+    one owner at a time. With ``security``, TLS and SASL are done when it opens;
+    ``renew_at`` is when its SASL session should be replaced (None: never).
     """
 
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float, security: KafkaSecurity = PLAINTEXT) -> None:
         self.client_id = client_id
-        self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._correlation_id = 0
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = security.wrap(sock, host)
+            self._correlation_id = 0
+            self.renew_at: Optional[float] = security.authenticate(self, f"{host}:{port}") if security.sasl else None
+        except BaseException:
+            sock.close()
+            raise
 
     def request(self, request: Any, response_class: Any, version: int) -> Any:
         """Send ``request`` as ``version`` and return its decoded response."""
@@ -148,31 +163,86 @@ class BrokerConnection:
         self._sock.close()
 
 
+#: Seconds :func:`check_broker` gives a broker to connect and answer.
+CHECK_TIMEOUT_S = 5.0
+
+
+def check_broker(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Raise a clear error, within about ``timeout_s``, if the first bootstrap server that
+    answers does not take ``security``: a TLS handshake that fails (not a TLS listener, a
+    certificate that does not verify) or that gets no answer (a plaintext listener, most
+    likely), refused SASL credentials or mechanism, or a broker that hangs up on a plaintext
+    request (a TLS listener, most likely). A broker that cannot be reached or does not answer
+    a plaintext request is no security matter: nothing is raised, the caller's own retries
+    deal with it. kafka-python's clients, on these errors, retry until their bootstrap
+    timeout (30 s) and then say only that they could not bootstrap.
+    """
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    for server in bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            conn = BrokerConnection(host, int(port), "driftstream-check", timeout_s, security)
+        except ssl.SSLError as exc:  # includes a certificate that does not verify
+            raise kafka_errors.KafkaConnectionError(
+                f"TLS with Kafka broker {server} failed ({exc.reason or exc}): check ssl_cafile and ssl_check_hostname, "
+                f"and that {server} is a TLS listener") from None
+        except TlsHandshakeTimeout:
+            raise kafka_errors.KafkaConnectionError(
+                f"Kafka broker {server} accepted the connection but did not answer the TLS handshake within {timeout_s:g} s: "
+                "a plaintext listener needs security_protocol 'PLAINTEXT' or 'SASL_PLAINTEXT'") from None
+        except (socket.timeout, OSError):
+            continue  # not reachable (or not answering a TLS handshake): not a security matter
+        try:
+            # Metadata (of no topic), not ApiVersions: a broker answers ApiVersions before authentication.
+            conn.request(MetadataRequest(topics=[]), MetadataResponse, 1)
+            return
+        except ConnectionError:
+            hint = ("a TLS listener needs security_protocol 'SSL' or 'SASL_SSL', one that requires authentication 'SASL_PLAINTEXT' or 'SASL_SSL'"
+                    if security.security_protocol == "PLAINTEXT" else "it may require authentication (SASL_PLAINTEXT or SASL_SSL)")
+            raise kafka_errors.KafkaConnectionError(
+                f"Kafka broker {server} hung up on a request sent with security_protocol {security.security_protocol!r}: {hint}") from None
+        except OSError:
+            continue
+        finally:
+            conn.close()
+
+
 class _LeaderClient:
     """A connection to the leader of some partitions of a topic; finds the leader again
     when it moves."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, partitions: Sequence[int], client_id: str, timeout_s: float) -> None:
+    def __init__(self, bootstrap_servers: str, topic: str, partitions: Sequence[int], client_id: str, timeout_s: float,
+                 security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.security = security
         self.topic = topic
         self.partitions = tuple(partitions)
         self.name = _name(topic, self.partitions)
         self.client_id = client_id
         self.timeout_s = timeout_s
-        self.leader = locate(bootstrap_servers, topic, self.partitions, timeout_s)
+        self.leader = self._locate()
         self._conn: Optional[BrokerConnection] = None
         self._failing_since: Optional[float] = None
 
     def _connection(self) -> BrokerConnection:
-        """The connection to the leader, opened if there is none (first use, or after a failure)."""
+        """The connection to the leader, opened if there is none (first use, after a failure,
+        or when its SASL session is about to expire)."""
+        if self._conn is not None and self._conn.renew_at is not None and time.monotonic() > self._conn.renew_at:
+            self.close()
         if self._conn is None:
-            self._conn = BrokerConnection(self.leader.host, self.leader.port, self.client_id, self.timeout_s)
+            self._conn = BrokerConnection(self.leader.host, self.leader.port, self.client_id, self.timeout_s, self.security)
         return self._conn
+
+    def _locate(self) -> Leader:
+        return locate(self.bootstrap_servers, self.topic, self.partitions, self.timeout_s, self.security)
 
     def _call(self, request: Any, response_class: Any, version: int) -> Optional[Any]:
         """The response, or None after a connection failure (the next call reconnects)."""
         try:
             return self._connection().request(request, response_class, version)
+        except REFUSED:
+            raise
         except (OSError, kafka_errors.CorrelationIdError) as exc:
             self._relocate(exc)
             return None
@@ -199,7 +269,7 @@ class _LeaderClient:
         self.close()
         time.sleep(0.05)
         try:
-            self.leader = locate(self.bootstrap_servers, self.topic, self.partitions, self.timeout_s)
+            self.leader = self._locate()
         except kafka_errors.KafkaError:
             pass  # the bootstrap servers are unreachable too: the next call tries again
 
@@ -301,8 +371,9 @@ class TopicFetcher(_LeaderClient):
         client_id: str = "driftstream-fetch",
         timeout_s: float = 30.0,
         max_wait_cap_ms: int = 5000,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
-        super().__init__(bootstrap_servers, topic, partitions, client_id, timeout_s)
+        super().__init__(bootstrap_servers, topic, partitions, client_id, timeout_s, security)
         self.wait = FetchWait(floor_ms=max_wait_ms, cap_ms=max(max_wait_ms, max_wait_cap_ms))
         self.max_bytes = max_bytes
         self.high_watermarks: dict = {}
@@ -386,8 +457,9 @@ class PartitionWriter(_LeaderClient):
     caller knows how to find out (a sink reads its partition's last message back).
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, partition: int, client_id: str = "driftstream-write", timeout_s: float = 30.0) -> None:
-        super().__init__(bootstrap_servers, topic, [partition], client_id, timeout_s)
+    def __init__(self, bootstrap_servers: str, topic: str, partition: int, client_id: str = "driftstream-write", timeout_s: float = 30.0,
+                 security: KafkaSecurity = PLAINTEXT) -> None:
+        super().__init__(bootstrap_servers, topic, [partition], client_id, timeout_s, security)
         self.partition = partition
 
     def write(self, records: Iterable[tuple]) -> int:
@@ -414,6 +486,8 @@ class PartitionWriter(_LeaderClient):
         what = f"writing {builder.next_offset()} records to"
         try:
             response = self._connection().request(request, ProduceResponse, self.leader.produce_version)
+        except REFUSED:
+            raise
         except (OSError, kafka_errors.CorrelationIdError) as exc:  # the connection is no longer usable
             self.close()
             raise kafka_errors.KafkaConnectionError(f"{what} {self.name}: {exc}") from exc
@@ -423,7 +497,7 @@ class PartitionWriter(_LeaderClient):
                     error = kafka_errors.for_code(part.error_code)
                     if part.error_code in RELOCATE_ERRORS:
                         self.close()
-                        self.leader = locate(self.bootstrap_servers, self.topic, self.partitions, self.timeout_s)
+                        self.leader = self._locate()
                     raise error(f"{what} {self.name}: {part.error_message or error.__name__}")
 
 
