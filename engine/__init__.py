@@ -18,6 +18,7 @@ from driftstream.barriers.file_sink import FileSink
 from driftstream.ordering.entry_state import MapState
 
 from driftstream.engine.api.flow import Flow, KeyedStream, Stream
+from driftstream.engine.connectors.kafka.security import KafkaSecurity
 from driftstream.engine.connectors.kafka.sink import KafkaSink
 from driftstream.engine.connectors.kafka.source import KafkaSource
 from driftstream.engine.connectors.source import Source, SourcePartition
@@ -40,6 +41,7 @@ __all__ = [
     "SourcePartition",
     "KafkaSource",
     "KafkaSink",
+    "KafkaSecurity",
     "FileSink",
 ]
 
