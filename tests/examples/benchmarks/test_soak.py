@@ -38,3 +38,5 @@ def test_a_steady_kafka_flow_keeps_reading_and_releases_every_record_once(ray_se
     assert report.max_source_lag < 5_000, [r.source_lag for r in report.rows]
     late = report.rows[len(report.rows) // 2 :]
     assert all(r.emitted >= r.sent - 5_000 for r in late), [(r.sent, r.emitted) for r in late]
+    windows = [(r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms) for r in report.rows if r.latency_p50_ms is not None]
+    assert windows and all(p50 <= p95 <= p99 for p50, p95, p99 in windows), windows
