@@ -104,7 +104,8 @@ class SoakRow:
     actor_rss_mb: dict
     broker_cpu: Optional[float]
     latency_p95_ms: Optional[float] = None
-    host_cpu: float = 0.0  # the whole machine's, % of all its cores: other work there slows every window
+    host_cpu: float = 0.0  # the whole machine's, % of all its cores
+    other_cpu: float = 0.0  # of it, what went outside this run (another user's work slows every window)
     queue_ms: Optional[float] = None  # the producer's mean time from send to request: its linger
 
 
@@ -238,6 +239,41 @@ class Checker(threading.Thread):
         return window
 
 
+class OtherLoad:
+    """The CPU this machine spent outside the run between two samples, % of all its cores:
+    the host's busy time less this driver's and its descendants' (the local Ray's
+    processes and the local broker). On a shared machine, what others took from the run.
+
+    psutil measures a process's CPU between two calls on the same ``Process`` object, so
+    the objects are kept from sample to sample; a process seen for the first time counts
+    from then on (its CPU before that goes to "other"). O(processes of the run) a sample.
+    """
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.me = psutil.Process()
+        self.procs: dict = {}
+        self.host = 0.0
+        self.sample()
+
+    def sample(self) -> float:
+        """The others' CPU since the last sample, % of all cores (``self.host``: the host's)."""
+        import psutil
+
+        self.host = psutil.cpu_percent()
+        own, kept = 0.0, {}
+        for proc in [self.me, *self.me.children(recursive=True)]:
+            proc = self.procs.get(proc.pid, proc)
+            try:
+                own += proc.cpu_percent()
+            except psutil.Error:  # exited meanwhile
+                continue
+            kept[proc.pid] = proc
+        self.procs = kept
+        return round(max(0.0, self.host - own / (psutil.cpu_count() or 1)), 0)
+
+
 #: The engine's actor classes, as Ray titles their processes (``ray::StageActor.run``).
 ACTOR_CLASSES = ("StageActor", "AckerActor", "CoordinatorActor")
 
@@ -317,11 +353,11 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
         feeder = Feeder(cfg, bootstrap)
         if broker_proc:
             broker_proc.cpu_percent()
-        psutil.cpu_percent()
+        load = OtherLoad()
         say(f"soak: {cfg.rate:,.0f} records/s for {cfg.seconds:g} s, {cfg.keys} keys, {cfg.partitions} partitions, "
             f"parallelism {cfg.parallelism}, {cfg.guarantee}, broker {bootstrap}{' (local Tansu)' if broker else ''}")
         say(f"{'s':>6} {'sent':>10} {'emitted':>10} {'released':>10} {'lag':>7} {'checked':>10} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-            f"{'queue':>6} {'fetch ms':>10} {'broker':>7} {'host':>6}  actor RSS MiB")
+            f"{'queue':>6} {'fetch ms':>10} {'broker':>7} {'host':>6} {'other':>6}  actor RSS MiB")
         checker.start()
         feeder.start()
         began = time.monotonic()
@@ -335,7 +371,7 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
             elapsed = time.monotonic() - began
             if elapsed >= next_report:
                 next_report += cfg.report_s
-                row = _row(handle, feeder, checker, broker_proc, elapsed)
+                row = _row(handle, feeder, checker, broker_proc, load, elapsed)
                 report.rows.append(row)
                 report.max_source_lag = max(report.max_source_lag, row.source_lag or 0)
                 say(_format_row(row))
@@ -364,10 +400,9 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
     return report
 
 
-def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, elapsed: float) -> SoakRow:
-    import psutil
-
+def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, load: OtherLoad, elapsed: float) -> SoakRow:
     st = handle.status()
+    other = load.sample()
     window = checker.take_window()
     return SoakRow(
         at_s=round(elapsed, 1),
@@ -382,7 +417,8 @@ def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, elapse
         fetch_ms=[p["fetch_ms"] for p in st.get("source_partitions", [])],
         actor_rss_mb=actor_rss_mb(),
         broker_cpu=None if broker_proc is None else round(broker_proc.cpu_percent(), 0),
-        host_cpu=round(psutil.cpu_percent(), 0),
+        host_cpu=round(load.host, 0),
+        other_cpu=other,
         queue_ms=feeder.queue_ms(),
     )
 
@@ -397,7 +433,7 @@ def _format_row(r: SoakRow) -> str:
     cpu = "-" if r.broker_cpu is None else f"{r.broker_cpu:.0f}%"
     return (f"{r.at_s:6.0f} {r.sent:10,} {r.emitted:10,} {r.released:10,} {_or_dash(r.source_lag):>7} "
             f"{r.checked:10,} {_or_dash(r.latency_p50_ms):>8} {_or_dash(r.latency_p95_ms):>8} {_or_dash(r.latency_p99_ms):>8} "
-            f"{_or_dash(r.queue_ms):>6} {fetch:>10} {cpu:>7} {r.host_cpu:>5.0f}%  {rss}")
+            f"{_or_dash(r.queue_ms):>6} {fetch:>10} {cpu:>7} {r.host_cpu:>5.0f}% {r.other_cpu:>5.0f}%  {rss}")
 
 
 def summary(report: SoakReport) -> str:
@@ -423,7 +459,7 @@ def summary(report: SoakReport) -> str:
                 f"{label} {span:.0f} s: latency p50 / p95 / p99 (medians of the {report.config.report_s:g} s windows) "
                 + " / ".join(str(v) for v in medians[label].values()) + " ms"
                 + (f", broker CPU mean {statistics.fmean(cpu):.0f}%" if cpu else "")
-                + f", host CPU mean {statistics.fmean(r.host_cpu for r in part):.0f}%"
+                + f", host CPU mean {statistics.fmean(r.host_cpu for r in part):.0f}% ({statistics.fmean(r.other_cpu for r in part):.0f}% outside the run)"
             )
         growth_pct = {p: None if not (medians["first"][p] and medians["last"][p]) else round(100.0 * (medians["last"][p] / medians["first"][p] - 1.0))
                       for p in (50, 95, 99)}
