@@ -672,6 +672,10 @@ def main(argv: Optional[list] = None) -> int:
         from driftstream.examples.benchmarks.soak import main as soak_main
 
         return soak_main(argv[1:])
+    if argv and argv[0] == "broker-log":
+        from driftstream.examples.benchmarks.broker_log import main as broker_log_main
+
+        return broker_log_main(argv[1:])
     if argv and argv[0] == "backlog":
         from driftstream.examples.benchmarks.backlog import main as backlog_main
 
@@ -688,6 +692,7 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="driftstream bench")
     sub = parser.add_subparsers(dest="bench", required=True)
     sub.add_parser("soak", help="a Kafka flow with keyed state at a steady rate for a long time, checked exactly-once (--help for options)")
+    sub.add_parser("broker-log", help="a broker's fetch answer as its log grows, and whether DeleteRecords and retention cut the log (--help for options)")
     sub.add_parser("inverted-index", help="driftstream vs Spark Structured Streaming on the inverted index (--help for options)")
     sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")

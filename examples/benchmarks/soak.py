@@ -16,8 +16,10 @@ record's: producer, broker, engine and sink), the RSS of every actor and the bro
 
 On the local broker the run's length is bounded by Tansu, not by the engine: its
 in-memory store lists every batch of a partition on each fetch, so a fetch costs
-~1 us per batch the partition holds, and latency and broker CPU grow with the log
-(see the figures in ``examples/benchmarks/README.md``).
+~0.6-1 us per batch the partition holds, and latency grows with the log. Nothing
+the driver can do bounds that log: Tansu 0.6.0 does not implement DeleteRecords
+and does not enforce ``retention.ms`` / ``retention.bytes`` (``driftstream bench
+broker-log`` shows both; figures in ``examples/benchmarks/README.md``).
 
 >>> reference(0, 3), reference(1, 1)
 ('aho', 'b')
@@ -80,6 +82,7 @@ class SoakConfig:
     bootstrap: Optional[str] = None
     linger_ms: int = 5
     report_s: float = 10.0
+    compare_s: float = 300.0
     drain_s: float = 120.0
     topic: str = "soak-in"
     quiet: bool = False
@@ -100,6 +103,10 @@ class SoakRow:
     fetch_ms: list
     actor_rss_mb: dict
     broker_cpu: Optional[float]
+    latency_p95_ms: Optional[float] = None
+    host_cpu: float = 0.0  # the whole machine's, % of all its cores
+    other_cpu: float = 0.0  # of it, what went outside this run (another user's work slows every window)
+    queue_ms: Optional[float] = None  # the producer's mean time from send to request: its linger
 
 
 @dataclass
@@ -156,6 +163,15 @@ class Feeder(threading.Thread):
             self.error = exc
         finally:
             self.producer.close()
+
+    def queue_ms(self) -> Optional[float]:
+        """How long the producer's batches waited, from their first record to their request
+        (its linger), mean over its metrics window (~30-60 s); None if it keeps no metrics."""
+        try:
+            value = (self.producer.metrics() or {}).get("producer-metrics", {}).get("record-queue-time-avg")
+        except Exception:  # metrics are an unstable interface of kafka-python: a figure, not a failure
+            return None
+        return None if value is None or value != value else round(1000.0 * value, 1)  # seconds; NaN before the first batch
 
 
 class Checker(threading.Thread):
@@ -223,22 +239,66 @@ class Checker(threading.Thread):
         return window
 
 
+class OtherLoad:
+    """The CPU this machine spent outside the run between two samples, % of all its cores:
+    the host's busy time less this driver's and its descendants' (the local Ray's
+    processes and the local broker). On a shared machine, what others took from the run.
+
+    psutil measures a process's CPU between two calls on the same ``Process`` object, so
+    the objects are kept from sample to sample; a process seen for the first time counts
+    from then on (its CPU before that goes to "other"). O(processes of the run) a sample.
+    """
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.me = psutil.Process()
+        self.procs: dict = {}
+        self.host = 0.0
+        self.sample()
+
+    def sample(self) -> float:
+        """The others' CPU since the last sample, % of all cores (``self.host``: the host's)."""
+        import psutil
+
+        self.host = psutil.cpu_percent()
+        own, kept = 0.0, {}
+        for proc in [self.me, *self.me.children(recursive=True)]:
+            proc = self.procs.get(proc.pid, proc)
+            try:
+                own += proc.cpu_percent()
+            except psutil.Error:  # exited meanwhile
+                continue
+            kept[proc.pid] = proc
+        self.procs = kept
+        return round(max(0.0, self.host - own / (psutil.cpu_count() or 1)), 0)
+
+
 #: The engine's actor classes, as Ray titles their processes (``ray::StageActor.run``).
 ACTOR_CLASSES = ("StageActor", "AckerActor", "CoordinatorActor")
 
 
 def actor_rss_mb() -> dict:
-    """RSS (MiB) of every driftstream actor process of this machine, by class and pid."""
+    """RSS (MiB) of this run's driftstream actor processes, by class and pid.
+
+    A local Ray started by this driver runs its workers as the driver's descendants, so
+    only those count: other runs on a shared machine have actors of the same classes.
+    With none among them (the run joined a Ray cluster), every such actor of this machine."""
     import psutil
 
-    out: dict = {}
-    for proc in psutil.process_iter(["cmdline", "memory_info"]):
-        cmd = proc.info["cmdline"] or []
-        title = cmd[0].split(".")[0].replace("ray::", "") if cmd else ""
-        if title in ACTOR_CLASSES and proc.info["memory_info"] is not None:
-            name = f"{title}#{proc.pid}"
-            out[name] = round(proc.info["memory_info"].rss / 2**20, 1)
-    return out
+    def actors(procs: Any) -> dict:
+        out: dict = {}
+        for proc in procs:
+            try:
+                cmd, rss = proc.cmdline(), proc.memory_info().rss
+            except psutil.Error:  # gone, or not ours to read
+                continue
+            title = cmd[0].split(".")[0].replace("ray::", "") if cmd else ""
+            if title in ACTOR_CLASSES:
+                out[f"{title}#{proc.pid}"] = round(rss / 2**20, 1)
+        return out
+
+    return actors(psutil.Process().children(recursive=True)) or actors(psutil.process_iter())
 
 
 def build_flow(cfg: SoakConfig, bootstrap: str, out_topic: str) -> Any:
@@ -293,9 +353,11 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
         feeder = Feeder(cfg, bootstrap)
         if broker_proc:
             broker_proc.cpu_percent()
+        load = OtherLoad()
         say(f"soak: {cfg.rate:,.0f} records/s for {cfg.seconds:g} s, {cfg.keys} keys, {cfg.partitions} partitions, "
             f"parallelism {cfg.parallelism}, {cfg.guarantee}, broker {bootstrap}{' (local Tansu)' if broker else ''}")
-        say(f"{'s':>6} {'sent':>10} {'emitted':>10} {'released':>10} {'lag':>7} {'checked':>10} {'p50 ms':>8} {'p99 ms':>8} {'fetch ms':>10} {'broker':>7}  actor RSS MiB")
+        say(f"{'s':>6} {'sent':>10} {'emitted':>10} {'released':>10} {'lag':>7} {'checked':>10} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+            f"{'queue':>6} {'fetch ms':>10} {'broker':>7} {'host':>6} {'other':>6}  actor RSS MiB")
         checker.start()
         feeder.start()
         began = time.monotonic()
@@ -309,7 +371,7 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
             elapsed = time.monotonic() - began
             if elapsed >= next_report:
                 next_report += cfg.report_s
-                row = _row(handle, feeder, checker, broker_proc, elapsed)
+                row = _row(handle, feeder, checker, broker_proc, load, elapsed)
                 report.rows.append(row)
                 report.max_source_lag = max(report.max_source_lag, row.source_lag or 0)
                 say(_format_row(row))
@@ -338,8 +400,9 @@ def run_soak(cfg: SoakConfig, out=sys.stdout) -> SoakReport:
     return report
 
 
-def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, elapsed: float) -> SoakRow:
+def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, load: OtherLoad, elapsed: float) -> SoakRow:
     st = handle.status()
+    other = load.sample()
     window = checker.take_window()
     return SoakRow(
         at_s=round(elapsed, 1),
@@ -349,20 +412,28 @@ def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, elapse
         source_lag=st.get("source_lag"),
         checked=checker.checked,
         latency_p50_ms=_pct(window, 50),
+        latency_p95_ms=_pct(window, 95),
         latency_p99_ms=_pct(window, 99),
         fetch_ms=[p["fetch_ms"] for p in st.get("source_partitions", [])],
         actor_rss_mb=actor_rss_mb(),
         broker_cpu=None if broker_proc is None else round(broker_proc.cpu_percent(), 0),
+        host_cpu=round(load.host, 0),
+        other_cpu=other,
+        queue_ms=feeder.queue_ms(),
     )
+
+
+def _or_dash(x: Any) -> Any:
+    return "-" if x is None else x
 
 
 def _format_row(r: SoakRow) -> str:
     rss = " ".join(f"{v:.0f}" for _, v in sorted(r.actor_rss_mb.items()))
     fetch = "/".join(f"{x:.0f}" for x in r.fetch_ms) or "-"
     cpu = "-" if r.broker_cpu is None else f"{r.broker_cpu:.0f}%"
-    return (f"{r.at_s:6.0f} {r.sent:10,} {r.emitted:10,} {r.released:10,} {r.source_lag if r.source_lag is not None else '-':>7} "
-            f"{r.checked:10,} {r.latency_p50_ms if r.latency_p50_ms is not None else '-':>8} "
-            f"{r.latency_p99_ms if r.latency_p99_ms is not None else '-':>8} {fetch:>10} {cpu:>7}  {rss}")
+    return (f"{r.at_s:6.0f} {r.sent:10,} {r.emitted:10,} {r.released:10,} {_or_dash(r.source_lag):>7} "
+            f"{r.checked:10,} {_or_dash(r.latency_p50_ms):>8} {_or_dash(r.latency_p95_ms):>8} {_or_dash(r.latency_p99_ms):>8} "
+            f"{_or_dash(r.queue_ms):>6} {fetch:>10} {cpu:>7} {r.host_cpu:>5.0f}% {r.other_cpu:>5.0f}%  {rss}")
 
 
 def summary(report: SoakReport) -> str:
@@ -376,17 +447,24 @@ def summary(report: SoakReport) -> str:
         + ", ".join(f"{k} {v:.1f}" for k, v in report.engine_latency_ms.items() if k != "count"),
     ]
     if rows:
-        span = min(300.0, rows[-1].at_s / 2)
+        span = min(report.config.compare_s, rows[-1].at_s / 2)
         first = [r for r in rows if r.at_s <= span]
         last = [r for r in rows if r.at_s > rows[-1].at_s - span]
+        medians = {}
         for label, part in (("first", first), ("last", last)):
-            p50 = [r.latency_p50_ms for r in part if r.latency_p50_ms is not None]
-            p99 = [r.latency_p99_ms for r in part if r.latency_p99_ms is not None]
+            medians[label] = {p: _median_or_none([getattr(r, f"latency_p{p}_ms") for r in part if getattr(r, f"latency_p{p}_ms") is not None])
+                              for p in (50, 95, 99)}
             cpu = [r.broker_cpu for r in part if r.broker_cpu is not None]
             lines.append(
-                f"{label} {span:.0f} s: latency p50 median {_median_or_none(p50)} ms, p99 median {_median_or_none(p99)} ms"
-                + (f", broker CPU mean {sum(cpu) / len(cpu):.0f}%" if cpu else "")
+                f"{label} {span:.0f} s: latency p50 / p95 / p99 (medians of the {report.config.report_s:g} s windows) "
+                + " / ".join(str(v) for v in medians[label].values()) + " ms"
+                + (f", broker CPU mean {statistics.fmean(cpu):.0f}%" if cpu else "")
+                + f", host CPU mean {statistics.fmean(r.host_cpu for r in part):.0f}% ({statistics.fmean(r.other_cpu for r in part):.0f}% outside the run)"
             )
+        growth_pct = {p: None if not (medians["first"][p] and medians["last"][p]) else round(100.0 * (medians["last"][p] / medians["first"][p] - 1.0))
+                      for p in (50, 95, 99)}
+        lines.append("last vs first: " + ", ".join(f"p{p} {'-' if g is None else f'{g:+d}%'}" for p, g in growth_pct.items())
+                     + (" (within 10%)" if all(g is not None and abs(g) <= 10 for g in growth_pct.values()) else ""))
         warm = rows[min(len(rows) - 1, max(1, len(rows) // 10))].actor_rss_mb
         end = rows[-1].actor_rss_mb
         growth = {name: round(end[name] - warm[name], 1) for name in end if name in warm}
@@ -408,12 +486,14 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--bootstrap", default=None, help="a Kafka's bootstrap servers (default: a local Tansu for the run)")
     parser.add_argument("--linger-ms", type=int, default=d.linger_ms, help="the producer's linger.ms (default 5, Kafka 4's)")
     parser.add_argument("--report", type=float, default=d.report_s, help="seconds between report lines")
+    parser.add_argument("--compare", type=float, default=d.compare_s,
+                        help=f"seconds at the start and at the end whose latency the summary compares (default {d.compare_s:g}; at most half the run)")
     parser.add_argument("--json", default=None, help="also write the rows and verdict to this file")
     args = parser.parse_args(argv)
     cfg = SoakConfig(
         rate=args.rate, seconds=args.seconds, keys=args.keys, partitions=args.partitions, parallelism=args.parallelism,
         guarantee=args.guarantee, snapshot_interval=args.snapshot_interval, snapshot_dir=args.snapshot_dir,
-        bootstrap=args.bootstrap, linger_ms=args.linger_ms, report_s=args.report,
+        bootstrap=args.bootstrap, linger_ms=args.linger_ms, report_s=args.report, compare_s=args.compare,
     )
     for key, value in {"RAY_task_events_report_interval_ms": "0", "RAY_enable_metrics_collection": "0", "RAY_USAGE_STATS_ENABLED": "0"}.items():
         os.environ.setdefault(key, value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from driftstream.examples.benchmarks.soak import SoakConfig, reference, run_soak, summary
+from driftstream.examples.benchmarks.soak import SoakConfig, SoakReport, SoakRow, reference, run_soak, summary
 
 
 def test_reference_is_the_sequential_fold():
@@ -21,6 +21,24 @@ def test_reference_is_the_sequential_fold():
     for n in range(1, 40):
         state, out = last_chars(state, {"k": 3, "c": char(3, n)})
         assert out == {"k": 3, "n": n, "s": reference(3, n)}
+
+
+def _rows(latencies: list) -> list:
+    """Report rows 10 s apart whose windows had latency p50 x, p95 2x, p99 3x."""
+    return [SoakRow(at_s=10.0 * (i + 1), sent=0, emitted=0, released=0, source_lag=0, checked=0, latency_p50_ms=x,
+                    latency_p99_ms=3 * x, latency_p95_ms=2 * x, fetch_ms=[], actor_rss_mb={}, broker_cpu=None, host_cpu=50.0)
+            for i, x in enumerate(latencies)]
+
+
+def test_the_summary_compares_the_first_and_last_span():
+    flat = SoakReport(SoakConfig(compare_s=30.0), rows=_rows([100, 104, 98, 5_000, 101, 106, 99]))
+    text = summary(flat)
+    assert "first 30 s: latency p50 / p95 / p99 (medians of the 10 s windows) 100 / 200 / 300 ms" in text
+    assert "last 30 s: latency p50 / p95 / p99 (medians of the 10 s windows) 101 / 202 / 303 ms" in text
+    assert "last vs first: p50 +1%, p95 +1%, p99 +1% (within 10%)" in text
+    growing = SoakReport(SoakConfig(compare_s=300.0), rows=_rows([100, 100, 150, 200, 200, 200]))
+    text = summary(growing)  # a span of at most half the run: 30 s here
+    assert "last vs first: p50 +100%, p95 +100%, p99 +100%" in text and "within" not in text
 
 
 @pytest.mark.slow
@@ -38,3 +56,5 @@ def test_a_steady_kafka_flow_keeps_reading_and_releases_every_record_once(ray_se
     assert report.max_source_lag < 5_000, [r.source_lag for r in report.rows]
     late = report.rows[len(report.rows) // 2 :]
     assert all(r.emitted >= r.sent - 5_000 for r in late), [(r.sent, r.emitted) for r in late]
+    windows = [(r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms) for r in report.rows if r.latency_p50_ms is not None]
+    assert windows and all(p50 <= p95 <= p99 for p50, p95, p99 in windows), windows
