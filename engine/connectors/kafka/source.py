@@ -82,6 +82,9 @@ class KafkaSource(Source):
     no leader) are retried before the run fails with the error.
     """
 
+    #: record timestamps: producers' wall clocks (CreateTime) or the broker's (LogAppendTime)
+    epoch_ms_times = True
+
     def __init__(
         self,
         topic: str,
