@@ -27,6 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
+from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.supervisor import RaySupervisor
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
@@ -45,6 +46,7 @@ class CoordinatorActor:
             os.nice(niceness)
         self.supervisor = RaySupervisor(plan, config)
         self.launched = threading.Event()
+        self.exporter = start_export(plan.flow_name, config, self.supervisor.live_status, self.launched)
 
     def run(self, timeout: Optional[float] = None) -> tuple:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
@@ -55,6 +57,8 @@ class CoordinatorActor:
             return None, exc
         finally:
             self.launched.set()
+            if self.exporter is not None:
+                self.exporter.stop()
             self.supervisor.shutdown()
 
     def status(self) -> dict:

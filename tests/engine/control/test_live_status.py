@@ -10,52 +10,28 @@ import pytest
 from driftstream.engine import Flow
 from driftstream.engine.testing import MemorySink, PacedSource
 
+from tests.engine.control.metrics_flow import POISON, RATE, build
 from tests.status_wait import wait_for_status
 
 pytestmark = pytest.mark.ray
-
-RATE = 200.0
-
-
-class WallClockSource(PacedSource):
-    """Paced input whose times are wall-clock timestamps (as Kafka's records have)."""
-
-    epoch_ms_times = True
-
-
-def _seconds(x: float) -> float:
-    return x
-
-
-def _key(x: float) -> int:
-    return int(x * RATE) % 4
-
-
-def _last(state, x):
-    return x, (state, x)
-
-
-def _flow(t0: float, n: int) -> Flow:
-    flow = Flow("live-status")
-    source = WallClockSource([t0 + i / RATE for i in range(n)], rate=RATE, partitions=2, timestamp=_seconds)
-    flow.source(source, name="readings").key_by(_key, name="by_slot").stateful_map(_last, name="pairs").sink(MemorySink("out"))
-    return flow
 
 
 def test_status_reports_steps_latency_and_watermark_lag(ray_session):
     # Chaos delays batches at random: elements reach the stateful step out of order, which
     # re-applies its keys and takes back outputs with tombstones.
-    handle = _flow(time.time(), 100_000).start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, chaos=0.02)
+    flow = build("live-status")
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, chaos=0.02)
     try:
         status = wait_for_status(lambda s: s["released"] > 500 and s["latency_ms"] is not None and s["steps"]["pairs"]["tombstones"] > 0,
                                  handle, "output, latency samples and tombstones")
         steps = status["steps"]
-        assert set(steps) == {"readings", "by_slot", "pairs", "out"}
+        assert set(steps) == {s.name for s in flow.plan(2).steps}
         assert all(set(v) == {"elements", "tombstones"} for v in steps.values())
+        assert all(v["tombstones"] == 0 for name, v in steps.items() if name != "pairs")  # the one stateful step
         # Counts are read in one round per actor, sinks' before sources' (emitted comes later).
         assert 0 < steps["readings"]["elements"] <= status["emitted"]
-        assert steps["out"]["elements"] >= status["released"]
-        assert steps["readings"]["tombstones"] == steps["by_slot"]["tombstones"] == steps["out"]["tombstones"] == 0
+        assert steps["out"]["elements"] + steps["dlq"]["elements"] >= status["released"]  # both sinks
+        assert steps["dlq"]["elements"] == status["dead_letters"] >= steps["readings"]["elements"] // POISON - 2
         lat = status["latency_ms"]
         assert set(lat) == {"p50", "p95", "p99", "count"}
         assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] < 5_000
