@@ -20,7 +20,7 @@ def test_status_reports_steps_latency_and_watermark_lag(ray_session):
     # Chaos delays batches at random: elements reach the stateful step out of order, which
     # re-applies its keys and takes back outputs with tombstones.
     flow = build("live-status")
-    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, chaos=0.02)
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, chaos=0.05)
     try:
         status = wait_for_status(lambda s: s["released"] > 500 and s["latency_ms"] is not None and s["steps"]["pairs"]["tombstones"] > 0,
                                  handle, "output, latency samples and tombstones")
