@@ -90,6 +90,9 @@ class Source(ABC):
     """A named input of a flow. ``bounded`` sources end; unbounded ones run until stopped."""
 
     bounded: bool = True
+    #: True when the ``ts`` of its times is a wall-clock timestamp in epoch milliseconds
+    #: (Kafka record timestamps): ``status()`` then tells how far the watermark is behind now
+    epoch_ms_times: bool = False
 
     @abstractmethod
     def partitions(self) -> int:

@@ -27,6 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
+from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.supervisor import RaySupervisor
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
@@ -62,6 +63,7 @@ class CoordinatorActor:
         self.launched = threading.Event()
         self.done = threading.Event()
         self.outcome_: tuple = (None, None)
+        self.exporter = start_export(plan.flow_name, config, self.supervisor.live_status, self.launched)
         if detached:
             threading.Thread(target=self._run_detached, name="driftstream-detached", daemon=True).start()
 
@@ -74,6 +76,8 @@ class CoordinatorActor:
             outcome = None, exc
         finally:
             self.launched.set()
+            if self.exporter is not None:
+                self.exporter.stop()
             self.supervisor.shutdown()
         if outcome[0] is not None:
             outcome[0].metrics.recoveries += self.restarts

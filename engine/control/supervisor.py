@@ -36,6 +36,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.live_figures import LATENCY_WINDOW_S, latencies_ms, watermark_lag_s, window_summary
 from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
@@ -43,6 +44,7 @@ from driftstream.engine.model.result import RunResult, add_cache_stats, merge_in
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
+from driftstream.engine.runtime.stage import TIMED_KINDS
 
 
 #: While a snapshot schedule runs, the watch loop waits for the next snapshot this long
@@ -600,23 +602,38 @@ class RaySupervisor:
                     r.first_output_s = min(times) - r.detected_at
                     r.pending = None
 
-    def live_status(self) -> dict:
+    def live_status(self, latency_since: Optional[float] = None, latency_samples: bool = False) -> dict:
         """Watermark, progress and dead letters now, plus snapshot and recovery history.
 
+        ``latency_ms``: release latency of the elements released since ``latency_since``
+        (default: the last LATENCY_WINDOW_S seconds; see :mod:`.live_figures`);
+        ``latency_samples`` adds the window's values (``"latency_samples_ms"``).
         Asked during a recovery, actors that are dead and not replaced yet are left out of
         the sums and counted in ``"unavailable"`` (the acker's figures are then None)."""
+        now = time.time()
+        since = now - LATENCY_WINDOW_S if latency_since is None else latency_since
+        actors = self.actors  # a recovery replaces the dict, never fills it: one set of actors for both rounds
         # Sinks' counts are read in a round before the sources': the actors answer at different
         # moments, and in one round a sink could report elements a source emitted after it had
-        # answered (released > emitted in a one-to-one flow).
-        first = self._ask([self.acker.status.remote(), *(a.stats.remote() for a in self.actors.values())])
-        second = self._ask([a.stats.remote() for a in self.actors.values()])
-        acker = first[0] or {"watermark": None, "in_flight": None}
+        # answered (released > emitted in a one-to-one flow). The sinks' release samples come
+        # in the first round, the emit samples of those times in the second.
+        first = self._ask([self.acker.status.remote(), *(a.stats.remote(since) for a in actors.values())])
         stats = [s for s in first[1:] if s is not None]
+        times = sorted({t for s in stats for t, _ in s["releases"]}) or None
+        second = self._ask([a.stats.remote(None, times if self._stamps_emits(k) else None) for k, a in actors.items()])
+        acker = first[0] or {"watermark": None, "in_flight": None}
         sources = [s for s in second if s is not None]
         last = self.status.snapshots[-1] if self.status.snapshots else None
         self.resolve_recoveries()
         step_dead_letters = sum_per_step(s["step_dead_letters"] for s in stats)
+        elements, tombstones = sum_per_step(s["elements"] for s in stats), sum_per_step(s["tombstones"] for s in stats)
+        latencies = latencies_ms((s["releases"] for s in stats), (s["emits"] for s in sources))
+        extra = {"latency_samples_ms": latencies} if latency_samples else {}
         return {
+            **extra,
+            "steps": {s.name: {"elements": elements.get(s.name, 0), "tombstones": tombstones.get(s.name, 0)} for s in self.plan.steps},
+            "latency_ms": window_summary(latencies),
+            "watermark_lag_s": watermark_lag_s(acker["watermark"], self.plan, now),
             "unavailable": max(first.count(None), second.count(None)),
             "watermark": acker["watermark"],
             "in_flight": acker["in_flight"],
@@ -643,6 +660,11 @@ class RaySupervisor:
             ],
             "commit_groups": {self.plan.stages[stage].name: hook.status() for stage, hook in self.commit_hooks.items()},
         }
+
+    def _stamps_emits(self, instance: tuple) -> bool:
+        """Whether ``instance`` notes emit samples: it reads a source or closes windows."""
+        stage = self.plan.stages[instance[0]]
+        return stage.source_id >= 0 or any(self.plan.steps[sid].kind in TIMED_KINDS for sid in stage.step_ids)
 
     @staticmethod
     def _ask(refs: list) -> list:

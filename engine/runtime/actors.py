@@ -28,6 +28,7 @@ from driftstream.ordering.meta import TOP
 from driftstream.engine.connectors.source import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.errors import StepError
+from driftstream.engine.model.live_figures import emit_samples, recent_samples
 from driftstream.engine.model.manifest import Instance, PartCollector, SnapshotPart
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
@@ -570,10 +571,16 @@ class StageActor:
     async def ping(self) -> bool:
         return True
 
-    async def stats(self) -> dict:
-        """Progress counters for ``FlowHandle.status()``."""
-        reader = self.reader
+    async def stats(self, releases_since: Optional[float] = None, emits_of: Optional[list] = None) -> dict:
+        """Progress counters for ``FlowHandle.status()``; with ``releases_since``, the release
+        latency samples noted since then, and with ``emits_of``, the emit samples of those
+        times (:mod:`~driftstream.engine.model.live_figures`)."""
+        reader, rt = self.reader, self.rt
         return {
+            "elements": dict(rt.counts),
+            "tombstones": rt.tombstones_emitted(),
+            "releases": [] if releases_since is None else recent_samples(rt.release_times, releases_since),
+            "emits": emit_samples(rt.emit_times, emits_of) if emits_of else {},
             "emitted": 0 if reader is None else reader.emitted,
             "dead_letters": 0 if reader is None else reader.dead_letters,
             "source_lag": None if reader is None else reader.lag(),

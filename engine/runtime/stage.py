@@ -432,11 +432,16 @@ class StageRuntime:
         """Per window step: the elements that reached a window after it closed."""
         return {self.plan.steps[sid].name: ws.late for sid, ws in self.windows.items()}
 
+    def tombstones_emitted(self) -> dict:
+        """Per stateful step (keyed or timed): the tombstones it emitted so far. O(steps)."""
+        steps = self.plan.steps
+        return {steps[sid].name: ks.tombstones_emitted for sid, ks in (*self.keyed.items(), *self.windows.items())}
+
     def metrics(self) -> dict:
         steps = self.plan.steps
         return {
             "elements": dict(self.counts),
-            "tombstones_emitted": {steps[sid].name: ks.tombstones_emitted for sid, ks in (*self.keyed.items(), *self.windows.items())},
+            "tombstones_emitted": self.tombstones_emitted(),
             "out_of_order": {steps[sid].name: ks.out_of_order for sid, ks in (*self.keyed.items(), *self.windows.items())},
             "late_elements": self.late_elements(),
             "step_dead_letters": dict(self.dead_letters),

@@ -4,6 +4,8 @@
     driftstream bench wordcount --lines 40000 --rate 1000 --seconds 15
     driftstream bench exactly-once                    # latency under snapshots, recovery times
     driftstream bench exactly-once --rate 2000 --seconds 10 --json eo.json
+    RAY_enable_metrics_collection=1 driftstream bench exactly-once --rate 50 --seconds 20 --intervals 1.0 --metrics-ab 4
+                                                      # the metrics export's cost: off / on, in turn
 
 Throughput: word count (flat_map split -> key_by -> stateful count) over an
 in-memory corpus, as fast as it goes; words/s = words / wall time of the run.
@@ -46,6 +48,7 @@ from driftstream.barriers.sink import SinkPartition
 from driftstream.examples import wordcount
 
 from driftstream.engine.api.flow import Flow
+from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.result import percentiles
 from driftstream.engine.connectors.memory import ListPartition, MemorySource, PacedSource
 from driftstream.engine.testing import wait_for_actor
@@ -426,6 +429,40 @@ def latency_under_snapshots(
     return {"runs": runs, "floors": _floors(runs)}
 
 
+def metrics_export_cost(workload: Workload = Workload(), interval: float = 1.0, rounds: int = 3, metrics_interval: Optional[float] = None,
+                        prefix: str = "eom") -> dict:
+    """Exactly-once release latency with the Ray metrics export off, then on, ``rounds``
+    times in turn (A/B/A/B..., one Ray session: whatever drifts on a shared machine drifts
+    for both). Ray must collect metrics (``RAY_enable_metrics_collection=1``) for "on" to
+    export anything. Returns the runs' figures and the medians of each side's p50 / p99."""
+    w, runs = workload, []
+    extra = {} if metrics_interval is None else {"metrics_interval": metrics_interval}
+    with _workdir(w.workdir) as root:
+        for k in range(rounds):
+            for export in (False, True):
+                label = f"export {'on' if export else 'off'} #{k + 1}"
+                r = _run_eo(f"{prefix}-{k}-{'on' if export else 'off'}", "exactly-once", interval, w.elements, w.rate, w.partitions,
+                            w.parallelism, root, export_metrics=export, **extra)
+                runs.append(dict(_steady_figures(label, "exactly-once", interval, r, w.rate, w.warmup), export_metrics=export))
+    side = {on: [r["latency_ms"] for r in runs if r["export_metrics"] is on and r["latency_ms"].get("count")] for on in (False, True)}
+    medians = {("on" if on else "off"): {q: statistics.median(x[q] for x in lat) for q in ("p50", "p99")} for on, lat in side.items() if lat}
+    return {"runs": runs, "medians": medians}
+
+
+def format_metrics_cost(cost: dict, rate: float, metrics_interval: float, collecting: bool) -> str:
+    """Each run's p50 / p99, then the medians of each side and on minus off."""
+    lines = [f"metrics export cost: exactly-once at {rate:,.0f} elements/s, export every {metrics_interval:g} s; Ray metrics collection "
+             + ("on" if collecting else "OFF (RAY_enable_metrics_collection=0): 'on' runs export nothing")]
+    for r in cost["runs"]:
+        lat = r["latency_ms"]
+        lines.append(f"  {r['config']:<16} p50 {_f(lat.get('p50'))} ms  p99 {_f(lat.get('p99'))} ms  ({lat.get('count', 0)} elements)")
+    m = cost["medians"]
+    if "on" in m and "off" in m:
+        lines.append("  median over rounds: " + ", ".join(
+            f"{q} off {m['off'][q]:.2f} on {m['on'][q]:.2f} (on - off {m['on'][q] - m['off'][q]:+.2f} ms)" for q in ("p50", "p99")))
+    return "\n".join(lines)
+
+
 def _floors(runs: list) -> dict:
     """The issue's floors: exactly-once p50 at most 5 ms above none's; p99 across intervals within 20% (max/min <= 1.2)."""
     none = next((r for r in runs if r["guarantee"] == "none"), None)
@@ -718,6 +755,10 @@ def main(argv: Optional[list] = None) -> int:
     eo.add_argument("--recovery-interval", type=float, default=1.0, help="snapshot interval of the recovery run (default 1.0)")
     eo.add_argument("--kill-at", type=_floats, default=(3.0, 6.0), help="seconds into the recovery run's input to kill the stateful actor; empty: no recovery run")
     eo.add_argument("--standbys", type=int, default=0, help="spare actors of the recovery run: a standby takes the killed one's place")
+    eo.add_argument("--metrics-ab", type=int, default=0, metavar="ROUNDS",
+                    help="instead: the metrics export's cost, exactly-once at the first interval with the export off then on, "
+                    "ROUNDS times in turn (run with RAY_enable_metrics_collection=1)")
+    eo.add_argument("--metrics-interval", type=float, default=RunConfig.metrics_interval, help="seconds between metrics exports (default %(default)g)")
     eo.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     from driftstream.engine.runtime.ray_session import ensure_ray
@@ -743,24 +784,40 @@ def main(argv: Optional[list] = None) -> int:
     return 0
 
 
+def _main_metrics_cost(args: argparse.Namespace, workload: Workload, load: Optional[float], started: float) -> int:
+    from driftstream.engine.control.metrics_export import collection_enabled
+
+    cost = metrics_export_cost(workload, args.intervals[0] if args.intervals else 1.0, args.metrics_ab, args.metrics_interval)
+    print(format_metrics_cost(cost, args.rate, args.metrics_interval, collection_enabled()))
+    _close(cost, load, started, args.json)
+    return 0 if all(r["check"]["exactly_once"] for r in cost["runs"]) else 1
+
+
+def _close(figures: dict, load: Optional[float], started: float, json_path: Optional[str]) -> None:
+    """The load average before and after (into ``figures`` too), the bench's time, and the JSON file."""
+    if load is not None:
+        figures["load_average_1min"] = {"before": load, "after": os.getloadavg()[0]}
+        print(f"load average (1 min) before {load:.2f}, after {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"total bench time {time.time() - started:.1f} s")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(figures, fh, indent=2)
+
+
 def _main_exactly_once(args: argparse.Namespace) -> int:
     print(f"exactly-once bench: {args.rate:,.0f} elements/s, {args.partitions} partitions, parallelism {args.parallelism}, "
           f"{args.seconds:g} s per configuration; key_by -> stateful_map (rolling hash, {EO_KEYS} keys) -> FileSink", flush=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     started = time.time()
     workload = Workload(rate=args.rate, seconds=args.seconds, partitions=args.partitions, parallelism=args.parallelism, warmup=args.warmup)
+    if args.metrics_ab:
+        return _main_metrics_cost(args, workload, load, started)
     figures = exactly_once(args.intervals, args.recovery_interval, args.kill_at, workload, standbys=args.standbys)
     if figures["latency"]:  # --intervals '': the recovery run alone
         print(format_latency(figures["latency"], figures["floors"], args.rate, args.warmup))
     if figures["recovery"] is not None:
         print(format_recovery(figures["recovery"]))
-    if load is not None:
-        figures["load_average_1min"] = {"before": load, "after": os.getloadavg()[0]}
-        print(f"load average (1 min) before {load:.2f}, after {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    print(f"total bench time {time.time() - started:.1f} s")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(figures, fh, indent=2)
+    _close(figures, load, started, args.json)
     ok = all(r["check"]["exactly_once"] for r in figures["latency"])
     if figures["recovery"] is not None:
         ok = ok and figures["recovery"]["check"]["exactly_once"]

@@ -92,6 +92,9 @@ class KafkaSource(Source):
     committed, for lag monitors (:mod:`.group_commit`); the flow never reads them back.
     """
 
+    #: record timestamps: producers' wall clocks (CreateTime) or the broker's (LogAppendTime)
+    epoch_ms_times = True
+
     def __init__(
         self,
         topic: str,

@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.testing import PacedSource
 from tests.reference import reference_outputs
+from tests.status_wait import wait_for_status
 
 
 def _count(n, x):
@@ -53,16 +53,6 @@ def unwritable(directory: Path):
         os.rename(aside, directory)
 
 
-def _wait(condition, handle, what: str, timeout: float = 60.0) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        status = handle.status()
-        if condition(status):
-            return status
-        assert time.time() < deadline, f"{what}: {status}"
-        time.sleep(0.05)
-
-
 def test_a_store_outage_then_a_kill_gives_the_output_of_a_run_without_either(ray_session, tmp_path):
     import ray
 
@@ -75,16 +65,16 @@ def test_a_store_outage_then_a_kill_gives_the_output_of_a_run_without_either(ray
     flow = build(items, FileSink(tmp_path / "out", name="out"), "outage")
     handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps))
     try:
-        _wait(lambda s: s["snapshots"] >= 2, handle, "snapshots before the outage")
+        wait_for_status(lambda s: s["snapshots"] >= 2, handle, "snapshots before the outage")
         with unwritable(snaps):
             before = handle.status()
             # the store fails every snapshot while output keeps flowing
-            during = _wait(lambda s: s["snapshots_failing_s"] >= 3.0 and s["snapshot_failures"] >= 2, handle, "failing snapshots")
+            during = wait_for_status(lambda s: s["snapshots_failing_s"] >= 3.0 and s["snapshot_failures"] >= 2, handle, "failing snapshots")
             assert during["snapshots"] == before["snapshots"] and during["last_snapshot"]["age_s"] >= 3.0
             assert during["released"] > before["released"], "output must not wait for the store"
             assert "Error" in during["last_snapshot_error"]
         # back: a snapshot is committed again (after the backoff), then a stateful actor dies
-        after = _wait(lambda s: s["snapshots"] > during["snapshots"], handle, "a snapshot after the outage", timeout=30)
+        after = wait_for_status(lambda s: s["snapshots"] > during["snapshots"], handle, "a snapshot after the outage", timeout=30)
         assert after["snapshots_failing_s"] == 0.0 and after["last_snapshot"]["age_s"] < 10
         ray.kill(ray.get_actor("outage/key/1", namespace="driftstream"), no_restart=True)
         result = handle.wait(timeout=120)
@@ -104,7 +94,7 @@ def test_a_store_down_longer_than_snapshot_failure_timeout_stops_the_run_with_wh
     handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps),
                         snapshot_failure_timeout=2.0)
     try:
-        _wait(lambda s: s["snapshots"] >= 1, handle, "a snapshot before the outage")
+        wait_for_status(lambda s: s["snapshots"] >= 1, handle, "a snapshot before the outage")
         with unwritable(snaps):
             with pytest.raises(SnapshotFailed, match=r"snapshots have failed for \d+ s .*resume=True"):
                 handle.wait(timeout=60)

@@ -81,3 +81,13 @@ def test_exactly_once_recovery_from_killed_stateful_actor(ray_session, benchmark
         assert f["kill_to_first_output_s"] is not None  # the recovered run released output
         assert f["kill_to_first_output_elements_s"] is not None
         assert f["windows_end_to_end"]
+
+
+def test_metrics_export_cost_alternates_export_off_and_on(ray_session, tmp_path):
+    workload = bench.Workload(rate=400, seconds=1.5, warmup=0.25, workdir=str(tmp_path))
+    cost = bench.metrics_export_cost(workload, interval=0.5, rounds=1, metrics_interval=0.5, prefix="eom-test")
+    assert [(r["config"], r["export_metrics"]) for r in cost["runs"]] == [("export off #1", False), ("export on #1", True)]
+    assert all(r["check"]["exactly_once"] and r["latency_ms"]["count"] == 500 for r in cost["runs"])
+    assert set(cost["medians"]) == {"off", "on"} and all(set(m) == {"p50", "p99"} for m in cost["medians"].values())
+    text = bench.format_metrics_cost(cost, 400, 0.5, collecting=False)
+    assert "OFF (RAY_enable_metrics_collection=0)" in text and "on - off" in text

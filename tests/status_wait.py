@@ -1,0 +1,21 @@
+"""Polling a running flow's ``status()`` with a deadline, for tests of live figures.
+
+>>> wait_for_status(lambda s: s["running"], handle, "the flow to run")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def wait_for_status(condition: Callable[[dict], bool], handle, what: str, timeout: float = 60.0, every: float = 0.05) -> dict:
+    """The first ``handle.status()`` that meets ``condition``; fails naming ``what`` (with the
+    last status) once ``timeout`` seconds have passed."""
+    deadline = time.time() + timeout
+    while True:
+        status = handle.status()
+        if condition(status):
+            return status
+        assert time.time() < deadline, f"{what} within {timeout:g} s: {status}"
+        time.sleep(every)
