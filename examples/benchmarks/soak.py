@@ -107,6 +107,11 @@ class SoakRow:
     host_cpu: float = 0.0  # the whole machine's, % of all its cores
     other_cpu: float = 0.0  # of it, what went outside this run (another user's work slows every window)
     queue_ms: Optional[float] = None  # the producer's mean time from send to request: its linger
+    #: the engine's own release latency (source emit -> sink acknowledged) over the elements
+    #: released in the last 10 s, from status()["latency_ms"]: what the broker's fetches add is not in it
+    engine_p50_ms: Optional[float] = None
+    engine_p95_ms: Optional[float] = None
+    engine_p99_ms: Optional[float] = None
 
 
 @dataclass
@@ -404,6 +409,7 @@ def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, load: 
     st = handle.status()
     other = load.sample()
     window = checker.take_window()
+    engine = st.get("latency_ms") or {}
     return SoakRow(
         at_s=round(elapsed, 1),
         sent=feeder.sent,
@@ -420,6 +426,9 @@ def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, load: 
         host_cpu=round(load.host, 0),
         other_cpu=other,
         queue_ms=feeder.queue_ms(),
+        engine_p50_ms=engine.get("p50"),
+        engine_p95_ms=engine.get("p95"),
+        engine_p99_ms=engine.get("p99"),
     )
 
 
@@ -436,6 +445,27 @@ def _format_row(r: SoakRow) -> str:
             f"{_or_dash(r.queue_ms):>6} {fetch:>10} {cpu:>7} {r.host_cpu:>5.0f}% {r.other_cpu:>5.0f}%  {rss}")
 
 
+def compare_latency(label: str, prefix: str, first: list, last: list) -> str:
+    """p50 / p95 / p99 of the first and last rows (the medians of their windows' figures,
+    ``<prefix>_p<N>_ms``), and the change from first to last.
+
+    >>> rows = [SoakRow(0, 0, 0, 0, None, 0, None, None, [], {}, None, engine_p50_ms=v, engine_p95_ms=v, engine_p99_ms=v)
+    ...         for v in (10.0, 12.0, 11.0, 10.5)]
+    >>> compare_latency("engine", "engine", rows[:3], rows[3:])
+    'engine p50 / p95 / p99 ms: first 11.0 / 11.0 / 11.0, last 10.5 / 10.5 / 10.5: p50 -5%, p95 -5%, p99 -5% (within 10%)'
+    """
+    medians = {}
+    for side, part in (("first", first), ("last", last)):
+        medians[side] = {p: _median_or_none([getattr(r, f"{prefix}_p{p}_ms") for r in part if getattr(r, f"{prefix}_p{p}_ms") is not None])
+                         for p in (50, 95, 99)}
+    growth = {p: None if not (medians["first"][p] and medians["last"][p]) else round(100.0 * (medians["last"][p] / medians["first"][p] - 1.0))
+              for p in (50, 95, 99)}
+    return (f"{label} p50 / p95 / p99 ms: "
+            + ", ".join(f"{side} " + " / ".join(str(v) for v in medians[side].values()) for side in ("first", "last"))
+            + ": " + ", ".join(f"p{p} {'-' if g is None else f'{g:+d}%'}" for p, g in growth.items())
+            + (" (within 10%)" if all(g is not None and abs(g) <= 10 for g in growth.values()) else ""))
+
+
 def summary(report: SoakReport) -> str:
     """The verdict and the figures the issue asks for: first vs last 5 minutes, RSS, broker CPU."""
     rows = report.rows
@@ -450,21 +480,14 @@ def summary(report: SoakReport) -> str:
         span = min(report.config.compare_s, rows[-1].at_s / 2)
         first = [r for r in rows if r.at_s <= span]
         last = [r for r in rows if r.at_s > rows[-1].at_s - span]
-        medians = {}
         for label, part in (("first", first), ("last", last)):
-            medians[label] = {p: _median_or_none([getattr(r, f"latency_p{p}_ms") for r in part if getattr(r, f"latency_p{p}_ms") is not None])
-                              for p in (50, 95, 99)}
             cpu = [r.broker_cpu for r in part if r.broker_cpu is not None]
             lines.append(
-                f"{label} {span:.0f} s: latency p50 / p95 / p99 (medians of the {report.config.report_s:g} s windows) "
-                + " / ".join(str(v) for v in medians[label].values()) + " ms"
-                + (f", broker CPU mean {statistics.fmean(cpu):.0f}%" if cpu else "")
-                + f", host CPU mean {statistics.fmean(r.host_cpu for r in part):.0f}% ({statistics.fmean(r.other_cpu for r in part):.0f}% outside the run)"
+                f"{label} {span:.0f} s: broker CPU mean {statistics.fmean(cpu) if cpu else float('nan'):.0f}%, host CPU mean "
+                f"{statistics.fmean(r.host_cpu for r in part):.0f}% ({statistics.fmean(r.other_cpu for r in part):.0f}% outside the run)"
             )
-        growth_pct = {p: None if not (medians["first"][p] and medians["last"][p]) else round(100.0 * (medians["last"][p] / medians["first"][p] - 1.0))
-                      for p in (50, 95, 99)}
-        lines.append("last vs first: " + ", ".join(f"p{p} {'-' if g is None else f'{g:+d}%'}" for p, g in growth_pct.items())
-                     + (" (within 10%)" if all(g is not None and abs(g) <= 10 for g in growth_pct.values()) else ""))
+        lines.append(compare_latency("end to end (producer -> output record)", "latency", first, last))
+        lines.append(compare_latency("engine (source emit -> sink acknowledged)", "engine", first, last))
         warm = rows[min(len(rows) - 1, max(1, len(rows) // 10))].actor_rss_mb
         end = rows[-1].actor_rss_mb
         growth = {name: round(end[name] - warm[name], 1) for name in end if name in warm}
