@@ -426,10 +426,14 @@ def _row(handle: Any, feeder: Feeder, checker: Checker, broker_proc: Any, load: 
         host_cpu=round(load.host, 0),
         other_cpu=other,
         queue_ms=feeder.queue_ms(),
-        engine_p50_ms=engine.get("p50"),
-        engine_p95_ms=engine.get("p95"),
-        engine_p99_ms=engine.get("p99"),
+        engine_p50_ms=_round1(engine.get("p50")),
+        engine_p95_ms=_round1(engine.get("p95")),
+        engine_p99_ms=_round1(engine.get("p99")),
     )
+
+
+def _round1(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(x, 1)
 
 
 def _or_dash(x: Any) -> Any:
