@@ -42,7 +42,11 @@ PARALLELISM = 2
 
 @dataclass(frozen=True)
 class Config:
-    """One engine configuration. ``engine``: "driftstream" or "spark"."""
+    """One engine configuration. ``engine``: "driftstream" or "spark".
+
+    >>> Config("driftstream", export_metrics=False).label
+    'driftstream EO 1 s, no metrics export'
+    """
 
     engine: str
     guarantee: str = "exactly-once"
@@ -52,12 +56,14 @@ class Config:
     state: str = "entries"
     #: driftstream's spare actors: a recovery resets one in the killed actor's place
     standbys: int = 0
+    #: driftstream's figures as Ray metrics (where Ray collects metrics)
+    export_metrics: bool = True
 
     @property
     def label(self) -> str:
         if self.engine == "spark":
             return f"spark EO trigger {self.trigger}"
-        suffix = "" if self.state == "entries" else ", value state"
+        suffix = ("" if self.state == "entries" else ", value state") + ("" if self.export_metrics else ", no metrics export")
         if self.guarantee == "none":
             return "driftstream none" + suffix
         return f"driftstream EO {_interval(self.snapshot_interval)}" + suffix
@@ -311,6 +317,7 @@ class _Driftstream:
             snapshot_interval=config.snapshot_interval,
             snapshot_dir=str(workdir / "snapshots"),
             standbys=config.standbys,
+            export_metrics=config.export_metrics,
         )
         self._wait_running()
         self._killed = None
@@ -707,6 +714,22 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
     return 0 if all(r.get("correct") for r in rows) else 1
 
 
+def _metrics_ab_report(results: dict, grid: list, base_label: str, out: str, console: Any) -> int:
+    """The --metrics-ab figures: per round, p50 / p99 with the export minus without (the
+    rounds ran interleaved), printed and written to ``out``/metrics-ab.json."""
+    results["metrics_ab"] = {q: {k: v for k, v in round_differences(results["grid"], base_label, q).items() if k != base_label}
+                             for q in ("p50", "p99")}
+    for q, diffs in results["metrics_ab"].items():
+        for label, d in diffs.items():
+            console.print(f"{label} minus {base_label}, {q} per round (ms): " + ", ".join(f"{x:+.1f}" for x in d)
+                          + f"; median {statistics.median(d):+.1f}")
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "metrics-ab.json").write_text(json.dumps(results, indent=1))
+    console.print(f"results: {path / 'metrics-ab.json'}")
+    return 0 if all(r.correct for r in grid) else 1
+
+
 def main(argv: Optional[list] = None, demo: bool = False) -> int:
     """``driftstream bench inverted-index`` (and ``driftstream demo`` with ``demo=True``)."""
     import argparse
@@ -743,6 +766,9 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                             help="engines of the --throughput run (flink where apache-flink is installed, see flink_baseline.py)")
         parser.add_argument("--rounds", type=int, default=4,
                             help="driftstream grid runs per configuration, interleaved; percentiles pool them (default 4)")
+        parser.add_argument("--metrics-ab", action="store_true",
+                            help="instead of the grid: exactly-once (1 s snapshots) without and with the Ray metrics export, "
+                            "--rounds interleaved rounds (run with RAY_enable_metrics_collection=1)")
     args = parser.parse_args(argv)
     console = Console()
     seconds = 20.0 if getattr(args, "quick", False) else args.seconds
@@ -770,6 +796,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
         bench.progress = update
         if demo:
             configs = [Config("driftstream", "exactly-once", 1.0)]
+        elif getattr(args, "metrics_ab", False):
+            configs = [Config("driftstream", "exactly-once", 1.0, export_metrics=False), Config("driftstream", "exactly-once", 1.0)]
         else:
             configs = [c for c in GRID if not args.only or c.engine == args.only]
         results: dict = {"rate": args.rate, "docs": docs, "skip": args.skip, "corpus": corpus,
@@ -793,6 +821,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
         for r in grid:
             for p in r.problems[:5]:
                 console.print(f"[red]{r.label}: {p}[/]")
+        if getattr(args, "metrics_ab", False):
+            return _metrics_ab_report(results, grid, configs[0].label, args.out, console)
         if demo:
             ok = all(r.correct for r in grid)
             console.print("[green]output equals the ground truth[/]" if ok else "[red]output differs from the ground truth[/]")
