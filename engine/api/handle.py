@@ -129,8 +129,9 @@ class FlowHandle:
         return self._thread is not None and self._thread.is_alive()
 
     def status(self) -> dict:
-        """Watermark, source lag, elements emitted and released, dead letters, records skipped
-        (at-most-once), the last snapshot (T, duration) and every recovery (detected at,
+        """Watermark and its lag behind the clock, source lag, elements emitted and released,
+        elements per step, release latency over the last 10 s, dead letters, records skipped
+        (at-most-once), the last snapshot (T, duration, age) and every recovery (detected at,
         seconds to restored and to first new output), and the coordinator's niceness."""
         import ray
 
