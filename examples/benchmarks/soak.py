@@ -108,7 +108,9 @@ class SoakRow:
     other_cpu: float = 0.0  # of it, what went outside this run (another user's work slows every window)
     queue_ms: Optional[float] = None  # the producer's mean time from send to request: its linger
     #: the engine's own release latency (source emit -> sink acknowledged) over the elements
-    #: released in the last 10 s, from status()["latency_ms"]: what the broker's fetches add is not in it
+    #: released in the last 10 s, from status()["latency_ms"]: the producer and the fetch of the
+    #: element itself are not in it, but a release waits for the watermark, the minimum over the
+    #: partitions, so the slower partition's next fetch is
     engine_p50_ms: Optional[float] = None
     engine_p95_ms: Optional[float] = None
     engine_p99_ms: Optional[float] = None
