@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from typing import Any, Callable, Optional
 
 import ray
@@ -53,7 +54,7 @@ class CoordinatorActor:
         self.flow_name = plan.flow_name
         self.started_at = time.time()
         self.restarts = 0
-        if detached and ray.get_runtime_context().was_current_actor_reconstructed:
+        if detached and _reconstructed():
             # The previous incarnation's actors died with it (Ray ties them to their creator).
             self.restarts = 1
             config = config.resumed()
@@ -117,6 +118,14 @@ class CoordinatorActor:
 
     def stop(self) -> None:
         self.supervisor.stop_requested.set()
+
+
+def _reconstructed() -> bool:
+    """Whether this actor is a restart. Ray's property reads its own deprecated ``actor_id``
+    and warns into every driver's log; the warning says nothing to a user."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ray.get_runtime_context().was_current_actor_reconstructed
 
 
 def coordinator_name(plan: Plan) -> str:
