@@ -19,15 +19,12 @@ import threading
 import time
 from typing import Any, Optional
 
-from driftstream.engine.control.coordinator import remove, run_coordinated, start_detached
+from driftstream.engine.control.coordinator import COORDINATOR_SUFFIX, remove, run_coordinated, start_detached
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers, ensure_ray
-
-COORDINATOR_SUFFIX = "/coordinator"
-
 
 def start_on_ray(plan: Plan, address: Optional[str] = None, detached: bool = False, **options) -> "FlowHandle":
     """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""

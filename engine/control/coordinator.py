@@ -66,7 +66,7 @@ class CoordinatorActor:
         self.outcome_: tuple = (None, None)
         self.exporter = start_export(plan.flow_name, config, self.supervisor.live_status, self.launched)
         if detached:
-            threading.Thread(target=self._run_detached, name="driftstream-detached", daemon=True).start()
+            threading.Thread(target=self.run, name="driftstream-detached", daemon=True).start()
 
     def run(self, timeout: Optional[float] = None) -> tuple:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
@@ -85,9 +85,6 @@ class CoordinatorActor:
         self.outcome_ = outcome
         self.done.set()
         return outcome
-
-    def _run_detached(self) -> None:
-        self.run(None)
 
     def wait_launched(self, timeout: float) -> Optional[BaseException]:
         """Block until the run's actors are up (or it failed first); its error, if any."""
@@ -128,8 +125,12 @@ def _reconstructed() -> bool:
         return ray.get_runtime_context().was_current_actor_reconstructed
 
 
+#: A coordinator's actor name is its flow's name and this; ``list_flows`` finds flows by it.
+COORDINATOR_SUFFIX = "/coordinator"
+
+
 def coordinator_name(plan: Plan) -> str:
-    return f"{plan.flow_name}/coordinator"
+    return plan.flow_name + COORDINATOR_SUFFIX
 
 
 def run_coordinated(
@@ -208,7 +209,7 @@ def remove(coordinator: Any, flow_name: str) -> None:
         ray.kill(coordinator, no_restart=True)
     except Exception:
         pass
-    _wait_gone(f"{flow_name}/coordinator")
+    _wait_gone(flow_name + COORDINATOR_SUFFIX)
 
 
 def _wait_gone(name: str, timeout: float = 10.0) -> None:
