@@ -51,8 +51,12 @@ from .windows import Late, Session, WindowResult, WindowSpec, close_time
 class _TimedState:
     """What both window forms share: the keyed state, the timers, the late count."""
 
-    def __init__(self, spec: WindowSpec, step: Callable, backend: Any, seed: Optional[int], flat: bool = False) -> None:
+    def __init__(self, spec: WindowSpec, step: Callable, backend: Any, seed: Optional[int], flat: bool = False,
+                 on_error: Optional[Callable] = None) -> None:
         self.spec = spec
+        #: ``on_error(meta, payload, exc)``: what an element whose timestamp function raised
+        #: is emitted as (a dead letter) instead of failing; it joins no window
+        self.on_error = on_error
         self.keyed = DriftingKeyedState(step, flat=flat, backend=backend)
         self.rng = random.Random(seed)
         self.timers: dict = {}  # close time -> (timer id, {what closes then, ...})
@@ -74,15 +78,23 @@ class _TimedState:
     def log_size(self) -> int:
         return self.keyed.log_size()
 
-    def event_ms(self, meta: tuple, payload: Any) -> int:
-        """An element's event time in ms: ``timestamp(payload)`` seconds, or its source time."""
+    def event_ms(self, meta: tuple, payload: Any, out: Optional[list] = None) -> Optional[int]:
+        """An element's event time in ms: ``timestamp(payload)`` seconds, or its source time.
+
+        If the timestamp function raises: with ``on_error``, the element's dead letter is
+        appended to ``out`` and None returned (a tombstone's too: its payload is its
+        element's, so it raises alike and retracts the letter); else StateFnError.
+        """
         timestamp = self.spec.timestamp
         if timestamp is None:
             return meta[0]
         try:
             return math.floor(timestamp(payload) * 1000)
         except Exception as exc:
-            raise StateFnError(meta, payload) from exc
+            if self.on_error is None or out is None:
+                raise StateFnError(meta, payload) from exc
+            out.append((meta, self.on_error(meta, payload, exc)))
+            return None
 
     def _set_timer(self, close: tuple, member: Hashable, acks: dict) -> None:
         timer = self.timers.get(close)
@@ -125,8 +137,8 @@ class WindowedState(_TimedState):
     ``stateful_map``). Restored windows get their timers back from :meth:`restore_timers`.
     """
 
-    def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None) -> None:
-        super().__init__(spec, spec.step, backend, seed)
+    def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None, on_error: Optional[Callable] = None) -> None:
+        super().__init__(spec, spec.step, backend, seed, on_error=on_error)
 
     def apply_batch(self, items: list, acks: dict) -> list:
         """Take ``(meta, payload, key)`` elements and tombstones; timers go into ``acks``.
@@ -134,7 +146,9 @@ class WindowedState(_TimedState):
         assign, lateness, pairs = self.spec.assigner.assign, self.spec.allowed_lateness, self.spec.pairs
         feed, out = [], []
         for meta, payload, key in items:
-            event = self.event_ms(meta, payload)
+            event = self.event_ms(meta, payload, out)
+            if event is None:
+                continue
             late = False
             for start, end in assign(event):
                 close = close_time(end, lateness)
@@ -258,8 +272,8 @@ class SessionState(_TimedState):
     [WindowResult(key='k', start=0.0, end=0.018, value=2)]
     """
 
-    def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None) -> None:
-        super().__init__(spec, session_merge(spec), backend, seed)
+    def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None, on_error: Optional[Callable] = None) -> None:
+        super().__init__(spec, session_merge(spec), backend, seed, on_error=on_error)
         self.gap = spec.assigner.gap_ms
         self.lateness_ms = close_time(0, spec.allowed_lateness)[0]
 
@@ -270,7 +284,9 @@ class SessionState(_TimedState):
         """As :meth:`WindowedState.apply_batch`."""
         feed, out = [], []
         for meta, payload, key in items:
-            event = self.event_ms(meta, payload)
+            event = self.event_ms(meta, payload, out)
+            if event is None:
+                continue
             close = (self._close(event), -1, -1, -1)
             plain = invalidee_of(meta)  # a tombstone's payload matches its element's
             if meta[0] >= close[0]:

@@ -29,7 +29,7 @@ def reference_outputs(flow: Flow) -> dict:
 
     def push(sid: int, meta: Meta, x, key=None) -> None:
         step = steps[sid]
-        if step.on_error == "dead-letter":
+        if step.on_error == "dead-letter" and step.kind != "window":
             results = _applied_or_diverted(step, states[sid], meta, x, key)
         elif step.kind == "dead_letters":
             results = [(meta, x, None)] if type(x) is DeadLetter else []
@@ -83,9 +83,10 @@ def reference_outputs(flow: Flow) -> dict:
                 results = []
             else:
                 results = [(meta, (x, table.get(key)), None)]
+        elif step.kind == "window" and (event := _event_ms(step, meta, x)) is not None and type(event) is DeadLetter:
+            results = [(meta, event, None)]
         elif step.kind == "window" and isinstance(step.window.assigner, Session):
             spec = step.window
-            event = meta[0] if spec.timestamp is None else math.floor(spec.timestamp(x) * 1000)
             close = close_time(event + spec.assigner.gap_ms, spec.allowed_lateness)
             if meta[0] >= close[0]:
                 results = [(meta, Late(key, x, event / 1000), None)]
@@ -96,7 +97,7 @@ def reference_outputs(flow: Flow) -> dict:
         elif step.kind in ("window", "window_join"):
             results = []
             spec, windows = step.window, states[sid]
-            event = meta[0] if spec.timestamp is None else math.floor(spec.timestamp(x) * 1000)
+            event = meta[0] if step.kind == "window_join" else event
             late = False
             for start, end in spec.assigner.assign(event):
                 close = close_time(end, spec.allowed_lateness)
@@ -180,6 +181,20 @@ def _closed_sessions(open_elements: dict, key, spec, close: tuple, sid: int) -> 
         for e in session:
             open_elements[key].remove(e)
     return out
+
+
+def _event_ms(step, meta: Meta, x):
+    """A window step's event time of ``x`` (ms), or its dead letter if the timestamp function
+    raises under on_error="dead-letter" (called from this frame, as the runtime calls it)."""
+    timestamp = step.window.timestamp
+    if timestamp is None:
+        return meta[0]
+    try:
+        return math.floor(timestamp(x) * 1000)
+    except Exception as exc:
+        if step.on_error != "dead-letter":
+            raise
+        return dead_letter(step.name, meta, x, exc)
 
 
 def _applied_or_diverted(step, table: dict, meta: Meta, x, key) -> list:

@@ -374,7 +374,7 @@ class KeyedStream(Stream):
         return self._stateful("stateful_map", count_step(self.key_fn), name, None, label="count")
 
     def window(self, assigner: Any, *, timestamp: Optional[Callable[[Any], float]] = None,
-               allowed_lateness: float = 0.0, name: Optional[str] = None) -> "WindowedStream":
+               allowed_lateness: float = 0.0, name: Optional[str] = None, on_error: str = "fail") -> "WindowedStream":
         """Event-time windows per key (``Tumbling(size)``, ``Sliding(size, slide)``,
         ``Session(gap)``, from :mod:`driftstream.engine.windows`); aggregate them with ``.reduce``, ``.fold``,
         ``.count`` or ``.collect``, which emit one ``WindowResult(key, start, end, value)`` per
@@ -383,7 +383,10 @@ class KeyedStream(Stream):
         ``timestamp(x)``: an element's event time in seconds (default: its source time, the
         Kafka record timestamp). An element whose source time has passed the close of a
         window it belongs to is late for it: counted (``metrics.late_elements``) and sent to
-        ``.late(sink)`` when one is given.
+        ``.late(sink)`` when one is given. ``on_error="dead-letter"``: an element whose
+        ``timestamp`` raises joins no window and goes to the flow's dead-letter sink (see
+        :meth:`Stream.map`); the aggregate's own function fails the run when it raises, so
+        check elements in a step before the window (``.map(check, on_error="dead-letter")``).
 
         >>> from driftstream.engine.testing import MemorySource, MemorySink
         >>> from driftstream.engine.windows import Tumbling
@@ -400,7 +403,12 @@ class KeyedStream(Stream):
             raise FlowError(f"window: timestamp= takes a function element -> event time in seconds, not {timestamp!r}")
         if isinstance(allowed_lateness, bool) or not isinstance(allowed_lateness, (int, float)) or allowed_lateness < 0:
             raise FlowError(f"window: allowed_lateness is seconds >= 0, not {allowed_lateness!r}")
-        return WindowedStream(self, assigner, timestamp, float(allowed_lateness), name)
+        on_error = _on_error(on_error, name or "window")
+        if on_error == "dead-letter" and timestamp is None:
+            raise FlowError("window: on_error='dead-letter' diverts the elements whose timestamp= function raises, and no "
+                            "timestamp= is given; to divert elements the aggregate would fail on, check them in a step "
+                            "before the window: .map(check, on_error='dead-letter')")
+        return WindowedStream(self, assigner, timestamp, float(allowed_lateness), name, on_error)
 
     def lookup(self, table: "KeyedStream", *, name: Optional[str] = None) -> Stream:
         """A temporal (stream-table) join: ``table`` is a keyed stream of updates; each element
@@ -463,8 +471,9 @@ class WindowedStream:
     :class:`WindowResult`)."""
 
     def __init__(self, keyed: KeyedStream, assigner: Any, timestamp: Optional[Callable], allowed_lateness: float,
-                 name: Optional[str]) -> None:
+                 name: Optional[str], on_error: str = "fail") -> None:
         self.keyed, self.assigner, self.timestamp, self.allowed_lateness, self.name = keyed, assigner, timestamp, allowed_lateness, name
+        self.on_error = on_error
 
     def reduce(self, fn: Callable[[Any, Any], Any]) -> "WindowOutput":
         """The window's first element, then ``fn(aggregate so far, x)`` for each next one in t order."""
@@ -485,7 +494,9 @@ class WindowedStream:
     def _aggregate(self, step_fn: Callable, result: Callable) -> "WindowOutput":
         keyed, flow = self.keyed, self.keyed.flow
         spec = WindowSpec(self.assigner, step_fn, result, self.timestamp, self.allowed_lateness)
-        window = flow._add("window", self.name, [keyed.step.id], fn=step_fn, window=spec)
+        window = flow._add("window", self.name, [keyed.step.id], fn=step_fn, window=spec, on_error=self.on_error)
+        if self.on_error == "dead-letter":  # the results filter below passes no dead letter
+            flow._add("dead_letters", f"{window.name}.dead_letters", [window.id])
         results = flow._add("filter", f"{window.name}.results", [window.id], fn=_is_result)
         return WindowOutput(flow, results, window)
 

@@ -54,7 +54,8 @@ def _timed_state(step: Any, backend: Any, seed: int) -> Any:
         iv = step.interval
         return IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=seed)
     form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
-    return form(step.window, backend, seed=seed)
+    divert = functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
+    return form(step.window, backend, seed=seed, on_error=divert)
 
 
 @dataclass

@@ -129,6 +129,51 @@ def test_a_failing_timestamp_names_the_step_and_the_element():
         flow.run(runtime="simulator")
 
 
+def _event_or_raise(x) -> float:
+    if x[2] == "?":
+        raise ValueError(f"no event time in {x!r}")
+    return x[1] / 1000
+
+
+def _poisoned(items: list, assigner, partitions: int) -> Flow:
+    """Windows whose timestamp function raises on the elements of value "?" (poison pills)."""
+    flow = Flow("pills").dead_letters(MemorySink("dlq"))
+    (flow.source(MemorySource(items, partitions=partitions)).key_by(lambda x: x[0])
+         .window(assigner, timestamp=_event_or_raise, on_error="dead-letter").fold("", lambda acc, x: acc + x[2])
+         .late(MemorySink("late")).sink(MemorySink("out")))
+    return flow
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 60), st.sampled_from("xy?")), max_size=40),
+       assigner=assigners, parallelism=st.integers(1, 3), partitions=st.integers(1, 3), seed=st.integers(0, 2**32))
+def test_a_timestamp_that_raises_sends_the_element_to_dead_letters_in_any_arrival_order(data, assigner, parallelism, partitions, seed):
+    flow = _poisoned(data, assigner, partitions)
+    expected = reference_outputs(flow)
+    result = flow.run(runtime="simulator", parallelism=parallelism, seed=seed)
+    assert result.output("out") == expected["out"] and result.output("late") == expected["late"]
+    assert result.output("dlq") == expected["dlq"]
+    assert [d.element for d in expected["dlq"]] == [x for x in data if x[2] == "?"]  # each pill once, in t order
+    assert result.metrics.step_dead_letters == {"window": len(expected["dlq"])}
+
+
+def test_timestamp_dead_letters_survive_simulated_crashes_once_each():
+    data = [("abc"[i % 3], i - (i % 7) * 3, "xy?"[i % 5 % 3]) for i in range(60)]
+    flow = _poisoned(data, Sliding(0.02, 0.01), partitions=3)
+    expected = reference_outputs(flow)
+    assert len(expected["dlq"]) > 5 and expected["out"]
+    wrong, _ = crashed_runs_differing(flow, expected, 60)
+    assert not wrong, f"seeds whose output differs (seed, crash points): {wrong[:5]}"
+
+
+def test_window_dead_letters_need_a_timestamp_function():
+    keyed = Flow("bad").source(MemorySource([1])).key_by(lambda x: x)
+    with pytest.raises(FlowError, match=r"no timestamp= is given.*\.map\(check, on_error='dead-letter'\)"):
+        keyed.window(Tumbling(1), on_error="dead-letter")
+    with pytest.raises(FlowError, match="on_error= is 'fail' or 'dead-letter'"):
+        keyed.window(Tumbling(1), timestamp=float, on_error="skip")
+
+
 @pytest.mark.parametrize("assigner", [Tumbling(0.05), Session(0.01)], ids=["tumbling", "session"])
 def test_windows_on_ray_exactly_once_with_a_kill(ray_session, tmp_path, assigner):
     data = [("abcd"[i % 4], i - (i % 5) * 20 - (i % 7 == 0) * 200, "xyz"[i % 3]) for i in range(2000)]
