@@ -21,12 +21,17 @@ from driftstream.engine.connectors.kafka.security import PLAINTEXT, KafkaSecurit
 
 
 def consumer(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, **kw) -> KafkaConsumer:
-    """A consumer with no group and no auto-commit: driftstream tracks offsets itself."""
+    """A consumer with no group and no auto-commit: driftstream tracks offsets itself.
+
+    Its fetches wait at most 100 ms for records (kafka-python: 500): a helper that reads on
+    after :func:`last_record` (a seek elsewhere) would otherwise wait that long for the
+    long poll still out at the end before its own fetch goes out.
+    """
     return KafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        **{"group_id": None, **kw},
+        **{"group_id": None, "fetch_max_wait_ms": 100, **kw},
         **security.client_settings(),
     )
 
@@ -74,14 +79,29 @@ def read_partition(c: KafkaConsumer, tp: TopicPartition, start: int, idle_ms: in
     return out
 
 
-def last_record(c: KafkaConsumer, tp: TopicPartition) -> Optional[object]:
-    """The last record of ``tp``, or None if it is empty."""
+def last_record(c: KafkaConsumer, tp: TopicPartition, max_s: float = 1.0) -> Optional[object]:
+    """The last record of ``tp``, or None if it is empty: read from just before the reported
+    end up to the high watermark of the fetch answers (not until reads come back empty: that
+    wait cost 300 ms of every recovery of a Kafka sink). A live partition's end moves: any
+    end seen within ``max_s`` is as good as another."""
     reported_end = c.end_offsets([tp])[tp]
     if reported_end == 0:
         return None
-    # A live partition's end moves: any end seen within a second is as good as another.
-    tail = read_partition(c, tp, max(0, reported_end - 1), max_s=1.0)
-    return tail[-1] if tail else None
+    c.assign([tp])
+    c.seek(tp, max(0, reported_end - 1))
+    last, began = None, time.time()
+    while time.time() - began < max_s:
+        got = c.poll(timeout_ms=50).get(tp, [])
+        if got:
+            last = got[-1]
+        high = c.highwater(tp)
+        if last is not None and high is not None and last.offset + 1 >= high:
+            # Tansu's mark is its last batch's base offset + 1, and a poll returns at most
+            # max_poll_records of a batch: the rest is buffered already, returned at once.
+            while more := c.poll(timeout_ms=0).get(tp, []):
+                last = more[-1]
+            break
+    return last
 
 
 def true_end(c: KafkaConsumer, tp: TopicPartition) -> int:

@@ -92,7 +92,9 @@ def test_a_broker_down_costs_a_counted_failure_and_the_next_offsets_commit():
         committer.submit({0: 5, 1: 6})
         assert time.monotonic() - began < 0.05  # the supervisor's loop does not wait for the broker
         _wait(lambda: committer.failures >= 1)
-        assert "KafkaTimeoutError" in committer.last_error and committer.committed == {0: 3, 1: 4}
+        # Refused at once, or timed out while the client retries: which one comes first is timing.
+        assert committer.last_error.startswith(("KafkaTimeoutError", "KafkaConnectionError")), committer.last_error
+        assert committer.committed == {0: 3, 1: 4}
         proxy.forward()
         committer.submit({0: 7, 1: 8})  # the next snapshot's offsets
         _wait(lambda: committer.committed == {0: 7, 1: 8})

@@ -10,7 +10,7 @@ import uuid
 import kafka.errors as kafka_errors
 import pytest
 from driftstream.engine.connectors.kafka import wire as kafka_wire
-from driftstream.engine.connectors.kafka.io import ensure_topic
+from driftstream.engine.connectors.kafka.io import ensure_topic, partition_count
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher
 
 
@@ -77,6 +77,16 @@ def test_a_bundle_larger_than_one_request_is_split_and_lands_in_order(kafka_brok
     got = fetch_all(TopicFetcher(bs, topic, [0]), 0, 100)
     assert [r.value for r in got] == values
     writer.close()
+
+
+def test_locate_finds_the_leader_and_the_versions_without_creating_the_topic(kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    leader = kafka_wire.locate(bs, fresh_topic(bs, 2), [0, 1])
+    assert f"{leader.host}:{leader.port}" == bs and leader.fetch_version >= 4 and leader.produce_version >= 3
+    missing = f"wire-missing-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(kafka_errors.LeaderNotAvailableError, match=missing):
+        kafka_wire.locate(bs, missing, [0], timeout_s=0.5)
+    assert partition_count(bs, missing, timeout=0.5) == 0  # asking did not create it
 
 
 def test_a_partition_without_a_leader_is_an_error_that_names_it(kafka_broker):
