@@ -68,6 +68,12 @@ STANDBY_REPLENISH_DELAY_S = 2.0
 #: one on a node that vanished.
 NAME_WAIT_S = 1.0
 
+#: After a first actor is seen dead, the others' alive() answers are awaited until none came
+#: for CONFIRM_QUIET_S (the lost one's peers answer as their connections to it end, within
+#: milliseconds), at most CONFIRM_S: one recovery then takes every actor one event killed.
+#: A fixed wait of CONFIRM_S was 100 of the 220 ms from a kill to restored with a standby.
+CONFIRM_QUIET_S, CONFIRM_S = 0.02, 0.1
+
 #: Seconds a source's commit hook (a Kafka consumer group commit) may take to finish at shutdown.
 COMMIT_HOOK_CLOSE_S = 5.0
 
@@ -90,6 +96,14 @@ class Recovery:
     snapshot_id: Optional[int] = None
     first_output_s: Optional[float] = None
     pending: Optional[list] = None  # refs of first_release() calls, resolved lazily
+    #: where ``restored_s`` went, in order: ``confirm`` (the other actors' answers: is anyone
+    #: else lost?), ``probe`` (are their nodes alive?), ``kill`` (lost actors killed, names
+    #: freed), ``reset`` (survivors reset in place, standbys and new actors restored),
+    #: ``connect`` (data plane up, windows' timers seeded) and ``start`` (sources reading)
+    steps_s: dict = field(default_factory=dict)
+    #: per stage instance reset in place (a survivor, or a standby taking a lost one's place):
+    #: seconds of ``tear_down``, ``setup`` and ``restore`` (within setup)
+    resets_s: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -155,6 +169,7 @@ class RaySupervisor:
         self.streams = 0  # schedules started: each stream's number
         #: started actors waiting to replace a lost instance: (handle, actor name)
         self.standbys: list = []
+        self._resets: dict = {}  # the last launch's resets, by instance (see Recovery.resets_s)
         self._standbys_started = 0
         self._replenish_at = 0.0
         #: instance actor name -> the name of the actor playing it, where a standby took its place
@@ -183,9 +198,11 @@ class RaySupervisor:
         """
         plan = self.plan
         survivors = survivors or {}
+        marks = self._launch_marks = [time.time()]
         placed = self._placement()
         token = secrets.token_bytes(32)
         resets: list = []
+        reset_names: list = []
         acker_name = f"{plan.flow_name}/acker"
         if acker_name in survivors:
             self.acker = survivors[acker_name]
@@ -204,11 +221,13 @@ class RaySupervisor:
             if name in survivors:
                 actor = survivors[name]
                 resets.append(actor.reset.remote(opts, token))
+                reset_names.append(name)
                 if name in self.real_names:
                     real_names[name] = self.real_names[name]
             elif self.standbys:
                 actor, real_names[name], _ = self.standbys.pop(0)
                 resets.append(actor.reset.remote(opts, token, tuple(instance)))
+                reset_names.append(f"{name} (standby)")
             else:
                 real = real_names[name] = self.renamed.get(name, name)
                 actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan, *instance, opts, token)
@@ -219,7 +238,9 @@ class RaySupervisor:
         # old set of actors or the whole new one, never a dict that is being filled.
         self.actors, self.handles, self.names, self.real_names = actors, handles, names, real_names
         self.renamed = {}
-        ray.get(resets)
+        # Stage instances say where their reset went (the acker's, listed first if reset, says nothing).
+        self._resets = {n: t for n, t in zip(reset_names, ray.get(resets)[len(resets) - len(reset_names):])}
+        marks.append(time.time())
         keys = list(self.actors)
         answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
         addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
@@ -230,10 +251,12 @@ class RaySupervisor:
         seeds = [x for x in ray.get([a.take_seed.remote() for a in self.actors.values()]) if x]
         if seeds:
             ray.get(self.acker.seed.remote(seeds))
+        marks.append(time.time())
         skip_after = None
         if recovering and self.rules.skips_backlog:
             skip_after = replay_limit(ray.get([a.t_last.remote() for a in self.actors.values()]))
         self.status.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
+        marks.append(time.time())
 
     def run(self, timeout: Optional[float] = None, on_launched=None) -> RunResult:
         manifest = self._latest_manifest() if self.config.resume else None
@@ -267,7 +290,8 @@ class RaySupervisor:
         result.metrics.recoveries = len(self.status.recoveries)
         result.metrics.skipped = self.status.skipped
         result.metrics.recovery_s = [
-            {"detected_at": r.detected_at, "restored": r.restored_s, "first_output": r.first_output_s, "snapshot": r.snapshot_id}
+            {"detected_at": r.detected_at, "restored": r.restored_s, "first_output": r.first_output_s, "snapshot": r.snapshot_id,
+             "steps": dict(r.steps_s), "resets": dict(r.resets_s)}
             for r in self.status.recoveries
         ]
         result.metrics.snapshot_s = [r.duration_s for r in self.status.snapshots]
@@ -288,8 +312,7 @@ class RaySupervisor:
             # A call that saw the death may beat the alive() ref; actors that shared the dead
             # one's node go a few milliseconds apart: take them all in one recovery.
             ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
-            if ready:
-                ray.wait(alive, num_returns=len(alive), timeout=0.1)
+            settle_answers(alive, len(ready), seen + CONFIRM_S)
             return "died", (self._lost(alive), seen)
 
         next_snapshot = time.time() + self.config.snapshot_interval
@@ -494,12 +517,14 @@ class RaySupervisor:
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
-        detected = detected or time.time()
+        entered = time.time()
+        detected = detected or entered
         dead = set(self.names) if dead is None else dead
         # A node whose raylet does not answer is gone with every actor on it, though Ray says so
         # only after its health check (~14 s): its actors that still answer are dying too.
         gone = _unreachable_nodes({self.node_of[n] for n in self.names if n in self.node_of})
         dead |= {n for n in self.names if self.node_of.get(n) in gone}
+        probed = time.time()
         lost = [n for n in self.names if n in dead]
         # A node with a surviving actor is alive; one whose actors all died may be gone (its
         # death known to Ray only after a health check): new actors go elsewhere.
@@ -510,10 +535,15 @@ class RaySupervisor:
         by_standby = [n for n in lost if n != self.names[0]][:len(self.standbys)]  # names[0]: the acker
         self._kill([h for n, h in zip(self.names, self.handles) if n in dead], [n for n in lost if n not in by_standby])
         survivors = {n: h for n, h in zip(self.names, self.handles) if n not in dead}
+        killed = time.time()
         manifest = self._launch_surviving(self._latest_manifest(), recovering=True, survivors=survivors)
+        m = self._launch_marks
+        steps = {"confirm": entered - detected, "probe": probed - entered, "kill": killed - probed, "read_manifest": m[0] - killed}
+        steps.update(zip(("reset", "connect", "start"), (b - a for a, b in zip(m, m[1:]))))
         sinks = [self.actors[k] for k in self.actors if any(self.plan.steps[sid].kind == "sink" for sid in self.plan.stages[k.stage].step_ids)]
         snapshot_id = None if manifest is None else manifest.snapshot_id
-        recovery = Recovery(detected, time.time() - detected, snapshot_id, pending=[a.first_release.remote() for a in sinks])
+        recovery = Recovery(detected, time.time() - detected, snapshot_id, pending=[a.first_release.remote() for a in sinks], steps_s=steps,
+                            resets_s=self._resets)
         self.status.recoveries.append(recovery)
         self._replenish_at = time.time() + STANDBY_REPLENISH_DELAY_S
         self._inject("after_restore")
@@ -655,7 +685,8 @@ class RaySupervisor:
             # seconds snapshots have failed in a row (0: the last one was committed)
             "snapshots_failing_s": 0.0 if self.status.failing_since is None else round(time.time() - self.status.failing_since, 3),
             "recoveries": [
-                {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id}
+                {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id,
+                 "steps_s": dict(r.steps_s), "resets_s": dict(r.resets_s)}
                 for r in self.status.recoveries
             ],
             "commit_groups": {self.plan.stages[stage].name: hook.status() for stage, hook in self.commit_hooks.items()},
@@ -685,6 +716,21 @@ class RaySupervisor:
             self.inbox = None
         for hook in self.commit_hooks.values():
             hook.close(timeout_s=COMMIT_HOOK_CLOSE_S)
+
+
+def settle_answers(refs: list, answered: int, deadline: float, quiet: float = CONFIRM_QUIET_S) -> int:
+    """Wait while more of ``refs`` keep answering: until none has for ``quiet`` seconds, all
+    have, or ``deadline`` (wall time) passes. ``answered``: how many had when called.
+    Returns how many have."""
+    while 0 < answered < len(refs):
+        left = deadline - time.time()
+        if left <= 0:
+            break
+        ready, _ = ray.wait(refs, num_returns=answered + 1, timeout=min(quiet, left))
+        if len(ready) <= answered:
+            break
+        answered = len(ready)
+    return answered
 
 
 def _sum_known(values) -> Optional[int]:

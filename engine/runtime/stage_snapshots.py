@@ -86,6 +86,7 @@ class StageSnapshots:
         self.scratch = scratch or tempfile.gettempdir()
         self.workdir: Optional[Path] = None  # made with the first backend
         self.backends: dict = {}
+        self.restore_s = 0.0  # seconds spent restoring backends from the snapshot
         # Steps whose last write failed: their deltas since build on a hole until the next base
         # (the writer's own record; the chain is reset when the failure is reported).
         self._broken: set = set()
@@ -120,6 +121,7 @@ class StageSnapshots:
             self.chains[step_name] = Chain(self.base_every_s)
             db = RocksDBBackend(path)
         else:
+            started = time.perf_counter()
             self.store.download(entry["base"], participant, path)
             db = RocksDBBackend(path)
             deltas = [decode_delta(self.store.get_file(d, participant, DELTA_FILE)) for d in entry["deltas"]]
@@ -130,6 +132,7 @@ class StageSnapshots:
             db.put_encoded([(k, state if state is REMOVED else encode(state)) for k, state in states.items()])
             # Go on from the restored chain: its files stay in the store while a manifest needs them.
             self.chains[step_name] = Chain.from_entry(entry, time.time(), self.base_every_s)
+            self.restore_s += time.perf_counter() - started
         backend = self.backends[step_name] = StateCache(db, self.cache_bytes, track_changes=self.store is not None)
         return backend
 

@@ -224,12 +224,27 @@ def eo_flow(name: str, n: int, rate: float, partitions: int, workdir: str) -> Fl
     return flow
 
 
-def _killer(actor_name: str, workdir: str, at: tuple, log: list, stop: threading.Event, settle: float = 1.0) -> threading.Thread:
+def _killer(actor_name: str, workdir: str, at: tuple, log: list, stop: threading.Event, settle: float = 1.0,
+            phases: tuple = ()) -> threading.Thread:
     """Kill ``actor_name`` (instance 0 of the stateful stage) ``at[k]`` seconds after the run's
     epoch (its first read). Each kill also waits until the previous one has been recovered
     from, and ``settle`` seconds more: the replacement actor exists and its sink partition
-    (``out-0``) has released output since. A late kill is logged with its actual time."""
+    (``out-0``) has released output since. A late kill is logged with its actual time.
+
+    ``phases`` (seconds, used in turn): kill ``k`` waits for the next snapshot committed
+    after its time, then ``phases[k % len(phases)]`` more, so that the recovery replays that
+    much input (plus the snapshot's own duration): how much a rollback costs beyond what
+    recovering the lost instance alone would.
+    """
     import ray
+
+    from driftstream.snapshots.store import SnapshotStore
+
+    store = SnapshotStore(os.path.join(workdir, "snapshots")) if phases else None
+
+    def newest_commit() -> Optional[int]:
+        ids = store.committed_ids()
+        return ids[-1] if ids else None
 
     clock_path = os.path.join(workdir, "epoch")
     side_file = os.path.join(workdir, "out", "out-0.jsonl.released")
@@ -262,9 +277,22 @@ def _killer(actor_name: str, workdir: str, at: tuple, log: list, stop: threading
                 due = max(due, time.time() + settle)
             if stop.wait(max(0.0, due - time.time())):
                 return
+            entry: dict = {"planned_s": offset}
+            if phases:
+                before = newest_commit()
+                while (committed := newest_commit()) == before:
+                    if stop.wait(0.002):
+                        return
+                seen = time.time()
+                phase = phases[len(log) % len(phases)]
+                if stop.wait(phase):
+                    return
+                manifest = store.read_manifest(committed)
+                entry.update(phase_s=phase, snapshot=committed, commit_seen_at=seen,
+                             snapshot_ts=None if manifest is None else manifest["t"][0])
             kill_at = time.time()
             ray.kill(handle, no_restart=True)
-            log.append({"planned_s": offset, "kill_at": kill_at, "at_s": kill_at - epoch})
+            log.append(dict(entry, kill_at=kill_at, at_s=kill_at - epoch))
             killed = handle._actor_id
 
     thread = threading.Thread(target=run, daemon=True, name="eo-bench-killer")
@@ -332,8 +360,10 @@ def _stats_s(values: list) -> dict:
 
 
 def _run_eo(name: str, guarantee: str, interval: Optional[float], n: int, rate: float, partitions: int,
-            parallelism: int, root: str, kill_at: tuple = (), settle: float = 1.0, **run: object) -> dict:
-    """One run; returns its per-element rows, check, metrics and snapshot/kill timings."""
+            parallelism: int, root: str, kill_at: tuple = (), settle: float = 1.0, kill_phases: tuple = (),
+            rss_every: Optional[float] = None, **run: object) -> dict:
+    """One run; returns its per-element rows, check, metrics and snapshot/kill timings, and
+    with ``rss_every`` the RSS of every actor that often (``[seconds into the run, {actor: MiB}]``)."""
     workdir = os.path.join(root, name)
     flow = eo_flow(name, n, rate, partitions, workdir)
     opts: dict = dict(parallelism=parallelism, guarantee=guarantee, timeout=n / rate + 120, **run)
@@ -341,13 +371,16 @@ def _run_eo(name: str, guarantee: str, interval: Optional[float], n: int, rate: 
         opts.update(snapshot_interval=interval, snapshot_dir=os.path.join(workdir, "snapshots"))
     kills: list = []
     stop = threading.Event()
-    killer = _killer(f"{name}/by_key/0", workdir, kill_at, kills, stop, settle) if kill_at else None
+    killer = _killer(f"{name}/by_key/0", workdir, kill_at, kills, stop, settle, kill_phases) if kill_at else None
+    rss: list = []
+    sampler = _rss_sampler(rss_every, rss, stop) if rss_every else None
     try:
         result = flow.run(**opts)
     finally:
         stop.set()
-        if killer is not None:
-            killer.join(timeout=5)
+        for thread in (killer, sampler):
+            if thread is not None:
+                thread.join(timeout=5)
     rows, check = _read_run(workdir, n)
     return {
         "rows": rows,
@@ -356,11 +389,29 @@ def _run_eo(name: str, guarantee: str, interval: Optional[float], n: int, rate: 
         "epoch": _shared_epoch(os.path.join(workdir, "epoch")),
         "windows": result.metrics.snapshot_windows,
         "kills": kills,
+        "rss_mb": rss,
     }
 
 
-def _steady_figures(label: str, guarantee: str, interval: Optional[float], run: dict, rate: float, warmup: float) -> dict:
-    """Latency (warm-up skipped), snapshot durations, and latency during / outside snapshots."""
+def _rss_sampler(every: float, samples: list, stop: threading.Event) -> threading.Thread:
+    """Append ``[seconds since start, {actor: RSS MiB}]`` to ``samples`` every ``every`` s until ``stop``."""
+    from driftstream.examples.benchmarks.soak import actor_rss_mb
+
+    def run() -> None:
+        began = time.time()
+        while not stop.wait(every):
+            samples.append([round(time.time() - began, 1), actor_rss_mb()])
+
+    thread = threading.Thread(target=run, daemon=True, name="eo-bench-rss")
+    thread.start()
+    return thread
+
+
+def _steady_figures(label: str, guarantee: str, interval: Optional[float], run: dict, rate: float, warmup: float,
+                    span: Optional[float] = None) -> dict:
+    """Latency (warm-up skipped), snapshot durations, and latency during / outside snapshots;
+    with ``span`` (seconds), also the latency of the first and the last ``span`` seconds of
+    input after the warm-up (a long run: does latency drift?)."""
     m = run["metrics"]
     first = int(warmup * rate)
     kept = [(i, e, r) for i, e, r, _ in run["rows"] if i >= first and r is not None]
@@ -387,6 +438,16 @@ def _steady_figures(label: str, guarantee: str, interval: Optional[float], run: 
         fig["during_snapshot_ms"] = _ms(during)
         fig["outside_snapshot_ms"] = _ms(outside)
         fig["snapshot_windows"] = len(windows)
+    if span:
+        last = max((i for i, _, _ in kept), default=first)
+        fig["spans"] = {
+            "span_s": span,
+            "first_ms": _ms([r - e for i, e, r in kept if i < first + span * rate]),
+            "last_ms": _ms([r - e for i, e, r in kept if i > last - span * rate]),
+            "first_end_to_end_ms": _ms([r - (epoch + i / rate) for i, _, r in kept if i < first + span * rate]),
+            "last_end_to_end_ms": _ms([r - (epoch + i / rate) for i, _, r in kept if i > last - span * rate]),
+            "rss_mb": run.get("rss_mb") or [],
+        }
     return fig
 
 
@@ -410,22 +471,25 @@ class Workload:
 
 
 def latency_under_snapshots(
-    workload: Workload = Workload(), intervals: tuple = (0.05, 0.5, 1.0), prefix: str = "eob", **run: object
+    workload: Workload = Workload(), intervals: tuple = (0.05, 0.5, 1.0), prefix: str = "eob", with_none: bool = True,
+    span: Optional[float] = None, **run: object
 ) -> dict:
     """Release latency for guarantee "none" and for "exactly-once" at each snapshot interval.
 
     Same pipeline, rate and Ray session for every configuration, one after another.
     Returns ``{"runs": [figures per configuration], "floors": {...}}``; latencies in ms
-    over the elements after the first ``warmup`` seconds of input.
+    over the elements after the first ``warmup`` seconds of input. ``with_none=False``:
+    exactly-once only; ``span``: see :func:`_steady_figures`.
     """
     w = workload
-    configs = [("none", "none", None)] + [(f"exactly-once {iv:g}s", "exactly-once", iv) for iv in intervals]
+    configs = [("none", "none", None)] * with_none + [(f"exactly-once {iv:g}s", "exactly-once", iv) for iv in intervals]
     runs = []
     with _workdir(w.workdir) as root:
         for k, (label, guarantee, interval) in enumerate(configs):
             name = f"{prefix}-{k}-{'none' if interval is None else 'eo%gs' % interval}"
-            r = _run_eo(name, guarantee, interval, w.elements, w.rate, w.partitions, w.parallelism, root, **run)
-            runs.append(_steady_figures(label, guarantee, interval, r, w.rate, w.warmup))
+            r = _run_eo(name, guarantee, interval, w.elements, w.rate, w.partitions, w.parallelism, root,
+                        rss_every=span / 5 if span else None, **run)
+            runs.append(_steady_figures(label, guarantee, interval, r, w.rate, w.warmup, span))
     return {"runs": runs, "floors": _floors(runs)}
 
 
@@ -505,6 +569,7 @@ def recovery(
     window: float = 0.25,
     settle: float = 1.0,
     name: str = "eob-recovery",
+    kill_phases: tuple = (),
     **run: object,
 ) -> dict:
     """One exactly-once run with ``<name>/by_key/0`` killed ``kill_at`` seconds into the input.
@@ -514,7 +579,9 @@ def recovery(
     first ``window``-second window of releases after the recovery (windows counted from
     its first new output) whose p95 is at or below it, i.e. at most 5% of that window's
     elements above the old p99. Each kill waits for the previous recovery's first output
-    plus ``settle`` seconds. Two latencies: "emit" (source emit -> release, the engine's definition;
+    plus ``settle`` seconds; with ``kill_phases``, also for a snapshot's commit and a phase
+    after it (see :func:`_killer`), and each failure reports the input it replayed and
+    :func:`compare_phases` what a longer replay cost. Two latencies: "emit" (source emit -> release, the engine's definition;
     a replayed element counts from its re-emission) and "end-to-end" (scheduled
     availability -> release, which includes the outage and the backlog).
     """
@@ -522,7 +589,7 @@ def recovery(
     rate, warmup = w.rate, w.warmup
     with _workdir(w.workdir) as root:
         r = _run_eo(name, "exactly-once", snapshot_interval, w.elements, rate, w.partitions, w.parallelism, root,
-                    kill_at=tuple(kill_at), settle=settle, **run)
+                    kill_at=tuple(kill_at), settle=settle, kill_phases=tuple(kill_phases), **run)
     m, epoch, kills = r["metrics"], r["epoch"], r["kills"]
     timed = [row for row in r["rows"] if row[2] is not None]
     sched = {row[0]: epoch + row[0] / rate for row in timed}
@@ -539,6 +606,11 @@ def recovery(
         t_kill = kill["kill_at"]
         t_next = kills[k + 1]["kill_at"] if k + 1 < len(kills) else float("inf")
         f: dict = {"planned_s": kill["planned_s"], "killed_at_s": kill["at_s"]}
+        if "phase_s" in kill:
+            f["phase_s"], f["kill_after_commit_s"] = kill["phase_s"], t_kill - kill["commit_seen_at"]
+            if kill["snapshot_ts"] is not None:
+                # Input released up to the kill that the rollback reads and processes again.
+                f["replayed_elements"] = max(0, int((t_kill - epoch) * rate) - int(kill["snapshot_ts"]) - 1)
         rec = next((x for j, x in enumerate(recoveries) if j not in used and x["detected_at"] >= t_kill - 0.01), None)
         if rec is not None:
             used.add(recoveries.index(rec))
@@ -547,6 +619,8 @@ def recovery(
             f["kill_to_restored_s"] = detected - t_kill + rec["restored"]
             f["kill_to_first_output_s"] = None if rec["first_output"] is None else detected - t_kill + rec["first_output"]
             f["restored_from_snapshot"] = rec.get("snapshot")
+            f["restore_steps_s"] = rec.get("steps") or {}
+            f["resets_s"] = rec.get("resets") or {}
             # New output: elements emitted by source partitions the recovery reopened. (Emit
             # time alone does not tell: the old actors run on for a few ms after detection.)
             t_next_detected = next((x["detected_at"] for x in recoveries if x["detected_at"] > detected), float("inf"))
@@ -573,10 +647,37 @@ def recovery(
         "pre_failure_latency_ms": base_emit,
         "pre_failure_end_to_end_ms": base_e2e,
         "failures": failures,
+        "by_phase": compare_phases(failures) if kill_phases else None,
         "engine_latency_ms_last_attempt": dict(m.latency_ms),
         "wall_s": m.wall_time,
         "check": r["check"],
     }
+
+
+def compare_phases(failures: list) -> list:
+    """Per kill phase: how many failures, and the medians of the input each replayed, of
+    kill -> restored, -> first new output and -> latency back (emit). The difference
+    between a short phase and a long one is what replaying more costs a global rollback:
+    all a local recovery (only the lost instance replays its share) could save.
+
+    >>> compare_phases([{"phase_s": 0.9, "replayed_elements": 1800, "kill_to_first_output_s": 0.5},
+    ...                 {"phase_s": 0.1, "replayed_elements": 200, "kill_to_first_output_s": 0.25},
+    ...                 {"phase_s": 0.9, "replayed_elements": 1700, "kill_to_first_output_s": 0.75}])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'phase_s': 0.1, 'failures': 1, 'replayed_elements': 200, 'kill_to_restored_s': None, 'kill_to_first_output_s': 0.25,
+      'kill_to_back_under_p99_emit_s': None},
+     {'phase_s': 0.9, 'failures': 2, 'replayed_elements': 1750.0, 'kill_to_restored_s': None, 'kill_to_first_output_s': 0.625,
+      'kill_to_back_under_p99_emit_s': None}]
+    """
+    rows = []
+    for phase in sorted({f["phase_s"] for f in failures if "phase_s" in f}):
+        group = [f for f in failures if f.get("phase_s") == phase]
+        row: dict = {"phase_s": phase, "failures": len(group)}
+        for key in ("replayed_elements", "kill_to_restored_s", "kill_to_first_output_s", "kill_to_back_under_p99_emit_s"):
+            values = [f[key] for f in group if f.get(key) is not None]
+            row[key] = statistics.median(values) if values else None
+        rows.append(row)
+    return rows
 
 
 @contextlib.contextmanager
@@ -591,12 +692,14 @@ def _workdir(path: Optional[str]):
 
 def exactly_once(
     intervals: tuple = (0.05, 0.5, 1.0), recovery_interval: float = 1.0, kill_at: tuple = (3.0, 6.0), workload: Workload = Workload(),
-    standbys: int = 0,
+    standbys: int = 0, kill_phases: tuple = (), settle: float = 1.0, with_none: bool = True, span: Optional[float] = None,
 ) -> dict:
     """Every exactly-once figure: :func:`latency_under_snapshots`, then :func:`recovery`
-    (no recovery run when ``kill_at`` is empty; with ``standbys`` spare actors), both on ``workload``."""
-    lat = latency_under_snapshots(workload, intervals=tuple(intervals)) if intervals else {"runs": [], "floors": {}}
-    rec = recovery(workload, snapshot_interval=recovery_interval, kill_at=tuple(kill_at), standbys=standbys) if kill_at else None
+    (no recovery run when ``kill_at`` is empty; with ``standbys`` spare actors and the
+    ``kill_phases`` after snapshots), both on ``workload``."""
+    lat = latency_under_snapshots(workload, intervals=tuple(intervals), with_none=with_none, span=span) if intervals else {"runs": [], "floors": {}}
+    rec = recovery(workload, snapshot_interval=recovery_interval, kill_at=tuple(kill_at), standbys=standbys,
+                   kill_phases=tuple(kill_phases), settle=settle) if kill_at else None
     return {
         "config": dict(asdict(workload), intervals=list(intervals), keys=EO_KEYS, workdir=None),
         "latency": lat["runs"],
@@ -645,6 +748,19 @@ def format_latency(runs: list, floors: dict, rate: float, warmup: float) -> str:
         else:
             lines.append("latency during vs. outside snapshots: not derivable (snapshot times unavailable); see the table by interval")
     for r in runs:
+        sp = r.get("spans")
+        if sp:
+            from driftstream.examples.benchmarks.soak import compare_figures
+
+            lines.append(f"{r['config']}, the first and the last {sp['span_s']:g} s of input:")
+            for label, key in (("emit -> release", "ms"), ("end to end", "end_to_end_ms")):
+                first, last = ({q: None if f.get(f"p{q}") is None else round(f[f"p{q}"], 2) for q in (50, 95, 99)}
+                               for f in (sp[f"first_{key}"], sp[f"last_{key}"]))
+                lines.append("  " + compare_figures(label, first, last))
+            if sp["rss_mb"]:
+                lines.append(f"  RSS of every actor, MiB, every {sp['span_s'] / 5:g} s: "
+                             + "; ".join(f"{t:g} s: " + " ".join(f"{v:.0f}" for _, v in sorted(m.items())) for t, m in sp["rss_mb"]))
+    for r in runs:
         c = r["check"]
         if not c["exactly_once"]:
             lines.append(f"OUTPUT CHECK FAILED for {r['config']}: {c}")
@@ -673,7 +789,14 @@ def format_recovery(rec: dict) -> str:
             continue
         fo = f["kill_to_first_output_s"]
         sid = f.get("restored_from_snapshot")
-        lines.append("    restored from " + ("the start (no snapshot yet)" if sid is None else f"snapshot {sid}"))
+        lines.append("    restored from " + ("the start (no snapshot yet)" if sid is None else f"snapshot {sid}")
+                     + ("" if "phase_s" not in f else f"; killed {f['kill_after_commit_s']:.3f} s after snapshot {sid} was committed, "
+                        f"{_f(f.get('replayed_elements'), '{:,}')} elements to replay"))
+        if f.get("restore_steps_s"):
+            lines.append("    detected -> restored: " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in f["restore_steps_s"].items()) + " ms")
+        if f.get("resets_s"):
+            lines.append("    resets (tear down / setup / restore, ms): " + "; ".join(
+                f"{a} " + "/".join(f"{v * 1000:.0f}" for v in t.values()) for a, t in f["resets_s"].items()))
         lines.append(f"    kill -> detected {f['kill_to_detected_s']:.3f} s, -> restored {f['kill_to_restored_s']:.3f} s, "
                      f"-> first new output {_f(fo, '{:.3f}')} s (per-element data: {_f(f.get('kill_to_first_output_elements_s'), '{:.3f}')} s)"
                      f"; floor < 3 s: {'met' if fo is not None and fo < 3.0 else 'NOT met'}")
@@ -685,6 +808,13 @@ def format_recovery(rec: dict) -> str:
                 f"    kill -> latency back under pre-failure p99 (first {c['window_s']:g} s window with p95 <= it): "
                 f"emit {_f(f['kill_to_back_under_p99_emit_s'], '{:.3f}')} s (peak {_f(f['peak_emit_ms'], '{:.1f}')} ms), "
                 f"end-to-end {_f(f['kill_to_back_under_p99_end_to_end_s'], '{:.3f}')} s (peak {_f(f['peak_end_to_end_ms'], '{:.1f}')} ms)")
+    if rec.get("by_phase"):
+        lines.append("  by kill phase (medians; the phase is the time from a snapshot's commit to the kill):")
+        lines.append(f"    {'phase s':>8}{'kills':>6}{'replayed':>10}{'restored s':>12}{'first output s':>16}{'latency back s':>16}")
+        for row in rec["by_phase"]:
+            lines.append(f"    {row['phase_s']:>8g}{row['failures']:>6}{_f(row['replayed_elements'], '{:,.0f}'):>10}"
+                         f"{_f(row['kill_to_restored_s'], '{:.3f}'):>12}{_f(row['kill_to_first_output_s'], '{:.3f}'):>16}"
+                         f"{_f(row['kill_to_back_under_p99_emit_s'], '{:.3f}'):>16}")
     ch = rec["check"]
     lines.append(f"  output: {ch['lines']:,} of {ch['elements']:,} elements, {ch['duplicates']} duplicates, {ch['missing']} missing, "
                  f"{ch['wrong_hash']} wrong hashes, in order: {ch['in_order']} -> exactly-once {'holds' if ch['exactly_once'] else 'BROKEN'}"
@@ -755,6 +885,14 @@ def main(argv: Optional[list] = None) -> int:
     eo.add_argument("--recovery-interval", type=float, default=1.0, help="snapshot interval of the recovery run (default 1.0)")
     eo.add_argument("--kill-at", type=_floats, default=(3.0, 6.0), help="seconds into the recovery run's input to kill the stateful actor; empty: no recovery run")
     eo.add_argument("--standbys", type=int, default=0, help="spare actors of the recovery run: a standby takes the killed one's place")
+    eo.add_argument("--no-none", action="store_true", help="latency runs: exactly-once only, no guarantee-none run to compare with")
+    eo.add_argument("--spans", type=float, default=None, metavar="S",
+                    help="latency runs: also compare the first and the last S seconds of input (a long run; e.g. --seconds 1800 --spans 300)")
+    eo.add_argument("--settle", type=float, default=1.0,
+                    help="seconds a kill waits after the previous recovery's first output (default 1; a standby starts 2 s after a recovery)")
+    eo.add_argument("--kill-phases", type=_floats, default=(), metavar="S,S,...",
+                    help="each kill waits for a snapshot's commit, then these seconds in turn: "
+                    "what a longer replay costs the rollback (e.g. 0.05,0.9 with --recovery-interval 1)")
     eo.add_argument("--metrics-ab", type=int, default=0, metavar="ROUNDS",
                     help="instead: the metrics export's cost, exactly-once at the first interval with the export off then on, "
                     "ROUNDS times in turn (run with RAY_enable_metrics_collection=1)")
@@ -812,7 +950,8 @@ def _main_exactly_once(args: argparse.Namespace) -> int:
     workload = Workload(rate=args.rate, seconds=args.seconds, partitions=args.partitions, parallelism=args.parallelism, warmup=args.warmup)
     if args.metrics_ab:
         return _main_metrics_cost(args, workload, load, started)
-    figures = exactly_once(args.intervals, args.recovery_interval, args.kill_at, workload, standbys=args.standbys)
+    figures = exactly_once(args.intervals, args.recovery_interval, args.kill_at, workload, standbys=args.standbys,
+                           kill_phases=args.kill_phases, settle=args.settle, with_none=not args.no_none, span=args.spans)
     if figures["latency"]:  # --intervals '': the recovery run alone
         print(format_latency(figures["latency"], figures["floors"], args.rate, args.warmup))
     if figures["recovery"] is not None:

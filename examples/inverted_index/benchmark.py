@@ -107,6 +107,8 @@ class RunResult:
     rounds: list = field(default_factory=list)
     failures_at_s: list = field(default_factory=list)
     recovery_s: list = field(default_factory=list)
+    #: per kill, the engine's own timings (driftstream): kill -> restored, -> first new output, and where the time went
+    recovery_engine: list = field(default_factory=list)
     engine: dict = field(default_factory=dict)
 
     @property
@@ -188,6 +190,7 @@ class Benchmark:
             engine=info,
         )
         result.recovery_s = recovery_times(timeline, result.failures_at_s)
+        result.recovery_engine = engine_recoveries(kills, info.get("recoveries") or [])
         return result
 
     def _locate_missing(self, sends: list, lat: Any, in_topic: str) -> list:
@@ -299,6 +302,28 @@ def recovery_times(timeline: list, failures_at_s: list) -> list:
         p99 = percentiles(before)["p99"]
         back = [t + lat / 1000.0 for t, lat in timeline if t >= kill and lat < p99]
         out.append(round(min(back) - kill, 3) if back else None)
+    return out
+
+
+def engine_recoveries(kills: list, recoveries: list) -> list:
+    """Per kill (wall time), the first recovery detected after it, as seconds from the kill:
+    ``restored``, ``first_output``, and ``steps`` (``status()["recoveries"]``'s ``steps_s``, ms).
+
+    >>> engine_recoveries([10.0], [{"detected_at": 10.02, "restored_s": 0.15, "first_output_s": 0.16, "steps_s": {"reset": 0.05}}])
+    [{'restored': 0.17, 'first_output': 0.18, 'steps_ms': {'reset': 50.0}, 'resets_ms': {}}]
+    """
+    out, left = [], sorted(recoveries, key=lambda r: r["detected_at"])
+    for kill in kills:
+        r = next((r for r in left if r["detected_at"] >= kill - 0.01), None)
+        if r is None:
+            out.append(None)
+            continue
+        left.remove(r)
+        since = r["detected_at"] - kill
+        first = r.get("first_output_s")
+        out.append({"restored": round(since + r["restored_s"], 3), "first_output": None if first is None else round(since + first, 3),
+                    "steps_ms": {k: round(v * 1000.0, 1) for k, v in (r.get("steps_s") or {}).items()},
+                    "resets_ms": {a: {k: round(v * 1000.0, 1) for k, v in t.items()} for a, t in (r.get("resets_s") or {}).items()}})
     return out
 
 
@@ -484,6 +509,12 @@ def markdown(results: dict) -> str:
             f"kill -> latency back under the pre-failure p99 in {', '.join(_f(x, 2) + ' s' for x in rec['recovery_s'])}; "
             f"output correct: {'yes' if not rec['problems'] and not rec['duplicates'] and not rec['incomplete'] else 'NO'}",
         ]
+        for k, e in enumerate(rec.get("recovery_engine") or [], 1):
+            if e:
+                lines.append(f"- kill {k}: restored {e['restored']:.3f} s, first new output {_f(e['first_output'], 3)} s after the kill "
+                             f"(detected -> restored: " + ", ".join(f"{n} {v:.0f}" for n, v in e["steps_ms"].items()) + " ms; resets, ms: "
+                             + "; ".join(f"{a} " + "/".join(f"{v:.0f}" for v in t.values()) for a, t in e.get("resets_ms", {}).items())
+                             + " (tear down/setup/restore))")
     return "\n".join(lines) + "\n"
 
 
