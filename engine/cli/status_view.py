@@ -60,6 +60,15 @@ def _rate(now: dict, before: Optional[dict], seconds: float, get) -> str:
     return "-" if a is None or b is None else f"{(b - a) / seconds:,.0f}/s"
 
 
+def recovery_steps(steps_s: dict) -> str:
+    """Where a recovery's time to restored went (``status()["recoveries"][i]["steps_s"]``).
+
+    >>> recovery_steps({"confirm": 0.021, "probe": 0.002, "reset": 0.1304, "connect": 0.027})
+    'confirm 21 ms, probe 2 ms, reset 130 ms, connect 27 ms'
+    """
+    return ", ".join(f"{name} {seconds * 1000:,.0f} ms" for name, seconds in steps_s.items())
+
+
 def status_view(info: dict, status: dict, before: Optional[dict] = None, seconds: float = 0.0, now: Optional[float] = None) -> str:
     """``driftstream status NAME``: the flow's figures now; rates over the ``seconds`` since
     the status ``before`` (None: no rates).
@@ -102,6 +111,8 @@ def status_view(info: dict, status: dict, before: Optional[dict] = None, seconds
     for r in recoveries[-3:]:
         lines.append(f"  at {time.strftime('%H:%M:%S', time.localtime(r['detected_at']))}: restored in {duration(r.get('restored_s'))}, "
                      f"first new output after {duration(r.get('first_output_s'))}")
+        if r.get("steps_s"):
+            lines.append("    " + recovery_steps(r["steps_s"]))
     steps = status.get("steps") or {}
     if steps:
         dead = status.get("step_dead_letters") or {}
