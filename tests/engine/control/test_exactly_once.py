@@ -121,6 +121,14 @@ def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path):
     assert read_file_sink(out, "out") == expected
     assert played_by[:2] == ["eo-sb/by_key/0", "eo-sb/standby/0"]
     assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("eo-sb/")]
+    # Each recovery says where its time went: the steps add up to detected -> restored, and the
+    # first one reset the standby in the lost instance's place and the survivors.
+    for r in result.metrics.recovery_s:
+        assert list(r["steps"]) == ["confirm", "probe", "kill", "read_manifest", "reset", "connect", "start"]
+        assert abs(sum(r["steps"].values()) - r["restored"]) < 0.05, r
+    first = result.metrics.recovery_s[0]["resets"]
+    assert "eo-sb/by_key/0 (standby)" in first and "eo-sb/by_key/1" in first, first
+    assert all(set(t) == {"tear_down", "setup", "restore"} and t["restore"] <= t["setup"] for t in first.values())
 
 
 def test_streamed_snapshots_survive_kills(ray_session, tmp_path):
