@@ -69,6 +69,15 @@ def recovery_steps(steps_s: dict) -> str:
     return ", ".join(f"{name} {seconds * 1000:,.0f} ms" for name, seconds in steps_s.items())
 
 
+def recovery_resets(resets_s: dict) -> str:
+    """How long each instance reset in place took (``status()["recoveries"][i]["resets_s"]``).
+
+    >>> recovery_resets({"f/by_word/0 (standby)": {"tear_down": 0.0, "setup": 0.142, "restore": 0.077}})
+    'f/by_word/0 (standby): tear_down 0 ms, setup 142 ms, restore 77 ms'
+    """
+    return "; ".join(f"{name}: {recovery_steps(parts)}" for name, parts in resets_s.items())
+
+
 def status_view(info: dict, status: dict, before: Optional[dict] = None, seconds: float = 0.0, now: Optional[float] = None) -> str:
     """``driftstream status NAME``: the flow's figures now; rates over the ``seconds`` since
     the status ``before`` (None: no rates).

@@ -47,6 +47,7 @@ from driftstream.barriers.file_sink import FileSink, read_partition_file
 from driftstream.barriers.sink import SinkPartition
 from driftstream.examples import wordcount
 
+from driftstream.engine.cli.status_view import recovery_resets, recovery_steps
 from driftstream.engine.api.flow import Flow
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.result import percentiles
@@ -793,10 +794,9 @@ def format_recovery(rec: dict) -> str:
                      + ("" if "phase_s" not in f else f"; killed {f['kill_after_commit_s']:.3f} s after snapshot {sid} was committed, "
                         f"{_f(f.get('replayed_elements'), '{:,}')} elements to replay"))
         if f.get("restore_steps_s"):
-            lines.append("    detected -> restored: " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in f["restore_steps_s"].items()) + " ms")
+            lines.append("    detected -> restored: " + recovery_steps(f["restore_steps_s"]))
         if f.get("resets_s"):
-            lines.append("    resets (tear down / setup / restore, ms): " + "; ".join(
-                f"{a} " + "/".join(f"{v * 1000:.0f}" for v in t.values()) for a, t in f["resets_s"].items()))
+            lines.append("    resets: " + recovery_resets(f["resets_s"]))
         lines.append(f"    kill -> detected {f['kill_to_detected_s']:.3f} s, -> restored {f['kill_to_restored_s']:.3f} s, "
                      f"-> first new output {_f(fo, '{:.3f}')} s (per-element data: {_f(f.get('kill_to_first_output_elements_s'), '{:.3f}')} s)"
                      f"; floor < 3 s: {'met' if fo is not None and fo < 3.0 else 'NOT met'}")

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from driftstream.engine.cli.status_view import recovery_resets, recovery_steps
 from driftstream.engine.model.result import percentiles
 
 from .documents import rebuild_index
@@ -307,10 +308,10 @@ def recovery_times(timeline: list, failures_at_s: list) -> list:
 
 def engine_recoveries(kills: list, recoveries: list) -> list:
     """Per kill (wall time), the first recovery detected after it, as seconds from the kill:
-    ``restored``, ``first_output``, and ``steps`` (``status()["recoveries"]``'s ``steps_s``, ms).
+    ``restored``, ``first_output``, and ``status()["recoveries"]``'s ``steps_s`` and ``resets_s``.
 
     >>> engine_recoveries([10.0], [{"detected_at": 10.02, "restored_s": 0.15, "first_output_s": 0.16, "steps_s": {"reset": 0.05}}])
-    [{'restored': 0.17, 'first_output': 0.18, 'steps_ms': {'reset': 50.0}, 'resets_ms': {}}]
+    [{'restored': 0.17, 'first_output': 0.18, 'steps_s': {'reset': 0.05}, 'resets_s': {}}]
     """
     out, left = [], sorted(recoveries, key=lambda r: r["detected_at"])
     for kill in kills:
@@ -322,8 +323,7 @@ def engine_recoveries(kills: list, recoveries: list) -> list:
         since = r["detected_at"] - kill
         first = r.get("first_output_s")
         out.append({"restored": round(since + r["restored_s"], 3), "first_output": None if first is None else round(since + first, 3),
-                    "steps_ms": {k: round(v * 1000.0, 1) for k, v in (r.get("steps_s") or {}).items()},
-                    "resets_ms": {a: {k: round(v * 1000.0, 1) for k, v in t.items()} for a, t in (r.get("resets_s") or {}).items()}})
+                    "steps_s": r.get("steps_s") or {}, "resets_s": r.get("resets_s") or {}})
     return out
 
 
@@ -512,9 +512,7 @@ def markdown(results: dict) -> str:
         for k, e in enumerate(rec.get("recovery_engine") or [], 1):
             if e:
                 lines.append(f"- kill {k}: restored {e['restored']:.3f} s, first new output {_f(e['first_output'], 3)} s after the kill "
-                             f"(detected -> restored: " + ", ".join(f"{n} {v:.0f}" for n, v in e["steps_ms"].items()) + " ms; resets, ms: "
-                             + "; ".join(f"{a} " + "/".join(f"{v:.0f}" for v in t.values()) for a, t in e.get("resets_ms", {}).items())
-                             + " (tear down/setup/restore))")
+                             f"(detected -> restored: {recovery_steps(e['steps_s'])}; resets: {recovery_resets(e['resets_s'])})")
     return "\n".join(lines) + "\n"
 
 
