@@ -28,12 +28,16 @@ False
 {'participant': 'count-0', 'base': 1, 'deltas': [2, 3]}
 >>> chain.needs_base(now=5.0)
 True
->>> rows = decode_delta(encode_delta({"n": (3, [1, 2]), "s": ("ab", None)}))
->>> [(decode(k), kind) for k, kind, _ in rows]
+>>> keys = StateKeys()
+>>> rows = decode_delta(encode_delta({"n": (3, [1, 2]), "s": ("ab", None)}, keys))
+>>> [(keys.decode(k), kind) for k, kind, _ in rows]
 [('n', 'inputs'), ('s', 'state')]
 >>> add = lambda state, x: ((state or 0) + x, None)
->>> replay_deltas([rows], lambda key: None, add) == {encode_key("n"): 3, encode_key("s"): "ab"}
+>>> replay_deltas([rows], lambda key: None, add) == {keys.encode("n"): 3, keys.encode("s"): "ab"}
 True
+
+A row is keyed by the stored key (:class:`~.state_keys.StateKeys`: key group, then the
+encoded key), so the rows of a range of key groups are found without decoding any.
 """
 
 from __future__ import annotations
@@ -43,7 +47,10 @@ from typing import Any, Callable, Optional
 
 import msgpack
 
-from .codec import decode, encode, encode_key
+from driftstream.ordering.key_groups import GroupRange
+
+from .codec import decode, encode
+from .state_keys import StateKeys
 
 
 class _Removed:
@@ -60,9 +67,11 @@ REMOVED = _Removed()
 #: File name of a delta inside a participant's directory of a snapshot.
 DELTA_FILE = "DELTA"
 
-_DELTA_VERSION = 3
-#: Older delta formats this build still reads (2: without removed keys).
-_READABLE = (2, 3)
+_DELTA_VERSION = 4
+#: Older delta formats this build still reads (2: without removed keys; 2 and 3: rows keyed
+#: without their key group, see :func:`delta_rows`).
+_READABLE = (2, 3, 4)
+_LEGACY_KEYS = (2, 3)
 
 #: A key with more folded inputs than this is recorded by its state.
 MAX_INPUTS = 256
@@ -120,16 +129,16 @@ def snapshots_required(entry: dict) -> list:
     return [entry["base"], *entry["deltas"]]
 
 
-def encode_delta(changes: dict) -> bytes:
+def encode_delta(changes: dict, keys: StateKeys) -> bytes:
     """A delta file of ``{key: (state, inputs)}``: each key by the inputs folded into it since
     the last snapshot (``inputs`` a list; None when unknown) or by its state. O(encoded size)."""
-    return pack_delta([delta_row(key, state, inputs) for key, (state, inputs) in changes.items()])
+    return pack_delta([delta_row(keys.encode(key), state, inputs) for key, (state, inputs) in changes.items()])
 
 
-def delta_row(key: Any, state: Any, inputs: Optional[list]) -> list:
-    """One key's row of a delta (:func:`pack_delta` makes the file): ~4 us for a key with one
-    small input tuple. Lets a writer encode a large delta a few rows at a time."""
-    k = encode_key(key)
+def delta_row(k: bytes, state: Any, inputs: Optional[list]) -> list:
+    """The row of a delta (:func:`pack_delta` makes the file) of the key stored as ``k``
+    (:meth:`StateKeys.encode`): ~4 us for a key with one small input tuple. Lets a writer
+    encode a large delta a few rows at a time."""
     if state is REMOVED:
         return [k, _REMOVED, b""]
     if inputs is not None and len(inputs) <= MAX_INPUTS:
@@ -154,6 +163,28 @@ def decode_delta(data: bytes) -> list:
     ...
     driftstream.snapshots.changelog.DeltaError: not a delta file: ExtraData(106, b'unk')
     """
+    return _decode(data)[1]
+
+
+def delta_rows(data: bytes, keys: StateKeys, groups: Optional[GroupRange] = None) -> list:
+    """The rows of a delta file keyed by stored keys (a file from before key groups gets
+    its keys' groups from ``keys``), only those of ``groups`` if given. O(rows).
+
+    >>> keys = StateKeys()
+    >>> data = encode_delta({"a": (1, None), "b": (2, None)}, keys)
+    >>> [keys.decode(k) for k, _, _ in delta_rows(data, keys, GroupRange(keys.group_of("a"), keys.group_of("a") + 1))]
+    ['a']
+    """
+    version, rows = _decode(data)
+    if version in _LEGACY_KEYS:
+        rows = [(keys.from_legacy(k), kind, v) for k, kind, v in rows]
+    if groups is None:
+        return rows
+    first, end = StateKeys.bounds(groups)
+    return [row for row in rows if first <= row[0] < end]
+
+
+def _decode(data: bytes) -> tuple:
     try:
         version, rows = msgpack.unpackb(data, raw=True, use_list=True, strict_map_key=True)
         if version not in _READABLE:
@@ -165,7 +196,7 @@ def decode_delta(data: bytes) -> list:
         raise DeltaError(f"not a delta file: {exc!r}") from exc
     if not all(type(k) is bytes and type(v) is bytes for k, _, v in out):
         raise DeltaError("not a delta file: its rows are not bytes")
-    return out
+    return version, out
 
 
 def replay_deltas(deltas: list, base_state: Callable[[bytes], Any], fn: Callable[[Any, Any], tuple]) -> dict:

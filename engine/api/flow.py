@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from driftstream.barriers.sink import Sink
 from driftstream.ordering.entry_state import MapState
+from driftstream.ordering.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from driftstream.ordering.windowed_state import interval_step
 from driftstream.ordering.windows import IntervalJoinSpec, Late, Session, Sliding, WindowResult, WindowSpec
 
@@ -82,9 +83,17 @@ def _check_name(what: str, name: str) -> None:
 class Flow:
     """A dataflow graph under construction. ``run`` executes it; ``plan`` shows how."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
+        """``max_parallelism``: the most instances a keyed stage of this flow may ever run, and
+        the number of key groups its state is stored in (see :mod:`driftstream.ordering.key_groups`).
+        A snapshot restores at any parallelism up to it, and only into a flow with the same one."""
         _check_name("flow", name)
+        try:
+            check_max_parallelism(max_parallelism)
+        except ValueError as exc:
+            raise FlowError(f"flow {name!r}: {exc}") from None
         self.name = name
+        self.max_parallelism = max_parallelism
         self.steps: list = []
         self._names: set = set()
         self._dead_letter_sink: Optional[Sink] = None

@@ -502,7 +502,7 @@ class RaySupervisor:
         part that could not be written."""
         sid, t, parts, missing, started, took_s = item
         try:
-            manifest = manifest_of(self.plan.flow_name, self.plan.parallelism, sid, t, parts, missing)
+            manifest = manifest_of(self.plan, sid, t, parts, missing)
         except MissingParts as exc:
             raise Hung({self.plan.actor_name(i) for i in exc.instances}) from None
         self._inject("before_commit")

@@ -10,7 +10,7 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: batch_size, chaos, coordinator_niceness, export_metrics, faults, guarantee, heartbeat_timeout, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, standbys, state_cache_bytes
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, export_metrics, faults, fresh, guarantee, heartbeat_timeout, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, standbys, state_cache_bytes
 """
 
 from __future__ import annotations
@@ -80,7 +80,16 @@ class RunConfig:
     guarantee: Guarantee = Guarantee.NONE
     snapshot_interval: float = 1.0
     snapshot_dir: Optional[str] = None
+    #: start from the newest snapshot in ``snapshot_dir``, which must fit the flow (see
+    #: model/manifest_fit.py); at another parallelism its key groups are reassigned
     resume: bool = False
+    #: discard the snapshots in ``snapshot_dir`` and start from the beginning; without it a
+    #: start that is not a resume refuses a directory that holds snapshots
+    fresh: bool = False
+    #: resume although stateful steps were added (they start empty) or removed (their state is dropped)
+    allow_state_changes: bool = False
+    #: resume although a source has more partitions than the snapshot knows (the new ones are read from their start)
+    allow_new_partitions: bool = False
     faults: Mapping[str, tuple] = field(default_factory=dict)
     heartbeat_timeout: float = 10.0
     #: seconds a snapshot may take (its marker to its last part) before the instances that
@@ -120,6 +129,12 @@ class RunConfig:
                 raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
         if type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1:
             raise FlowError(f"state_cache_bytes is a positive int (bytes per stateful step instance), not {self.state_cache_bytes!r}")
+        for name in ("resume", "fresh", "allow_state_changes", "allow_new_partitions"):
+            if type(getattr(self, name)) is not bool:
+                raise FlowError(f"{name} is True or False, not {getattr(self, name)!r}")
+        if self.resume and self.fresh:
+            raise FlowError("resume=True and fresh=True contradict each other: resume continues from the newest snapshot, "
+                            "fresh discards the snapshots; choose one")
         if type(self.sample_every) is not int or self.sample_every < 1:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
 
@@ -138,7 +153,7 @@ class RunConfig:
 
     def resumed(self) -> "RunConfig":
         """The same run, continuing from the newest snapshot (a new coordinator after one died)."""
-        return dataclasses.replace(self, resume=True)
+        return dataclasses.replace(self, resume=True, fresh=False)
 
     def not_defaults(self, *allowed: str) -> list:
         """Names of the options set to something other than their default, except ``allowed``."""

@@ -5,12 +5,26 @@ into a manifest (:func:`manifest_of`).
 A stage instance is named by an :class:`Instance`, ``(stage, index)``; in a manifest
 (JSON, whose keys are strings) by its :attr:`Instance.label`, ``"stage/index"``.
 
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> flow = Flow("wc"); flow.source(MemorySource([1]), name="src").key_by(str, name="k").count(name="n").sink(MemorySink("o"))
 >>> part = SnapshotPart(states={}, sources={"0": [7, 7]})
->>> m = manifest_of("wc", 2, 5, (7, 0, 0, 7), {Instance(0, 0): part, Instance(1, 0): SnapshotPart()}, missing=[])
+>>> m = manifest_of(flow.plan(2), 5, (7, 0, 0, 7), {Instance(0, 0): part, Instance(1, 0): SnapshotPart()}, missing=[])
 >>> m.snapshot_id, m.part(Instance(0, 0)).positions(), m.part(Instance(1, 0)) == SnapshotPart()
 (5, {0: (7, 7)}, True)
+>>> m.version, m.max_parallelism, m.stateful_steps, m.stages
+(2, 128, ('n',), ('src', 'k'))
 >>> Manifest.from_json(m.to_json()) == m
 True
+
+Version 1 (before key groups) had no ``version``, ``max_parallelism``, ``stateful_steps``
+nor ``stages``; it reads as a manifest whose fields say so (``version=1``, the others None),
+and its state restores through :mod:`.reassignment` (every key re-grouped as it is read).
+
+A part's state for a step is one *slice* of a participant's chain (a dict:
+``participant``, ``base``, ``deltas``), or a list of slices each restricted to
+``groups`` (``[start, end]``) when a change of parallelism gave the instance groups that
+several old instances held (see :mod:`.reassignment`).
 """
 
 from __future__ import annotations
@@ -20,14 +34,18 @@ from typing import Any, Iterable, Mapping, Optional
 
 from driftstream.snapshots.changelog import snapshots_required
 
-from driftstream.engine.model.plan import Instance
+from driftstream.engine.model.plan import Instance, Plan
+
+#: The manifest format this build writes; it reads this one and version 1.
+MANIFEST_VERSION = 2
 
 
 @dataclass(frozen=True)
 class SnapshotPart:
     """One stage instance's part of a snapshot, sent to the acker once durable.
 
-    ``states``: step name -> its chain entry (:meth:`driftstream.snapshots.changelog.Chain.entry`);
+    ``states``: step name -> its chain entry (:meth:`driftstream.snapshots.changelog.Chain.entry`),
+    or a list of slices of chains (see the module doc and :func:`slices_of`);
     ``sources``: partition number (a str, as in JSON) -> ``[offset, running ts]``, where a
     replay from the snapshot's T starts; ``error``: why the part could not be written.
     """
@@ -42,6 +60,15 @@ class SnapshotPart:
 
     def __bool__(self) -> bool:
         return bool(self.states or self.sources or self.error)
+
+
+def slices_of(state: Any) -> list:
+    """The slices of a part's state for one step: a chain entry is one slice, of all its groups.
+
+    >>> slices_of({"participant": "f-k-0-n", "base": 3, "deltas": []})
+    [{'participant': 'f-k-0-n', 'base': 3, 'deltas': []}]
+    """
+    return [state] if isinstance(state, dict) else list(state)
 
 
 class MissingParts(Exception):
@@ -59,7 +86,11 @@ class SnapshotFailed(RuntimeError):
 @dataclass(frozen=True)
 class Manifest:
     """A committed snapshot: at watermark ``t``, the part of every instance that has state or
-    sources, and the older snapshots whose files those parts build on (``requires``)."""
+    sources, and the older snapshots whose files those parts build on (``requires``).
+
+    What the flow was when it was taken, for :mod:`.manifest_fit`: ``max_parallelism``, the
+    names of its stateful steps and of its stages (by index, as in part labels); None in a
+    version 1 manifest, which did not record them."""
 
     snapshot_id: int
     flow: str
@@ -67,6 +98,10 @@ class Manifest:
     t: tuple
     parts: Mapping[str, SnapshotPart]
     requires: tuple = ()
+    version: int = MANIFEST_VERSION
+    max_parallelism: Optional[int] = None
+    stateful_steps: Optional[tuple] = None
+    stages: Optional[tuple] = None
 
     def part(self, instance: Instance) -> SnapshotPart:
         """What ``instance`` restores from (an empty part if it had nothing to record)."""
@@ -77,8 +112,14 @@ class Manifest:
         read starts: the next record to read of each."""
         return {p: pos[0] for i in instances for p, pos in (self.part(i).positions() or {}).items()}
 
+    @property
+    def legacy(self) -> bool:
+        """Written before key groups: its state is keyed without groups, its keys routed by hash modulo parallelism."""
+        return self.version < 2
+
     def to_json(self) -> dict:
-        return {
+        data = {
+            "version": self.version,
             "snapshot_id": self.snapshot_id,
             "flow": self.flow,
             "parallelism": self.parallelism,
@@ -86,9 +127,20 @@ class Manifest:
             "parts": {label: {"states": dict(p.states), "sources": dict(p.sources)} for label, p in self.parts.items()},
             "requires": list(self.requires),
         }
+        if not self.legacy:
+            data.update(max_parallelism=self.max_parallelism, stateful_steps=list(self.stateful_steps), stages=list(self.stages))
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Manifest":
+        """The manifest ``data`` (from the store); a version this build does not know raises
+        :class:`UnknownManifestVersion`."""
+        version = data.get("version", 1)
+        if version not in (1, MANIFEST_VERSION):
+            raise UnknownManifestVersion(
+                f"snapshot {data.get('snapshot_id')} has manifest version {version!r}; this build reads versions 1 and "
+                f"{MANIFEST_VERSION}: resume it with the driftstream release that wrote it, or start afresh (fresh=True)")
+        optional = lambda name: tuple(data[name]) if data.get(name) is not None else None  # noqa: E731
         return cls(
             snapshot_id=data["snapshot_id"],
             flow=data["flow"],
@@ -96,7 +148,15 @@ class Manifest:
             t=tuple(data["t"]),
             parts={label: SnapshotPart(p["states"], p["sources"]) for label, p in data["parts"].items()},
             requires=tuple(data.get("requires", ())),
+            version=version,
+            max_parallelism=data.get("max_parallelism"),
+            stateful_steps=optional("stateful_steps"),
+            stages=optional("stages"),
         )
+
+
+class UnknownManifestVersion(ValueError):
+    """A manifest written by a newer build."""
 
 
 class PartCollector:
@@ -126,8 +186,8 @@ class PartCollector:
         return [i for i in self.instances if i not in self.parts]
 
 
-def manifest_of(flow: str, parallelism: int, snapshot_id: int, t: tuple, parts: Mapping[Instance, SnapshotPart], missing: Iterable) -> Manifest:
-    """The manifest of snapshot ``snapshot_id`` at ``t`` from every instance's part.
+def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance, SnapshotPart], missing: Iterable) -> Manifest:
+    """The manifest of snapshot ``snapshot_id`` of a run of ``plan`` at ``t`` from every instance's part.
 
     Raises :class:`MissingParts` if an instance did not answer, :class:`SnapshotFailed`
     if one could not write its part: such a snapshot is never committed."""
@@ -137,12 +197,21 @@ def manifest_of(flow: str, parallelism: int, snapshot_id: int, t: tuple, parts: 
     errors = [f"{Instance(*k).label}: {p.error}" for k, p in parts.items() if p.error]
     if errors:
         raise SnapshotFailed(f"snapshot {snapshot_id} failed: {'; '.join(errors)}")
-    requires = {i for p in parts.values() for e in p.states.values() for i in snapshots_required(e)} - {snapshot_id}
+    parts = {Instance(*k).label: p for k, p in sorted(parts.items()) if p}
     return Manifest(
         snapshot_id=snapshot_id,
-        flow=flow,
-        parallelism=parallelism,
+        flow=plan.flow_name,
+        parallelism=plan.parallelism,
         t=tuple(t),
-        parts={Instance(*k).label: p for k, p in sorted(parts.items()) if p},
-        requires=tuple(sorted(requires)),
+        parts=parts,
+        requires=required_by(parts.values(), snapshot_id),
+        max_parallelism=plan.max_parallelism,
+        stateful_steps=tuple(plan.stateful_steps),
+        stages=tuple(stage.name for stage in plan.stages),
     )
+
+
+def required_by(parts: Iterable[SnapshotPart], snapshot_id: int) -> tuple:
+    """The older snapshots whose files ``parts`` read (not ``snapshot_id`` itself), ascending."""
+    required = {i for p in parts for state in p.states.values() for s in slices_of(state) for i in snapshots_required(s)}
+    return tuple(sorted(required - {snapshot_id}))

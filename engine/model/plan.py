@@ -9,10 +9,15 @@ forward (instance i to instance i).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Optional
 
+from driftstream.ordering.key_groups import GroupRange, KeyGroups, check_parallelism
+
 from driftstream.engine.model.errors import FlowError
+
+#: Step kinds that keep keyed state: what snapshots hold, by step name.
+STATEFUL_KINDS = ("stateful_map", "stateful_flat_map", "lookup", "window", "window_join", "interval_join")
 
 
 class Instance(NamedTuple):
@@ -66,6 +71,34 @@ class Plan:
     stage_of: dict
     successors: dict  # step id -> list of (step id in the same stage, merge tag or None)
     channels: dict  # step id -> list of Channel out of it
+    #: the flow's key groups: a key's group and, at ``parallelism``, its instance
+    key_groups: KeyGroups = field(default_factory=KeyGroups)
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.key_groups.max_parallelism
+
+    @property
+    def stateful_steps(self) -> list:
+        """Names of the steps that keep keyed state (what a snapshot holds state for), in order."""
+        return [s.name for s in self.steps if s.kind in STATEFUL_KINDS]
+
+    def key_group_range(self, instance: Instance) -> GroupRange:
+        """The key groups ``instance`` owns (its stage is keyed) or would own."""
+        return self.key_groups.range_of(instance.index, self.stages[instance.stage].parallelism)
+
+    def with_parallelism(self, parallelism: int) -> "Plan":
+        """The same flow at another parallelism: stages, actor names and routing follow.
+
+        >>> from driftstream.engine import Flow
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> f = Flow("p"); f.source(MemorySource([1])).key_by(str, name="k").sink(MemorySink("o"))
+        >>> f.plan(2).with_parallelism(3).stages[1].actor_names
+        ['p/k/0', 'p/k/1', 'p/k/2']
+        """
+        _check_parallelism(parallelism, self.max_parallelism)
+        stages = [replace(s, parallelism=parallelism, actor_names=[f"{self.flow_name}/{s.name}/{i}" for i in range(parallelism)]) for s in self.stages]
+        return replace(self, parallelism=parallelism, stages=stages)
 
     @property
     def source_instances(self) -> list:
@@ -103,6 +136,8 @@ def compile_plan(flow, parallelism: int) -> Plan:
     """Validate ``flow`` and split it into stages; raises FlowError with a fix."""
     if not isinstance(parallelism, int) or parallelism < 1:
         raise FlowError(f"parallelism must be an int >= 1, got {parallelism!r}")
+    key_groups = KeyGroups(getattr(flow, "max_parallelism", None) or KeyGroups().max_parallelism)
+    _check_parallelism(parallelism, key_groups.max_parallelism)
     flow.validate()
     steps = flow.steps_to_run()
     stage_of: dict = {}
@@ -156,7 +191,14 @@ def compile_plan(flow, parallelism: int) -> Plan:
     for step in steps:
         if step.kind == "source" and step.id not in reaches_sink:
             raise FlowError(f"source {step.name!r} reaches no sink: end its stream with .sink(...)")
-    return Plan(flow.name, parallelism, steps, stages, stage_of, successors, channels)
+    return Plan(flow.name, parallelism, steps, stages, stage_of, successors, channels, key_groups)
+
+
+def _check_parallelism(parallelism: int, max_parallelism: int) -> None:
+    try:
+        check_parallelism(parallelism, max_parallelism)
+    except ValueError as exc:
+        raise FlowError(str(exc)) from None
 
 
 def _reaching_sink(steps: list, successors: dict, channels: dict) -> set:

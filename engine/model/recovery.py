@@ -10,6 +10,8 @@ take them here, so the simulator's seeded failures test the same rules.
 (2003, True, SnapshotPart(states={}, sources={}, error=None))
 >>> replay_limit([None, (4, 0, 0, 4), (2, 0, 1, 2)])
 (4, 0, 0, 4)
+>>> drained((5,), [None, (4, 0, 0, 4)]), drained((4, 0, 0, 4), [(4, 0, 0, 4)])
+(True, False)
 """
 
 from __future__ import annotations
@@ -69,3 +71,13 @@ def replay_limit(t_lasts: Iterable[Optional[tuple]]) -> tuple:
     the backlog past it is skipped."""
     known = [t for t in t_lasts if t is not None]
     return max(known) if known else BOTTOM
+
+
+def drained(watermark: tuple, horizons: Iterable[Optional[tuple]]) -> bool:
+    """Whether a snapshot at ``watermark``, taken with the sources stopped and the watermark
+    settled, leaves the sinks holding exactly the output below it: none of them holds output
+    at or past it from before the last recovery (``horizons``: each barrier's ``t_last``, what
+    its sink held when it was restored; None: nothing). Only such a snapshot restores at
+    another parallelism, where the replayed elements are routed to other sink partitions
+    than those that hold them."""
+    return all(h is None or h < watermark for h in horizons)

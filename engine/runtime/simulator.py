@@ -19,6 +19,13 @@ as a broker's topic does. The instances restart from the newest manifest one ste
 at a time (a crash can strike mid-restore) under the same rules as on Ray
 (:mod:`driftstream.engine.model.recovery`).
 
+``rescales``: parallelisms the run moves to, one after the other, each at a seeded
+moment, as ``FlowHandle.rescale`` does on Ray: the sources stop reading, everything
+read settles and is released, a snapshot is taken (the sinks then hold exactly the
+output below its time), and the run restarts at the new parallelism from it, its key
+groups and partitions reassigned (:mod:`driftstream.engine.model.reassignment`).
+Crashes strike before, during and after it.
+
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.testing import MemorySource, MemorySink
 >>> f = Flow("sim")
@@ -27,6 +34,8 @@ at a time (a crash can strike mid-restore) under the same rules as on Ray
 {(0, 10, 20, 30, 40)}
 >>> eo = RunConfig(seed=1, guarantee="exactly-once", snapshot_interval=0.005)
 >>> run_simulated(f.plan(2), eo, crashes=2).output("o")
+[0, 10, 20, 30, 40]
+>>> run_simulated(f.plan(2), eo, crashes=1, rescales=[3, 1]).output("o")
 [0, 10, 20, 30, 40]
 """
 
@@ -38,7 +47,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from typing import Optional
+from typing import Optional, Sequence
 
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import TOP
@@ -48,7 +57,8 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, PartCollector, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
-from driftstream.engine.model.recovery import RecoveryRules, replay_limit
+from driftstream.engine.model.reassignment import reassigned
+from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult, merge_instances
 from driftstream.engine.connectors.source import SourceReader
 from driftstream.engine.runtime.protocol import Ack, Prepared, Watermark
@@ -72,6 +82,9 @@ CRASH_POINTS = ("any step", "after a marker", "between prepared and commit", "af
 #: instance's), while crashes remain; low enough that most crashes strike after a commit.
 CRASH_ANY, CRASH_AT_POINT = 0.004, 0.15
 
+#: Chance per step that a pending rescale begins (its sources stop reading).
+RESCALE_AT = 0.03
+
 
 class Simulation:
     """One seeded run. ``step()`` performs one scheduling decision; ``run()`` runs to the end.
@@ -80,10 +93,19 @@ class Simulation:
     without snapshots has nothing to recover from). ``crash_points`` lists where each struck.
     """
 
-    def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0) -> None:
+    def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = ()) -> None:
         config = config or RunConfig()
         if crashes and not config.takes_snapshots:
             raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
+        if rescales and not config.takes_snapshots:
+            raise FlowError("rescales need a guarantee: a rescale restores from a snapshot")
+        for n in rescales:
+            plan.with_parallelism(n)  # a FlowError now, not mid-run
+        self.rescales = list(rescales)
+        #: None; "draining" (sources stopped, waiting for what they read to settle); or
+        #: "snapshot" (the rescale's snapshot is being taken)
+        self.rescale_phase: Optional[str] = None
+        self.rescaled: list = []  # per rescale done: (parallelism, the snapshot id it restored)
         self.plan = plan
         self.config = config
         self.rng = random.Random(config.seed)
@@ -177,16 +199,34 @@ class Simulation:
     def _crash(self, point: str) -> None:
         """Every instance and message in flight is lost; restart from the newest manifest."""
         self.crashes_left -= 1
-        self.crash_points.append(point)
-        for snaps in self.snapshots.values():
-            snaps.close()
-        for reader in self.readers.values():
-            reader.close()
-        self.stages, self.snapshots, self.readers = {}, {}, {}
+        self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
+        self._stop_instances()
+        self.rescale_phase = None  # a pending rescale begins again later
         data = self.store.read_latest_manifest()
         manifest = None if data is None else Manifest.from_json(data)
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         self._start_incarnation(manifest, recovering=True)
+
+    def _stop_instances(self) -> None:
+        for snaps in self.snapshots.values():
+            snaps.close()
+        for reader in self.readers.values():
+            reader.close()
+        self.stages, self.snapshots, self.readers = {}, {}, {}  # their sink partitions live on, as a topic's do
+
+    def _rescale(self, manifest: Manifest) -> None:
+        """The rescale's snapshot is committed: restart at the next parallelism from it. The
+        reassigned manifest is committed first, so a crash from here on restores at the new
+        parallelism, whose routing wrote any output past the snapshot."""
+        plan = self.plan.with_parallelism(self.rescales.pop(0))
+        self._stop_instances()
+        self.plan, self.source_keys, self.rescale_phase = plan, plan.source_instances, None
+        sid = self.next_snapshot_id
+        self.next_snapshot_id += 1
+        moved = reassigned(manifest, plan, sid)
+        self.store.write_manifest(sid, moved.to_json())
+        self.rescaled.append((plan.parallelism, manifest.snapshot_id))
+        self._start_incarnation(moved, recovering=True)
 
     def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
         if self.crashes_left and self.rng.random() < chance:
@@ -254,15 +294,18 @@ class Simulation:
             kinds.append("data")
         if any(self.control.values()):
             kinds.append("control")
-        if any(self._source_ready(k) for k in self.readers):
+        if self.rescale_phase is None and any(self._source_ready(k) for k in self.readers):
             kinds.append("source")
+        if self.rescale_phase == "draining" and not kinds and not self.writes and self.collector is None:
+            return ["rescale snapshot"]  # nothing in flight: the watermark stays where it is
         if self.writes:
             kinds.append("write")
         if any(s.pending_writes() for s in self.snapshots.values()):
             kinds.append("persist")
         if self.collector is not None and not self.collector.missing:
             kinds.append("commit")
-        elif self.store is not None and self.collector is None and self.watermark != TOP and self.clock_value >= self.next_snapshot_at:
+        elif (self.store is not None and self.collector is None and self.watermark != TOP and self.clock_value >= self.next_snapshot_at
+              and self.rescale_phase is None):
             kinds.append("snapshot")
         return kinds
 
@@ -278,6 +321,9 @@ class Simulation:
         self.steps_taken += 1
         self.clock_value += 0.001
         if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
+            return True
+        if self.rescales and self.rescale_phase is None and not self.restoring and self.watermark != TOP and self.rng.random() < RESCALE_AT:
+            self.rescale_phase = "draining"
             return True
         kind = self.rng.choice(kinds)
         if kind == "restore":
@@ -314,6 +360,12 @@ class Simulation:
             self._flush(instance)
         elif kind == "snapshot":
             self._begin_snapshot()
+        elif kind == "rescale snapshot":
+            if drained(self.watermark, (rt.t_last() for rt in self.stages.values())):
+                self.rescale_phase = "snapshot"
+                self._begin_snapshot()
+            else:  # the sinks hold output a recovery has not replayed yet: go on, try again later
+                self.rescale_phase = None
         else:
             self._commit()
         return True
@@ -332,10 +384,13 @@ class Simulation:
         c, self.collector = self.collector, None
         if self._maybe_crash("between prepared and commit"):
             return
-        manifest = manifest_of(self.plan.flow_name, self.plan.parallelism, c.snapshot_id, c.t, c.parts, c.missing)
+        manifest = manifest_of(self.plan, c.snapshot_id, c.t, c.parts, c.missing)
         self.store.write_manifest(c.snapshot_id, manifest.to_json())
         self.commits += 1
-        self._maybe_crash("after a commit")
+        if self._maybe_crash("after a commit"):
+            return
+        if self.rescale_phase == "snapshot":
+            self._rescale(manifest)
 
     def run(self) -> RunResult:
         try:
@@ -345,13 +400,18 @@ class Simulation:
                 raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.in_flight()} times in flight")
             reports = [
                 {
-                    "collected": s.collected(),
+                    "collected": {},
                     "metrics": dict(s.metrics(), state_cache=self.snapshots[i].cache_stats()),
                     "emit_times": s.emit_times,
                     "release_times": s.release_times,
                 }
                 for i, s in self.stages.items()
             ]
+            # Every partition ever written (a rescale to fewer instances leaves some unopened now).
+            for (sid, _), partition in self.sinks.items():
+                got = partition.collected()
+                if got is not None:
+                    reports[0]["collected"].setdefault(self.plan.steps[sid].name, []).extend(got)
             reports[0]["metrics"]["dead_letters"] = sum(r.dead_letters for r in self.readers.values())
             sinks = [s.name for s in self.plan.steps if s.kind == "sink"]
             result = merge_instances(reports, self.clock_value, sinks)
@@ -373,9 +433,9 @@ class Simulation:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0) -> RunResult:
+def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = ()) -> RunResult:
     """Run ``plan`` in this process under the seeded scheduler (see module doc), with
-    ``crashes`` seeded crashes (they need a guarantee).
+    ``crashes`` seeded crashes and ``rescales`` to other parallelisms (they need a guarantee).
 
     It honours ``seed``, ``batch_size``, ``max_inflight``, ``guarantee``,
     ``snapshot_interval`` (in simulated seconds) and ``snapshot_dir`` (default: a
@@ -386,6 +446,6 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()
-    result = Simulation(plan, config, crashes).run()
+    result = Simulation(plan, config, crashes, rescales).run()
     result.metrics.wall_time = time.time() - started
     return result

@@ -31,6 +31,7 @@ from driftstream.barriers.barrier import Barrier
 from driftstream.ordering.entry_state import EntryKeyedState, MapState
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.snapshots.entry_cache import CachedEntries
+from driftstream.snapshots.state_keys import StateKeys, first
 from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
 from driftstream.ordering.partitioning import stable_hash
 from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
@@ -56,6 +57,14 @@ def _timed_state(step: Any, backend: Any, seed: int) -> Any:
     form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
     divert = functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
     return form(step.window, backend, seed=seed, on_error=divert)
+
+
+def _state_keys(step: Any, plan: Plan) -> StateKeys:
+    """How ``step``'s state keys are stored: under the key group of the key its elements were
+    routed by, which is the state key itself, or its first item for entries ``(key, entry)``
+    and windows ``(key, start, end)`` (sessions and interval joins keep one state per key)."""
+    composite = step.state is MapState or (step.kind in ("window", "window_join") and not isinstance(step.window.assigner, Session))
+    return StateKeys(plan.key_groups, first if composite else None)
 
 
 @dataclass
@@ -98,7 +107,7 @@ class StageRuntime:
         clock: Callable[[], float] = time.time,
         sample_every: int = 1,
         max_samples: int = MAX_SAMPLES,
-        backend_factory: Optional[Callable[[str, Callable, bool], Any]] = None,
+        backend_factory: Optional[Callable[[str, Callable, bool, StateKeys], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
         sink_opener: Optional[Callable[[int, int], Any]] = None,
     ) -> None:
@@ -148,12 +157,14 @@ class StageRuntime:
         # the output below T (see part_prepared).
         self.parts_waiting: deque = deque()
         self._runners: dict = {}
+        # Key group -> the instance owning it at this parallelism (see ordering/key_groups.py).
+        self._router = plan.key_groups.router(plan.parallelism)
         for sid in self.stage.step_ids:
             step = plan.steps[sid]
             self.counts[step.name] = 0
             if step.kind in ("stateful_map", "stateful_flat_map", "lookup"):
                 entries = step.state is MapState
-                backend = backend_factory(step.name, step.fn, entries) if backend_factory else None
+                backend = backend_factory(step.name, step.fn, entries, _state_keys(step, plan)) if backend_factory else None
                 flat = step.kind == "stateful_flat_map"
                 divert = functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
                 if entries:
@@ -162,7 +173,7 @@ class StageRuntime:
                     self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend, on_error=divert)
             elif step.kind in TIMED_KINDS:
                 fn = step.fn if step.kind == "interval_join" else step_function(step.window)
-                backend = backend_factory(step.name, fn, False) if backend_factory else None
+                backend = backend_factory(step.name, fn, False, _state_keys(step, plan)) if backend_factory else None
                 ws = self.windows[sid] = _timed_state(step, backend, self.rng.getrandbits(64))
                 # Windows restored from a snapshot hold the watermark again at their close
                 # times: the runtime hands these XORs to the acker before any source starts.
@@ -253,7 +264,8 @@ class StageRuntime:
             outs = _tagged(outs, ch.tag)
         if ch.keyed:
             step = self.plan.steps[ch.dst]
-            fn, n, divert = step.fn, self.plan.parallelism, step.on_error == "dead-letter"
+            fn, divert = step.fn, step.on_error == "dead-letter"
+            router, m = self._router, len(self._router)
             bufs: dict = {}
             try:
                 for item in outs:
@@ -265,7 +277,7 @@ class StageRuntime:
                             raise
                         # its dead letter goes on, keyed by the step's name, to the split after it
                         payload, key = dead_letter(step.name, meta, payload, exc), step.name
-                    dst = stable_hash(key) % n
+                    dst = router[stable_hash(key) % m]  # the owner of the key's group
                     buf = bufs.get(dst)
                     if buf is None:
                         buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))

@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, NamedTuple, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
-from driftstream.snapshots.changelog import DELTA_FILE, REMOVED, Chain, decode_delta, delta_row, pack_delta, replay_deltas
+from driftstream.snapshots.changelog import DELTA_FILE, REMOVED, Chain, delta_row, delta_rows, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
 from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
+from driftstream.snapshots.slices import restore_slices
 from driftstream.snapshots.state_cache import StateCache
+from driftstream.snapshots.state_keys import StateKeys
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.manifest import SnapshotPart
+from driftstream.engine.model.manifest import SnapshotPart, slices_of
 
 
 #: Deltas of at most this many changed keys are written at once, in the callback that takes them (see ``take``).
@@ -100,14 +102,21 @@ class StageSnapshots:
     def participant(self, step_name: str) -> str:
         return f"{self.prefix}-{step_name}"
 
-    def backend(self, step_name: str, fn: Callable[[Any, Any], tuple], entries: bool = False) -> Optional[StateCache]:
+    def backend(self, step_name: str, fn: Callable[[Any, Any], tuple], entries: bool = False,
+                keys: Optional[StateKeys] = None) -> Optional[StateCache]:
         """The settled states of a stateful step (RocksDB behind a write-back cache within the
         memory budget), restored from the snapshot if there is one. ``fn`` is the step's
-        function: deltas that hold inputs are re-applied with it.
+        function: deltas that hold inputs are re-applied with it. ``keys``: how its state keys
+        are stored (their key groups).
 
         Without a store (no snapshots), a step of entries (``entries``) still gets one, so
         its memory stays within the budget; a step whose state is a value gets None (the
-        keyed state keeps its states in a dict)."""
+        keyed state keeps its states in a dict).
+
+        A part that is one participant's whole chain (the same parallelism) downloads its base
+        as the database and goes on with its chain; slices of several (another parallelism,
+        :mod:`driftstream.snapshots.slices`) are copied range by range into a new database,
+        whose first snapshot is then a base."""
         if self.store is None and not entries:
             return None
         if self.workdir is None:
@@ -115,16 +124,18 @@ class StageSnapshots:
             _remove_stale_workdirs(self.scratch, self.prefix)
             self.workdir = Path(tempfile.mkdtemp(prefix=f"driftstream-{self.prefix}-{os.getpid()}-", dir=self.scratch))
         path = self.workdir / f"db-{step_name}"
-        entry = self.restore.states.get(step_name)
-        participant = self.participant(step_name)
-        if entry is None:
+        keys = keys or StateKeys()
+        state = self.restore.states.get(step_name)
+        slices = [] if state is None else slices_of(state)
+        started = time.perf_counter()
+        if not slices:
             self.chains[step_name] = Chain(self.base_every_s)
-            db = RocksDBBackend(path)
-        else:
-            started = time.perf_counter()
-            self.store.download(entry["base"], participant, path)
-            db = RocksDBBackend(path)
-            deltas = [decode_delta(self.store.get_file(d, participant, DELTA_FILE)) for d in entry["deltas"]]
+            db = RocksDBBackend(path, keys)
+        elif len(slices) == 1 and "groups" not in slices[0] and not slices[0].get("legacy"):
+            entry = slices[0]
+            self.store.download(entry["base"], entry["participant"], path)
+            db = RocksDBBackend(path, keys)
+            deltas = [delta_rows(self.store.get_file(d, entry["participant"], DELTA_FILE), keys) for d in entry["deltas"]]
             try:
                 states = replay_deltas(deltas, db.get_encoded, fn)
             except Exception as exc:
@@ -132,6 +143,14 @@ class StageSnapshots:
             db.put_encoded([(k, state if state is REMOVED else encode(state)) for k, state in states.items()])
             # Go on from the restored chain: its files stay in the store while a manifest needs them.
             self.chains[step_name] = Chain.from_entry(entry, time.time(), self.base_every_s)
+        else:
+            db = RocksDBBackend(path, keys)
+            try:
+                restore_slices(self.store, slices, db, fn, self.workdir)
+            except RuntimeError as exc:
+                raise RuntimeError(f"step {step_name!r}: {exc}") from exc
+            self.chains[step_name] = Chain(self.base_every_s)  # nothing of this database is in the store yet
+        if slices:
             self.restore_s += time.perf_counter() - started
         backend = self.backends[step_name] = StateCache(db, self.cache_bytes, track_changes=self.store is not None)
         return backend
@@ -247,7 +266,8 @@ class StageSnapshots:
                 else:
                     self._check_chain(step_name)
                     rows: list = []
-                    yield from self._in_slices(batch.items(), lambda item: rows.append(delta_row(item[0], *item[1])))
+                    encode_key = self.backends[step_name].db.keys.encode
+                    yield from self._in_slices(batch.items(), lambda item: rows.append(delta_row(encode_key(item[0]), *item[1])))
                     yield from self._io_call(self._write_delta, snapshot_id, step_name, pack_delta(rows))
             except BaseException:
                 self._broken.add(step_name)

@@ -1,0 +1,89 @@
+"""State keys as a stateful step stores them: its key group first, then the key.
+
+Every record of keyed state, in RocksDB and in a delta, is keyed by a 2-byte
+big-endian key group followed by :func:`~.codec.encode_key` of the state key. The
+records of a range of groups are then one contiguous range of RocksDB keys: an
+instance that takes over groups after a change of parallelism seeks to the range
+and reads it, never the rest (see :mod:`.slices`).
+
+A step's state key is not always the key its elements were routed by: a window's is
+``(key, start, end)``, an entry's ``(key, entry)``. ``routing_key`` maps one to the
+other; the group is that key's (:meth:`~driftstream.ordering.key_groups.KeyGroups.group_of`).
+
+>>> from driftstream.ordering.key_groups import KeyGroups
+>>> keys = StateKeys(KeyGroups(128), routing_key=first)
+>>> raw = keys.encode(("apple", 0, 60000))
+>>> keys.group(raw) == KeyGroups(128).group_of("apple"), keys.decode(raw)
+(True, ('apple', 0, 60000))
+>>> lo, hi = StateKeys.bounds(GroupRange(3, 5)); lo, hi
+(b'\\x00\\x03', b'\\x00\\x05')
+
+Snapshots written before key groups (manifest version 1, delta format 3 and
+older) keyed records by ``encode_key`` alone; :meth:`StateKeys.from_legacy` gives
+such a key its group prefix, so an old snapshot restores at any parallelism too.
+
+Costs: :meth:`encode` is the stable hash of the routing key (a crc32) plus
+``encode_key``, well under the microseconds of the RocksDB call it precedes;
+:meth:`group` and :meth:`bounds` are O(1).
+"""
+
+from __future__ import annotations
+
+import struct
+from operator import itemgetter
+from typing import Any, Callable, Hashable, Optional
+
+from driftstream.ordering.key_groups import GroupRange, KeyGroups
+
+from .codec import decode, encode_key
+
+_GROUP = struct.Struct(">H")
+
+#: Bytes of the key-group prefix of every stored state key.
+PREFIX_BYTES = _GROUP.size
+
+#: The routing key of a state key of windows ``(key, start, end)`` and of entries ``(key, entry)``.
+first = itemgetter(0)
+
+
+class StateKeys:
+    """How one step's state keys are laid out: ``group`` (2 bytes) + ``encode_key(key)``.
+
+    ``routing_key(state key)``: the key the step's elements were routed by (None: the
+    state key itself).
+    """
+
+    __slots__ = ("key_groups", "routing_key", "_group_of")
+
+    def __init__(self, key_groups: Optional[KeyGroups] = None, routing_key: Optional[Callable[[Hashable], Any]] = None) -> None:
+        self.key_groups = key_groups or KeyGroups()
+        self.routing_key = routing_key
+        group_of = self.key_groups.group_of
+        self._group_of = group_of if routing_key is None else (lambda key: group_of(routing_key(key)))
+
+    def group_of(self, key: Hashable) -> int:
+        """The key group of a state key."""
+        return self._group_of(key)
+
+    def encode(self, key: Hashable) -> bytes:
+        """The stored form of ``key``: its group, then ``encode_key(key)``."""
+        return _GROUP.pack(self._group_of(key)) + encode_key(key)
+
+    @staticmethod
+    def decode(raw: bytes) -> Any:
+        """The state key of a stored one."""
+        return decode(raw[PREFIX_BYTES:])
+
+    @staticmethod
+    def group(raw: bytes) -> int:
+        """The key group of a stored key. O(1)."""
+        return _GROUP.unpack_from(raw)[0]
+
+    @staticmethod
+    def bounds(groups: GroupRange) -> tuple:
+        """``(first, end)``: every stored key of ``groups`` is ``>= first`` and ``< end`` in byte order."""
+        return _GROUP.pack(groups.start), _GROUP.pack(groups.end)  # end <= MAX_MAX_PARALLELISM fits 2 bytes
+
+    def from_legacy(self, raw: bytes) -> bytes:
+        """A key stored before key groups (``encode_key`` alone), with its group prefix."""
+        return _GROUP.pack(self._group_of(decode(raw))) + raw
