@@ -63,3 +63,7 @@ class Sink(ABC):
     @abstractmethod
     def open(self, partition: int, partitions: int) -> SinkPartition:
         """Open partition ``partition`` of ``partitions`` (one per barrier)."""
+
+    def check(self, partitions: int) -> None:
+        """Before any instance of a run starts: raise (a ValueError saying what to do) if this
+        sink cannot take ``partitions`` partitions, e.g. a topic with fewer. Default: it can."""

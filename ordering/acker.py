@@ -64,6 +64,21 @@ class Acker:
         """Number of global times with elements still in flight (O(1))."""
         return len(self.entries)
 
+    def settled(self) -> bool:
+        """True when the watermark is as far as the sources' bounds let it go: nothing they
+        emitted is in flight below them. With the sources stopped, the watermark then stays
+        where it is (what a rescale's snapshot waits for). O(sources).
+
+        >>> a = Acker(sources=1)
+        >>> a.update({(1, 0, 0, 1): 0xA5}, source=0, bound=(1, 0, 0, 1)); a.settled()
+        (1, 0, 0, 1)
+        False
+        >>> a.update({(1, 0, 0, 1): 0xA5}); a.settled()
+        (1, 0, 0, 2)
+        True
+        """
+        return self.watermark >= (successor(min(self.bounds)) if self.bounds else TOP)
+
     def _recompute(self) -> Time:
         heap, entries = self._heap, self.entries
         while heap and heap[0] not in entries:

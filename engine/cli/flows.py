@@ -4,8 +4,9 @@
     driftstream start myflows:orders -p 2 --guarantee exactly-once --snapshot-dir /data/snaps
     driftstream list
     driftstream status orders --watch
+    driftstream rescale orders -p 4               # final snapshot, restart at 4 instances, go on
     driftstream stop orders                       # final snapshot, then shut down
-    driftstream start myflows:orders -p 2 --guarantee exactly-once --snapshot-dir /data/snaps --resume
+    driftstream start myflows:orders -p 3 --guarantee exactly-once --snapshot-dir /data/snaps --resume
 
 Each command connects to the cluster at ``--address``, else ``$RAY_ADDRESS``, else the one
 ``ray start`` runs on this machine; under Ray Jobs (``ray job submit -- driftstream start ...``)
@@ -21,7 +22,7 @@ import sys
 import time
 from typing import Callable, Optional
 
-from driftstream.engine.cli.status_view import flow_table, status_view
+from driftstream.engine.cli.status_view import duration, flow_table, status_view
 
 
 def cluster_address(address: Optional[str]) -> str:
@@ -40,7 +41,8 @@ def start(args: argparse.Namespace, load_flow: Callable) -> int:
     from driftstream.engine.api.handle import start_on_ray
 
     flow = load_flow(args.flow)
-    options = dict(guarantee=args.guarantee, snapshot_interval=args.snapshot_interval, resume=args.resume, standbys=args.standbys)
+    options = dict(guarantee=args.guarantee, snapshot_interval=args.snapshot_interval, resume=args.resume, standbys=args.standbys,
+                   fresh=args.fresh, allow_state_changes=args.allow_state_changes, allow_new_partitions=args.allow_new_partitions)
     if args.snapshot_dir:
         # The coordinator runs in another process (maybe on another node): a relative path would be its own.
         options["snapshot_dir"] = args.snapshot_dir if "://" in args.snapshot_dir else os.path.abspath(args.snapshot_dir)
@@ -93,8 +95,19 @@ def stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def rescale(args: argparse.Namespace) -> int:
+    from driftstream.engine.api.handle import attach
+
+    _connect(args)
+    report = attach(args.name).rescale(args.parallelism, timeout=args.timeout)
+    print(f"flow {args.name!r} rescaled from {report['from']} to {report['to']} instances: snapshot {report['snapshot']} "
+          f"(drained in {duration(report['drain_s'])}), restarted in {duration(report['restart_s'])}, first output "
+          f"{duration(report['first_output_s'])} after reading stopped")
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction, load_flow: Callable) -> None:
-    """The subcommands start, list, status and stop of the ``driftstream`` parser."""
+    """The subcommands start, list, status, rescale and stop of the ``driftstream`` parser."""
     address_help = "Ray cluster address HOST:PORT (default: $RAY_ADDRESS, else the cluster `ray start` runs here)"
     p = sub.add_parser("start", help="start a flow detached on a Ray cluster; returns once it runs")
     p.add_argument("flow", help="package.module:flow (importable on the cluster's nodes)")
@@ -103,7 +116,12 @@ def add_commands(sub: argparse._SubParsersAction, load_flow: Callable) -> None:
     p.add_argument("--snapshot-interval", type=float, default=1.0, help="seconds between snapshots (default 1)")
     p.add_argument("--snapshot-dir", default=None, help="where snapshots go (a path every node sees, for recovery on any node)")
     p.add_argument("--standbys", type=int, default=0, help="spare actors that replace a lost one without starting a process")
-    p.add_argument("--resume", action="store_true", help="continue from the newest snapshot in --snapshot-dir")
+    p.add_argument("--resume", action="store_true", help="continue from the newest snapshot in --snapshot-dir (at any parallelism)")
+    p.add_argument("--fresh", action="store_true", help="discard another flow's snapshots in --snapshot-dir and start afresh")
+    p.add_argument("--allow-state-changes", action="store_true",
+                   help="resume although stateful steps were added (they start empty) or removed (their state is dropped)")
+    p.add_argument("--allow-new-partitions", action="store_true",
+                   help="resume although a source has more partitions than the snapshot knows (read from their start)")
     p.add_argument("--address", default=None, help=address_help)
     p.set_defaults(fn=lambda a: start(a, load_flow))
     p = sub.add_parser("list", help="the flows on a Ray cluster")
@@ -116,6 +134,12 @@ def add_commands(sub: argparse._SubParsersAction, load_flow: Callable) -> None:
     p.add_argument("--json", action="store_true", help="the raw status as JSON")
     p.add_argument("--address", default=None, help=address_help)
     p.set_defaults(fn=status)
+    p = sub.add_parser("rescale", help="change a running flow's parallelism: a final snapshot, then a restart at N")
+    p.add_argument("name")
+    p.add_argument("--parallelism", "-p", type=int, required=True, help="the new parallelism (up to the flow's max_parallelism)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the rescale")
+    p.add_argument("--address", default=None, help=address_help)
+    p.set_defaults(fn=rescale)
     p = sub.add_parser("stop", help="stop a flow: a final snapshot, then shut down (start --resume continues)")
     p.add_argument("name")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the final snapshot")

@@ -7,7 +7,7 @@
     driftstream bench inverted-index  # driftstream vs Spark Structured Streaming
     driftstream kafka start|stop
     driftstream start package.module:flow [-p N] [--guarantee G] [--snapshot-dir DIR] [--resume]   # detached, on a cluster
-    driftstream list | status NAME [--watch] | stop NAME
+    driftstream list | status NAME [--watch] | rescale NAME -p N | stop NAME
 """
 
 from __future__ import annotations

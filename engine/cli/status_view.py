@@ -122,6 +122,14 @@ def status_view(info: dict, status: dict, before: Optional[dict] = None, seconds
                      f"first new output after {duration(r.get('first_output_s'))}")
         if r.get("steps_s"):
             lines.append("    " + recovery_steps(r["steps_s"]))
+    for r in (status.get("rescales") or [])[-3:]:
+        lines.append(f"  rescaled {r['from']} -> {r['to']} at {time.strftime('%H:%M:%S', time.localtime(r['at']))}: drained in "
+                     f"{duration(r.get('drain_s'))}, restarted in {duration(r.get('restart_s'))}, first output after "
+                     f"{duration(r.get('first_output_s'))}")
+    groups = status.get("key_groups") or {}
+    if groups:
+        lines.append(f"key groups ({status.get('max_parallelism', '?')}) per instance: "
+                     + "; ".join(f"{stage} {' '.join(ranges)}" for stage, ranges in groups.items()))
     steps = status.get("steps") or {}
     if steps:
         dead = status.get("step_dead_letters") or {}

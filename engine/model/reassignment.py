@@ -30,7 +30,7 @@ True
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from driftstream.ordering.key_groups import GroupRange, KeyGroups
 
@@ -50,13 +50,23 @@ def same_layout(manifest: Manifest, plan: Plan) -> bool:
             and manifest.stages == tuple(s.name for s in plan.stages))
 
 
-def reassign(manifest: Manifest, plan: Plan) -> dict:
+def reassign(manifest: Manifest, plan: Plan, source_partitions: Optional[Mapping[str, int]] = None) -> dict:
     """Per instance label of ``plan``, its :class:`SnapshotPart` of ``manifest``: the slices of
     the key groups it owns, the positions of the partitions it reads. State of steps the plan
     no longer has is left out (only after :mod:`.manifest_fit` allowed that). O(parts x
-    new instances per stage)."""
-    if same_layout(manifest, plan):
-        return dict(manifest.parts)
+    new instances per stage).
+
+    ``source_partitions`` (a source's partition count now, by name): partitions the snapshot
+    does not know (added since) start at their first offset, their running time just past the
+    snapshot's, so that their elements come after everything it holds (a time below it would
+    be taken for output the sinks already have)."""
+    parts = dict(manifest.parts) if same_layout(manifest, plan) else _reassigned_parts(manifest, plan)
+    if source_partitions:
+        _add_new_partitions(parts, manifest, plan, source_partitions)
+    return parts
+
+
+def _reassigned_parts(manifest: Manifest, plan: Plan) -> dict:
     names = stage_names(manifest, plan)
     groups = KeyGroups(manifest.max_parallelism or plan.max_parallelism)
     stateful = set(plan.stateful_steps)
@@ -84,10 +94,27 @@ def reassign(manifest: Manifest, plan: Plan) -> dict:
     return parts
 
 
-def reassigned(manifest: Manifest, plan: Plan, snapshot_id: int) -> Manifest:
+def _add_new_partitions(parts: dict, manifest: Manifest, plan: Plan, source_partitions: Mapping[str, int]) -> None:
+    t = manifest.t
+    after = t[0] + 1 if t and isinstance(t[0], int) else None
+    for stage in plan.stages:
+        if stage.source_id < 0:
+            continue
+        labels = [Instance(stage.index, i).label for i in range(stage.parallelism)]
+        held = {int(p) for label in labels for p in parts.get(label, SnapshotPart()).sources}
+        if not held:
+            continue  # a source the snapshot does not know at all reads from its start
+        for p in range(source_partitions.get(stage.name, 0)):
+            if p not in held:
+                label = labels[p % stage.parallelism]
+                old = parts.get(label, SnapshotPart())
+                parts[label] = SnapshotPart(states=old.states, sources={**old.sources, str(p): [0, after]})
+
+
+def reassigned(manifest: Manifest, plan: Plan, snapshot_id: int, source_partitions: Optional[Mapping[str, int]] = None) -> Manifest:
     """``manifest`` as a manifest of ``plan``, committed as ``snapshot_id`` (it writes no state
     files: its parts read the old ones, which it requires)."""
-    parts = reassign(manifest, plan)
+    parts = reassign(manifest, plan, source_partitions)
     return Manifest(
         snapshot_id=snapshot_id, flow=plan.flow_name, parallelism=plan.parallelism, t=manifest.t, parts=parts,
         requires=required_by(parts.values(), snapshot_id), max_parallelism=plan.max_parallelism,

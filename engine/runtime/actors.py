@@ -257,7 +257,8 @@ class AckerActor:
         return self.error
 
     async def status(self) -> dict:
-        return {"watermark": self.acker.watermark, "in_flight": self.acker.in_flight(), "updates": self.updates}
+        return {"watermark": self.acker.watermark, "in_flight": self.acker.in_flight(), "updates": self.updates,
+                "settled": self.acker.settled()}
 
     async def close(self) -> None:
         await self.endpoint.close()
@@ -458,6 +459,26 @@ class StageActor:
                 skipped = self.reader.skip_after(skip_after)
             self.source_task = asyncio.get_running_loop().create_task(self._source_loop())
         return skipped
+
+    async def pause_reading(self) -> Optional[tuple]:
+        """Stop reading the source (a rescale's drain), once the reads in progress are sent and
+        the bound that covers them; returns the watermark this instance has seen. A stage
+        without a source only answers."""
+        if self.source_task is not None:
+            self.source_task.cancel()
+            try:
+                await self.source_task
+            except asyncio.CancelledError:
+                pass
+            self.source_task = None
+            if not self.failed:
+                self._flush()
+        return self.rt.watermark
+
+    async def resume_reading(self) -> None:
+        """Read again after :meth:`pause_reading` (a drain given up on: the sinks held output past it)."""
+        if self.reader is not None and self.source_task is None and not self.failed:
+            self.source_task = asyncio.get_running_loop().create_task(self._source_loop())
 
     def _on_message(self, message: Any) -> None:
         if type(message) is Push:

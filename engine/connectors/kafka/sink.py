@@ -72,14 +72,21 @@ class KafkaSink(Sink):
         self.retry_s = retry_s
 
     def open(self, partition: int, partitions: int) -> SinkPartition:
+        self.check(partitions)
+        return _KafkaSinkPartition(self, partition)
+
+    def check(self, partitions: int) -> None:
+        """The topic (created with ``partitions`` partitions if missing) must have at least
+        ``partitions``: each barrier writes its own partition, the only writer of it, so that
+        its last message is the barrier's ``t_last``."""
         check_broker(self.bootstrap_servers, self.security)
         have = ensure_topic(self.bootstrap_servers, self.topic, partitions, self.security)
         if have < partitions:
             raise ValueError(
-                f"sink topic {self.topic!r} has {have} partitions but the flow writes {partitions}: "
-                "create it with at least as many partitions as the sink's parallelism"
+                f"sink topic {self.topic!r} has {have} partitions but the flow writes {partitions} (one per instance of the "
+                f"sink's stage): add partitions to the topic (kafka-topics.sh --alter --partitions {partitions}), or run at "
+                f"parallelism {have} or less"
             )
-        return _KafkaSinkPartition(self, partition)
 
     def __repr__(self) -> str:
         return f"KafkaSink({self.topic!r}, {self.bootstrap_servers!r}, security={self.security!r})"

@@ -96,3 +96,13 @@ def test_run_options_for_resume_are_checked():
         RunConfig(resume=True, fresh=True)
     with pytest.raises(FlowError, match="allow_state_changes is True or False"):
         RunConfig(allow_state_changes="yes")
+
+
+def test_added_partitions_start_at_their_first_offset_after_the_snapshots_time():
+    from driftstream.engine.model.reassignment import reassign
+
+    m = _manifest(_plan())
+    parts = reassign(m, _plan(partitions=5), {"src": 5})
+    assert parts["0/0"].sources == {"0": [0, 0], "2": [0, 10], "4": [0, 10]}  # T = (9,): times from 10 on
+    assert parts["0/1"].sources == {"1": [1, 1], "3": [0, 10]}
+    assert reassign(m, _plan(), {"src": 2}) == dict(m.parts)
