@@ -142,6 +142,10 @@ class Failover:
         self.standbys.delay(STANDBY_REPLENISH_DELAY_S)
         return recovery
 
+    def count_restart(self, manifest: Optional[Manifest]) -> None:
+        """Count a launch an actor's death cut short, started again from ``manifest``, as a recovery."""
+        self.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest.snapshot_id))
+
     def kill(self, handles: list, names: list) -> None:
         """Kill ``handles``; the actors of ``names`` will be replaced by new ones: a name Ray
         still holds after NAME_WAIT_S (its node vanished) is taken as ``<name>#<n>`` instead."""

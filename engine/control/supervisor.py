@@ -32,7 +32,7 @@ from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules
 from driftstream.engine.model.result import RunResult, merge_instances
-from driftstream.engine.control.failover import Failover, Heartbeat, Hung, Recovery
+from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
@@ -163,7 +163,7 @@ class RaySupervisor:
                     raise
                 failover.kill(run.handles, run.names)
                 manifest, recovering = self.committer.latest_manifest(), True
-                failover.recoveries.append(Recovery(time.time(), 0.0, None if manifest is None else manifest.snapshot_id))
+                failover.count_restart(manifest)
         return manifest
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
