@@ -1,0 +1,166 @@
+"""Launching a plan's actors on Ray: the acker and one stage actor per instance, each
+restored from a manifest, connected on the data plane, then started.
+
+A launch after a failure reuses what it can: survivors are reset in place and standbys
+take a lost instance's place (a reset costs milliseconds, a new process ~1 s of CPU on
+a small machine); only the rest are new actors. The launcher holds the actors of its last
+launch and the plan they run: the plan is an argument of each launch, so a later launch
+may run another plan (another parallelism) from the same manifest.
+
+>>> launcher = Launcher(RecoveryRules(RunConfig(), snapshot_dir=None), StandbyPool(0))
+>>> launcher.plan is None, launcher.names, launcher.actor_names(["wc/acker"])
+(True, [], ['wc/acker'])
+>>> launcher.launch(flow.plan(parallelism=2), manifest=None, recovering=False)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Iterable, Iterator, Optional
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from driftstream.engine.model.config import RunConfig  # noqa: F401  (the doctest)
+from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.recovery import RecoveryRules, replay_limit
+from driftstream.engine.control.standbys import StandbyPool
+from driftstream.engine.runtime.actors import AckerActor, StageActor
+from driftstream.engine.runtime.ray_session import NAMESPACE
+
+
+class Launcher:
+    """Starts a plan's actors (:meth:`launch`) and holds those of the last launch.
+
+    ``names`` are the instances' actor names, the acker's first, in the order of
+    ``handles``; ``real_names`` maps one to the name of the actor playing it where that
+    differs (a standby, or a new actor whose name Ray still held: ``<name>#<n>``).
+    """
+
+    def __init__(self, rules: RecoveryRules, standbys: StandbyPool) -> None:
+        self.rules = rules
+        self.standbys = standbys
+        self.plan: Optional[Plan] = None
+        self.acker = None
+        self.actors: dict = {}
+        self.handles: list = []
+        self.names: list = []
+        self.real_names: dict = {}
+        #: actor name -> the Ray node it runs on
+        self.node_of: dict = {}
+        #: stage instance reset in the last launch (a survivor, or a standby in a lost one's
+        #: place) -> seconds of its ``tear_down``, ``setup`` and ``restore`` (within setup)
+        self.resets: dict = {}
+        #: wall times of the last launch: begun, reset (actors up), connected, started
+        self.marks: list = []
+        #: input records skipped by at-most-once restarts (lost on purpose), over every launch
+        self.skipped = 0
+
+    def launch(self, plan: Plan, manifest: Optional[Manifest], recovering: bool, survivors: Optional[dict] = None,
+               renamed: Optional[dict] = None, avoid_nodes: Iterable = ()) -> None:
+        """Start the acker and every stage actor of ``plan``, restored from ``manifest`` when given.
+
+        ``survivors`` (actor name -> handle) are reset in place instead of replaced; lost
+        instances take a standby while there is one. ``renamed``: actor name -> the name its
+        new actor takes (the name is still held); ``avoid_nodes``: where no new actor goes.
+        """
+        survivors, renamed = survivors or {}, renamed or {}
+        marks = self.marks = [time.time()]
+        placed = placement(set(avoid_nodes))
+        token = secrets.token_bytes(32)
+        resets: list = []
+        reset_names: list = []
+        acker_name = acker_name_of(plan)
+        if acker_name in survivors:
+            acker = survivors[acker_name]
+            resets.append(acker.reset.remote(len(plan.source_instances), token))
+        else:
+            acker = AckerActor.options(name=renamed.get(acker_name, acker_name), namespace=NAMESPACE,
+                                       scheduling_strategy=next(placed)).remote(len(plan.source_instances), token)
+        handles, names, actors, real_names = [acker], [acker_name], {}, {}
+        if acker_name in renamed:
+            real_names[acker_name] = renamed[acker_name]
+        elif acker_name in survivors and acker_name in self.real_names:
+            real_names[acker_name] = self.real_names[acker_name]
+        for ordinal, instance in enumerate(plan.instances):
+            opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
+            name = plan.actor_name(instance)
+            if name in survivors:
+                actor = survivors[name]
+                resets.append(actor.reset.remote(opts, token))
+                reset_names.append(name)
+                if name in self.real_names:
+                    real_names[name] = self.real_names[name]
+            elif len(self.standbys):
+                actor, real_names[name] = self.standbys.take()
+                resets.append(actor.reset.remote(opts, token, tuple(instance)))
+                reset_names.append(f"{name} (standby)")
+            else:
+                real = real_names[name] = renamed.get(name, name)
+                actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan, *instance, opts, token)
+            actors[instance] = actor
+            handles.append(actor)
+            names.append(name)
+        # The coordinator answers status() on other threads while this runs: they must see the
+        # old set of actors or the whole new one, never a dict that is being filled.
+        self.plan, self.acker, self.actors, self.handles, self.names, self.real_names = plan, acker, actors, handles, names, real_names
+        # Stage instances say where their reset went (the acker's, listed first if reset, says nothing).
+        self.resets = {n: t for n, t in zip(reset_names, ray.get(resets)[len(resets) - len(reset_names):])}
+        marks.append(time.time())
+        keys = list(self.actors)
+        answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
+        addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
+        self.node_of = dict(zip(names, answers[len(keys) + 1:]))
+        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
+        # Restored windows' timers reach the acker before any source starts: the watermark
+        # must not pass a close time whose windows have not been emitted.
+        seeds = [x for x in ray.get([a.take_seed.remote() for a in self.actors.values()]) if x]
+        if seeds:
+            ray.get(self.acker.seed.remote(seeds))
+        marks.append(time.time())
+        skip_after = None
+        if recovering and self.rules.skips_backlog:
+            skip_after = replay_limit(ray.get([a.t_last.remote() for a in self.actors.values()]))
+        self.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
+        marks.append(time.time())
+
+    def actor_names(self, names: Iterable[str]) -> list:
+        """The names of the actors playing the instances ``names`` (a standby keeps its own)."""
+        return [self.real_names.get(n, n) for n in names]
+
+    def handles_of(self, names: Iterable[str]) -> list:
+        """The handles of the actors of ``names`` (instance names) that the last launch started."""
+        wanted = set(names)
+        return [h for n, h in zip(self.names, self.handles) if n in wanted]
+
+    def sinks(self) -> list:
+        """The stage actors whose stage ends in a sink."""
+        plan = self.plan
+        return [a for k, a in self.actors.items() if any(plan.steps[sid].kind == "sink" for sid in plan.stages[k.stage].step_ids)]
+
+    def reports(self) -> list:
+        """Every stage actor's report of the run so far."""
+        return ray.get([a.report.remote() for a in self.actors.values()])
+
+
+def acker_name_of(plan: Plan) -> str:
+    """The acker's actor name (the first of :attr:`Launcher.names`)."""
+    return f"{plan.flow_name}/acker"
+
+
+def placement(avoid_nodes: set) -> Iterator:
+    """Scheduling strategies for new actors, one per call of ``next``: away from
+    ``avoid_nodes`` (those that lost actors in this recovery), round-robin over the others;
+    Ray's SPREAD when no node is to be avoided or none is left. A node that vanished stays
+    alive in Ray's view until its health check fails (~14 s): without this, replacements
+    could be placed there and die with it again."""
+    others = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in avoid_nodes] if avoid_nodes else []
+    if not others:
+        while True:
+            yield "SPREAD"
+    while True:
+        for node in others:
+            # Hard: with soft, Ray may still spill an actor back to the lost node it takes for alive.
+            yield NodeAffinitySchedulingStrategy(node_id=node, soft=False)
