@@ -42,6 +42,7 @@ def start_on_ray(plan: Plan, address: Optional[str] = None, detached: bool = Fal
     handle = FlowHandle(plan.flow_name)
     handle._run_here(plan, config, started_ray)
     handle._has_coordinator.wait()  # from here on, attach() finds it by name
+    handle._raise_if_refused()
     return handle
 
 
@@ -117,6 +118,20 @@ class FlowHandle:
                 import ray
 
                 ray.shutdown()
+
+    def _raise_if_refused(self, timeout: float = 120.0) -> None:
+        """Once the run's actors are up, return; raise the error that ended the run before,
+        e.g. a snapshot that does not fit the flow, or a sink that cannot take its parallelism."""
+        import ray
+
+        try:
+            error = ray.get(self._coordinator.wait_launched.remote(timeout), timeout=timeout + 10)
+        except ray.exceptions.RayActorError:
+            error = True  # removed already: the run has ended, its error is the thread's
+        if error is not None:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
 
     def _set_coordinator(self, coordinator) -> None:
         self._coordinator = coordinator

@@ -29,6 +29,7 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.control.metrics_export import start_export
+from driftstream.engine.control.rescaler import Rescale
 from driftstream.engine.control.supervisor import RaySupervisor
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
@@ -115,6 +116,21 @@ class CoordinatorActor:
 
     def stop(self) -> None:
         self.supervisor.stop_requested.set()
+
+    def rescale(self, parallelism: int) -> Any:
+        """Move the running flow to ``parallelism`` (:meth:`RaySupervisor.request_rescale`);
+        returns its report once it runs again and its first output came (at most 5 s later),
+        or the error that refused it."""
+        self.launched.wait()
+        try:
+            request = self.supervisor.request_rescale(parallelism)
+        except Exception as exc:
+            return exc
+        request.done.wait()
+        if request.error is not None:
+            return request.error
+        report = request.report
+        return report.wait_first_output(5.0).report() if isinstance(report, Rescale) else report
 
 
 def _reconstructed() -> bool:

@@ -79,6 +79,9 @@ class Launcher:
         else:
             acker = AckerActor.options(name=renamed.get(acker_name, acker_name), namespace=NAMESPACE,
                                        scheduling_strategy=next(placed)).remote(len(plan.source_instances), token)
+        # Survivors of another plan (a rescale) and standbys (started with the plan of their
+        # day) are handed the plan they now run.
+        moved = None if plan is self.plan else plan
         handles, names, actors, real_names = [acker], [acker_name], {}, {}
         if acker_name in renamed:
             real_names[acker_name] = renamed[acker_name]
@@ -89,13 +92,13 @@ class Launcher:
             name = plan.actor_name(instance)
             if name in survivors:
                 actor = survivors[name]
-                resets.append(actor.reset.remote(opts, token))
+                resets.append(actor.reset.remote(opts, token, None, moved))
                 reset_names.append(name)
                 if name in self.real_names:
                     real_names[name] = self.real_names[name]
             elif len(self.standbys):
                 actor, real_names[name] = self.standbys.take()
-                resets.append(actor.reset.remote(opts, token, tuple(instance)))
+                resets.append(actor.reset.remote(opts, token, tuple(instance), plan))
                 reset_names.append(f"{name} (standby)")
             else:
                 real = real_names[name] = renamed.get(name, name)

@@ -67,9 +67,6 @@ class SnapshotCommitter:
             self.snapshot_dir = config.snapshot_dir or default_snapshot_dir(plan.flow_name)
             # Pruning lists the store: about once a second, whatever the snapshot interval.
             self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)))
-            if not config.resume:
-                for sid in self.store.snapshot_ids():
-                    self.store.delete_snapshot(sid)
         self.log = SnapshotLog()  # committed and failed snapshots
         self.next_snapshot_id = 1
         self.inbox: Optional[SnapshotInbox] = None  # where the acker sends snapshots, once a schedule started
@@ -93,14 +90,19 @@ class SnapshotCommitter:
         data = self.store.read_latest_manifest() if self.store is not None else None
         return None if data is None else Manifest.from_json(data)
 
-    def resume(self) -> Optional[Manifest]:
-        """The manifest a resumed run starts from (None: from the beginning)."""
-        manifest = self.latest_manifest()
-        if manifest is not None:
-            # Past every snapshot directory, committed or not: a new snapshot never shares one
-            # with files an earlier run left behind.
-            self.next_snapshot_id = max([manifest.snapshot_id, *self.store.snapshot_ids()]) + 1
-        return manifest
+    def take_id(self) -> int:
+        """A snapshot id past every snapshot directory, committed or not (a new snapshot never
+        shares one with files an earlier run left behind), for a manifest committed without
+        the acker (a reassigned one); later snapshots come after it."""
+        if self.store is not None:
+            self.next_snapshot_id = max([self.next_snapshot_id - 1, *self.store.snapshot_ids()]) + 1
+        sid, self.next_snapshot_id = self.next_snapshot_id, self.next_snapshot_id + 1
+        return sid
+
+    def past_existing(self) -> None:
+        """Go on past the snapshots in the store (a resumed run's first snapshot follows them)."""
+        if self.store is not None:
+            self.next_snapshot_id = max([self.next_snapshot_id - 1, *self.store.snapshot_ids()]) + 1
 
     # -- the schedule, driven by the watch loop ------------------------------------------
 
@@ -138,12 +140,17 @@ class SnapshotCommitter:
         if self.store is not None and self.stream is None and time.time() >= self.next_at:
             self.stream = self._start(acker, count=None)
 
+    def finish_schedule(self, acker) -> None:
+        """End the running schedule and commit what it still yields."""
+        if self.store is not None:
+            self._drain(acker, self.stream)
+            self.stream = None
+
     def final_snapshot(self, acker) -> None:
         """At a stop: commit what the schedule still yields, then one last snapshot (a resume
         starts from it)."""
         if self.store is not None:
-            self._drain(acker, self.stream)
-            self.stream = None
+            self.finish_schedule(acker)
             self.snapshot(acker)
 
     def abandon(self) -> None:

@@ -10,7 +10,7 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, export_metrics, faults, fresh, guarantee, heartbeat_timeout, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, standbys, state_cache_bytes
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, export_metrics, faults, fresh, guarantee, heartbeat_timeout, keep_parallelism, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, standbys, state_cache_bytes
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ class RunConfig:
     allow_state_changes: bool = False
     #: resume although a source has more partitions than the snapshot knows (the new ones are read from their start)
     allow_new_partitions: bool = False
+    #: resume at the newest snapshot's parallelism, whatever the plan's (a coordinator that
+    #: died and restarts continues a rescaled flow as it was)
+    keep_parallelism: bool = False
     faults: Mapping[str, tuple] = field(default_factory=dict)
     heartbeat_timeout: float = 10.0
     #: seconds a snapshot may take (its marker to its last part) before the instances that
@@ -129,7 +132,7 @@ class RunConfig:
                 raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
         if type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1:
             raise FlowError(f"state_cache_bytes is a positive int (bytes per stateful step instance), not {self.state_cache_bytes!r}")
-        for name in ("resume", "fresh", "allow_state_changes", "allow_new_partitions"):
+        for name in ("resume", "fresh", "allow_state_changes", "allow_new_partitions", "keep_parallelism"):
             if type(getattr(self, name)) is not bool:
                 raise FlowError(f"{name} is True or False, not {getattr(self, name)!r}")
         if self.resume and self.fresh:
@@ -153,7 +156,7 @@ class RunConfig:
 
     def resumed(self) -> "RunConfig":
         """The same run, continuing from the newest snapshot (a new coordinator after one died)."""
-        return dataclasses.replace(self, resume=True, fresh=False)
+        return dataclasses.replace(self, resume=True, fresh=False, keep_parallelism=True)
 
     def not_defaults(self, *allowed: str) -> list:
         """Names of the options set to something other than their default, except ``allowed``."""

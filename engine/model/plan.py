@@ -83,6 +83,12 @@ class Plan:
         """Names of the steps that keep keyed state (what a snapshot holds state for), in order."""
         return [s.name for s in self.steps if s.kind in STATEFUL_KINDS]
 
+    @property
+    def keyed_stages(self) -> list:
+        """The stages their input reaches through a ``key_by`` (their instances own key groups)."""
+        keyed = {ch.dst_stage for chans in self.channels.values() for ch in chans if ch.keyed}
+        return [s for s in self.stages if s.index in keyed]
+
     def key_group_range(self, instance: Instance) -> GroupRange:
         """The key groups ``instance`` owns (its stage is keyed) or would own."""
         return self.key_groups.range_of(instance.index, self.stages[instance.stage].parallelism)

@@ -295,9 +295,10 @@ class StageActor:
         if self.key is not None:
             self._setup(config, token)
 
-    async def reset(self, config: InstanceConfig, token: bytes, key: Optional[tuple] = None) -> dict:
+    async def reset(self, config: InstanceConfig, token: bytes, key: Optional[tuple] = None, plan: Optional[Plan] = None) -> dict:
         """Start over in this process from a snapshot (recovery of a survivor: no new process),
-        as instance ``key`` when given (a standby taking a lost instance's place). Returns
+        as instance ``key`` when given (a standby taking a lost instance's place), of ``plan``
+        when given (a rescale: the same flow at another parallelism). Returns
         where the time went: seconds of ``tear_down``, ``setup``, and ``restore`` within it.
 
         The old data-plane endpoint is closed first, so nothing sent before the
@@ -309,6 +310,8 @@ class StageActor:
         t1 = time.perf_counter()
         if key is not None:
             self.key = Instance(*key)
+        if plan is not None:
+            self.plan = plan
         self._setup(config, token)
         return {"tear_down": t1 - t0, "setup": time.perf_counter() - t1, "restore": self.snapshots.restore_s}
 

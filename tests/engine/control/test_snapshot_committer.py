@@ -115,14 +115,15 @@ def test_the_log_keeps_the_last_records_and_counts_them_all():
     assert (len(log.records), log.records[0].snapshot_id) == (KEEP_SNAPSHOT_RECORDS, 5)
 
 
-def test_a_new_run_wipes_the_store_a_resumed_one_starts_past_every_snapshot(tmp_path):
+def test_a_resumed_run_goes_on_past_every_snapshot(tmp_path):
     c = committer(tmp_path)
     c.commit(item(2))
     c.commit(item(5))
     resumed = committer(tmp_path, resume=True)
-    assert resumed.resume().snapshot_id == 5 and resumed.next_snapshot_id == 6
-    fresh = committer(tmp_path)
-    assert fresh.latest_manifest() is None and fresh.resume() is None and fresh.next_snapshot_id == 1
+    assert resumed.latest_manifest().snapshot_id == 5  # a new committer keeps what it finds
+    resumed.past_existing()
+    assert resumed.next_snapshot_id == 6
+    assert resumed.take_id() == 6 and resumed.next_snapshot_id == 7
 
 
 def test_without_snapshots_there_is_no_store_and_no_schedule():

@@ -1,0 +1,213 @@
+"""Rescaling on Ray with the local broker: state follows its keys to any parallelism, by a
+stop and a resume or by a rescale of the running flow, with a kill during the rescale's
+restore; and each refusal of a snapshot that does not fit the flow, with its message."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+
+from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine import Flow, KafkaSink, KafkaSource
+from driftstream.engine.connectors.kafka.io import ensure_topic
+from driftstream.engine.connectors.kafka.sink import read_kafka_sink
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.model.manifest_fit import SnapshotMismatch
+from driftstream.engine.testing import PacedSource
+from driftstream.snapshots.store import SnapshotStore
+
+from tests.engine.api.resume_flow import build as build_numbers
+from tests.engine.connectors.kafka.test_kafka import produce
+
+pytestmark = pytest.mark.ray
+
+KEYS = 29
+PHASE = 1500
+
+
+def count(n, doc):
+    n = (n or 0) + 1
+    return n, {"k": doc["k"], "i": doc["i"], "n": n}
+
+
+def counting_flow(bs: str, src: str, dst: str, name: str = "counts") -> Flow:
+    flow = Flow(name)
+    (flow.source(KafkaSource(src, bs), name="docs").key_by(lambda d: d["k"], name="by_key")
+         .stateful_map(count, name="count").sink(KafkaSink(dst, bs, name="out")))
+    return flow
+
+
+def feed(bs: str, topic: str, first: int, n: int) -> None:
+    """Records i = first..first+n-1, key k<i % 29>, over 4 partitions."""
+    produce(bs, topic, [(i % 4, 1_000_000 + i, json.dumps({"k": f"k{i % KEYS}", "i": i}).encode()) for i in range(first, first + n)])
+
+
+def reference_counts(bs: str, src: str) -> list:
+    """The sequential reference, from the input log alone: every record's t (the running
+    maximum of the partition's timestamps, ticks included, then partition and offset), and
+    each key's records counted in t order: ``(key, i, n)``."""
+    from kafka import TopicPartition
+
+    from driftstream.engine.connectors.kafka.io import consumer, read_partition
+    from driftstream.engine.connectors.kafka.source import TICK_HEADER
+
+    c = consumer(bs)
+    timed = []
+    try:
+        for p in range(4):
+            ts = None
+            for rec in read_partition(c, TopicPartition(src, p), 0):
+                ts = rec.timestamp if ts is None else max(ts, rec.timestamp)
+                if not any(k == TICK_HEADER for k, _ in rec.headers or ()):
+                    timed.append(((ts, p, rec.offset), json.loads(rec.value)))
+    finally:
+        c.close()
+    counts: dict = defaultdict(int)
+    out = []
+    for _, doc in sorted(timed, key=lambda e: e[0]):
+        counts[doc["k"]] += 1
+        out.append((doc["k"], doc["i"], counts[doc["k"]]))
+    return sorted(out)
+
+
+def check_counts(bs: str, src: str, dst: str, n: int) -> None:
+    expected = reference_counts(bs, src)
+    assert sorted(i for _, i, _ in expected) == list(range(n))
+    got = sorted((v["k"], v["i"], v["n"]) for _, v in read_kafka_sink(bs, dst))
+    assert got == expected  # every record counted once, each key going on from its last count
+
+
+def wait_released(bs: str, dst: str, n: int, handle, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while len(read_kafka_sink(bs, dst)) < n:
+        assert time.time() < deadline, f"{len(read_kafka_sink(bs, dst))} of {n} outputs after {timeout} s: {handle.status()}"
+        time.sleep(0.2)
+
+
+def topics(bs: str) -> tuple:
+    src, dst = f"docs-{uuid.uuid4().hex[:8]}", f"counts-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bs, src, 4)
+    ensure_topic(bs, dst, 4)
+    return src, dst
+
+
+def test_stop_and_resume_at_2_then_3_then_1_keeps_every_keys_count(ray_session, kafka_broker, tmp_path):
+    """The issue's scenario: keyed running counts through Kafka, exactly-once, stopped and
+    resumed at another parallelism twice; every key goes on from its last count."""
+    bs = kafka_broker.bootstrap_servers
+    src, dst = topics(bs)
+    options = dict(guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
+    for phase, parallelism in enumerate((2, 3, 1)):
+        feed(bs, src, phase * PHASE, PHASE)
+        handle = counting_flow(bs, src, dst).start(parallelism=parallelism, resume=phase > 0, **options)
+        wait_released(bs, dst, (phase + 1) * PHASE, handle)
+        status = handle.status()
+        # A stop's snapshot is drained: the resume restored at the new parallelism at once.
+        assert status["parallelism"] == parallelism and status["rescales"] == []
+        assert len(status["key_groups"]["by_key"]) == parallelism
+        handle.stop(timeout=60)
+    check_counts(bs, src, dst, 3 * PHASE)
+
+
+def test_rescale_a_running_flow_with_a_kill_during_its_restore(ray_session, kafka_broker, tmp_path):
+    """handle.rescale(3) then rescale(1) while input keeps coming; an instance is killed as the
+    first rescale restarts the run: it recovers from the reassigned snapshot, and no count
+    is lost or doubled."""
+    bs = kafka_broker.bootstrap_servers
+    src, dst = topics(bs)
+    feed(bs, src, 0, PHASE)
+    handle = counting_flow(bs, src, dst, name="live").start(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
+        faults={"rescale_restore": ["live/by_key/1"]})
+    wait_released(bs, dst, PHASE // 2, handle)
+    report = handle.rescale(3)
+    assert (report["from"], report["to"]) == (2, 3) and report["snapshot"] is not None
+    feed(bs, src, PHASE, PHASE)
+    wait_released(bs, dst, PHASE + PHASE // 2, handle)
+    assert handle.rescale(1)["to"] == 1
+    feed(bs, src, 2 * PHASE, PHASE)
+    wait_released(bs, dst, 3 * PHASE, handle)
+    status = handle.status()
+    assert status["parallelism"] == 1 and [r["to"] for r in status["rescales"]] == [3, 1]
+    assert len(status["recoveries"]) >= 1  # the kill during the restore
+    handle.stop(timeout=60)
+    check_counts(bs, src, dst, 3 * PHASE)
+
+
+def test_a_driver_killed_then_resumed_at_another_parallelism(ray_session, tmp_path):
+    """A crash leaves output past the newest snapshot in the sinks: the resume at 3 first
+    replays at the snapshot's parallelism until it has caught up, then rescales; the output
+    is a failure-free run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import ray
+
+    from tests.engine.api.resume_flow import N
+
+    build_numbers(str(tmp_path / "ref"), paced=False).run(parallelism=2)
+    out, snaps = tmp_path / "out", tmp_path / "snaps"
+    driver = subprocess.Popen([sys.executable, "-m", "tests.engine.api.resume_flow", ray.get_runtime_context().gcs_address, str(out),
+                               str(snaps)], cwd=Path(__file__).resolve().parents[3], start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not (out.exists() and len(read_file_sink(out, "out")) > N // 3 and SnapshotStore(str(snaps)).committed_ids()):
+            assert time.time() < deadline and driver.poll() is None
+            time.sleep(0.05)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    result = build_numbers(str(out)).run(parallelism=3, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(snaps),
+                                         resume=True)
+    assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")
+    assert result.metrics.elements["numbers"] < N
+
+
+def _numbers(out, name="fits", steps=("roll",), max_parallelism=128):
+    flow = Flow(name, max_parallelism=max_parallelism)
+    s = flow.source(PacedSource(list(range(400)), rate=1000, partitions=2), name="numbers").key_by(lambda x: x % 5, name="by_mod")
+    for step in steps:
+        s = s.stateful_map(lambda st, x: ((st or 0) + x, x), name=step)
+    s.sink(FileSink(str(out), name="out"))
+    return flow
+
+
+def test_each_snapshot_that_does_not_fit_is_refused_before_anything_starts(ray_session, tmp_path):
+    snaps = str(tmp_path / "snaps")
+    options = dict(guarantee="exactly-once", snapshot_interval=0.05, snapshot_dir=snaps)
+    _numbers(tmp_path / "a").run(parallelism=2, **options)
+    committed = SnapshotStore(snaps).committed_ids()
+    assert committed
+    with pytest.raises(SnapshotMismatch, match="is of flow 'fits', not 'other'.*fresh=True"):
+        _numbers(tmp_path / "b", name="other").run(parallelism=2, resume=True, **options)
+    with pytest.raises(SnapshotMismatch, match="holds snapshots of flow 'fits'.*fresh=True"):
+        _numbers(tmp_path / "b", name="other").run(parallelism=2, **options)
+    assert SnapshotStore(snaps).committed_ids() == committed  # nothing wiped
+    with pytest.raises(SnapshotMismatch, match="max_parallelism=128, and flow 'fits' has 64"):
+        _numbers(tmp_path / "b", max_parallelism=64).run(parallelism=2, resume=True, **options)
+    with pytest.raises(SnapshotMismatch, match="state of step 'roll', which the flow no longer has"):
+        _numbers(tmp_path / "b", steps=("total",)).run(parallelism=2, resume=True, **options)
+    _numbers(tmp_path / "b", steps=("total",)).run(parallelism=2, resume=True, allow_state_changes=True, **options)
+    _numbers(tmp_path / "c", name="other").run(parallelism=2, fresh=True, **options)  # fresh discards them
+    assert SnapshotStore(snaps).read_latest_manifest()["flow"] == "other"
+
+
+def test_a_sink_topic_with_fewer_partitions_than_the_parallelism_is_refused(ray_session, kafka_broker, tmp_path):
+    bs = kafka_broker.bootstrap_servers
+    src, dst = f"in-{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bs, src, 2)
+    ensure_topic(bs, dst, 2)
+    with pytest.raises(FlowError, match=f"sink 'out': sink topic '{dst}' has 2 partitions but the flow writes 3"):
+        counting_flow(bs, src, dst, name="narrow").start(parallelism=3, guarantee="exactly-once", snapshot_dir=str(tmp_path / "s"))
+    handle = counting_flow(bs, src, dst, name="narrow").start(parallelism=2, guarantee="exactly-once", snapshot_dir=str(tmp_path / "s"))
+    with pytest.raises(FlowError, match="has 2 partitions but the flow writes 3"):
+        handle.rescale(3)
+    assert handle.status()["parallelism"] == 2  # still running as it was
+    handle.stop(timeout=60)
