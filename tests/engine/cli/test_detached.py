@@ -1,6 +1,6 @@
 """Detached flows on a cluster started with ``ray start --head``, operated from shells that
-come and go: ``driftstream start / list / status / stop``, a stateful actor killed between
-them, ``start --resume``, Ray Jobs, and Ray's token authentication. Output is checked
+come and go: ``driftstream start / list / status / rescale / stop``, a stateful actor killed
+between them, ``start --resume`` at another parallelism, Ray Jobs, and Ray's token authentication. Output is checked
 record by record: per key, the running sums of a sequential run, each exactly once."""
 
 from __future__ import annotations
@@ -125,6 +125,14 @@ def test_start_status_kill_stop_resume_from_shells(head, kafka_broker, tmp_path)
     assert killed.returncode == 0, killed.stderr
     s.produce(300)
     s.wait_for("a recovery", lambda: len(s.status()["recoveries"]) >= 1)
+
+    # From 2 to 3 instances while it runs; the status view shows who owns which key groups.
+    rescaled = s.cli("rescale", s.name, "-p", "3")
+    assert rescaled.returncode == 0 and f"flow '{s.name}' rescaled from 2 to 3 instances" in rescaled.stdout, rescaled.stderr
+    s.produce(300)
+    view = s.cli("status", s.name, "--interval", "0.5")
+    assert "key groups (128) per instance: " in view.stdout and "0-42 43-85 86-127" in view.stdout, view.stdout
+    assert "rescaled 2 -> 3" in view.stdout, view.stdout
 
     stopped = s.cli("stop", s.name)
     assert stopped.returncode == 0 and f"stopped flow '{s.name}'" in stopped.stdout, stopped.stderr
