@@ -24,22 +24,39 @@ takes the same drained snapshot, so that a resume may come at any parallelism.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import ray
 
+from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import drained
 from driftstream.engine.control.launcher import Launcher
+from driftstream.engine.control.resume import check_sinks, source_partitions
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
+from driftstream.engine.runtime.ray_session import kill_actors
+
+log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the acker while the watermark settles.
 SETTLE_POLL_S = 0.005
 
 #: Seconds a drain waits for the watermark to settle before it lets the sources read again.
 SETTLE_TIMEOUT_S = 30.0
+
+#: Seconds between two drains a rescale tries while the sinks hold output the replay has not
+#: caught up with (reading goes on in between).
+DRAIN_RETRY_S = 0.5
+
+#: Seconds a stop tries drained snapshots (the sinks hold output past a recovery's snapshot
+#: until the replay catches up) before it takes a plain final snapshot instead.
+STOP_DRAIN_S = 30.0
 
 
 @dataclass
@@ -127,3 +144,118 @@ class Drain:
     def _sources(self) -> list:
         plan = self.launcher.plan
         return [a for k, a in self.launcher.actors.items() if plan.stages[k.stage].source_id >= 0]
+
+
+class RescaleRequest:
+    """A pending rescale to ``parallelism``: ``done`` is set with its ``report`` (a
+    :class:`Rescale`, or a dict when nothing had to move) or ``error``."""
+
+    def __init__(self, parallelism: int) -> None:
+        self.parallelism = parallelism
+        self.done = threading.Event()
+        self.report = None
+        self.error: Optional[BaseException] = None
+        self.not_before = 0.0  # a drain given up on is tried again from then
+
+    def finish(self, report=None, error: Optional[BaseException] = None) -> None:
+        self.report, self.error = report, error
+        self.done.set()
+
+
+class Rescaler:
+    """Moves ``launcher``'s run to another parallelism, one request at a time; the watch loop
+    asks :meth:`due` at every turn and calls :meth:`run` when it is. ``relaunch(plan,
+    manifest, survivors)`` launches the new plan; ``before_restart`` runs between the
+    reassigned manifest's commit and that launch (tests inject a kill there)."""
+
+    def __init__(self, launcher: Launcher, committer: SnapshotCommitter, relaunch: Callable[[Plan, Manifest, dict], None],
+                 before_restart: Callable[[], None] = lambda: None) -> None:
+        self.launcher = launcher
+        self.committer = committer
+        self.relaunch = relaunch
+        self.before_restart = before_restart
+        self.drain = Drain(launcher, committer)
+        self.records: list = []  # every Rescale, oldest first
+        self._pending: Optional[RescaleRequest] = None
+        self._lock = threading.Lock()
+
+    def request(self, plan: Plan, parallelism: int) -> RescaleRequest:
+        """Ask for ``plan``'s run to move to ``parallelism``; wait on the request's ``done``. A
+        parallelism the flow or its sinks cannot take raises here, and the run goes on."""
+        if not self.committer.takes_snapshots:
+            raise FlowError("a rescale restores from a snapshot: run the flow with a guarantee (e.g. guarantee='exactly-once')")
+        check_sinks(plan.with_parallelism(parallelism))
+        with self._lock:
+            if self._pending is not None:
+                raise FlowError(f"flow {plan.flow_name!r} is already rescaling to {self._pending.parallelism}")
+            self._pending = request = RescaleRequest(parallelism)
+        return request
+
+    def catch_up_then(self, plan: Plan, parallelism: int) -> None:
+        """A resume at the snapshot's parallelism (the sinks held output past it) that moves to
+        ``parallelism`` once the replay has caught up: the drains fail until then."""
+        self.request(plan, parallelism)
+
+    def due(self) -> bool:
+        pending = self._pending
+        return pending is not None and time.time() >= pending.not_before
+
+    def run(self, plan: Plan) -> None:
+        """Drain, then restart every stage at the requested parallelism from the drained
+        snapshot; if the sinks hold output the replay has not caught up with, try again in
+        DRAIN_RETRY_S. RayActorError if an actor dies meanwhile (the request stays)."""
+        request = self._pending
+        if request.parallelism == plan.parallelism:
+            self.end(report={"at": time.time(), "from": plan.parallelism, "to": plan.parallelism, "snapshot": None,
+                             "drain_s": 0.0, "restart_s": 0.0, "first_output_s": 0.0})
+            return
+        began = time.time()
+        manifest = self.drain.snapshot()
+        if manifest is None:  # the replay has not caught up with the sinks yet: reading goes on
+            request.not_before = time.time() + DRAIN_RETRY_S
+            return
+        drained_at = time.time()
+        new = plan.with_parallelism(request.parallelism)
+        moved = reassigned(manifest, new, self.committer.take_id(), source_partitions(new))
+        self.committer.store.write_manifest(moved.snapshot_id, moved.to_json())
+        self.before_restart()
+        run = self.launcher
+        wanted = {new.actor_name(i) for i in new.instances} | {run.names[0]}  # names[0]: the acker
+        survivors = {name: h for name, h in zip(run.names, run.handles) if name in wanted}
+        gone = [name for name in run.names if name not in wanted]
+        kill_actors(run.handles_of(gone), [], wait_s=0)  # names the new plan does not use: nothing waits for them
+        self.relaunch(new, moved, survivors)
+        record = Rescale(began, plan.parallelism, new.parallelism, manifest.snapshot_id, drained_at - began, time.time() - drained_at,
+                         pending=[a.first_release.remote() for a in run.sinks()])
+        self.records.append(record)
+        log.info("flow %s rescaled from %d to %d instances from snapshot %d", new.flow_name, plan.parallelism, new.parallelism,
+                 manifest.snapshot_id)
+        self.end(report=record)
+
+    def end(self, report=None, error: Optional[BaseException] = None) -> None:
+        """Answer the pending request (if any) with ``report`` or ``error``."""
+        with self._lock:
+            request, self._pending = self._pending, None
+        if request is not None:
+            request.finish(report, error)
+
+    def final_snapshot(self) -> None:
+        """A stop's last snapshot: drained if the replay catches up with the sinks within
+        STOP_DRAIN_S (a resume may then come at any parallelism), else a plain one."""
+        committer = self.committer
+        if not committer.takes_snapshots:
+            return
+        deadline = time.time() + STOP_DRAIN_S
+        while time.time() < deadline:
+            if self.drain.snapshot() is not None:
+                return
+            time.sleep(DRAIN_RETRY_S)
+        log.warning("flow %s: the stop's snapshot is not drained (the sinks hold output the replay had not caught up with "
+                    "after %.0f s): a resume at another parallelism first catches up at this one", committer.plan.flow_name, STOP_DRAIN_S)
+        committer.final_snapshot(self.launcher.acker)
+
+    def reports(self) -> list:
+        """Every rescale so far (:meth:`Rescale.report`)."""
+        for r in self.records:
+            r.resolve()
+        return [r.report() for r in self.records]

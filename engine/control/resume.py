@@ -87,6 +87,8 @@ def start_point(plan: Plan, config: RunConfig, rules: RecoveryRules, store: Opti
             if not same_layout(manifest, old) or grown:
                 manifest = _commit(store, reassigned(manifest, old, next_id, partitions))
             return StartPoint(manifest, old, rescale_to=plan.parallelism)
+    log.info("flow %s resumes snapshot %d (parallelism %d) at parallelism %d: key groups and partitions reassigned as snapshot %d",
+             plan.flow_name, manifest.snapshot_id, manifest.parallelism, plan.parallelism, next_id)
     return StartPoint(_commit(store, reassigned(manifest, plan, next_id, partitions)), plan)
 
 

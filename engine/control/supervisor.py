@@ -10,8 +10,8 @@ that do the work.
   holds the processes ready to take a lost instance's place;
 - :class:`~.live_status.LiveStatus` reads the figures ``status()`` shows;
 - :func:`~.resume.start_point` decides where the run starts (the snapshot, checked
-  against the flow, and the parallelism); :class:`~.rescaler.Drain` takes the drained
-  snapshots a rescale and a stop end with.
+  against the flow, and the parallelism); :class:`~.rescaler.Rescaler` moves the run to
+  another parallelism, and takes the drained snapshot a stop ends with.
 
 The watch loop (:meth:`RaySupervisor.run`) waits on the acker's end of the run and on a
 never-returning ``alive()`` call on every actor, commits snapshots as they arrive, and
@@ -24,7 +24,6 @@ hands a death, a hung actor or a stop to the part that deals with it.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import time
 from typing import Callable, Optional
@@ -36,45 +35,15 @@ from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules
 from driftstream.engine.model.result import RunResult, merge_instances
-from driftstream.engine.model.errors import FlowError
-from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
-from driftstream.engine.control.rescaler import Drain, Rescale
-from driftstream.engine.control.resume import check_sinks, source_partitions, start_point
+from driftstream.engine.control.rescaler import Rescaler
+from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
 from driftstream.engine.control.snapshot_log import SnapshotRecord
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
-
-log = logging.getLogger(__name__)
-
-#: Seconds between two drains a rescale tries while the sinks hold output the replay has not
-#: caught up with (reading goes on in between).
-DRAIN_RETRY_S = 0.5
-
-#: Seconds a stop tries drained snapshots (the sinks hold output past a recovery's snapshot
-#: until the replay catches up) before it takes a plain final snapshot instead.
-STOP_DRAIN_S = 30.0
-
-
-class RescaleRequest:
-    """A pending rescale to ``parallelism``: ``done`` is set with its ``report`` or ``error``
-    (``internal``: one the run asked itself, a resume at another parallelism catching up)."""
-
-    def __init__(self, parallelism: int, internal: bool = False) -> None:
-        self.parallelism = parallelism
-        self.internal = internal
-        self.done = threading.Event()
-        self.report: Optional[dict] = None
-        self.error: Optional[BaseException] = None
-        self.not_before = 0.0
-
-    def finish(self, report: Optional[dict] = None, error: Optional[BaseException] = None) -> None:
-        self.report, self.error = report, error
-        self.done.set()
-
 
 class RaySupervisor:
     """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
@@ -92,10 +61,7 @@ class RaySupervisor:
         self.launcher = Launcher(RecoveryRules(config, self.snapshot_dir), self.standbys)
         self.failover = Failover(self.launcher, self.standbys)
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
-        self.drain = Drain(self.launcher, self.committer)
-        self.rescales: list = []  # Rescale records, oldest first
-        self._rescale: Optional[RescaleRequest] = None
-        self._lock = threading.Lock()
+        self.rescaler = Rescaler(self.launcher, self.committer, self._relaunch, functools.partial(self._inject, "rescale_restore"))
 
     @property
     def status(self) -> SupervisorStatus:
@@ -109,8 +75,7 @@ class RaySupervisor:
         start = start_point(self.plan, self.config, self.launcher.rules, committer.store, committer.take_id() if self.config.resume else 0)
         committer.past_existing()
         if start.rescale_to is not None:
-            check_sinks(self.plan)
-            self._rescale = RescaleRequest(start.rescale_to, internal=True)
+            self.rescaler.catch_up_then(self.plan, start.rescale_to)
         self._switch_plan(start.plan)
         check_sinks(self.plan)
         manifest = start.manifest
@@ -125,7 +90,7 @@ class RaySupervisor:
             outcome, detail = self._watch(deadline)
             if outcome == "rescale":
                 try:
-                    self._rescale_now()
+                    self.rescaler.run(self.plan)
                     continue
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                     if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc.cause, OSError):
@@ -138,7 +103,7 @@ class RaySupervisor:
                 kill_actors(self.launcher.handles, self.launcher.names)
                 raise RuntimeError("an actor of the run died and guarantee='none' takes no snapshots to recover from")
             self.recover(*detail)
-        self._end_rescale(error=RuntimeError(f"the run ended ({outcome}) before the rescale"))
+        self.rescaler.end(error=RuntimeError(f"the run ended ({outcome}) before the rescale"))
         wall = time.time() - t0
         if outcome == "error":
             raise detail
@@ -186,9 +151,9 @@ class RaySupervisor:
                     if ready:
                         return "died", self.failover.confirm(alive)
                     if self.stop_requested.is_set():
-                        self._final_snapshot()
+                        self.rescaler.final_snapshot()
                         return "stopped", None
-                    if self._rescale is not None and time.time() >= self._rescale.not_before:
+                    if self.rescaler.due():
                         committer.finish_schedule(run.acker)
                         return "rescale", None
                     if deadline is not None and time.time() > deadline:
@@ -226,75 +191,13 @@ class RaySupervisor:
                 failover.count_restart(manifest)
         return manifest
 
-    # -- rescaling ------------------------------------------------------------------------
-
-    def request_rescale(self, parallelism: int) -> RescaleRequest:
-        """Ask the watch loop to move the run to ``parallelism`` (see :mod:`.rescaler`); wait on
-        the request's ``done``. A parallelism the flow or its sinks cannot take raises here,
-        and the run goes on as it is."""
-        if not self.committer.takes_snapshots:
-            raise FlowError("a rescale restores from a snapshot: run the flow with a guarantee (e.g. guarantee='exactly-once')")
-        check_sinks(self.plan.with_parallelism(parallelism))
-        with self._lock:
-            if self._rescale is not None:
-                raise FlowError(f"flow {self.plan.flow_name!r} is already rescaling to {self._rescale.parallelism}")
-            self._rescale = request = RescaleRequest(parallelism)
-        return request
-
-    def _rescale_now(self) -> None:
-        """Drain, then restart every stage at the requested parallelism from the drained snapshot."""
-        request, old = self._rescale, self.plan
-        if request.parallelism == old.parallelism:
-            self._end_rescale(report={"from": old.parallelism, "to": old.parallelism, "snapshot": None, "drain_s": 0.0,
-                                      "restart_s": 0.0, "first_output_s": 0.0, "at": time.time()})
-            return
-        began = time.time()
-        manifest = self.drain.snapshot()
-        if manifest is None:  # the replay has not caught up with the sinks yet: reading goes on
-            request.not_before = time.time() + DRAIN_RETRY_S
-            return
-        drained_at = time.time()
-        new = old.with_parallelism(request.parallelism)
-        moved = reassigned(manifest, new, self.committer.take_id(), source_partitions(new))
-        self.committer.store.write_manifest(moved.snapshot_id, moved.to_json())
-        self._inject("rescale_restore")  # tests: an actor dies as the rescale restarts the run
-        run = self.launcher
-        keep = {name: h for name, h in zip(run.names, run.handles) if name in {new.actor_name(i) for i in new.instances} | {run.names[0]}}
-        gone = [name for name in run.names if name not in keep]
-        kill_actors(run.handles_of(gone), [], wait_s=0)  # names the new plan does not use: nothing waits for them
-        self._switch_plan(new)
-        self._launch_surviving(moved, recovering=True, survivors=keep)
-        record = Rescale(began, old.parallelism, new.parallelism, manifest.snapshot_id, drained_at - began, time.time() - drained_at,
-                         pending=[a.first_release.remote() for a in run.sinks()])
-        self.rescales.append(record)
-        log.info("flow %s rescaled from %d to %d instances from snapshot %d", new.flow_name, old.parallelism, new.parallelism,
-                 manifest.snapshot_id)
-        self._end_rescale(report=record)
-
-    def _end_rescale(self, report=None, error: Optional[BaseException] = None) -> None:
-        """Answer the pending request with ``report`` (a :class:`Rescale`, or a dict) or ``error``."""
-        with self._lock:
-            request, self._rescale = self._rescale, None
-        if request is not None:
-            request.finish(report, error)
+    def _relaunch(self, plan: Plan, manifest: Manifest, survivors: dict) -> None:
+        """Launch ``plan`` (a rescale's) from ``manifest``, resetting ``survivors`` in place."""
+        self._switch_plan(plan)
+        self._launch_surviving(manifest, recovering=True, survivors=survivors)
 
     def _switch_plan(self, plan: Plan) -> None:
         self.plan = self.committer.plan = plan
-
-    def _final_snapshot(self) -> None:
-        """A stop's last snapshot: drained if the replay catches up with the sinks within
-        STOP_DRAIN_S (a resume may then come at any parallelism), else a plain one."""
-        committer = self.committer
-        if not committer.takes_snapshots:
-            return
-        deadline = time.time() + STOP_DRAIN_S
-        while time.time() < deadline:
-            if self.drain.snapshot() is not None:
-                return
-            time.sleep(DRAIN_RETRY_S)
-        log.warning("flow %s: the stop's snapshot is not drained (the sinks hold output the replay had not caught up "
-                    "with after %.0f s): a resume at another parallelism first catches up at this one", self.plan.flow_name, STOP_DRAIN_S)
-        committer.final_snapshot(self.launcher.acker)
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
@@ -311,7 +214,7 @@ class RaySupervisor:
         rescales so far and the key groups each instance of a keyed stage owns."""
         plan = self.launcher.plan or self.plan
         return dict(self.live.read(latency_since, latency_samples), parallelism=plan.parallelism, max_parallelism=plan.max_parallelism,
-                    rescales=self.rescale_reports(),
+                    rescales=self.rescaler.reports(),
                     key_groups={s.name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)]
                                 for s in plan.keyed_stages})
 
@@ -324,11 +227,9 @@ class RaySupervisor:
             handle = found[0] if found else ray.get_actor(name, namespace=NAMESPACE)
             ray.kill(handle, no_restart=True)
 
-    def rescale_reports(self) -> list:
-        """Every rescale so far (see :class:`~.rescaler.Rescale`)."""
-        for r in self.rescales:
-            r.resolve()
-        return [r.report() for r in self.rescales]
+    def request_rescale(self, parallelism: int):
+        """See :meth:`.rescaler.Rescaler.request`."""
+        return self.rescaler.request(self.plan, parallelism)
 
     def shutdown(self) -> None:
         """Kill the run's actors and standbys; close the snapshot inbox and commit hooks."""

@@ -47,7 +47,7 @@ class Setup:
         self.flow_env = {"DS_FLOW": self.name, "DS_BOOTSTRAP": bootstrap, "DS_IN": self.topic_in, "DS_OUT": self.topic_out}
         self.env = dict(head.env, **self.flow_env)
         ensure_topic(bootstrap, self.topic_in, 2)
-        ensure_topic(bootstrap, self.topic_out, 2)
+        ensure_topic(bootstrap, self.topic_out, 3)  # up to 3 instances write it (a rescale)
         self.sent: list = []
 
     def cli(self, *args: str, env: dict = None, timeout: float = 180) -> subprocess.CompletedProcess:
