@@ -24,7 +24,7 @@ from typing import Callable, Optional
 import ray
 
 from driftstream.engine.model.manifest import Manifest
-from driftstream.engine.control.launcher import Launcher
+from driftstream.engine.control.launcher import Launcher, first_release_of
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.runtime.ray_session import kill_actors
 
@@ -162,17 +162,9 @@ class Failover:
         """Fill in first_output_s of recoveries whose first output has been released."""
         for r in list(self.recoveries):
             pending = r.pending  # status() may resolve it on another thread meanwhile
-            if pending:
-                ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
-                times = []
-                for ref in ready:
-                    try:
-                        times.append(ray.get(ref))
-                    except ray.exceptions.RayActorError:
-                        pass
-                if times:
-                    r.first_output_s = min(times) - r.detected_at
-                    r.pending = None
+            first = first_release_of(pending) if pending else None
+            if first is not None:
+                r.first_output_s, r.pending = first - r.detected_at, None
 
 
 def recovery_steps(detected: float, entered: float, probed: float, killed: float, marks: list) -> dict:

@@ -148,6 +148,19 @@ class Launcher:
         return ray.get([a.report.remote() for a in self.actors.values()])
 
 
+def first_release_of(refs: list) -> Optional[float]:
+    """The earliest wall time among the answered ``first_release()`` calls ``refs`` (sinks of
+    a launch), None while none has answered. O(refs), never waits."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    times = []
+    for ref in ready:
+        try:
+            times.append(ray.get(ref))
+        except ray.exceptions.RayActorError:
+            pass
+    return min(times) if times else None
+
+
 def acker_name_of(plan: Plan) -> str:
     """The acker's actor name (the first of :attr:`Launcher.names`)."""
     return f"{plan.flow_name}/acker"

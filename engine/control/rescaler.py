@@ -37,7 +37,7 @@ from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import drained
-from driftstream.engine.control.launcher import Launcher
+from driftstream.engine.control.launcher import Launcher, first_release_of
 from driftstream.engine.control.resume import check_sinks, source_partitions
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
 from driftstream.engine.runtime.ray_session import kill_actors
@@ -79,16 +79,9 @@ class Rescale:
     def resolve(self) -> None:
         """Fill in ``first_output_s`` once a sink has released output. O(sinks)."""
         pending = self.pending
-        if pending:
-            ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
-            times = []
-            for ref in ready:
-                try:
-                    times.append(ray.get(ref))
-                except ray.exceptions.RayActorError:
-                    pass
-            if times:
-                self.first_output_s, self.pending = min(times) - self.at, None
+        first = first_release_of(pending) if pending else None
+        if first is not None:
+            self.first_output_s, self.pending = first - self.at, None
 
     def wait_first_output(self, seconds: float) -> "Rescale":
         """This record once its first output has come, or ``seconds`` passed (without input none
