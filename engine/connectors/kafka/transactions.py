@@ -28,8 +28,9 @@ delivers the same records.
 ...           Batch(5, 6, producer_id=7, transactional=True, marker=True)]       # commit
 >>> f.resolve(answer, aborted=())
 Resolved(records=['c', 'd'], through=6, undecided=None)
->>> f.resolve([Batch(6, 7, producer_id=8, transactional=True, records=("e",))], aborted=())
-Resolved(records=[], through=6, undecided=Batch(offset=6, next_offset=7, producer_id=8, transactional=True, marker=None, records=('e',)))
+>>> r = f.resolve([Batch(6, 7, producer_id=8, transactional=True, records=("e",))], aborted=())   # no marker of 8 known yet
+>>> r.records, r.through, r.undecided.offset
+([], 6, 6)
 >>> f.resolve([Batch(6, 7, producer_id=8, transactional=True, records=("e",))], aborted=[(8, 6)])   # listed: aborted
 Resolved(records=[], through=7, undecided=None)
 """
@@ -53,7 +54,7 @@ class Batch:
     offset fetched from when the batch began before it); ``next_offset``: the offset after
     its last. ``marker``: a control batch's outcome (True commit, False abort), None for
     data. ``records``: a data batch's records from ``offset`` on (none when only its header
-    was read).
+    was read). ``codec``: its compression (:mod:`.codecs`).
     """
 
     offset: int
@@ -62,6 +63,7 @@ class Batch:
     transactional: bool = False
     marker: Optional[bool] = None
     records: Sequence = ()
+    codec: int = 0
 
 
 @dataclass(frozen=True)

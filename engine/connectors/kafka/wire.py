@@ -533,7 +533,7 @@ def batches_from(data: bytes, offset: int, decode: bool = True, where: str = "")
             if error is not None:
                 raise error
             kept = [r for r in batch if r.offset >= offset] if first > batch.base_offset else list(batch)
-        out.append(Batch(first, batch.next_offset, batch.producer_id, batch.is_transactional, None, kept))
+        out.append(Batch(first, batch.next_offset, batch.producer_id, batch.is_transactional, None, kept, batch.compression_type))
     return out
 
 
