@@ -36,7 +36,7 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import kafka.errors as kafka_errors
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -554,15 +554,10 @@ class PartitionWriter(_LeaderClient):
     def write(self, records: Iterable[tuple]) -> int:
         """Append ``(value bytes, [(header, bytes)])`` pairs; returns how many. O(bytes) CPU,
         plus the codec's (``compression_type``, see :mod:`.codecs`)."""
-        builder, n = _builder(self.compression_type), 0
-        for value, headers in records:
-            if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
-                self._send(builder)
-                builder = _builder(self.compression_type)
-                builder.append(timestamp=None, key=None, value=value, headers=headers)
-            n += 1
-        if builder.next_offset():
+        n = 0
+        for builder in record_batches(records, self.compression_type):
             self._send(builder)
+            n += builder.next_offset()
         return n
 
     def _send(self, builder: MemoryRecordsBuilder) -> None:
@@ -589,6 +584,25 @@ class PartitionWriter(_LeaderClient):
                         self.close()
                         self.leader = self._locate()
                     raise error(f"{what} {self.name}: {part.error_message or error.__name__}")
+
+
+def record_batches(records: Iterable[tuple], compression_type: int = 0) -> Iterator[MemoryRecordsBuilder]:
+    """The record batches of ``(value bytes, [(header, bytes)])`` pairs, closed (built and
+    compressed), each at most ``MAX_BATCH_BYTES`` before compression. O(bytes) CPU.
+
+    >>> [b.next_offset() for b in record_batches([(b"{}", [])] * 3, compression_type=4)]
+    [3]
+    """
+    builder = _builder(compression_type)
+    for value, headers in records:
+        if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
+            builder.close()
+            yield builder
+            builder = _builder(compression_type)
+            builder.append(timestamp=None, key=None, value=value, headers=headers)
+    if builder.next_offset():
+        builder.close()
+        yield builder
 
 
 def _builder(compression_type: int = 0) -> MemoryRecordsBuilder:
