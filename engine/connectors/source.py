@@ -119,8 +119,12 @@ class SourceReader:
     the watermark) at once; ``on_watermark`` returns credit. That bounds every
     buffer downstream (stateful logs, barriers) by the in-flight window. Each
     partition may overshoot the slowest one by one read, so the window is at
-    least ``(partitions + 1) * batch_size``: a smaller one could starve the
-    slowest partition of credit and stall the watermark.
+    least ``(partitions + 1) * batch_size`` (and ``2 * partitions + 1``, see
+    :meth:`poll`): a smaller one could starve the slowest partition of credit and
+    stall the watermark. Times are kept per
+    partition (increasing within one): across partitions a later read may be
+    earlier in time, and a time that stays above the watermark must not keep
+    the credit of those below it.
     """
 
     def __init__(
@@ -137,8 +141,9 @@ class SourceReader:
         self.numbers = [p for p in range(source.partitions()) if p % instances == instance]
         self.parts = [source.open(p, source_id, starts.get(p)) for p in self.numbers]
         self._last: list = [BOTTOM] * len(self.parts)
-        self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size)
-        self._inflight: deque = deque()  # times emitted and not yet below the watermark
+        self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size, 2 * len(self.parts) + 1)
+        self._inflight: list = [deque() for _ in self.parts]  # per partition: times emitted, not yet below the watermark
+        self._in_flight = 0
         self.emitted = 0
 
     @property
@@ -146,7 +151,7 @@ class SourceReader:
         return all(p.done for p in self.parts)
 
     def has_credit(self) -> bool:
-        return len(self._inflight) < self.max_inflight
+        return self._in_flight < self.max_inflight
 
     def bound(self) -> Time:
         """Every time at or below the bound that this instance will ever emit has been emitted."""
@@ -163,19 +168,27 @@ class SourceReader:
 
         Reading the laggard first keeps partitions aligned in time: fewer late
         arrivals downstream, and the watermark (the minimum bound) always moves,
-        so credit always comes back.
+        so credit always comes back, provided the laggard can always read: a partition
+        whose first read comes late (a Kafka partition's first fetch) would otherwise find
+        the credit spent by the others and hold the watermark for good. So every partition
+        leaves 2 credits to each other one that has read nothing (its first element stays in
+        flight until it reads the next), and 1 more when it is not the laggard itself.
         """
-        budget = min(max_items, self.max_inflight - len(self._inflight))
-        if budget <= 0:
-            return []
+        free = self.max_inflight - self._in_flight
         order = sorted((self._bound(i), i) for i, part in enumerate(self.parts) if not part.done)
-        for _, i in order:
+        unread = sum(1 for bound, _ in order if bound == BOTTOM)
+        for rank, (bound, i) in enumerate(order):
+            reserve = 2 * (unread - (bound == BOTTOM)) + (rank > 0)
+            budget = min(max_items, free - reserve)
+            if budget <= 0:
+                continue
             items = self.parts[i].read(budget)
             if items:
                 self._last[i] = items[-1][0][:4]
-                append = self._inflight.append
+                append = self._inflight[i].append
                 for meta, _ in items:
                     append(meta[:4])
+                self._in_flight += len(items)
                 self.emitted += len(items)
                 return items
         return []
@@ -211,16 +224,17 @@ class SourceReader:
         element at or above ``t``. Replaying from its offset with its own ts as the
         running ts reproduces the same times (the running max is idempotent).
         """
-        first: dict = {}
-        for time_ in self._inflight:
-            if time_ >= t and time_[2] not in first:
-                first[time_[2]] = (time_[3], time_[0])
-        return {p: first.get(p, part.position()) for p, part in zip(self.numbers, self.parts)}
+        out: dict = {}
+        for p, part, times in zip(self.numbers, self.parts, self._inflight):
+            first = next((time_ for time_ in times if time_ >= t), None)
+            out[p] = part.position() if first is None else (first[3], first[0])
+        return out
 
     def on_watermark(self, watermark: Time) -> None:
-        inflight = self._inflight
-        while inflight and inflight[0] < watermark:
-            inflight.popleft()
+        for times in self._inflight:
+            while times and times[0] < watermark:
+                times.popleft()
+                self._in_flight -= 1
 
     def close(self) -> None:
         for p in self.parts:

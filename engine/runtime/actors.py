@@ -656,7 +656,14 @@ class StageActor:
                 self.credit.clear()
                 await self.credit.wait()
                 continue
-            items = reader.poll(self.batch_size)
+            try:
+                items = reader.poll(self.batch_size)
+            except Exception as exc:
+                # A source that cannot read on (a codec not installed, a broker gone for its
+                # broker_timeout_s) would fail the same way after a recovery: the run fails.
+                self.failed = True
+                self.acker.fail.remote(exc)
+                return
             if items and not self._guarded(self.rt.process_source, items):
                 return
             self._flush()

@@ -843,6 +843,10 @@ def main(argv: Optional[list] = None) -> int:
         from driftstream.examples.benchmarks.broker_log import main as broker_log_main
 
         return broker_log_main(argv[1:])
+    if argv and argv[0] == "kafka-codecs":
+        from driftstream.examples.benchmarks.kafka_codecs import main as kafka_codecs_main
+
+        return kafka_codecs_main(argv[1:])
     if argv and argv[0] == "backlog":
         from driftstream.examples.benchmarks.backlog import main as backlog_main
 
@@ -863,6 +867,7 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("inverted-index", help="driftstream vs Spark Structured Streaming on the inverted index (--help for options)")
     sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
+    sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
     wc.add_argument("--lines", type=int, default=40_000, help="lines (10 words each) for the throughput run")
     wc.add_argument("--rate", type=float, default=1_000, help="words/s for the latency run")

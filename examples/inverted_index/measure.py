@@ -152,7 +152,7 @@ def consume(bootstrap_servers: str, topic: str, path: str) -> None:
     from kafka import TopicPartition
 
     from driftstream.engine.connectors.kafka.io import consumer
-    from driftstream.engine.connectors.kafka.source import OffsetGaps
+    from driftstream.engine.connectors.kafka.offset_gaps import OffsetGaps
     from driftstream.engine.connectors.kafka.wire import TopicFetcher
 
     stop = threading.Event()
@@ -177,11 +177,11 @@ def consume(bootstrap_servers: str, topic: str, path: str) -> None:
         print("READY", flush=True)
         reported = time.time()
         while not stop.is_set():
-            for p, records in fetcher.fetch(offsets).items():
+            for p, answer in fetcher.fetch_answers(offsets).items():
                 now = time.time() * 1000.0
-                records = gaps[p].admit(records, time.monotonic())
+                batches = gaps[p].admit(answer.batches, time.monotonic())
                 offsets[p] = gaps[p].next_offset
-                got.extend((now, r.value) for r in records)
+                got.extend((now, r.value) for b in batches for r in b.records)
             if time.time() - reported > 0.05:
                 print(f"COUNT {len(got)}", flush=True)
                 reported = time.time()

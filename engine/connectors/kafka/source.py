@@ -5,13 +5,18 @@ element's time is ``(ts, source, p, offset)`` where ``ts`` is the running
 maximum of record timestamps in the partition: a function of the log prefix,
 so a replay from any offset (with the running ts saved there) reproduces it.
 
+Transactional input is read ``read_committed`` by default, as Kafka's consumers and
+Flink's source read it: up to the last stable offset, without the records of aborted
+transactions, stepping over transaction markers (:mod:`.partition_log`,
+:mod:`.transactions`); ``isolation="read_uncommitted"`` reads every record. Batches
+compressed with any of Kafka's codecs are read (:mod:`.codecs`).
+
 A broker may make a later batch visible before an earlier one: Tansu assigns a
 batch its offsets before it stores it, so with two producers on a partition (the
 source's own ticks and the user's) a fetch can return offset 12 while 11 is still
 being stored. A reader that moved on would lose record 11 for good. The reader
 therefore waits, up to ``gap_wait_s``, for a hole in the offsets to fill
-(:class:`OffsetGaps`); a hole that stays (compaction, transaction markers on
-Apache Kafka) is skipped and logged.
+(:class:`.OffsetGaps`); a hole that stays (compaction) is skipped and logged.
 
 Records that cannot be decoded (bad JSON, a decoder that raises) go to the
 dead-letter topic (``<topic>.dlq`` by default) with the error and the original
@@ -40,8 +45,11 @@ from kafka import KafkaProducer, TopicPartition
 
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.engine.connectors.kafka.group_commit import GroupCommitter
-from driftstream.engine.connectors.kafka.io import consumer, partition_count, read_partition, true_end
+from driftstream.engine.connectors.kafka.io import partition_count
+from driftstream.engine.connectors.kafka.offset_gaps import OffsetGaps
+from driftstream.engine.connectors.kafka.partition_log import PartitionLog, Step
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
+from driftstream.engine.connectors.kafka.transactions import ISOLATION_LEVELS
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
 from driftstream.engine.connectors.source import Source, SourcePartition
 
@@ -62,6 +70,8 @@ GAP_WAIT_S = 0.5
 
 log = logging.getLogger(__name__)
 
+__all__ = ["KafkaSource", "KafkaPartitionReader", "OffsetGaps", "TICK_HEADER"]
+
 #: Header that marks a tick record: appended to keep an idle partition's time moving; never reaches user code.
 TICK_HEADER = "driftstream-tick"
 
@@ -75,15 +85,18 @@ class KafkaSource(Source):
 
     ``value_format``: ``"json"`` (default), ``"bytes"``, or a callable ``bytes -> value``
     (raise to reject a record: it goes to the dead-letter topic).
-    ``bounded=True`` reads what the topic holds when each partition is opened, then ends.
+    ``bounded=True`` reads what the topic holds when each partition is opened, then ends
+    (read_committed: up to the last stable offset then).
+    ``isolation``: ``"read_committed"`` (default: the records of committed transactions and
+    non-transactional ones; aborted ones never) or ``"read_uncommitted"`` (every record).
     ``start_offsets``: ``{partition: (offset, running_ts)}`` to replay from (recovery).
     ``tick_interval``: seconds a partition may stay idle before the source appends a tick
     record to it (unbounded sources; None: never). The watermark is the minimum over all
     partitions, so one idle partition would hold back every other one's output; the tick
     moves its time forward through the log, so a replay sees the same times.
     ``gap_wait_s``: how long a hole in the offsets may stay before the reader skips it
-    (see the module docstring). Apache Kafka only leaves holes that stay (compaction,
-    transaction markers): a topic with those may set 0 to skip them at once.
+    (see the module docstring). Apache Kafka only leaves holes that stay (compaction):
+    a compacted topic may set 0 to skip them at once. Transaction markers are no holes.
     ``broker_timeout_s``: how long fetches from an unreachable broker (or a partition with
     no leader) are retried before the run fails with the error.
     ``security`` (or kafka-python's security settings as keyword arguments): TLS and SASL,
@@ -108,8 +121,12 @@ class KafkaSource(Source):
         broker_timeout_s: float = 30.0,
         security: Optional[KafkaSecurity] = None,
         commit_group: Optional[str] = None,
+        isolation: str = "read_committed",
         **security_settings: Any,
     ) -> None:
+        if isolation not in ISOLATION_LEVELS:
+            raise FlowError(f"KafkaSource({topic!r}) isolation must be one of {', '.join(map(repr, ISOLATION_LEVELS))}, not {isolation!r}")
+        self.isolation = isolation
         self.security = security_of(security, security_settings)
         self.commit_group = commit_group
         if value_format == "json":
@@ -151,63 +168,6 @@ class KafkaSource(Source):
         return f"KafkaSource({self.topic!r}, {self.bootstrap_servers!r}, security={self.security!r})"
 
 
-class OffsetGaps:
-    """Delivers a partition's records without holes: what follows a hole in the offsets
-    is held back until the hole fills, or until it has stayed ``wait_s`` seconds.
-
-    Pure bookkeeping, O(records) per fetch. ``next_offset`` is where the next fetch
-    starts: past what was delivered, or at the hole (``refetch_from``) while one is waited for.
-
-    >>> from types import SimpleNamespace as R
-    >>> g = OffsetGaps(next_offset=10, wait_s=0.5)
-    >>> [r.offset for r in g.admit([R(offset=10), R(offset=12)], now=0.0)], g.refetch_from, g.next_offset
-    ([10], 11, 11)
-    >>> g.admit([R(offset=12)], now=0.1), g.refetch_from            # 11 still missing: wait
-    ([], 11)
-    >>> [r.offset for r in g.admit([R(offset=11), R(offset=12)], now=0.2)], g.refetch_from, g.filled
-    ([11, 12], None, 1)
-    >>> g.admit([R(offset=14)], now=1.0)                            # a hole at 13, first seen
-    []
-    >>> [r.offset for r in g.admit([R(offset=14)], now=1.6)], g.skipped   # stayed 0.6 s: skipped
-    ([14], 1)
-    """
-
-    def __init__(self, next_offset: int, wait_s: float, name: str = "") -> None:
-        self.next_offset = next_offset
-        self.wait_s = wait_s
-        self.name = name
-        self.refetch_from: Optional[int] = None
-        self.filled = 0
-        self.skipped = 0
-        self._hole: Optional[tuple] = None  # (first missing offset, when first seen)
-
-    def admit(self, records: list, now: float) -> list:
-        """The prefix of ``records`` to deliver. When it is shorter, ``refetch_from`` is the
-        hole to fetch again from (None otherwise)."""
-        self.refetch_from = None
-        for i, rec in enumerate(records):
-            if rec.offset > self.next_offset:
-                hole = self.next_offset
-                if self._hole is None or self._hole[0] != hole:
-                    self._hole = (hole, now)
-                if now - self._hole[1] < self.wait_s:
-                    self.refetch_from = hole
-                    return records[:i]
-                self.skipped += 1
-                self._hole = None
-                log.warning("%s: offsets %d..%d never appeared within %.2f s: skipped", self.name, hole, rec.offset - 1, self.wait_s)
-            elif self._hole is not None and rec.offset == self._hole[0]:
-                self.filled += 1
-                self._hole = None
-            self.next_offset = rec.offset + 1
-        return records
-
-    def moved_to(self, offset: int) -> None:
-        """The reader seeked to ``offset`` on purpose (a jump): no hole before it."""
-        self.next_offset = offset
-        self._hole = None
-
-
 class KafkaPartitionReader(SourcePartition):
     """One topic partition: decodes records, stamps times, diverts bad records."""
 
@@ -217,7 +177,6 @@ class KafkaPartitionReader(SourcePartition):
         self.source_id = source_id
         self.tp = TopicPartition(source.topic, partition)
         offset, ts = start if start is not None else source.start_offsets.get(partition, (0, None))
-        self.end = self._true_end() if source.bounded else None
         self.next_offset = offset
         self.ts = ts  # running max of record timestamps up to next_offset
         self.dead_letters = 0
@@ -225,13 +184,17 @@ class KafkaPartitionReader(SourcePartition):
         self._last_activity = time.time()
         self._producer: Optional[KafkaProducer] = None
         self._buffer: list = []
-        self.done = self.end is not None and offset >= self.end
+        self._buffer_through = offset  # where the reader is once the buffer is read
         # Polled from the event loop, every fetch would hold it up for the broker's
         # answer: a fetcher thread long-polls instead (on a socket of its own,
         # :class:`.TopicFetcher`), and the event loop only takes what it has fetched.
         # The same thread appends the ticks the event loop asks for, between fetches.
-        self._fetcher_client = TopicFetcher(source.bootstrap_servers, source.topic, [partition], max_wait_ms=FETCH_WAIT_MS,
-                                            timeout_s=source.broker_timeout_s, security=source.security)
+        self._fetcher_client = self._new_fetcher("driftstream-fetch")
+        self.log = self._new_log(self._fetcher_client, offset)
+        # At open, from batch headers only: a codec or a broker error is the first read's,
+        # not the actor's creation's (which a recovery would only repeat).
+        self.end = self.log.end_offset(source.broker_timeout_s) if source.bounded else None
+        self.done = self.end is not None and offset >= self.end
         self._ticker: Optional[PartitionWriter] = None
         self._tick_wanted = False
         # The last fetch found nothing past the reader's offset: the partition is idle, not
@@ -245,7 +208,19 @@ class KafkaPartitionReader(SourcePartition):
         self._fetcher_started = False  # started by the first read(), after any skip_after()
         self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
         self.skipped = 0
-        self.gaps = OffsetGaps(offset, source.gap_wait_s, name=f"{source.topic}[{partition}]")
+
+    def _new_fetcher(self, client_id: str) -> TopicFetcher:
+        src = self.source
+        return TopicFetcher(src.bootstrap_servers, src.topic, [self.partition], max_wait_ms=FETCH_WAIT_MS, client_id=client_id,
+                            timeout_s=src.broker_timeout_s, security=src.security)
+
+    def _new_log(self, fetcher: TopicFetcher, offset: int) -> PartitionLog:
+        return PartitionLog(fetcher, self.partition, offset, self.source.isolation == "read_committed", self.source.gap_wait_s)
+
+    @property
+    def gaps(self) -> OffsetGaps:
+        """The holes waited for and skipped (:class:`.OffsetGaps`)."""
+        return self.log.gaps
 
     def position(self) -> tuple:
         """``(next offset, running ts)``: where a replay of what follows must start."""
@@ -282,39 +257,36 @@ class KafkaPartitionReader(SourcePartition):
             "behind": behind,
         }
 
-    def _true_end(self) -> int:
-        c = consumer(self.source.bootstrap_servers, self.source.security)
-        try:
-            return true_end(c, self.tp)
-        finally:
-            c.close()
-
     def skip_after(self, t: tuple) -> int:
         """Replay the records whose time is at or below ``t``, then jump to the live end.
 
-        Finds the first record after ``t`` by reading from the replay position with a
-        consumer of its own (the records since the snapshot: at most an interval's worth).
+        Finds the first record after ``t`` by reading from the replay position on a
+        connection of its own (the records since the snapshot: at most an interval's worth,
+        read for up to 10 s), as the reader would read them.
         """
         if self._fetcher_started or self.done:
             raise RuntimeError("skip_after must come before the first read")
-        c = consumer(self.source.bootstrap_servers, self.source.security)
+        fetcher = self._new_fetcher("driftstream-skip")
         try:
-            live_end = true_end(c, self.tp)
-            first_after, ts = live_end, self.ts
-            for rec in read_partition(c, self.tp, self.next_offset, max_s=10.0):
-                ts = rec.timestamp if ts is None or rec.timestamp > ts else ts
-                if (ts, self.source_id, self.partition, rec.offset) > tuple(t[:4]):
-                    first_after = rec.offset
-                    break
+            log_ = self._new_log(fetcher, self.next_offset)
+            live_end = log_.end_offset(self.source.broker_timeout_s)
+            first_after, ts, deadline = live_end, self.ts, time.monotonic() + 10.0
+            while first_after == live_end and log_.next_offset < live_end and time.monotonic() < deadline:
+                step = log_.read()
+                for rec in step.records if step is not None else ():
+                    ts = rec.timestamp if ts is None or rec.timestamp > ts else ts
+                    if (ts, self.source_id, self.partition, rec.offset) > tuple(t[:4]):
+                        first_after = rec.offset
+                        break
         finally:
-            c.close()
+            fetcher.close()
         if first_after < live_end:
             self._jump = (first_after, live_end)
         return max(0, live_end - first_after)
 
     def _fetch(self) -> None:
-        # gaps.next_offset is where each fetch starts (only this thread moves it).
-        client, closing, fetched, gaps, p = self._fetcher_client, self._closing, self._fetched, self.gaps, self.partition
+        # Only this thread reads the log (and moves its offset).
+        log_, closing, fetched = self.log, self._closing, self._fetched
         try:
             while not closing.is_set():
                 if self._tick_wanted:
@@ -324,35 +296,27 @@ class KafkaPartitionReader(SourcePartition):
                     time.sleep(0.002)  # the event loop has not caught up: fetch no further ahead
                     continue
                 jump = self._jump
-                if jump is not None and gaps.next_offset >= jump[0]:
+                if jump is not None and log_.next_offset >= jump[0]:
                     self._jump = None
-                    gaps.moved_to(jump[1])
+                    log_.moved_to(jump[1])
                     fetched.append(jump)
                     continue
-                records = client.fetch({p: gaps.next_offset}).get(p)
-                if not records:
-                    high = client.high_watermarks.get(p)
-                    read_to = max(gaps.next_offset, client.answered_through.get(p, 0))
-                    self._caught_up = high is not None and high <= read_to
+                step = log_.read()
+                if step is None:
+                    self._caught_up = log_.caught_up
                     continue
                 self._caught_up = False
-                if client.wait.pause_s:
-                    closing.wait(client.wait.pause_s)  # a slow broker: leave it time for others
-                records = gaps.admit(records, time.monotonic())
-                if not records:
-                    time.sleep(0.001)  # a hole's batch is being stored: give the broker a moment
-                    continue
-                if jump is not None and records[-1].offset >= jump[0]:
+                if self._fetcher_client.wait.pause_s:
+                    closing.wait(self._fetcher_client.wait.pause_s)  # a slow broker: leave it time for others
+                if jump is not None and step.through > jump[0]:
                     # Keep what precedes the jump; skip the rest (at-most-once).
                     self._jump = None
-                    gaps.moved_to(jump[1])
-                    records = [r for r in records if r.offset < jump[0]]
-                    if records:
-                        fetched.append(records)
+                    log_.moved_to(jump[1])
+                    fetched.append(Step([r for r in step.records if r.offset < jump[0]], jump[0]))
                     fetched.append(jump)
                     continue
-                fetched.append(records)
-                if self.end is not None and records[-1].offset + 1 >= self.end:
+                fetched.append(step)
+                if self.end is not None and step.through >= self.end:
                     return
         except BaseException as exc:  # handed to the event loop by read()
             if not closing.is_set():
@@ -367,9 +331,14 @@ class KafkaPartitionReader(SourcePartition):
             if isinstance(got, tuple):  # the at-most-once jump: (first skipped offset, live end)
                 self.skipped += got[1] - got[0]
                 self.next_offset = got[1]
-            else:
-                self._buffer = got
+            else:  # a Step: its records, then the markers and dropped records up to got.through
+                self._buffer, self._buffer_through = got.records, got.through
+                if not got.records:
+                    self.next_offset = max(self.next_offset, got.through)
         if not self._buffer:
+            if self.end is not None and self.next_offset >= self.end:
+                self.done = True  # the partition ends with a marker or with dropped records
+                return []
             if self._fetch_error is not None:
                 raise self._fetch_error
             self._maybe_tick()
@@ -396,6 +365,8 @@ class KafkaPartitionReader(SourcePartition):
                     self._dead_letter(rec, exc)
                     continue
             out.append(((ts, sid, p, rec.offset, (), False), value))
+        if not self._buffer:
+            self.next_offset = max(self.next_offset, self._buffer_through)
         if self.end is not None and self.next_offset >= self.end:
             self.done = True
         return out

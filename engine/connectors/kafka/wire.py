@@ -17,10 +17,16 @@ opens, and opened again before the SASL session's lifetime runs out.
 A moved leader or a broken connection is found again (metadata refresh, new
 socket) for up to ``timeout_s``; any other error code raises.
 
+A fetch answer is decoded into :class:`.Batch` es, control batches (transaction markers)
+included, with the partition's last stable offset and the aborted transactions the broker
+listed (:meth:`TopicFetcher.fetch_answers`); :mod:`.transactions` decides which records a
+read_committed reader takes. A batch compressed with a codec whose library is missing
+raises :class:`.MissingCodec` naming the partition, the codec and the package.
+
 >>> docs = TopicFetcher("127.0.0.1:9092", "docs", [0])             # doctest: +SKIP
 >>> [r.offset for r in docs.fetch({0: 0})[0]]                         # doctest: +SKIP
 [0, 1, 2]
->>> PartitionWriter("127.0.0.1:9092", "docs", 0).write([(b"{}", [])])  # doctest: +SKIP
+>>> PartitionWriter("127.0.0.1:9092", "docs", 0, compression_type=4).write([(b"{}", [])])  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import ssl
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import kafka.errors as kafka_errors
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -38,7 +44,9 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder
 
+from driftstream.engine.connectors.kafka.codecs import missing_codec
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, TlsHandshakeTimeout
+from driftstream.engine.connectors.kafka.transactions import Batch
 
 #: Highest request versions used (those whose fields this module fills in).
 FETCH_VERSION, PRODUCE_VERSION = 12, 9
@@ -49,6 +57,10 @@ MAX_BATCH_BYTES = 512 * 1024
 
 #: Bytes one fetch may return for the partition (Kafka's consumer default).
 FETCH_MAX_BYTES = 1024 * 1024
+
+#: A fetch's ``isolation_level``: every record up to the high watermark, or records up to the
+#: last stable offset with the aborted transactions listed.
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 #: Seconds one attempt of :func:`locate` gives a bootstrap server to connect and answer.
 LOCATE_ATTEMPT_S = 5.0
@@ -374,6 +386,23 @@ class FetchWait:
             self.pause_s = took_s * (1.0 / self.duty - 1.0) if slow else 0.0
 
 
+@dataclass(frozen=True)
+class PartitionAnswer:
+    """One partition of a fetch answer: its batches from the offset asked for on (control
+    batches included), the high watermark, the last stable offset (the high watermark when
+    the broker does not say) and the aborted transactions it listed, ``(producer id, first
+    offset)``."""
+
+    batches: list
+    high_watermark: int
+    last_stable_offset: int
+    aborted: tuple = ()
+
+    def end(self, isolation_level: int) -> int:
+        """Where a reader at ``isolation_level`` can read up to, as the broker reports it."""
+        return self.last_stable_offset if isolation_level == READ_COMMITTED else self.high_watermark
+
+
 class TopicFetcher(_LeaderClient):
     """Reads ``partitions`` of ``topic`` (one broker must lead them all) in one request
     per fetch: ``fetch({partition: offset})`` returns each partition's records from its
@@ -383,6 +412,7 @@ class TopicFetcher(_LeaderClient):
     Records are kafka-python's ``DefaultRecord`` (``offset``, ``timestamp``, ``key``,
     ``value``, ``headers``); control records (transaction markers) are left out, so
     their offsets are holes. ``high_watermarks`` are the last fetch's.
+    :meth:`fetch_answers` gives the whole answer: batches, markers, last stable offset.
 
     ``max_wait_ms`` is where the wait starts: it adapts to the broker (:class:`FetchWait`,
     in ``wait``), up to ``max_wait_cap_ms``.
@@ -404,19 +434,27 @@ class TopicFetcher(_LeaderClient):
         self.wait = FetchWait(floor_ms=max_wait_ms, cap_ms=max(max_wait_ms, max_wait_cap_ms))
         self.max_bytes = max_bytes
         self.high_watermarks: dict = {}
-        # Per partition: the offset after the last batch the broker sent (a transaction
-        # marker at the end of a partition is a batch with no record for the reader).
-        self.answered_through: dict = {}
 
     def fetch(self, offsets: Mapping[int, int]) -> dict:
-        """``{partition: records}`` for the partitions that had any. O(bytes fetched) CPU,
-        up to ``max_wait_ms`` waiting."""
+        """``{partition: records}`` for the partitions that had any (read_uncommitted).
+        O(bytes fetched) CPU, up to ``max_wait_ms`` waiting."""
+        out: dict = {}
+        for p, answer in self.fetch_answers(offsets).items():
+            records = [r for b in answer.batches for r in b.records]
+            if records:
+                out[p] = records
+        return out
+
+    def fetch_answers(self, offsets: Mapping[int, int], isolation_level: int = READ_UNCOMMITTED, decode: bool = True) -> dict:
+        """``{partition: PartitionAnswer}`` for every partition the broker answered for
+        (none after a connection failure or a leader move: call again). ``decode=False``
+        reads batch headers only (no record is decoded or decompressed)."""
         request = FetchRequest(
             replica_id=-1,
             max_wait_ms=self.wait.wait_ms,
             min_bytes=1,
             max_bytes=self.max_bytes * len(offsets),
-            isolation_level=0,
+            isolation_level=isolation_level,
             session_id=0,
             session_epoch=-1,
             topics=[
@@ -444,36 +482,59 @@ class TopicFetcher(_LeaderClient):
             return {}
         took = time.monotonic() - began
         out: dict = {}
-        starved = False
+        starved = got = False
         for topic in response.responses:
             for part in topic.partitions:
                 p = part.partition_index
                 if not self._check(part.error_code, f"fetching offset {offsets.get(p)} of partition {p} of"):
                     return {}
-                self.high_watermarks[p] = part.high_watermark
-                if part.records:
-                    records, self.answered_through[p] = _records_from(bytes(part.records), offsets[p])
-                    if records:
-                        out[p] = records
-                elif part.high_watermark > offsets[p]:
+                answer = out[p] = partition_answer(part, offsets[p], decode, f"{self.topic}[{p}]")
+                self.high_watermarks[p] = answer.high_watermark
+                if answer.batches:
+                    got = True
+                elif answer.end(isolation_level) > offsets[p]:
                     starved = True
-        self.wait.observe(took, got_records=bool(out), starved=starved and not out)
+        self.wait.observe(took, got_records=got, starved=starved and not got)
         return out
 
 
-def _records_from(data: bytes, offset: int) -> tuple:
-    """The records of a fetched partition at ``offset`` and after, control records left
-    out, and the offset after the last batch of the answer (control batches included)."""
+def partition_answer(part: Any, offset: int, decode: bool = True, where: str = "") -> PartitionAnswer:
+    """A decoded FetchResponse partition (kafka-python's ``PartitionData``) fetched at
+    ``offset``, as a :class:`PartitionAnswer`."""
+    lso = part.last_stable_offset
+    return PartitionAnswer(
+        batches_from(bytes(part.records), offset, decode, where) if part.records else [],
+        part.high_watermark,
+        part.high_watermark if lso is None or lso < 0 else lso,
+        tuple((a.producer_id, a.first_offset) for a in part.aborted_transactions or ()),
+    )
+
+
+def batches_from(data: bytes, offset: int, decode: bool = True, where: str = "") -> list:
+    """The :class:`.Batch` es of a fetched partition's records at ``offset`` and after, in
+    order: a data batch with its records from ``offset`` on (none with ``decode=False``), a
+    control batch with its outcome. A batch comes whole: on Apache Kafka it may start
+    before ``offset``. ``where`` names the partition in errors."""
     out: list = []
-    end = offset
     records = MemoryRecords(data)
     while records.has_next():
         batch = records.next_batch()
-        end = max(end, batch.next_offset)
-        if not batch.is_control_batch:
-            # A batch comes whole: on Apache Kafka it may start before ``offset``.
-            out.extend(r for r in batch if r.offset >= offset)
-    return out, end
+        if batch.next_offset <= offset:
+            continue
+        first = max(offset, batch.base_offset)
+        if batch.is_control_batch:
+            # One record, key (version, type): type 1 commits, 0 aborts. Never compressed.
+            marker = next(iter(batch)).commit
+            out.append(Batch(first, batch.next_offset, batch.producer_id, batch.is_transactional, marker))
+            continue
+        kept: Sequence = ()
+        if decode:
+            error = missing_codec(batch.compression_type, f"{where} at offset {batch.base_offset}")
+            if error is not None:
+                raise error
+            kept = [r for r in batch if r.offset >= offset] if first > batch.base_offset else list(batch)
+        out.append(Batch(first, batch.next_offset, batch.producer_id, batch.is_transactional, None, kept, batch.compression_type))
+    return out
 
 
 class PartitionWriter(_LeaderClient):
@@ -485,21 +546,18 @@ class PartitionWriter(_LeaderClient):
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, partition: int, client_id: str = "driftstream-write", timeout_s: float = 30.0,
-                 security: KafkaSecurity = PLAINTEXT) -> None:
+                 security: KafkaSecurity = PLAINTEXT, compression_type: int = 0) -> None:
         super().__init__(bootstrap_servers, topic, [partition], client_id, timeout_s, security)
         self.partition = partition
+        self.compression_type = compression_type
 
     def write(self, records: Iterable[tuple]) -> int:
-        """Append ``(value bytes, [(header, bytes)])`` pairs; returns how many. O(bytes) CPU."""
-        builder, n = _builder(), 0
-        for value, headers in records:
-            if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
-                self._send(builder)
-                builder = _builder()
-                builder.append(timestamp=None, key=None, value=value, headers=headers)
-            n += 1
-        if builder.next_offset():
+        """Append ``(value bytes, [(header, bytes)])`` pairs; returns how many. O(bytes) CPU,
+        plus the codec's (``compression_type``, see :mod:`.codecs`)."""
+        n = 0
+        for builder in record_batches(records, self.compression_type):
             self._send(builder)
+            n += builder.next_offset()
         return n
 
     def _send(self, builder: MemoryRecordsBuilder) -> None:
@@ -528,5 +586,25 @@ class PartitionWriter(_LeaderClient):
                     raise error(f"{what} {self.name}: {part.error_message or error.__name__}")
 
 
-def _builder() -> MemoryRecordsBuilder:
-    return MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=MAX_BATCH_BYTES)
+def record_batches(records: Iterable[tuple], compression_type: int = 0) -> Iterator[MemoryRecordsBuilder]:
+    """The record batches of ``(value bytes, [(header, bytes)])`` pairs, closed (built and
+    compressed), each at most ``MAX_BATCH_BYTES`` before compression. O(bytes) CPU.
+
+    >>> [b.next_offset() for b in record_batches([(b"{}", [])] * 3, compression_type=4)]
+    [3]
+    """
+    builder = _builder(compression_type)
+    for value, headers in records:
+        if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
+            builder.close()
+            yield builder
+            builder = _builder(compression_type)
+            builder.append(timestamp=None, key=None, value=value, headers=headers)
+    if builder.next_offset():
+        builder.close()
+        yield builder
+
+
+def _builder(compression_type: int = 0) -> MemoryRecordsBuilder:
+    # MAX_BATCH_BYTES bounds the uncompressed batch: a compressed one is smaller still.
+    return MemoryRecordsBuilder(magic=2, compression_type=compression_type, batch_size=MAX_BATCH_BYTES)

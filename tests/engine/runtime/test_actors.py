@@ -96,3 +96,38 @@ def test_a_raising_stateful_function_is_reported_with_its_element(ray_session):
         flow.run(parallelism=1)
     assert "TypeError" in info.value.cause
     assert flow_actors("badstate/") == []
+
+
+class _UnreadableSource(MemorySource):
+    """Reads its first elements, then fails as a source that cannot read on does (a Kafka
+    batch in a codec whose library is missing, a broker gone for its broker_timeout_s).
+    Each partition it opens is noted in ``opened`` (a file: the actors are processes)."""
+
+    def __init__(self, items, partitions: int, opened: str) -> None:
+        super().__init__(items, partitions=partitions)
+        self.opened = opened
+
+    def open(self, partition, source_id, start=None):
+        with open(self.opened, "a") as fh:
+            fh.write(f"{partition}\n")
+        part = super().open(partition, source_id, start)
+        read = part.read
+
+        def failing_read(max_items):
+            if part.position()[0] >= 10:
+                raise OSError(f"partition {partition} cannot be read on")
+            return read(max_items)
+
+        part.read = failing_read
+        return part
+
+
+def test_a_source_that_cannot_read_on_fails_the_run_at_once(ray_session, tmp_path):
+    """Not a recovery: a replay would fail the same way, again and again."""
+    opened = tmp_path / "opened"
+    flow = Flow("unreadable")
+    flow.source(_UnreadableSource(range(100), 2, str(opened))).key_by(lambda x: x % 2).stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
+    with pytest.raises(OSError, match="cannot be read on"):
+        flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, batch_size=4)
+    assert sorted(opened.read_text().split()) == ["0", "1"]  # each partition opened once: no recovery
+    assert flow_actors("unreadable/") == []

@@ -1,5 +1,6 @@
 """OffsetGaps: a reader fetching from a broker that makes batches visible out of order
-still delivers every offset once, in order (pure logic, a simulated broker)."""
+still delivers every offset once, in order (pure logic, a simulated broker of one-record
+batches)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driftstream.engine.connectors.kafka.source import OffsetGaps
+from driftstream.engine.connectors.kafka.offset_gaps import OffsetGaps
 
 
 def _read(visible_at: dict, n: int, wait_s: float, max_records: int, steps: int = 2_000) -> list:
@@ -17,12 +18,12 @@ def _read(visible_at: dict, n: int, wait_s: float, max_records: int, steps: int 
     gaps = OffsetGaps(0, wait_s)
     position, delivered = 0, []
     for step in range(steps):
-        batch = [SimpleNamespace(offset=o) for o in range(position, n) if visible_at.get(o, steps) <= step][:max_records]
+        batch = [SimpleNamespace(offset=o, next_offset=o + 1) for o in range(position, n) if visible_at.get(o, steps) <= step][:max_records]
         if not batch:
             continue
         got = gaps.admit(batch, now=float(step))
         delivered += [r.offset for r in got]
-        position = gaps.refetch_from if gaps.refetch_from is not None else got[-1].offset + 1
+        position = gaps.refetch_from if gaps.refetch_from is not None else got[-1].next_offset
     return delivered
 
 
@@ -47,5 +48,5 @@ def test_a_hole_that_never_fills_is_skipped_after_the_wait(delays, never, max_re
 def test_a_jump_is_not_a_hole():
     gaps = OffsetGaps(5, wait_s=10.0)
     gaps.moved_to(100)
-    assert [r.offset for r in gaps.admit([SimpleNamespace(offset=100)], now=0.0)] == [100]
+    assert [r.offset for r in gaps.admit([SimpleNamespace(offset=100, next_offset=101)], now=0.0)] == [100]
     assert gaps.refetch_from is None and gaps.skipped == 0

@@ -132,14 +132,16 @@ def test_fetch_wait_grows_while_the_broker_runs_out_of_time_and_shrinks_back():
     assert wait.wait_ms == 5 and wait.pause_s == 0.0 and wait.took_ms == pytest.approx(2.0)
 
 
-def test_records_from_gives_the_records_at_the_offset_and_where_the_answer_ends():
-    """A batch comes whole (it may start before the offset asked for); the end is past
-    its last offset, so a reader knows what the broker has shown it."""
+def test_batches_from_gives_the_records_at_the_offset_and_where_the_batch_ends():
+    """A batch comes whole (it may start before the offset asked for); it ends past its last
+    offset, so a reader knows what the broker has shown it. Headers only: no record."""
     from kafka.record.memory_records import MemoryRecordsBuilder
 
     builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16)
     for i in range(5):
         builder.append(timestamp=None, key=None, value=b"v%d" % i, headers=[])
     builder.close()
-    records, end = kafka_wire._records_from(bytes(builder.buffer()), 3)
-    assert [r.value for r in records] == [b"v3", b"v4"] and end == 5
+    (batch,) = kafka_wire.batches_from(bytes(builder.buffer()), 3)
+    assert [r.value for r in batch.records] == [b"v3", b"v4"] and (batch.offset, batch.next_offset) == (3, 5)
+    (header,) = kafka_wire.batches_from(bytes(builder.buffer()), 0, decode=False)
+    assert header.records == () and (header.offset, header.next_offset, header.marker) == (0, 5, None)
