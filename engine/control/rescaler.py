@@ -112,11 +112,12 @@ class Drain:
         run, committer = self.launcher, self.committer
         committer.finish_schedule(run.acker)
         sources = self._sources()
-        ray.get([a.pause_reading.remote() for a in sources])
+        last_bounds = [b for b in ray.get([a.pause_reading.remote() for a in sources]) if b is not None]
         deadline = time.time() + settle_timeout
         while True:
             status = ray.get(run.acker.status.remote())
-            if status["settled"]:
+            # Settled with the sources' last bounds in: a bound still on its way would move it.
+            if status["settled"] and all(bound is None or status["bounds"][i] == bound for i, bound in last_bounds):
                 break
             if time.time() > deadline:
                 self.resume()

@@ -258,7 +258,7 @@ class AckerActor:
 
     async def status(self) -> dict:
         return {"watermark": self.acker.watermark, "in_flight": self.acker.in_flight(), "updates": self.updates,
-                "settled": self.acker.settled()}
+                "settled": self.acker.settled(), "bounds": list(self.acker.bounds)}
 
     async def close(self) -> None:
         await self.endpoint.close()
@@ -464,9 +464,10 @@ class StageActor:
         return skipped
 
     async def pause_reading(self) -> Optional[tuple]:
-        """Stop reading the source (a rescale's drain), once the reads in progress are sent and
-        the bound that covers them; returns the watermark this instance has seen. A stage
-        without a source only answers."""
+        """Stop reading the source (a rescale's drain), once the reads in progress are sent with
+        the bound that covers them; returns ``(source index, that bound)``: the acker has settled
+        for the drain only once it holds it (the Ray call may overtake the data plane's message).
+        None for a stage without a source."""
         if self.source_task is not None:
             self.source_task.cancel()
             try:
@@ -476,7 +477,7 @@ class StageActor:
             self.source_task = None
             if not self.failed:
                 self._flush()
-        return self.rt.watermark
+        return None if self.reader is None else (self.source_index, self.last_bound)
 
     async def resume_reading(self) -> None:
         """Read again after :meth:`pause_reading` (a drain given up on: the sinks held output past it)."""

@@ -324,6 +324,11 @@ class Simulation:
             return True
         if self.rescales and self.rescale_phase is None and not self.restoring and self.watermark != TOP and self.rng.random() < RESCALE_AT:
             self.rescale_phase = "draining"
+            # The sources stop reading, each once what it read is sent with its bound (Ray's
+            # pause_reading): a bound sent later (a source with nothing left to read) would
+            # move the watermark past the snapshot, and release output after it.
+            for instance in self.readers:
+                self._flush(instance)
             return True
         kind = self.rng.choice(kinds)
         if kind == "restore":
@@ -361,10 +366,10 @@ class Simulation:
         elif kind == "snapshot":
             self._begin_snapshot()
         elif kind == "rescale snapshot":
-            if drained(self.watermark, (rt.t_last() for rt in self.stages.values())):
+            if self.acker.settled() and drained(self.watermark, (rt.t_last() for rt in self.stages.values())):
                 self.rescale_phase = "snapshot"
                 self._begin_snapshot()
-            else:  # the sinks hold output a recovery has not replayed yet: go on, try again later
+            else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
                 self.rescale_phase = None
         else:
             self._commit()
