@@ -64,6 +64,19 @@ class Acker:
         """Number of global times with elements still in flight (O(1))."""
         return len(self.entries)
 
+    def frontier(self) -> Time:
+        """The least bound over every source instance: each has emitted everything up to it
+        (aligned sources read up to a slack past it). O(sources).
+
+        >>> a = Acker(sources=2); a.update({}, source=0, bound=(3, 0, 0, 3)); a.frontier()
+        (-inf,)
+        (-inf,)
+        >>> a.update({}, source=1, bound=(5, 0, 1, 2)); a.frontier()
+        (3, 0, 0, 4)
+        (3, 0, 0, 3)
+        """
+        return min(self.bounds) if self.bounds else TOP
+
     def settled(self) -> bool:
         """True when the watermark is as far as the sources' bounds let it go: nothing they
         emitted is in flight below them. With the sources stopped, the watermark then stays

@@ -136,10 +136,19 @@ class SourceReader:
         max_inflight: int,
         batch_size: int = 1,
         starts: Optional[dict] = None,
+        alignment_slack: Optional[float] = None,
     ) -> None:
+        """``alignment_slack``: how far past the frontier of all source instances (in the
+        source's time units) a partition may emit, told by :meth:`align`; None: no alignment
+        (see :mod:`.alignment`)."""
+        from driftstream.engine.connectors.alignment import Alignment, HeldPartition
+
         starts = starts or {}
         self.numbers = [p for p in range(source.partitions()) if p % instances == instance]
         self.parts = [source.open(p, source_id, starts.get(p)) for p in self.numbers]
+        self.alignment = None if alignment_slack is None else Alignment(alignment_slack)
+        if self.alignment is not None:
+            self.parts = [HeldPartition(part, self.alignment) for part in self.parts]
         self._last: list = [BOTTOM] * len(self.parts)
         self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size, 2 * len(self.parts) + 1)
         self._inflight: list = [deque() for _ in self.parts]  # per partition: times emitted, not yet below the watermark
@@ -192,6 +201,16 @@ class SourceReader:
                 self.emitted += len(items)
                 return items
         return []
+
+    def align(self, frontier: Time) -> None:
+        """The least bound over every source instance now (from the acker): partitions may
+        emit up to the alignment's slack past it."""
+        if self.alignment is not None and frontier > self.alignment.frontier:
+            self.alignment.frontier = frontier
+
+    def waiting(self) -> bool:
+        """True when a partition holds elements back for the frontier (aligned sources only)."""
+        return self.alignment is not None and any(p.waiting() for p in self.parts)
 
     def skip_after(self, t: Time) -> int:
         """See :meth:`SourcePartition.skip_after`; the records skipped over all partitions."""

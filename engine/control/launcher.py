@@ -116,7 +116,8 @@ class Launcher:
         answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
         addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
         self.node_of = dict(zip(names, answers[len(keys) + 1:]))
-        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses)])
+        aligned = plan.source_instances if self.rules.config.source_alignment is not None else None
+        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses, aligned)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.
         seeds = [x for x in ray.get([a.take_seed.remote() for a in self.actors.values()]) if x]

@@ -10,7 +10,7 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, export_metrics, faults, fresh, guarantee, heartbeat_timeout, keep_parallelism, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, standbys, state_cache_bytes
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, export_metrics, faults, fresh, guarantee, heartbeat_timeout, keep_parallelism, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, source_alignment, standbys, state_cache_bytes
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ COORDINATOR_NICENESS = 10
 #: at 1 s, p99 differences within the spread of the runs without export
 #: (examples/benchmarks/results/metrics-export-cost.json).
 METRICS_INTERVAL_S = 5.0
+
+#: How far past the slowest source partition (in source time: ms for Kafka) a partition may
+#: read by default (see engine/connectors/alignment.py).
+DEFAULT_SOURCE_ALIGNMENT = 64
 
 
 class Guarantee(str, Enum):
@@ -108,6 +112,10 @@ class RunConfig:
     standbys: int = 0
     #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py)
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
+    #: aligned sources: how far (in the sources' time units, ms for Kafka) a partition may emit
+    #: past the slowest one; None: each source instance reads at its own pace
+    #: (see engine/connectors/alignment.py)
+    source_alignment: Optional[float] = DEFAULT_SOURCE_ALIGNMENT
     #: the run's figures as Ray metrics (Prometheus, the dashboard), recorded every
     #: ``metrics_interval`` seconds from the coordinator; only where Ray collects metrics
     #: (see engine/control/metrics_export.py)
@@ -138,6 +146,10 @@ class RunConfig:
         if self.resume and self.fresh:
             raise FlowError("resume=True and fresh=True contradict each other: resume continues from the newest snapshot, "
                             "fresh discards the snapshots; choose one")
+        if self.source_alignment is not None and (isinstance(self.source_alignment, bool) or not isinstance(self.source_alignment, (int, float))
+                                                  or self.source_alignment < 0):
+            raise FlowError(f"source_alignment is a number >= 0 (how far past the slowest source partition, in its time "
+                            f"units, a partition may read) or None, not {self.source_alignment!r}")
         if type(self.sample_every) is not int or self.sample_every < 1:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
 
@@ -176,4 +188,5 @@ class InstanceConfig:
     snapshot_dir: Optional[str] = None
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
     skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
+    source_alignment: Optional[float] = None  # aligned sources' slack (RunConfig.source_alignment)
     restore: SnapshotPart = field(default_factory=SnapshotPart)  # its part of the manifest it starts from

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import ray
 
 from driftstream.ordering.acker import Acker
-from driftstream.ordering.meta import TOP
+from driftstream.ordering.meta import BOTTOM, TOP
 
 from driftstream.engine.connectors.source import SourceReader
 from driftstream.engine.model.config import InstanceConfig
@@ -31,7 +31,7 @@ from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.live_figures import emit_samples, recent_samples
 from driftstream.engine.model.manifest import Instance, PartCollector, SnapshotPart
 from driftstream.engine.model.plan import Plan
-from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
+from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import SLICE_S, StageSnapshots
@@ -103,6 +103,10 @@ class AckerActor:
         self.subscribers: dict = {}
         self.pushed = self.acker.watermark
         self.push_scheduled = False
+        #: aligned sources: the source instances by index, and the frontier last told them
+        self.aligned: Optional[list] = None
+        self.frontier_told = BOTTOM
+        self.align_scheduled = False
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
         self.updates = 0
@@ -118,9 +122,12 @@ class AckerActor:
         self.done = asyncio.Event()
         return await self.endpoint.listen(node_ip())
 
-    async def connect(self, subscribers: dict, addresses: dict) -> None:
-        """``subscribers``: every stage actor by key, with its data-plane address."""
+    async def connect(self, subscribers: dict, addresses: dict, aligned_sources: Optional[list] = None) -> None:
+        """``subscribers``: every stage actor by key, with its data-plane address;
+        ``aligned_sources``: the keys of the source instances, by index, when they are told
+        the frontier (aligned sources)."""
         self.subscribers = subscribers
+        self.aligned = aligned_sources
         for key in subscribers:
             await self.endpoint.connect(key, addresses[key])
 
@@ -137,6 +144,18 @@ class AckerActor:
         if self.acker.watermark > self.pushed and not self.push_scheduled:
             self.push_scheduled = True
             asyncio.get_running_loop().call_soon(self._push)
+        if message.bound is not None and self.aligned is not None and not self.align_scheduled:
+            self.align_scheduled = True
+            asyncio.get_running_loop().call_soon(self._align)
+
+    def _align(self) -> None:
+        """Tell the source instances the frontier, if it moved (coalesced like watermarks)."""
+        self.align_scheduled = False
+        frontier = self.acker.frontier()
+        if frontier > self.frontier_told:
+            self.frontier_told = frontier
+            for key in self.aligned:
+                self.endpoint.send(key, Align(frontier))
 
     def _push(self) -> None:
         self.push_scheduled = False
@@ -384,6 +403,7 @@ class StageActor:
                 config.max_inflight,
                 config.batch_size,
                 starts=restore.positions(),
+                alignment_slack=config.source_alignment,
             )
             self.source_index = plan.source_instances.index(self.key)
         self.batch_size = config.batch_size
@@ -491,6 +511,9 @@ class StageActor:
             if not self.drain_scheduled:
                 self.drain_scheduled = True
                 asyncio.get_running_loop().call_soon(self._drain, self.rt)
+        elif type(message) is Align:
+            self.reader.align(message.frontier)
+            self.credit.set()  # a source loop waiting for the frontier reads on
         else:
             self._apply_watermark(message.t)
             if message.snapshot_id is not None:
@@ -670,6 +693,13 @@ class StageActor:
             self._flush()
             if items:
                 await asyncio.sleep(0)
+            elif reader.waiting():
+                # Every partition with data waits for the frontier: the next Align wakes it.
+                self.credit.clear()
+                try:
+                    await asyncio.wait_for(self.credit.wait(), 0.01)
+                except asyncio.TimeoutError:
+                    pass
             else:
                 wait = reader.next_ready_in()
                 await asyncio.sleep(min(wait if wait is not None else 0.001, 0.01))

@@ -11,6 +11,8 @@ message                   from -> to                 meaning
 :class:`Ack`              stage -> acker             XORs per time, and the source's new bound
 :class:`Watermark`        acker -> stage             everything below ``t`` is settled; with a
                                                      ``snapshot_id``: the marker of snapshot T
+:class:`Align`            acker -> source stage      the least bound over every source instance
+                                                     (aligned sources, see connectors/alignment.py)
 :class:`Prepared`         stage -> acker             this instance's part of a snapshot is durable
 :class:`SnapshotTaken`    acker -> supervisor        every part of a snapshot is in
 :class:`ScheduleEnded`    acker -> supervisor        a schedule of snapshots ended
@@ -47,6 +49,13 @@ class Watermark(NamedTuple):
 
     t: tuple
     snapshot_id: Optional[int] = None
+
+
+class Align(NamedTuple):
+    """The frontier: the least bound over every source instance (aligned sources read up to a
+    slack past it)."""
+
+    frontier: tuple
 
 
 class Prepared(NamedTuple):

@@ -50,7 +50,7 @@ from collections import deque
 from typing import Optional, Sequence
 
 from driftstream.ordering.acker import Acker
-from driftstream.ordering.meta import TOP
+from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
@@ -61,7 +61,7 @@ from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult, merge_instances
 from driftstream.engine.connectors.source import SourceReader
-from driftstream.engine.runtime.protocol import Ack, Prepared, Watermark
+from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Watermark
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 
@@ -152,6 +152,7 @@ class Simulation:
         self.restoring = list(self.plan.instances)
         self.acker = Acker(sources=len(self.source_keys))
         self.watermark = self.acker.watermark
+        self.frontier_told = BOTTOM
         self.bound_sent: dict = {}
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
@@ -184,7 +185,8 @@ class Simulation:
         if instance in self.source_keys:
             step = self.plan.steps[self.plan.stages[instance.stage].source_id]
             self.readers[instance] = SourceReader(
-                step.source, step.id, instance.index, self.plan.stages[instance.stage].parallelism, config.max_inflight, config.batch_size, starts=config.restore.positions()
+                step.source, step.id, instance.index, self.plan.stages[instance.stage].parallelism, config.max_inflight, config.batch_size,
+                starts=config.restore.positions(), alignment_slack=config.source_alignment,
             )
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
@@ -272,8 +274,17 @@ class Simulation:
             self.watermark = w
             for instance in self.stages:
                 self._send_control(ACKER, instance, Watermark(w))
+        if message.bound is not None and self.config.source_alignment is not None:
+            frontier = self.acker.frontier()
+            if frontier > self.frontier_told:
+                self.frontier_told = frontier
+                for instance in self.source_keys:
+                    self._send_control(ACKER, instance, Align(frontier))
 
-    def _to_stage(self, instance: Instance, message: Watermark) -> None:
+    def _to_stage(self, instance: Instance, message) -> None:
+        if type(message) is Align:
+            self.readers[instance].align(message.frontier)
+            return
         rt = self.stages[instance]
         rt.on_watermark(message.t)
         reader = self.readers.get(instance)
@@ -447,7 +458,8 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     temporary directory, removed after the run); any other option is refused rather
     than silently left out."""
     config = config or RunConfig()
-    refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes")
+    refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes",
+                                  "source_alignment")
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()

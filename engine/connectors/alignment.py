@@ -1,0 +1,119 @@
+"""Aligned sources: in a backlog, no source partition runs ahead of the slowest one.
+
+Every source instance reads its partitions at its own pace. In a backlog one of them may
+be thousands of elements ahead in t of another, and every keyed step then receives the
+slower one's elements "late": drifting state repairs each of them (a rollback and a
+re-application), which is the right policy at the live edge and the wrong one in a
+backlog. Flink's watermark alignment (FLIP-182) holds back the sources that run ahead;
+here the same is done in t: the acker tells every source instance the *frontier*, the
+least bound over all source instances (every partition has emitted everything up to it),
+and a partition emits an element only while its ``ts`` is within ``slack`` of the
+frontier's. What it read beyond that waits in a buffer of the partition, which then
+bounds itself just below the first element waiting, so that the frontier moves with it
+and the slowest partition can always emit.
+
+At the live edge every partition is near the clock (an idle Kafka partition ticks), so
+nothing waits; the watermark would not release an element before the frontier passes it
+anyway.
+
+>>> from driftstream.engine.testing import MemorySource
+>>> align = Alignment(slack=1)
+>>> part = HeldPartition(MemorySource(list("abcdef")).open(0, 0), align)
+>>> [p for _, p in part.read(10)], part.bound()      # frontier unknown: nothing leaves
+([], (0, 0, 0, -1))
+>>> align.frontier = (2, 0, 0, 2)                         # every partition is past ts 2
+>>> [p for _, p in part.read(10)], part.bound(), part.position()
+(['a', 'b', 'c', 'd'], (4, 0, 0, 3), (4, 4))
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+from driftstream.ordering.meta import BOTTOM, Time
+
+from driftstream.engine.connectors.source import SourcePartition
+
+
+class Alignment:
+    """The frontier a source instance last heard of, and how far past it (``slack``, in the
+    source's time units: milliseconds for Kafka, positions for an in-memory source) its
+    partitions may emit.
+
+    >>> a = Alignment(slack=5); a.limit()
+    -inf
+    >>> a.frontier = (100, 0, 1, 7); a.limit()
+    105
+    """
+
+    def __init__(self, slack: float) -> None:
+        self.slack = slack
+        self.frontier: Time = BOTTOM
+
+    def limit(self) -> float:
+        """The largest ``ts`` an element may have to be emitted now. O(1)."""
+        return self.frontier[0] + self.slack
+
+
+class HeldPartition(SourcePartition):
+    """``part``, its reads past ``alignment``'s limit held back until the frontier moves.
+
+    Costs: a read is O(items read); the elements it holds are kept (at most one read past
+    the limit, plus what waited before)."""
+
+    def __init__(self, part: SourcePartition, alignment: Alignment) -> None:
+        self.part = part
+        self.alignment = alignment
+        self.held: deque = deque()
+
+    @property
+    def done(self) -> bool:  # type: ignore[override]
+        return self.part.done and not self.held
+
+    def read(self, max_items: int) -> list:
+        """Up to ``max_items`` elements within the limit, those that waited first."""
+        if len(self.held) < max_items and not self.part.done:
+            self.held.extend(self.part.read(max_items - len(self.held)))
+        held, limit, out = self.held, self.alignment.limit(), []
+        while held and len(out) < max_items and held[0][0][0] <= limit:
+            out.append(held.popleft())
+        return out
+
+    def waiting(self) -> bool:
+        """True while an element read waits for the frontier."""
+        return bool(self.held)
+
+    def bound(self) -> Optional[Time]:
+        if self.held:
+            # Everything before the first element waiting was emitted; every element still to
+            # come from this partition is at or after it (offsets rise, ts is a running max).
+            ts, source, partition, offset = self.held[0][0][:4]
+            return (ts, source, partition, offset - 1)
+        return self.part.bound()
+
+    def position(self) -> tuple:
+        if self.held:
+            meta = self.held[0][0]
+            return (meta[3], meta[0])  # replay from it, its own ts as the running ts
+        return self.part.position()
+
+    def next_ready_in(self) -> Optional[float]:
+        return self.part.next_ready_in()
+
+    def skip_after(self, t: Time) -> int:
+        return self.part.skip_after(t)
+
+    def lag(self) -> Optional[int]:
+        lag = self.part.lag()
+        return None if lag is None else lag + len(self.held)
+
+    def fetch_state(self) -> Optional[dict]:
+        return self.part.fetch_state()
+
+    @property
+    def dead_letters(self) -> int:
+        return getattr(self.part, "dead_letters", 0)
+
+    def close(self) -> None:
+        self.part.close()
