@@ -133,10 +133,13 @@ def status_view(info: dict, status: dict, before: Optional[dict] = None, seconds
     steps = status.get("steps") or {}
     if steps:
         dead = status.get("step_dead_letters") or {}
-        rows = [["STEP", "ELEMENTS", "RATE", "DEAD LETTERS"]]
+        repairs = any("out_of_order" in f for f in steps.values())
+        rows = [["STEP", "ELEMENTS", "RATE", "DEAD LETTERS"] + (["OUT OF ORDER", "TOMBSTONES"] if repairs else [])]
         for name, figures in steps.items():
             rows.append([name, _count(figures.get("elements")),
                          _rate(figures, (before or {}).get("steps", {}).get(name) if before else None, seconds, lambda s: s.get("elements")),
-                         dead.get(name, 0)])
+                         dead.get(name, 0)]
+                        + ([_count(figures["out_of_order"]), _count(figures.get("tombstones"))] if "out_of_order" in figures
+                           else ["", ""] if repairs else []))
         lines.append(table(rows))
     return "\n".join(lines)

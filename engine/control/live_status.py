@@ -83,11 +83,13 @@ class LiveStatus:
         last = log.records[-1] if log.records else None
         step_dead_letters = sum_per_step(s["step_dead_letters"] for s in stats)
         elements, tombstones = sum_per_step(s["elements"] for s in stats), sum_per_step(s["tombstones"] for s in stats)
+        out_of_order = sum_per_step(s["out_of_order"] for s in stats)
         latencies = latencies_ms((s["releases"] for s in stats), (s["emits"] for s in sources))
         extra = {"latency_samples_ms": latencies} if latency_samples else {}
         return {
             **extra,
-            "steps": {s.name: {"elements": elements.get(s.name, 0), "tombstones": tombstones.get(s.name, 0)} for s in plan.steps},
+            "steps": {s.name: {"elements": elements.get(s.name, 0), "tombstones": tombstones.get(s.name, 0),
+                               **({"out_of_order": out_of_order[s.name]} if s.name in out_of_order else {})} for s in plan.steps},
             "latency_ms": window_summary(latencies),
             "watermark_lag_s": watermark_lag_s(acker_figures["watermark"], plan, now),
             "unavailable": max(first.count(None), second.count(None)),

@@ -631,6 +631,7 @@ class StageActor:
         return {
             "elements": dict(rt.counts),
             "tombstones": rt.tombstones_emitted(),
+            "out_of_order": rt.out_of_order(),
             "releases": [] if releases_since is None else recent_samples(rt.release_times, releases_since),
             "emits": emit_samples(rt.emit_times, emits_of) if emits_of else {},
             "emitted": 0 if reader is None else reader.emitted,

@@ -450,12 +450,18 @@ class StageRuntime:
         steps = self.plan.steps
         return {steps[sid].name: ks.tombstones_emitted for sid, ks in (*self.keyed.items(), *self.windows.items())}
 
+    def out_of_order(self) -> dict:
+        """Per stateful step: the elements that landed before the tail of their key's log (its
+        state rolled back and re-applied from them). O(steps)."""
+        steps = self.plan.steps
+        return {steps[sid].name: ks.out_of_order for sid, ks in (*self.keyed.items(), *self.windows.items())}
+
     def metrics(self) -> dict:
         steps = self.plan.steps
         return {
             "elements": dict(self.counts),
             "tombstones_emitted": self.tombstones_emitted(),
-            "out_of_order": {steps[sid].name: ks.out_of_order for sid, ks in (*self.keyed.items(), *self.windows.items())},
+            "out_of_order": self.out_of_order(),
             "late_elements": self.late_elements(),
             "step_dead_letters": dict(self.dead_letters),
             "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
