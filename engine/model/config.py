@@ -47,8 +47,11 @@ COORDINATOR_NICENESS = 10
 METRICS_INTERVAL_S = 5.0
 
 #: How far past the slowest source partition (in source time: ms for Kafka) a partition may
-#: read by default (see engine/connectors/alignment.py).
-DEFAULT_SOURCE_ALIGNMENT = 64
+#: read by default (see engine/connectors/alignment.py): off until it is measured at the live
+#: edge. Over a 3,000-document backlog (2 partitions, 1 ms of record time per document) a
+#: slack of 64 cut the index's out-of-order elements from 33% to 18%, 2 to 13%: what is left
+#: comes from the two upstream instances' batches interleaving at the index, not from the sources.
+DEFAULT_SOURCE_ALIGNMENT = None
 
 
 class Guarantee(str, Enum):

@@ -147,11 +147,13 @@ def produce_backlog(bootstrap: str, topic: str, docs: Sequence[dict], partitions
 
 def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, parallelism: int = 2,
                     snapshot_interval: float = 1.0, state: str = "entries", timeout: Optional[float] = None,
-                    state_cache_bytes: Optional[int] = None) -> dict:
+                    state_cache_bytes: Optional[int] = None, **options) -> dict:
     """The index flow over ``docs`` already in a Kafka topic, exactly-once; figures and the check.
+    ``options``: more run options (e.g. ``source_alignment``).
 
     Beyond :func:`summary`'s: snapshots committed and their durations (marker to durable),
-    and the largest resident memory of an instance."""
+    the largest resident memory of an instance, and per stateful step its elements, those
+    that arrived out of order (drifting state repaired each) and the tombstones it emitted."""
     from driftstream.engine.connectors.kafka.io import ensure_topic
 
     from .ground_truth import GroundTruth, check, reference_changes, reference_index
@@ -170,7 +172,7 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
         handle = kafka_flow(bootstrap, in_topic, out_topic, name=f"throughput-{tag}", state=state).start(
             parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
             snapshot_dir=str(workdir / f"snapshots-{tag}"),
-            **({} if state_cache_bytes is None else {"state_cache_bytes": state_cache_bytes}),
+            **({} if state_cache_bytes is None else {"state_cache_bytes": state_cache_bytes}), **options,
         )
         meter.wait_for(expected, timeout=timeout or max(300.0, len(docs) / 10.0))
         status = handle.status()
@@ -185,6 +187,8 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
         snapshot_s=_snapshot_durations(result.metrics.snapshot_s) if result else None,
         recoveries=len(status.get("recoveries", [])),
         peak_rss_mib=round(result.metrics.peak_rss_bytes / 2**20, 1) if result else None,
+        repairs={step: {"elements": f["elements"], "out_of_order": f["out_of_order"], "tombstones": f["tombstones"]}
+                 for step, f in status.get("steps", {}).items() if "out_of_order" in f},
     )
 
 
