@@ -25,7 +25,7 @@ import ray
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
 
-from driftstream.engine.connectors.source import SourceReader
+from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.live_figures import emit_samples, recent_samples

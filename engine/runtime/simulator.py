@@ -60,7 +60,7 @@ from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult, merge_instances
-from driftstream.engine.connectors.source import SourceReader
+from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Watermark
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driftstream.engine.connectors.source import SourceReader
+from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.testing import MemorySource
 
 from tests.engine.connectors.test_source_reader import LateSource

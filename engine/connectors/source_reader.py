@@ -1,0 +1,169 @@
+"""The reader that drives one source instance: round-robin over its partitions, its bound, its credit.
+
+>>> from driftstream.engine.testing import MemorySource
+>>> src = MemorySource(["a", "b", "c"], partitions=2)
+>>> reader = SourceReader(src, source_id=0, instance=0, instances=1, max_inflight=10)
+>>> [(m[0], p) for m, p in reader.poll(10)]       # (ts, payload): partition 0 first
+[(0, 'a'), (2, 'c')]
+>>> [(m[0], p) for m, p in reader.poll(10)]
+[(1, 'b')]
+>>> reader.done, reader.bound()
+(True, (inf,))
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Optional
+
+from driftstream.ordering.meta import BOTTOM, TOP, Time
+
+from driftstream.engine.connectors.alignment import Alignment, HeldPartition
+from driftstream.engine.connectors.source import Source
+
+
+class SourceReader:
+    """Reads one source instance's partitions round-robin, tracks its bound and its credit.
+
+    Credit: at most ``max_inflight`` emitted elements may be unsettled (at or above
+    the watermark) at once; ``on_watermark`` returns credit. That bounds every
+    buffer downstream (stateful logs, barriers) by the in-flight window. Each
+    partition may overshoot the slowest one by one read, so the window is at
+    least ``(partitions + 1) * batch_size`` (and ``2 * partitions + 1``, see
+    :meth:`poll`): a smaller one could starve the slowest partition of credit and
+    stall the watermark. Times are kept per
+    partition (increasing within one): across partitions a later read may be
+    earlier in time, and a time that stays above the watermark must not keep
+    the credit of those below it.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        source_id: int,
+        instance: int,
+        instances: int,
+        max_inflight: int,
+        batch_size: int = 1,
+        starts: Optional[dict] = None,
+        alignment_slack: Optional[float] = None,
+    ) -> None:
+        """``alignment_slack``: how far past the frontier of all source instances (in the
+        source's time units) a partition may emit, told by :meth:`align`; None: no alignment
+        (see :mod:`.alignment`)."""
+        starts = starts or {}
+        self.numbers = [p for p in range(source.partitions()) if p % instances == instance]
+        self.parts = [source.open(p, source_id, starts.get(p)) for p in self.numbers]
+        self.alignment = None if alignment_slack is None else Alignment(alignment_slack)
+        if self.alignment is not None:
+            self.parts = [HeldPartition(part, self.alignment) for part in self.parts]
+        self._last: list = [BOTTOM] * len(self.parts)
+        self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size, 2 * len(self.parts) + 1)
+        self._inflight: list = [deque() for _ in self.parts]  # per partition: times emitted, not yet below the watermark
+        self._in_flight = 0
+        self.emitted = 0
+
+    @property
+    def done(self) -> bool:
+        return all(p.done for p in self.parts)
+
+    def has_credit(self) -> bool:
+        return self._in_flight < self.max_inflight
+
+    def bound(self) -> Time:
+        """Every time at or below the bound that this instance will ever emit has been emitted."""
+        live = [self._bound(i) for i, part in enumerate(self.parts) if not part.done]
+        return min(live) if live else TOP
+
+    def _bound(self, i: int) -> Time:
+        known = self.parts[i].bound()
+        return known if known is not None else self._last[i]
+
+    def poll(self, max_items: int) -> list:
+        """Read up to ``max_items`` (fewer when credit runs low) from the partition
+        that is furthest behind in time and has data ready.
+
+        Reading the laggard first keeps partitions aligned in time: fewer late
+        arrivals downstream, and the watermark (the minimum bound) always moves,
+        so credit always comes back, provided the laggard can always read: a partition
+        whose first read comes late (a Kafka partition's first fetch) would otherwise find
+        the credit spent by the others and hold the watermark for good. So every partition
+        leaves 2 credits to each other one that has read nothing (its first element stays in
+        flight until it reads the next), and 1 more when it is not the laggard itself.
+        """
+        free = self.max_inflight - self._in_flight
+        order = sorted((self._bound(i), i) for i, part in enumerate(self.parts) if not part.done)
+        unread = sum(1 for bound, _ in order if bound == BOTTOM)
+        for rank, (bound, i) in enumerate(order):
+            reserve = 2 * (unread - (bound == BOTTOM)) + (rank > 0)
+            budget = min(max_items, free - reserve)
+            if budget <= 0:
+                continue
+            items = self.parts[i].read(budget)
+            if items:
+                self._last[i] = items[-1][0][:4]
+                append = self._inflight[i].append
+                for meta, _ in items:
+                    append(meta[:4])
+                self._in_flight += len(items)
+                self.emitted += len(items)
+                return items
+        return []
+
+    def align(self, frontier: Time) -> None:
+        """The least bound over every source instance now (from the acker): partitions may
+        emit up to the alignment's slack past it."""
+        if self.alignment is not None and frontier > self.alignment.frontier:
+            self.alignment.frontier = frontier
+
+    def waiting(self) -> bool:
+        """True when a partition holds elements back for the frontier (aligned sources only)."""
+        return self.alignment is not None and any(p.waiting() for p in self.parts)
+
+    def skip_after(self, t: Time) -> int:
+        """See :meth:`SourcePartition.skip_after`; the records skipped over all partitions."""
+        return sum(p.skip_after(t) for p in self.parts if not p.done)
+
+    def lag(self) -> Optional[int]:
+        """Records not yet read, summed over this instance's partitions (None if none knows)."""
+        lags = [p.lag() for p in self.parts]
+        known = [x for x in lags if x is not None]
+        return sum(known) if known else None
+
+    def fetch_states(self) -> list:
+        """:meth:`SourcePartition.fetch_state` of each partition that has one."""
+        return [st for st in (p.fetch_state() for p in self.parts) if st is not None]
+
+    @property
+    def dead_letters(self) -> int:
+        """Records its partitions sent to a dead-letter destination."""
+        return sum(getattr(p, "dead_letters", 0) for p in self.parts)
+
+    def next_ready_in(self) -> Optional[float]:
+        waits = [w for w in (p.next_ready_in() for p in self.parts if not p.done) if w is not None]
+        return min(waits) if waits else None
+
+    def resume_positions(self, t: Time) -> dict:
+        """Per partition number: where a replay must start to re-emit exactly the elements at or above ``t``.
+
+        Call it when the watermark is ``t``: every element below ``t`` has left the
+        in-flight window, so the first in-flight element of a partition is its first
+        element at or above ``t``. Replaying from its offset with its own ts as the
+        running ts reproduces the same times (the running max is idempotent).
+        """
+        out: dict = {}
+        for p, part, times in zip(self.numbers, self.parts, self._inflight):
+            first = next((time_ for time_ in times if time_ >= t), None)
+            out[p] = part.position() if first is None else (first[3], first[0])
+        return out
+
+    def on_watermark(self, watermark: Time) -> None:
+        for times in self._inflight:
+            while times and times[0] < watermark:
+                times.popleft()
+                self._in_flight -= 1
+
+    def close(self) -> None:
+        for p in self.parts:
+            p.close()
+
