@@ -17,15 +17,16 @@ started, key groups and source partitions reassigned
 (:func:`~driftstream.engine.model.reassignment.reassigned`, committed first). A stop
 takes the same drained snapshot, so that a resume may come at any parallelism.
 
->>> r = Rescale(at=100.0, from_=2, to=3, snapshot=7, drain_s=0.08, restart_s=0.4)
->>> r.report()["to"], r.report()["first_output_s"]
-(3, None)
+>>> r = Rescale(at=100.0, from_=2, to=3, snapshot=7, drain_s=0.08, restart_s=0.4,
+...             steps_s={"reassign": 0.01, "kill": 0.0, "reset": 0.1, "connect": 0.28, "start": 0.01})
+>>> r.report()["to"], r.report()["first_output_s"], r.report()["steps_s"]["connect"]
+(3, None, 0.28)
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import ray
@@ -48,7 +49,14 @@ class Rescale:
     snapshot it restarted from, seconds from the sources' stop to that snapshot's commit
     (``drain_s``), from there to every actor running again (``restart_s``), and from the
     sources' stop to the first output released after it (``first_output_s``: the downtime
-    as the sinks see it; None until then)."""
+    as the sinks see it; None until then).
+
+    ``steps_s``: where ``restart_s`` went, in seconds: ``reassign`` (the manifest reassigned
+    to the new parallelism and committed), ``kill`` (the actors the new plan does not use),
+    then the launch's ``reset`` (survivors reset in place, new actors created),
+    ``connect`` (every actor listening, which waits for a new actor's process to start,
+    and connected) and ``start``; ``resets_s``: per survivor reset in place, its
+    ``tear_down``, ``setup`` and ``restore``, as a recovery's."""
 
     at: float
     from_: int
@@ -58,6 +66,8 @@ class Rescale:
     restart_s: float
     first_output_s: Optional[float] = None
     pending: Optional[list] = None  # refs of first_release() calls, resolved lazily
+    steps_s: dict = field(default_factory=dict)
+    resets_s: dict = field(default_factory=dict)
 
     def resolve(self) -> None:
         """Fill in ``first_output_s`` once a sink has released output. O(sinks)."""
@@ -84,7 +94,8 @@ class Rescale:
 
     def report(self) -> dict:
         return {"at": self.at, "from": self.from_, "to": self.to, "snapshot": self.snapshot, "drain_s": self.drain_s,
-                "restart_s": self.restart_s, "first_output_s": self.first_output_s}
+                "restart_s": self.restart_s, "first_output_s": self.first_output_s, "steps_s": dict(self.steps_s),
+                "resets_s": dict(self.resets_s)}
 
 
 class Drain:

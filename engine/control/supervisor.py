@@ -257,15 +257,20 @@ class RaySupervisor:
         new = old.with_parallelism(request.parallelism)
         moved = reassigned(manifest, new, self.committer.take_id(), source_partitions(new))
         self.committer.store.write_manifest(moved.snapshot_id, moved.to_json())
+        written = time.time()
         self._inject("rescale_restore")  # tests: an actor dies as the rescale restarts the run
         run = self.launcher
         keep = {name: h for name, h in zip(run.names, run.handles) if name in {new.actor_name(i) for i in new.instances} | {run.names[0]}}
         gone = [name for name in run.names if name not in keep]
         kill_actors(run.handles_of(gone), [], wait_s=0)  # names the new plan does not use: nothing waits for them
+        killed = time.time()
         self._switch_plan(new)
         self._launch_surviving(moved, recovering=True, survivors=keep)
+        marks = run.marks  # the last launch's: begun, reset, connected, started
+        steps = {"reassign": written - drained_at, "kill": killed - written}
+        steps.update(zip(("reset", "connect", "start"), (b - a for a, b in zip(marks, marks[1:]))))
         record = Rescale(began, old.parallelism, new.parallelism, manifest.snapshot_id, drained_at - began, time.time() - drained_at,
-                         pending=[a.first_release.remote() for a in run.sinks()])
+                         pending=[a.first_release.remote() for a in run.sinks()], steps_s=steps, resets_s=dict(run.resets))
         self.rescales.append(record)
         log.info("flow %s rescaled from %d to %d instances from snapshot %d", new.flow_name, old.parallelism, new.parallelism,
                  manifest.snapshot_id)
