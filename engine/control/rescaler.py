@@ -17,9 +17,10 @@ started, key groups and source partitions reassigned
 (:func:`~driftstream.engine.model.reassignment.reassigned`, committed first). A stop
 takes the same drained snapshot, so that a resume may come at any parallelism.
 
->>> r = Rescale(at=100.0, from_=2, to=3, snapshot=7, drain_s=0.08, restart_s=0.4)
->>> r.report()["to"], r.report()["first_output_s"]
-(3, None)
+>>> r = Rescale(at=100.0, from_=2, to=3, snapshot=7, drain_s=0.08, restart_s=0.4,
+...             steps_s={"reassign": 0.01, "kill": 0.0, "reset": 0.1, "connect": 0.28, "start": 0.01})
+>>> r.report()["to"], r.report()["first_output_s"], r.report()["steps_s"]["connect"]
+(3, None, 0.28)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import ray
@@ -65,7 +66,14 @@ class Rescale:
     snapshot it restarted from, seconds from the sources' stop to that snapshot's commit
     (``drain_s``), from there to every actor running again (``restart_s``), and from the
     sources' stop to the first output released after it (``first_output_s``: the downtime
-    as the sinks see it; None until then)."""
+    as the sinks see it; None until then).
+
+    ``steps_s``: where ``restart_s`` went, in seconds: ``reassign`` (the manifest reassigned
+    to the new parallelism and committed), ``kill`` (the actors the new plan does not use),
+    then the launch's ``reset`` (survivors reset in place, new actors created),
+    ``connect`` (every actor listening, which waits for a new actor's process to start,
+    and connected) and ``start``; ``resets_s``: per survivor reset in place, its
+    ``tear_down``, ``setup`` and ``restore``, as a recovery's."""
 
     at: float
     from_: int
@@ -75,6 +83,8 @@ class Rescale:
     restart_s: float
     first_output_s: Optional[float] = None
     pending: Optional[list] = None  # refs of first_release() calls, resolved lazily
+    steps_s: dict = field(default_factory=dict)
+    resets_s: dict = field(default_factory=dict)
 
     def resolve(self) -> None:
         """Fill in ``first_output_s`` once a sink has released output. O(sinks)."""
@@ -94,7 +104,8 @@ class Rescale:
 
     def report(self) -> dict:
         return {"at": self.at, "from": self.from_, "to": self.to, "snapshot": self.snapshot, "drain_s": self.drain_s,
-                "restart_s": self.restart_s, "first_output_s": self.first_output_s}
+                "restart_s": self.restart_s, "first_output_s": self.first_output_s, "steps_s": dict(self.steps_s),
+                "resets_s": dict(self.resets_s)}
 
 
 class Drain:
@@ -212,15 +223,20 @@ class Rescaler:
         new = plan.with_parallelism(request.parallelism)
         moved = reassigned(manifest, new, self.committer.take_id(), source_partitions(new))
         self.committer.store.write_manifest(moved.snapshot_id, moved.to_json())
+        written = time.time()
         self.before_restart()
         run = self.launcher
         wanted = {new.actor_name(i) for i in new.instances} | {run.names[0]}  # names[0]: the acker
         survivors = {name: h for name, h in zip(run.names, run.handles) if name in wanted}
         gone = [name for name in run.names if name not in wanted]
         kill_actors(run.handles_of(gone), [], wait_s=0)  # names the new plan does not use: nothing waits for them
+        killed = time.time()
         self.relaunch(new, moved, survivors)
+        marks = run.marks  # the launch's: begun, reset, connected, started
+        steps = {"reassign": written - drained_at, "kill": killed - written}
+        steps.update(zip(("reset", "connect", "start"), (b - a for a, b in zip(marks, marks[1:]))))
         record = Rescale(began, plan.parallelism, new.parallelism, manifest.snapshot_id, drained_at - began, time.time() - drained_at,
-                         pending=[a.first_release.remote() for a in run.sinks()])
+                         pending=[a.first_release.remote() for a in run.sinks()], steps_s=steps, resets_s=dict(run.resets))
         self.records.append(record)
         log.info("flow %s rescaled from %d to %d instances from snapshot %d", new.flow_name, plan.parallelism, new.parallelism,
                  manifest.snapshot_id)

@@ -4,6 +4,7 @@
     driftstream bench wordcount --lines 40000 --rate 1000 --seconds 15
     driftstream bench exactly-once                    # latency under snapshots, recovery times
     driftstream bench exactly-once --rate 2000 --seconds 10 --json eo.json
+    driftstream bench rescale [--cluster]            # downtime of a running flow's rescale 2 -> 3 -> 2 (rescale.py)
     RAY_enable_metrics_collection=1 driftstream bench exactly-once --rate 50 --seconds 20 --intervals 1.0 --metrics-ab 4
                                                       # the metrics export's cost: off / on, in turn
 
@@ -851,6 +852,10 @@ def main(argv: Optional[list] = None) -> int:
         from driftstream.examples.benchmarks.backlog import main as backlog_main
 
         return backlog_main(argv[1:])
+    if argv and argv[0] == "rescale":
+        from driftstream.examples.benchmarks.rescale import main as rescale_main
+
+        return rescale_main(argv[1:])
     if argv and argv[0] == "nexmark":
         from driftstream.examples.nexmark.bench import main as nexmark_main
 
@@ -868,6 +873,8 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
+    sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "
+                   "the engine's drain / restart, output checked (--cluster: on two Ray nodes; --help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
     wc.add_argument("--lines", type=int, default=40_000, help="lines (10 words each) for the throughput run")
     wc.add_argument("--rate", type=float, default=1_000, help="words/s for the latency run")

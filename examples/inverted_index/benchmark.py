@@ -59,6 +59,8 @@ class Config:
     standbys: int = 0
     #: driftstream's figures as Ray metrics (where Ray collects metrics)
     export_metrics: bool = True
+    #: driftstream's parallelism at the start (a rescale run moves it, see ``Benchmark.run``)
+    parallelism: int = PARALLELISM
 
     @property
     def label(self) -> str:
@@ -110,6 +112,8 @@ class RunResult:
     recovery_s: list = field(default_factory=list)
     #: per kill, the engine's own timings (driftstream): kill -> restored, -> first new output, and where the time went
     recovery_engine: list = field(default_factory=list)
+    #: per rescale (driftstream): the engine's report and the output consumer's downtime (see :func:`rescale_downtimes`)
+    rescales: list = field(default_factory=list)
     engine: dict = field(default_factory=dict)
 
     @property
@@ -138,26 +142,34 @@ class Benchmark:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="driftstream-bench-"))
         self.progress = progress or (lambda *a: None)
 
-    def run(self, config: Config, rate: float, docs: int, kill_at: tuple = (), drain_timeout: Optional[float] = None) -> RunResult:
+    def run(self, config: Config, rate: float, docs: int, kill_at: tuple = (), drain_timeout: Optional[float] = None,
+            rescale_at: tuple = ()) -> RunResult:
         """Feed ``docs`` documents at ``rate`` docs/s through ``config``; ``kill_at``: seconds
-        after the first send at which to kill a stateful driftstream actor (recovery runs)."""
+        after the first send at which to kill a stateful driftstream actor (recovery runs);
+        ``rescale_at``: ``(seconds after the first send, parallelism)`` pairs at which to
+        rescale the running driftstream flow (``FlowHandle.rescale``; the output topic gets
+        as many partitions as the largest parallelism)."""
         tag = uuid.uuid4().hex[:8]
         in_topic, out_topic = f"ii-{tag}-in", f"ii-{tag}-out"
         create_topic(self.bootstrap_servers, in_topic, 1)
-        create_topic(self.bootstrap_servers, out_topic, PARALLELISM)
+        create_topic(self.bootstrap_servers, out_topic, max([config.parallelism] + [p for _, p in rescale_at]))
         feeder = Feeder(self.table, self.bootstrap_servers, in_topic, rate=rate, limit=docs)
         expected = sum(feeder.expected_n_changes)
         engine = _start_engine(config, self.bootstrap_servers, in_topic, out_topic, self.workdir / tag, tag)
         meter = OutputMeter(self.bootstrap_servers, out_topic).start()
         kills: list = []
+        rescales: list = []  # (wall time of the call, the engine's report, wall time it returned)
         try:
             feeder.start()
             t0 = time.time()
-            pending_kills = sorted(kill_at)
+            actions = sorted([(s, "kill", None) for s in kill_at] + [(s, "rescale", p) for s, p in rescale_at], key=lambda a: a[0])
             while not feeder.join(timeout=0.2):
-                if pending_kills and time.time() - t0 >= pending_kills[0]:
-                    pending_kills.pop(0)
-                    kills.append(engine.kill_stateful_actor())
+                while actions and time.time() - t0 >= actions[0][0]:
+                    _, what, parallelism = actions.pop(0)
+                    if what == "kill":
+                        kills.append(engine.kill_stateful_actor())
+                    else:
+                        rescales.append(engine.rescale(parallelism))
                 self.progress(config.label, len(feeder.sends), docs, meter.count, expected)
             # Spark may fall behind the feed (a micro-batch costs ~1 s here): let it drain.
             deadline = time.time() + (drain_timeout if drain_timeout is not None else max(120.0, docs / 5.0))
@@ -192,6 +204,12 @@ class Benchmark:
         )
         result.recovery_s = recovery_times(timeline, result.failures_at_s)
         result.recovery_engine = engine_recoveries(kills, info.get("recoveries") or [])
+        if rescales:
+            result.rescales = rescale_downtimes([ms / 1000.0 for ms, _ in arrivals], rescales, first_send / 1000.0)
+            # From the sources' stop: what was sent before it is released by the drain.
+            back = recovery_times(timeline, [r["stopped_at_s"] for r in result.rescales])
+            for r, b in zip(result.rescales, back):
+                r["latency_back_under_p99_s"] = b
         return result
 
     def _locate_missing(self, sends: list, lat: Any, in_topic: str) -> list:
@@ -327,6 +345,55 @@ def engine_recoveries(kills: list, recoveries: list) -> list:
     return out
 
 
+def rescale_downtimes(arrivals_s: list, rescales: list, first_send_s: float = 0.0, baseline_s: float = 5.0) -> list:
+    """Per rescale, the engine's report and the downtime the output topic's consumer saw.
+
+    ``arrivals_s``: wall times (s) at which the consumer received each output record;
+    ``rescales``: ``(wall time handle.rescale was called, its report, wall time it
+    returned)``. The report's ``at`` (the sources' stop), ``drain_s`` (to the drained
+    snapshot's commit) and ``restart_s`` (to every actor running again) place the
+    restart: no output can come between the commit and the end of the restart, so the
+    records on either side of its middle are the last output before the rescale and the
+    first after it. ``downtime_s`` is the time between them; ``baseline_gap_s`` the
+    largest gap between two records in the ``baseline_s`` seconds before the call (what
+    the input's own pauses make). Times ``*_s`` since ``first_send_s`` where they are
+    points in time.
+
+    >>> arrivals = [9.95, 10.0, 10.03, 10.05, 11.5, 11.52]
+    >>> report = {"from": 2, "to": 3, "at": 10.045, "drain_s": 0.05, "restart_s": 0.4, "first_output_s": 1.3}
+    >>> r = rescale_downtimes(arrivals, [(10.04, report, 11.6)], first_send_s=9.0)[0]
+    >>> r["downtime_s"], r["last_before_s"], r["first_after_s"], r["baseline_gap_s"]
+    (1.45, 1.05, 2.5, 0.05)
+    """
+    import bisect
+
+    times = sorted(arrivals_s)
+    out = []
+    for called, report, returned in rescales:
+        report = dict(report)
+        middle = report["at"] + report["drain_s"] + report["restart_s"] / 2
+        i = bisect.bisect_left(times, middle)
+        before = times[i - 1] if i > 0 else None
+        after = times[i] if i < len(times) else None
+        window = times[bisect.bisect_left(times, called - baseline_s):bisect.bisect_left(times, called)]
+        gaps = [b - a for a, b in zip(window, window[1:])]
+
+        def since(t):
+            return None if t is None else round(t - first_send_s, 3)
+
+        out.append({
+            "from": report.get("from"), "to": report.get("to"), "snapshot": report.get("snapshot"),
+            "called_at_s": since(called), "stopped_at_s": since(report["at"]), "returned_after_s": round(returned - called, 3),
+            "drain_s": report["drain_s"], "restart_s": report["restart_s"], "first_output_s": report.get("first_output_s"),
+            "last_before_s": since(before), "first_after_s": since(after),
+            "downtime_s": None if before is None or after is None else round(after - before, 3),
+            "baseline_gap_s": round(max(gaps), 3) if gaps else None,
+            "steps_s": report.get("steps_s") or {}, "resets_s": report.get("resets_s") or {},
+            **({"placement": report["placement"]} if report.get("placement") else {}),
+        })
+    return out
+
+
 # -- engines ------------------------------------------------------------------------------
 
 
@@ -337,7 +404,7 @@ class _Driftstream:
         self.name = f"ii-{tag}"
         flow = kafka_flow(bootstrap, in_topic, out_topic, name=self.name, state=config.state)
         self.handle = flow.start(
-            parallelism=PARALLELISM,
+            parallelism=config.parallelism,
             guarantee=config.guarantee,
             snapshot_interval=config.snapshot_interval,
             snapshot_dir=str(workdir / "snapshots"),
@@ -386,6 +453,36 @@ class _Driftstream:
         self._killed = handle._actor_id
         return time.time()
 
+    def rescale(self, parallelism: int) -> tuple:
+        """``handle.rescale(parallelism)``: (wall time of the call, its report, wall time it returned)."""
+        called = time.time()
+        report = self.handle.rescale(parallelism)
+        returned = time.time()
+        return called, dict(report, placement=self.placement()), returned
+
+    def placement(self) -> Optional[dict]:
+        """On a cluster of several nodes: the number of the flow's live actors per node
+        (``head``, ``worker <node id>``); None on one node. From the GCS actor table, as
+        ``tests/engine/control/cluster_run.py`` reads it."""
+        import ray
+
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        if len(nodes) < 2:
+            return None
+        label = {n["NodeID"]: "head" if "node:__internal_head__" in n["Resources"] else f"worker {n['NodeID'][:8]}" for n in nodes}
+        counts: dict = {}
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if not a["name"].startswith(self.name + "/"):
+                continue
+            try:
+                info = ray._private.state.actors(ray.get_actor(a["name"], namespace=a["namespace"])._actor_id.hex())
+            except ValueError:
+                continue  # gone since the listing
+            if info.get("State") == "ALIVE":
+                node = label.get(info["Address"]["NodeID"], info["Address"]["NodeID"][:8])
+                counts[node] = counts.get(node, 0) + 1
+        return counts
+
     def stop(self) -> dict:
         status = self.handle.status()
         result = self.handle.stop()
@@ -394,6 +491,7 @@ class _Driftstream:
             "snapshots": result.metrics.snapshots,
             "snapshot_ms": percentiles([s * 1000.0 for s in snaps]) if snaps else {},
             "recoveries": status.get("recoveries", []),
+            "parallelism": status.get("parallelism"),
             "dead_letters": result.metrics.dead_letters,
             # source emit -> barrier release, per input record (the engine's share of the latency)
             "release_latency_ms": result.metrics.latency_ms,
@@ -411,6 +509,9 @@ class _Spark:
 
     def kill_stateful_actor(self) -> float:
         raise ValueError("failure injection is for driftstream runs")
+
+    def rescale(self, parallelism: int) -> tuple:
+        raise ValueError("rescales are for driftstream runs")
 
     def stop(self) -> dict:
         self.handle.stop()

@@ -126,6 +126,10 @@ def test_rescale_a_running_flow_with_a_kill_during_its_restore(ray_session, kafk
     wait_released(bs, dst, PHASE // 2, handle)
     report = handle.rescale(3)
     assert (report["from"], report["to"]) == (2, 3) and report["snapshot"] is not None
+    # Where restart_s went: its steps, which add up to no more than it (the last step ends before it is read).
+    assert list(report["steps_s"]) == ["reassign", "kill", "reset", "connect", "start"]
+    assert all(s >= 0 for s in report["steps_s"].values()) and sum(report["steps_s"].values()) <= report["restart_s"]
+    assert all(name.startswith("live/") for name in report["resets_s"])  # the survivors reset in place, if any
     feed(bs, src, PHASE, PHASE)
     wait_released(bs, dst, PHASE + PHASE // 2, handle)
     assert handle.rescale(1)["to"] == 1
