@@ -22,7 +22,8 @@ from driftstream.engine.connectors.kafka.security import KafkaSecurity
 from driftstream.engine.connectors.kafka.sink import KafkaSink
 from driftstream.engine.connectors.kafka.source import KafkaSource
 from driftstream.engine.connectors.source import Source, SourcePartition
-from driftstream.engine.model.errors import FlowError, StepError
+from driftstream.engine.model.data_plane import DataPlaneTLS
+from driftstream.engine.model.errors import DataPlaneError, FlowError, StepError
 from driftstream.engine.model.result import Metrics, RunResult
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "MapState",
     "FlowError",
     "StepError",
+    "DataPlaneError",
+    "DataPlaneTLS",
     "RunResult",
     "Metrics",
     "Source",

@@ -46,6 +46,9 @@ def start(args: argparse.Namespace, load_flow: Callable) -> int:
     if args.snapshot_dir:
         # The coordinator runs in another process (maybe on another node): a relative path would be its own.
         options["snapshot_dir"] = args.snapshot_dir if "://" in args.snapshot_dir else os.path.abspath(args.snapshot_dir)
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        options["data_plane_tls"] = {"ca": os.path.abspath(args.tls_ca or ""), "cert": os.path.abspath(args.tls_cert or ""),
+                                     "key": os.path.abspath(args.tls_key or "")}
     plan = flow.plan(args.parallelism)  # an invalid flow fails here, before any cluster is touched
     print(plan.describe())
     handle = start_on_ray(plan, address=cluster_address(args.address), detached=True, **options)
@@ -120,6 +123,10 @@ def add_commands(sub: argparse._SubParsersAction, load_flow: Callable) -> None:
     p.add_argument("--fresh", action="store_true", help="discard another flow's snapshots in --snapshot-dir and start afresh")
     p.add_argument("--allow-state-changes", action="store_true",
                    help="resume although stateful steps were added (they start empty) or removed (their state is dropped)")
+    for what, text in (("ca", "the CA that signs every node's certificate"), ("cert", "the certificate actors present"),
+                       ("key", "its private key")):
+        p.add_argument(f"--tls-{what}", default=None, help=f"data-plane TLS: {text} (PEM, the same path on every node; "
+                       "give all three)")
     p.add_argument("--allow-new-partitions", action="store_true",
                    help="resume although a source has more partitions than the snapshot knows (read from their start)")
     p.add_argument("--address", default=None, help=address_help)

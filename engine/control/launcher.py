@@ -15,7 +15,6 @@ may run another plan (another parallelism) from the same manifest.
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Iterable, Iterator, Optional
 
@@ -23,6 +22,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driftstream.engine.model.config import RunConfig  # noqa: F401  (the doctest)
+from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
@@ -69,16 +69,16 @@ class Launcher:
         survivors, renamed = survivors or {}, renamed or {}
         marks = self.marks = [time.time()]
         placed = placement(set(avoid_nodes))
-        token = secrets.token_bytes(32)
+        plane = PlaneKey.new(self.rules.config.data_plane_tls)  # a new secret per launch: old incarnations cannot join
         resets: list = []
         reset_names: list = []
         acker_name = acker_name_of(plan)
         if acker_name in survivors:
             acker = survivors[acker_name]
-            resets.append(acker.reset.remote(len(plan.source_instances), token))
+            resets.append(acker.reset.remote(len(plan.source_instances), plane))
         else:
             acker = AckerActor.options(name=renamed.get(acker_name, acker_name), namespace=NAMESPACE,
-                                       scheduling_strategy=next(placed)).remote(len(plan.source_instances), token)
+                                       scheduling_strategy=next(placed)).remote(len(plan.source_instances), plane)
         # Survivors of another plan (a rescale) and standbys (started with the plan of their
         # day) are handed the plan they now run.
         moved = None if plan is self.plan else plan
@@ -92,17 +92,17 @@ class Launcher:
             name = plan.actor_name(instance)
             if name in survivors:
                 actor = survivors[name]
-                resets.append(actor.reset.remote(opts, token, None, moved))
+                resets.append(actor.reset.remote(opts, plane, None, moved))
                 reset_names.append(name)
                 if name in self.real_names:
                     real_names[name] = self.real_names[name]
             elif len(self.standbys):
                 actor, real_names[name] = self.standbys.take()
-                resets.append(actor.reset.remote(opts, token, tuple(instance), plan))
+                resets.append(actor.reset.remote(opts, plane, tuple(instance), plan))
                 reset_names.append(f"{name} (standby)")
             else:
                 real = real_names[name] = renamed.get(name, name)
-                actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan, *instance, opts, token)
+                actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan, *instance, opts, plane)
             actors[instance] = actor
             handles.append(actor)
             names.append(name)

@@ -173,13 +173,13 @@ class SnapshotCommitter:
     def _start(self, acker, count: Optional[int]) -> SnapshotStream:
         """Start the acker's schedule of ``count`` snapshots (None: until the run completes)."""
         if self.inbox is None:
-            self.inbox = SnapshotInbox(ray.util.get_node_ip_address())
+            self.inbox = SnapshotInbox(ray.util.get_node_ip_address(), self.config.data_plane_tls)
         self.streams += 1
         # An item later than this means the acker hangs, as a single call's bound did.
         interval = self.config.snapshot_interval
         timeout = self.config.snapshot_timeout
         stream = SnapshotStream(self.inbox, self.streams, self.next_snapshot_id, patience=interval + timeout + 5)
-        inbox = (self.inbox.address, self.inbox.token, stream.number)
+        inbox = (self.inbox.address, self.inbox.key, stream.number)
         stream.call = acker.snapshots.remote(self.next_snapshot_id, count, interval, timeout, inbox)
         return stream
 

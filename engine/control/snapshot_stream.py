@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import secrets
 import threading
 import time
 from typing import Any, Optional
 
+from driftstream.engine.model.data_plane import DataPlaneTLS, PlaneKey
 from driftstream.engine.runtime.protocol import ScheduleEnded, SnapshotTaken  # noqa: F401  (SnapshotTaken: the doctest)
 from driftstream.engine.runtime.transport import Endpoint
 
@@ -42,17 +42,18 @@ class SnapshotInbox:
     """A data-plane endpoint in a thread of its own, listening on ``host``: every message
     a peer sends lands in ``queue`` as it arrives, where a blocking reader takes it.
 
-    Peers connect with ``token`` (its own secret, not a run's: the inbox outlives recoveries).
+    Peers connect with ``key`` (its own secret, not a run's: the inbox outlives recoveries;
+    the run's TLS files, if any).
     Messages are ``(kind, stream number, body)``; see :class:`SnapshotStream`.
     """
 
-    def __init__(self, host: str) -> None:
-        self.token = secrets.token_bytes(32)
+    def __init__(self, host: str, tls: Optional[DataPlaneTLS] = None) -> None:
+        self.key = PlaneKey.new(tls)
         self.queue: queue.Queue = queue.Queue()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="snapshot-inbox", daemon=True)
         self._thread.start()
-        self._endpoint = Endpoint(self.token, self.queue.put)
+        self._endpoint = Endpoint(self.key, self.queue.put)
         self.address: tuple = self._call(self._endpoint.listen(host))
 
     def _call(self, coroutine: Any) -> Any:

@@ -49,7 +49,7 @@ class StandbyPool:
         while len(self.entries) < self.size:
             name = f"{plan.flow_name}/standby/{self._started}"
             self._started += 1
-            handle = StageActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(plan, None, None, None, b"")
+            handle = StageActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(plan, None, None, None, None)
             self.entries.append((handle, name, handle.node.remote()))
 
     def take(self) -> tuple:

@@ -10,7 +10,7 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, export_metrics, faults, fresh, guarantee, heartbeat_timeout, keep_parallelism, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, source_alignment, standbys, state_cache_bytes
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, data_plane_tls, export_metrics, faults, fresh, guarantee, heartbeat_timeout, keep_parallelism, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, source_alignment, standbys, state_cache_bytes
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Mapping, Optional
 
 from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
 
+from driftstream.engine.model.data_plane import DataPlaneTLS
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import SnapshotPart
 
@@ -124,6 +125,11 @@ class RunConfig:
     #: (see engine/control/metrics_export.py)
     export_metrics: bool = True
     metrics_interval: float = METRICS_INTERVAL_S
+    #: TLS on the connections between the run's actors (and to the coordinator's snapshot
+    #: inbox), beside the challenge-response every connection makes: a DataPlaneTLS or a
+    #: dict with ``ca``, ``cert`` and ``key`` (PEM files at the same paths on every node);
+    #: None: plain TCP (see engine/model/data_plane.py)
+    data_plane_tls: Optional[DataPlaneTLS] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -153,6 +159,12 @@ class RunConfig:
                                                   or self.source_alignment < 0):
             raise FlowError(f"source_alignment is a number >= 0 (how far past the slowest source partition, in its time "
                             f"units, a partition may read) or None, not {self.source_alignment!r}")
+        if isinstance(self.data_plane_tls, Mapping):
+            object.__setattr__(self, "data_plane_tls", DataPlaneTLS(**self.data_plane_tls))
+        if self.data_plane_tls is not None:
+            if not isinstance(self.data_plane_tls, DataPlaneTLS):
+                raise FlowError(f"data_plane_tls is a DataPlaneTLS(ca, cert, key) or a dict of those, not {self.data_plane_tls!r}")
+            self.data_plane_tls.check()
         if type(self.sample_every) is not int or self.sample_every < 1:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
 

@@ -48,6 +48,22 @@ class StepError(RuntimeError):
         return (StepError, (self.step, self.element, self.t, self.cause, self.traceback_text))
 
 
+class DataPlaneError(RuntimeError):
+    """A message between a run's actors could not be loaded or handled: an engine fault,
+    which fails the run with the peer's name and the cause.
+
+    >>> str(DataPlaneError("ii/by_word/0", "acker", "KeyError: 3"))
+    'data plane: acker could not load or handle a message from ii/by_word/0: KeyError: 3'
+    """
+
+    def __init__(self, peer: str, receiver: str, cause: str) -> None:
+        self.peer, self.receiver, self.cause = peer, receiver, cause
+        super().__init__(f"data plane: {receiver} could not load or handle a message from {peer}: {cause}")
+
+    def __reduce__(self):
+        return (DataPlaneError, (self.peer, self.receiver, self.cause))
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """An element whose step raised, under ``on_error="dead-letter"``: the step's name, the

@@ -27,7 +27,8 @@ from driftstream.ordering.meta import BOTTOM, TOP
 
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
-from driftstream.engine.model.errors import StepError
+from driftstream.engine.model.data_plane import PlaneKey
+from driftstream.engine.model.errors import DataPlaneError, StepError
 from driftstream.engine.model.live_figures import emit_samples, recent_samples
 from driftstream.engine.model.manifest import Instance, PartCollector, SnapshotPart
 from driftstream.engine.model.plan import Plan
@@ -81,25 +82,26 @@ class AckerActor:
     are folded in the order it sent them: a bound never overtakes its XORs.
     """
 
-    def __init__(self, sources: int, token: bytes) -> None:
+    def __init__(self, sources: int, key: PlaneKey) -> None:
         # Counts resets and ends of snapshot schedules: a schedule from before one stops (see snapshots).
         self.generation = 0
         self.schedule_changed = asyncio.Event()
         # The supervisor's snapshot inbox (a connection that outlives resets), once a schedule started.
         self.inbox: Optional[Endpoint] = None
         self.inbox_address: Optional[tuple] = None
-        self._setup(sources, token)
+        self._setup(sources, key)
 
-    async def reset(self, sources: int, token: bytes) -> None:
+    async def reset(self, sources: int, key: PlaneKey) -> None:
         """Start over with an empty table (recovery of a surviving acker)."""
         await self.endpoint.close()
-        self._setup(sources, token)
+        self._setup(sources, key)
 
-    def _setup(self, sources: int, token: bytes) -> None:
+    def _setup(self, sources: int, key: PlaneKey) -> None:
         self._end_schedule()
         self.acker = Acker(sources)
         self.lost = LostPeers()
-        self.endpoint = Endpoint(token, self._on_message, me=ray.get_runtime_context().get_actor_name() or "acker", on_lost=self.lost.add)
+        self.endpoint = Endpoint(key, self._on_message, me=ray.get_runtime_context().get_actor_name() or "acker", on_lost=self.lost.add,
+                                 on_error=self._on_plane_error)
         self.subscribers: dict = {}
         self.pushed = self.acker.watermark
         self.push_scheduled = False
@@ -188,16 +190,16 @@ class AckerActor:
         snapshot is sent with its ``missing``), or :meth:`end_snapshots` or a reset ends
         the schedule; then sends the end and returns.
 
-        ``inbox`` is ``(address, token, stream number)`` of a
+        ``inbox`` is ``(address, plane key, stream number)`` of a
         :class:`~driftstream.engine.control.snapshot_stream.SnapshotInbox`: one Ray call for the
         whole schedule, and each snapshot a data-plane message (a Ray streaming item cost
         ~1 ms of CPU on each side, see :mod:`.snapshot_stream`).
         """
-        address, token, number = inbox
-        if self.inbox is None or self.inbox_address != (address, token):
+        address, key, number = inbox
+        if self.inbox is None or self.inbox_address != (address, key):
             if self.inbox is not None:
                 await self.inbox.close()
-            self.inbox, self.inbox_address = Endpoint(token, None), (address, token)
+            self.inbox, self.inbox_address = Endpoint(key, None), (address, key)
             await self.inbox.connect("supervisor", address)
         send, generation = self.inbox.send, self.generation
         snapshot_id = first_id
@@ -271,6 +273,12 @@ class AckerActor:
             self.error = error
         self.done.set()
 
+    def _on_plane_error(self, peer: str, exc: BaseException) -> None:
+        """A message this acker could not load or handle: the run fails with it."""
+        if self.error is None:
+            self.error = DataPlaneError(peer, "the acker", f"{type(exc).__name__}: {exc}")
+        self.done.set()
+
     async def wait(self) -> Optional[BaseException]:
         await self.done.wait()
         return self.error
@@ -301,7 +309,8 @@ class StageActor:
     (starting a process costs about a second of CPU on a small machine, a reset milliseconds).
     """
 
-    def __init__(self, plan: Plan, stage_index: Optional[int], instance: Optional[int], config: Optional[InstanceConfig], token: bytes) -> None:
+    def __init__(self, plan: Plan, stage_index: Optional[int], instance: Optional[int], config: Optional[InstanceConfig],
+                 plane: Optional[PlaneKey]) -> None:
         self.key = None if config is None else Instance(stage_index, instance)
         self.plan = plan
         # The event loop shares the interpreter lock with the sink writer, a remote snapshot
@@ -312,9 +321,9 @@ class StageActor:
         self.source_task: Optional[asyncio.Task] = None
         self.gc_task: Optional[asyncio.Task] = None
         if self.key is not None:
-            self._setup(config, token)
+            self._setup(config, plane)
 
-    async def reset(self, config: InstanceConfig, token: bytes, key: Optional[tuple] = None, plan: Optional[Plan] = None) -> dict:
+    async def reset(self, config: InstanceConfig, plane: PlaneKey, key: Optional[tuple] = None, plan: Optional[Plan] = None) -> dict:
         """Start over in this process from a snapshot (recovery of a survivor: no new process),
         as instance ``key`` when given (a standby taking a lost instance's place), of ``plan``
         when given (a rescale: the same flow at another parallelism). Returns
@@ -331,7 +340,7 @@ class StageActor:
             self.key = Instance(*key)
         if plan is not None:
             self.plan = plan
-        self._setup(config, token)
+        self._setup(config, plane)
         return {"tear_down": t1 - t0, "setup": time.perf_counter() - t1, "restore": self.snapshots.restore_s}
 
     async def playing(self) -> Optional[str]:
@@ -371,7 +380,7 @@ class StageActor:
         if not self.rt.writing or self.failed:
             self.writes_idle.set()
 
-    def _setup(self, config: InstanceConfig, token: bytes) -> None:
+    def _setup(self, config: InstanceConfig, plane: PlaneKey) -> None:
         plan, (stage_index, instance) = self.plan, self.key
         stage = plan.stages[stage_index]
         restore = config.restore
@@ -415,7 +424,8 @@ class StageActor:
         self.failed = False
         self.acker = None
         self.lost = LostPeers()
-        self.endpoint = Endpoint(token, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add)
+        self.endpoint = Endpoint(plane, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add,
+                                 on_error=self._on_plane_error)
         self.credit: Optional[asyncio.Event] = None
         self.first_release_at: Optional[float] = None
         self.released: Optional[asyncio.Event] = None
@@ -643,6 +653,12 @@ class StageActor:
             "late_elements": self.rt.late_elements(),
             "step_dead_letters": dict(self.rt.dead_letters),
         }
+
+    def _on_plane_error(self, peer: str, exc: BaseException) -> None:
+        """A message this actor could not load or handle: the run fails with it."""
+        if not self.failed:
+            self.failed = True
+            self.acker.fail.remote(DataPlaneError(peer, self.plan.actor_name(self.key), f"{type(exc).__name__}: {exc}"))
 
     def _guarded(self, fn, *args) -> bool:
         """Run ``fn(*args)`` unless the run has failed; a StepError fails the run. True if it ran."""

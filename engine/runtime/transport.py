@@ -7,19 +7,23 @@ message on a socket ~0.15 ms and 0.2 ms (see the issue notes for the
 measurements); the engine sends several messages per input element, so this is
 the difference between meeting a 10 ms latency floor and missing it by 3x.
 
-Every connection starts with the run's secret token; a peer that does not
-present it is dropped before anything it sent is unpickled. Messages are
-pickled because both ends are this engine's own actors of one run. Then the
-peer says who it is, so that a connection that ends while the endpoint is open
-(the peer's process died, with its node or alone) names the peer lost
-(``on_lost``): seen at once, without waiting for Ray's health check.
+Every connection starts with a challenge-response on the run's secret
+(:mod:`.handshake`; TLS as well with the key's ``tls``): a peer that does not
+prove it holds the secret within a few seconds is dropped before anything it
+sent is unpickled. Messages are pickled because both ends are this engine's own
+actors of one run. The handshake names the peer, so that a connection that ends
+while the endpoint is open (the peer's process died, with its node or alone)
+names the peer lost (``on_lost``): seen at once, without waiting for Ray's
+health check. A frame that cannot be loaded or handled is an engine fault:
+``on_error(peer, exc)`` hears it (the actors fail the run with it).
 
 >>> import asyncio
+>>> from driftstream.engine.model.data_plane import PlaneKey
 >>> async def demo():
-...     got = []
-...     server = Endpoint(b"secret", got.append)
+...     got, key = [], PlaneKey.new()
+...     server = Endpoint(key, got.append)
 ...     addr = await server.listen("127.0.0.1")
-...     client = Endpoint(b"secret", None)
+...     client = Endpoint(key, None)
 ...     await client.connect("server", addr)
 ...     client.send("server", ("hello", 1))
 ...     await asyncio.sleep(0.05)
@@ -32,12 +36,23 @@ peer says who it is, so that a connection that ends while the endpoint is open
 from __future__ import annotations
 
 import asyncio
-import hmac
+import logging
 import pickle
 import struct
 from typing import Any, Callable, Optional
 
+from driftstream.engine.model.data_plane import PlaneKey
+from driftstream.engine.runtime.handshake import accept, offer
+
+log = logging.getLogger(__name__)
+
 _LEN = struct.Struct("!I")
+#: The largest frame an endpoint sends or takes (a snapshot part is one frame).
+MAX_FRAME = 1 << 30
+
+
+class FrameTooLarge(ValueError):
+    """A message pickles to more than the endpoint's ``max_frame`` bytes."""
 
 
 class Endpoint:
@@ -47,27 +62,38 @@ class Endpoint:
     the order each peer sent them (TCP keeps per-connection FIFO).
     """
 
-    def __init__(self, token: bytes, handler: Optional[Callable[[Any], None]], me: str = "",
-                 on_lost: Optional[Callable[[str], None]] = None) -> None:
-        self.token = token
+    def __init__(self, key: PlaneKey, handler: Optional[Callable[[Any], None]], me: str = "",
+                 on_lost: Optional[Callable[[str], None]] = None,
+                 on_error: Optional[Callable[[str, BaseException], None]] = None, max_frame: int = MAX_FRAME) -> None:
+        self.key = key
         self.handler = handler
-        self.me = me.encode()
+        self.me = me
         self.on_lost = on_lost
+        self.on_error = on_error
+        self.max_frame = max_frame
         self.server: Optional[asyncio.AbstractServer] = None
         self.writers: dict = {}
         self.closed = False
         self.sent = 0
         self.received = 0
+        self.refused = 0  # connections that did not prove the secret
 
     async def listen(self, host: str) -> tuple:
         """Listen on an ephemeral port of ``host``; returns ``(host, port)`` for peers."""
-        self.server = await asyncio.start_server(self._serve, host, 0)
+        tls = self.key.tls.server_context() if self.key.tls is not None else None
+        self.server = await asyncio.start_server(self._serve, host, 0, ssl=tls)
         return self.server.sockets[0].getsockname()[:2]
 
     async def connect(self, name: Any, address: tuple) -> None:
-        """Open the connection used by ``send(name, ...)``."""
-        reader, writer = await asyncio.open_connection(*address)
-        writer.write(_LEN.pack(len(self.token)) + self.token + _LEN.pack(len(self.me)) + self.me)
+        """Open the connection used by ``send(name, ...)``, once the peer proved it is of
+        this run (HandshakeError if not)."""
+        tls = self.key.tls.client_context() if self.key.tls is not None else None
+        reader, writer = await asyncio.open_connection(*address, ssl=tls)
+        try:
+            await offer(reader, writer, self.key.secret, self.me)
+        except BaseException:
+            writer.close()
+            raise
         self.writers[name] = writer
 
     def send(self, name: Any, message: Any) -> None:
@@ -79,6 +105,9 @@ class Endpoint:
         if writer is None or writer.transport.is_closing():
             return  # the peer is gone; the supervisor is about to restart this incarnation
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(data) > self.max_frame:
+            raise FrameTooLarge(f"a {type(message).__name__} for {name} is {len(data):,} bytes, over the data plane's "
+                                f"frame limit of {self.max_frame:,}")
         writer.write(_LEN.pack(len(data)) + data)
         self.sent += 1
 
@@ -93,21 +122,13 @@ class Endpoint:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = None
         try:
-            (n,) = _LEN.unpack(await reader.readexactly(4))
-            if n != len(self.token) or not hmac.compare_digest(await reader.readexactly(n), self.token):
+            peer = await accept(reader, writer, self.key.secret)
+            if peer is None:
+                self.refused += 1
+                log.warning("data plane: refused a connection from %s that did not prove the run's secret",
+                            writer.get_extra_info("peername"))
                 return  # not one of ours: never unpickle what it sends
-            (n,) = _LEN.unpack(await reader.readexactly(4))
-            if n > 1024:
-                return
-            peer = (await reader.readexactly(n)).decode()
-            handler, loads, unpack, readexactly = self.handler, pickle.loads, _LEN.unpack, reader.readexactly
-            while True:
-                (n,) = unpack(await readexactly(4))
-                data = await readexactly(n)
-                if self.closed:
-                    return  # a message for an incarnation that has been reset
-                self.received += 1
-                handler(loads(data))
+            await self._read_frames(reader, peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             if peer and not self.closed and self.on_lost is not None:
                 self.on_lost(peer)  # the peer's end closed while this incarnation runs: it died
@@ -117,3 +138,25 @@ class Endpoint:
             pass
         finally:
             writer.close()
+
+    async def _read_frames(self, reader: asyncio.StreamReader, peer: str) -> None:
+        handler, loads, unpack, readexactly = self.handler, pickle.loads, _LEN.unpack, reader.readexactly
+        while True:
+            (n,) = unpack(await readexactly(4))
+            if n > self.max_frame:
+                self._error(peer, ValueError(f"a frame of {n:,} bytes from {peer}, over the limit of {self.max_frame:,}"))
+                return
+            data = await readexactly(n)
+            if self.closed:
+                return  # a message for an incarnation that has been reset
+            self.received += 1
+            try:
+                handler(loads(data))
+            except Exception as exc:  # an engine fault: the run must hear of it, not lose the message quietly
+                self._error(peer, exc)
+                return
+
+    def _error(self, peer: str, exc: BaseException) -> None:
+        log.error("data plane: a message from %s could not be loaded or handled: %r", peer, exc, exc_info=exc)
+        if self.on_error is not None and not self.closed:
+            self.on_error(peer, exc)

@@ -14,6 +14,7 @@ import ray
 from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
+from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.testing import MemorySource, PacedSource, wait_for_actor
 
 pytestmark = pytest.mark.ray
@@ -159,7 +160,7 @@ def cut_snapshot_link(acker_name: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         refused = s.getsockname()
-    call = wait_for_actor(acker_name).snapshots.remote(0, 0, 1.0, 1.0, (refused, b"cut", -1))
+    call = wait_for_actor(acker_name).snapshots.remote(0, 0, 1.0, 1.0, (refused, PlaneKey.new(), -1))
     with pytest.raises(ray.exceptions.RayTaskError, match="ConnectionRefused"):
         ray.get(call, timeout=30)
 

@@ -10,6 +10,8 @@ import pytest
 
 from driftstream.engine.runtime.protocol import ScheduleEnded, SnapshotTaken
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
+from driftstream.engine.model.data_plane import PlaneKey
+from driftstream.engine.runtime.handshake import HandshakeError
 from driftstream.engine.runtime.transport import Endpoint
 
 
@@ -20,11 +22,11 @@ def inbox():
     inbox.close()
 
 
-def send_all(address: tuple, token: bytes, messages: list) -> None:
+def send_all(address: tuple, key: PlaneKey, messages: list) -> None:
     """Connect to ``address`` as the acker does and send ``messages`` in order."""
 
     async def run():
-        peer = Endpoint(token, None)
+        peer = Endpoint(key, None)
         await peer.connect("supervisor", address)
         for m in messages:
             peer.send("supervisor", m)
@@ -52,16 +54,17 @@ def drain(stream: SnapshotStream, timeout: float = 5.0) -> list:
 def test_items_of_the_stream_arrive_in_order_and_others_are_dropped(inbox):
     stream = SnapshotStream(inbox, number=2, first_id=3, patience=10.0)
     messages = [SnapshotTaken(1, item(1)), SnapshotTaken(2, item(3)), ScheduleEnded(1), SnapshotTaken(2, item(4)), ScheduleEnded(2)]
-    send_all(inbox.address, inbox.token, messages)
+    send_all(inbox.address, inbox.key, messages)
     assert drain(stream) == [item(3), item(4)]
     assert stream.next_id == 5
 
 
-def test_a_peer_without_the_token_is_not_heard(inbox):
+def test_a_peer_without_the_secret_is_not_heard(inbox):
     stream = SnapshotStream(inbox, number=1, first_id=1, patience=10.0)
-    send_all(inbox.address, b"x" * 32, [SnapshotTaken(1, item(1)), ScheduleEnded(1)])
+    with pytest.raises(HandshakeError):  # the inbox does not prove itself to a peer of another key either
+        send_all(inbox.address, PlaneKey.new(), [SnapshotTaken(1, item(1)), ScheduleEnded(1)])
     assert not stream.wait(0.3)
-    send_all(inbox.address, inbox.token, [SnapshotTaken(1, item(1)), ScheduleEnded(1)])
+    send_all(inbox.address, inbox.key, [SnapshotTaken(1, item(1)), ScheduleEnded(1)])
     assert drain(stream) == [item(1)]
 
 

@@ -1,0 +1,36 @@
+"""A flow over data-plane TLS on Ray: exactly-once through a killed stateful actor, the
+output equal to a run without TLS or kills."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.model.errors import FlowError
+from tests.engine.control.test_exactly_once import build, kill_when
+from tests.tls_files import make_tls
+
+pytestmark = pytest.mark.ray
+
+
+def test_exactly_once_over_tls_with_a_kill(ray_session, tmp_path):
+    tls = make_tls(tmp_path / "tls")
+    build("tls-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+
+    out = tmp_path / "eo"
+    killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["tls-eo/by_key/1"])
+    result = build("tls-eo", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
+        data_plane_tls={"ca": tls.ca, "cert": tls.cert, "key": tls.key},
+    )
+    killer.join(timeout=5)
+    assert not killer.errors
+    assert result.metrics.recoveries == 1
+    assert read_file_sink(out, "out") == expected
+
+
+def test_tls_files_that_cannot_be_read_fail_before_anything_starts(tmp_path):
+    flow = build("tls-missing", FileSink(tmp_path / "x", name="out"), paced=False)
+    with pytest.raises(FlowError, match="data_plane_tls: cert file .*missing.pem is not readable"):
+        flow.run(parallelism=1, data_plane_tls={"ca": __file__, "cert": str(tmp_path / "missing.pem"), "key": __file__})
