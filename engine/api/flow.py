@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # type names in signatures; the runtimes are imported when a 
     from driftstream.engine.model.plan import Plan
     from driftstream.engine.model.result import RunResult
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # fullmatch: no newline, no leading '.' or '-' (".", "..")
 
 STATELESS = ("map", "flat_map", "filter")
 STATEFUL = ("stateful_map", "stateful_flat_map")
@@ -76,8 +76,9 @@ class Step:
 
 
 def _check_name(what: str, name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise FlowError(f"{what} name {name!r} is invalid: use letters, digits, '_', '-' or '.' (it becomes part of actor names)")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise FlowError(f"{what} name {name!r} is invalid: use letters, digits, '_', '-' or '.', starting with a letter, "
+                        "digit or '_' (it becomes part of actor names and snapshot paths)")
 
 
 class Flow:

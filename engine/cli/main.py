@@ -27,10 +27,16 @@ def load_flow(spec: str) -> Flow:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise FlowError(f"expected package.module:flow, got {spec!r}")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise  # the module exists; something it imports does not: its own traceback says what
+        raise FlowError(f"no module {module_name!r} to load flow {attr!r} from: check the spelling, and that it is "
+                        "importable here (installed, or under the current directory or PYTHONPATH)") from None
     obj = getattr(module, attr, None)
     if obj is None:
-        raise FlowError(f"module {module_name!r} has no attribute {attr!r}")
+        raise FlowError(f"no flow {attr!r} in module {module_name!r} ({module.__file__})")
     if callable(obj) and not isinstance(obj, Flow):
         obj = obj()
     if not isinstance(obj, Flow):

@@ -56,14 +56,30 @@ class TlsHandshakeTimeout(TimeoutError):
     plaintext listener waits for the rest of what it takes for a (very large) request."""
 
 
-class Secret(str):
-    """A password: a ``str`` for the libraries that use it, ``'***'`` wherever it is shown
-    (``repr()``, so also in kafka-python's debug log of its configuration, and ``str()`` in messages).
+class Secret:
+    """A password: ``'***'`` wherever it is shown (``repr()``, ``str()``, f-strings, so also
+    kafka-python's debug log of its configuration); ``reveal()`` gives it to the library
+    that needs it. Not a ``str``: ``json.dumps`` refuses it rather than write it out.
 
     >>> p = Secret("s3cret")
-    >>> repr(p), f"{p}", {"password": p}, p.encode()
-    ("'***'", '***', {'password': '***'}, b's3cret')
+    >>> repr(p), f"{p}", {"password": p}, p.reveal(), p == Secret("s3cret")
+    ("'***'", '***', {'password': '***'}, 's3cret', True)
+    >>> import json; json.dumps({"password": p})
+    Traceback (most recent call last):
+    ...
+    TypeError: Object of type Secret is not JSON serializable
     """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"a password is a str, not {type(value).__name__}")
+        self._value = value
+
+    def reveal(self) -> str:
+        """The password itself, for the client library's settings."""
+        return self._value
 
     def __repr__(self) -> str:
         return "'***'"
@@ -74,8 +90,14 @@ class Secret(str):
     def __format__(self, spec: str) -> str:
         return "***"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
     def __reduce__(self) -> tuple:
-        return Secret, (str.__str__(self),)
+        return Secret, (self._value,)
 
 
 @dataclass(frozen=True)
@@ -144,7 +166,7 @@ class KafkaSecurity:
     def client_settings(self) -> dict:
         """The keyword arguments for kafka-python's KafkaConsumer, KafkaProducer and
         KafkaAdminClient: the settings that differ from kafka-python's defaults."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+        return {f.name: _revealed(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) != f.default}
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client TLS context as kafka-python builds one (TLS 1.2 or later)."""
@@ -156,7 +178,7 @@ class KafkaSecurity:
         else:
             ctx.load_default_certs()
         if self.ssl_certfile:
-            ctx.load_cert_chain(certfile=self.ssl_certfile, keyfile=self.ssl_keyfile, password=self.ssl_password)
+            ctx.load_cert_chain(certfile=self.ssl_certfile, keyfile=self.ssl_keyfile, password=None if self.ssl_password is None else self.ssl_password.reveal())
         return ctx
 
     def wrap(self, sock: socket.socket, host: str) -> socket.socket:
@@ -210,6 +232,23 @@ class KafkaSecurity:
         if not mechanism.is_authenticated():
             raise kafka_errors.SaslAuthenticationFailedError(f"{who} failed: the broker did not accept the credentials")
         return began + SESSION_RENEW_AT * lifetime_ms / 1000.0 if lifetime_ms > 0 else None
+
+
+class _Masked(str):
+    """The password as the client library takes it (a ``str``), still ``'***'`` in its logs."""
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __format__(self, spec: str) -> str:
+        return "***"
+
+
+def _revealed(value: Any) -> Any:
+    return _Masked(value.reveal()) if isinstance(value, Secret) else value
 
 
 def security_of(security: Optional[KafkaSecurity], settings: dict) -> KafkaSecurity:

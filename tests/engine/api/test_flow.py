@@ -89,8 +89,9 @@ def test_non_callable_stateful_function_is_rejected():
 
 
 def test_bad_names_and_arguments():
-    with pytest.raises(FlowError, match="invalid"):
-        Flow("a/b")
+    for name in ("a/b", ".", "..", "flow\n", "-flow", ""):  # names that become paths and actor names
+        with pytest.raises(FlowError, match="invalid"):
+            Flow(name)
     flow = Flow("ok")
     with pytest.raises(FlowError, match="takes a Source"):
         flow.source([1, 2, 3])

@@ -32,7 +32,11 @@ def test_invalid_flows_exit_2_with_the_fix(capsys):
     assert main(["run", "tests.engine.cli.small_flow:no_sink"]) == 2
     assert "has no sink" in capsys.readouterr().err
     assert main(["run", "tests.engine.cli.small_flow:missing"]) == 2
-    assert "has no attribute 'missing'" in capsys.readouterr().err
+    assert "no flow 'missing' in module 'tests.engine.cli.small_flow'" in capsys.readouterr().err
+    # A module that is not there: one line that says so, not an import traceback.
+    assert main(["run", "tests.engine.cli.no_such_module:flow"]) == 2
+    err = capsys.readouterr().err
+    assert "no module 'tests.engine.cli.no_such_module' to load flow 'flow' from" in err and "Traceback" not in err
 
 
 def test_bench_and_demo_come_from_the_examples_through_entry_points():

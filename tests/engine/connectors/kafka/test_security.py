@@ -3,6 +3,8 @@ pickled (into Ray actors), kafka-python's settings out. No broker here: see test
 
 from __future__ import annotations
 
+import json
+
 import pickle
 
 import pytest
@@ -39,7 +41,11 @@ def test_passwords_never_show_and_survive_pickling():
     for dumps in (pickle.dumps, cloudpickle.dumps):
         back = pickle.loads(dumps(source)).security
         assert back == sec and type(back.sasl_plain_password) is Secret
-        assert back.sasl_plain_password.encode() == b"pw-123"  # what kafka-python's SCRAM and PLAIN use
+        assert back.sasl_plain_password.reveal() == "pw-123"
+    settings = back.client_settings()  # what kafka-python's SCRAM and PLAIN take: a str, masked in its logs
+    assert settings["sasl_plain_password"].encode() == b"pw-123" and "pw-123" not in repr(settings)
+    with pytest.raises(TypeError):  # not a str: json.dumps refuses it rather than write it out
+        json.dumps({"password": back.sasl_plain_password})
 
 
 def test_kafka_python_gets_only_what_differs_from_its_defaults():
