@@ -421,6 +421,7 @@ class StageActor:
         self.last_bound = None
         self.inbox: list = []
         self.drain_scheduled = False
+        self.release_scheduled = False
         self.failed = False
         self.acker = None
         self.lost = LostPeers()
@@ -582,7 +583,9 @@ class StageActor:
             self.drain_scheduled = False
         started = time.perf_counter()
         if self._guarded(self.rt.receive_many, batches):
+            rt.more = backlogged or rt.holding
             self._flush()
+        self._release_later(rt)
         # The snapshot writer's next turn lasts as long as this callback did (within bounds): a
         # snapshot gets about half of a busy loop. With 1 ms turns behind each 50-100 ms of
         # processing, a base of 17k entries (~0.1 s of work) took 15 s in a backlog, and the
@@ -590,6 +593,22 @@ class StageActor:
         # under a millisecond, so turns stay short: every element in flight waits behind each.
         took = time.perf_counter() - started
         self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
+
+    def _release_later(self, rt: StageRuntime) -> None:
+        """The input merge holds items for a sender that may have gone quiet: look again
+        once it has been quiet long enough (the most any item is held)."""
+        if rt.holding and not self.release_scheduled:
+            self.release_scheduled = True
+            asyncio.get_running_loop().call_later(rt.merge.quiet_s, self._release_held, rt)
+
+    def _release_held(self, rt: StageRuntime) -> None:
+        if rt is not self.rt:
+            return  # scheduled for an incarnation that was reset since
+        self.release_scheduled = False
+        if self._guarded(rt.release_held):
+            rt.more = bool(self.inbox) or rt.holding
+            self._flush()
+        self._release_later(rt)
 
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
@@ -707,6 +726,9 @@ class StageActor:
                 return
             if items and not self._guarded(self.rt.process_source, items):
                 return
+            # Records left to read (a full read, one cut short by credit, or a known lag) mean
+            # the receivers' input merge waits for this instance's next batch (ordering/input_merge.py).
+            self.rt.more = bool(items) and (len(items) >= self.batch_size or not reader.has_credit() or bool(reader.lag()))
             self._flush()
             if items:
                 await asyncio.sleep(0)

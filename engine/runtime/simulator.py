@@ -309,6 +309,8 @@ class Simulation:
             kinds.append("source")
         if self.rescale_phase == "draining" and not kinds and not self.writes and self.collector is None:
             return ["rescale snapshot"]  # nothing in flight: the watermark stays where it is
+        if any(rt.holding for rt in self.stages.values()):
+            kinds.append("release held")
         if self.writes:
             kinds.append("write")
         if any(s.pending_writes() for s in self.snapshots.values()):
@@ -361,9 +363,15 @@ class Simulation:
                     self._flush(receiver)
         elif kind == "source":
             instance = self.rng.choice([k for k in self.readers if self._source_ready(k)])
-            items = self.readers[instance].poll(self.rng.randint(1, self.rules.settings["batch_size"]))
+            budget = self.rng.randint(1, self.rules.settings["batch_size"])
+            items = self.readers[instance].poll(budget)
             if items:
                 self.stages[instance].process_source(items)
+            self.stages[instance].more = len(items) >= budget
+            self._flush(instance)
+        elif kind == "release held":
+            instance = self.rng.choice([k for k, rt in self.stages.items() if rt.holding])
+            self.stages[instance].release_held(everything=self.rng.random() < 0.5)
             self._flush(instance)
         elif kind == "write":
             instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))

@@ -19,6 +19,7 @@ batches, flushes acks to the acker and delivers watermarks.
 
 from __future__ import annotations
 
+
 import functools
 import random
 import time
@@ -29,6 +30,7 @@ from typing import Any, Callable, Optional
 
 from driftstream.barriers.barrier import Barrier
 from driftstream.ordering.entry_state import EntryKeyedState, MapState
+from driftstream.ordering.input_merge import InputMerge
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.snapshots.state_keys import StateKeys, first
@@ -43,6 +45,10 @@ from driftstream.engine.model.plan import Plan
 
 #: Latency samples one instance keeps per kind (emit, release) before it thins them.
 MAX_SAMPLES = 1 << 16
+#: How long a sender may stay silent before the input merge stops holding the others back
+#: for it (see ordering/input_merge.py), and how long if it said it had more to send.
+MERGE_QUIET_S = 0.002
+MERGE_MAX_HOLD_S = 1.0
 
 
 #: Steps whose state closes on timers (windows, window joins, interval joins).
@@ -72,13 +78,17 @@ class Batch:
     """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
 
     ``batch_id`` was XORed by the sender into the acker entry of every time in
-    ``times``; the receiver XORs it again once the batch is processed.
+    ``times``; the receiver XORs it again once the batch is processed. ``sender``: the
+    sending instance, ``(stage index, instance)`` (the input merge's channel); ``more``:
+    the sender's input is backlogged, its next batch follows at once.
     """
 
     entry: int
     batch_id: int
     times: list
     items: list
+    sender: Any = None
+    more: bool = False
 
 
 def _tagged(items: list, tag: int) -> list:
@@ -110,6 +120,7 @@ class StageRuntime:
         backend_factory: Optional[Callable[[str, Callable, bool, StateKeys], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
         sink_opener: Optional[Callable[[int, int], Any]] = None,
+        merge_quiet_s: float = MERGE_QUIET_S,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
@@ -132,6 +143,11 @@ class StageRuntime:
         self.durable: dict = {}
         self.stage = plan.stages[stage_index]
         self.instance = instance
+        self.key = (stage_index, instance)
+        self.merge = InputMerge(merge_quiet_s, MERGE_MAX_HOLD_S)
+        #: set by the runtime before it takes batches: whether more output follows at once
+        #: (its input is backlogged), told to the receivers' input merge
+        self.more = False
         self.rng = random.Random(seed)
         self.clock = clock
         self.sample_every = max(1, sample_every)
@@ -200,22 +216,34 @@ class StageRuntime:
         self.receive_many([batch])
 
     def receive_many(self, batches: list) -> None:
-        """Process several batches as one (per entry step) and ack them all.
+        """Take several batches as one (per entry step); process what the input merge
+        releases of them, in t order, and ack each batch once all of it is processed.
 
-        Batches that arrived together are applied together: a stateful step
-        re-applies each key at most once for all of them, instead of once per
-        batch that landed before another.
+        Batches that arrived together are applied together: a stateful step re-applies
+        each key at most once for all of them. The merge holds a sender's items that run
+        ahead of another active sender's (see :mod:`driftstream.ordering.input_merge`):
+        a stateful step then lands them in order instead of repairing them.
         """
-        by_entry: dict = {}
+        now, offer = self.clock(), self.merge.offer
         for batch in batches:
-            if batch.entry in by_entry:
-                by_entry[batch.entry] = by_entry[batch.entry] + batch.items
-            else:
-                by_entry[batch.entry] = batch.items
-        for entry, items in by_entry.items():
+            offer(batch.sender, batch.entry, batch.items, batch, now, batch.more)
+        self._process_released(*self.merge.take(now))
+
+    @property
+    def holding(self) -> bool:
+        """Whether the input merge holds items back (:meth:`release_held` lets them go)."""
+        return self.merge.holding
+
+    def release_held(self, everything: bool = False) -> None:
+        """Process what the input merge releases now: the items of senders that went quiet
+        (the runtime calls this ``merge.quiet_s`` after holding began), or ``everything``."""
+        self._process_released(*(self.merge.take_all() if everything else self.merge.take(self.clock())))
+
+    def _process_released(self, released: dict, done: list) -> None:
+        for entry, items in released.items():
             self.process(entry, items)
         acks = self.acks
-        for batch in batches:
+        for batch in done:
             bid = batch.batch_id
             for t in batch.times:
                 acks[t] = acks.get(t, 0) ^ bid
@@ -302,7 +330,7 @@ class StageRuntime:
         """``(stage index, instance, Batch)`` for every non-empty output buffer; empties them."""
         if not self.out:
             return []
-        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, list(buf.times), buf.items)) for dest, buf in self.out.items()]
+        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, list(buf.times), buf.items, self.key, self.more)) for dest, buf in self.out.items()]
         self.out = {}
         return out
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -61,15 +62,23 @@ class Config:
     export_metrics: bool = True
     #: driftstream's parallelism at the start (a rescale run moves it, see ``Benchmark.run``)
     parallelism: int = PARALLELISM
+    #: more run options of driftstream's, ``((name, value), ...)`` (the --ab runs)
+    options: tuple = ()
 
     @property
     def label(self) -> str:
         if self.engine == "spark":
             return f"spark EO trigger {self.trigger}"
         suffix = ("" if self.state == "entries" else ", value state") + ("" if self.export_metrics else ", no metrics export")
+        suffix += "".join(f", {k}={_shown(v)}" for k, v in self.options)
         if self.guarantee == "none":
             return "driftstream none" + suffix
         return f"driftstream EO {_interval(self.snapshot_interval)}" + suffix
+
+
+def _shown(value: Any) -> str:
+    """An --ab option's value in a label: TLS files as "on"."""
+    return "on" if isinstance(value, dict) else str(value)
 
 
 def _interval(seconds: float) -> str:
@@ -410,6 +419,7 @@ class _Driftstream:
             snapshot_dir=str(workdir / "snapshots"),
             standbys=config.standbys,
             export_metrics=config.export_metrics,
+            **dict(config.options),
         )
         self._wait_running()
         self._killed = None
@@ -844,19 +854,52 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
     return 0 if all(r.get("correct") for r in rows) else 1
 
 
-def _metrics_ab_report(results: dict, grid: list, base_label: str, out: str, console: Any) -> int:
-    """The --metrics-ab figures: per round, p50 / p99 with the export minus without (the
-    rounds ran interleaved), printed and written to ``out``/metrics-ab.json."""
-    results["metrics_ab"] = {q: {k: v for k, v in round_differences(results["grid"], base_label, q).items() if k != base_label}
-                             for q in ("p50", "p99")}
-    for q, diffs in results["metrics_ab"].items():
+def ab_options(spec: str, workdir: Path) -> tuple:
+    """``--ab``'s run options: ``name=value`` pairs, comma-separated, each value JSON (a
+    number, null, true) or else a string; ``data_plane_tls=on`` makes throw-away TLS files.
+
+    >>> ab_options("source_alignment=2,batch_size=64", Path("."))
+    (('source_alignment', 2), ('batch_size', 64))
+    """
+    out = []
+    for pair in spec.split(","):
+        name, _, raw = pair.partition("=")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if name == "data_plane_tls" and value == "on":
+            value = _throwaway_tls(workdir / "tls")
+        out.append((name, value))
+    return tuple(out)
+
+
+def _throwaway_tls(directory: Path) -> dict:
+    """A CA and a node certificate it signs (``openssl``, EC P-256), as data_plane_tls takes them."""
+    import subprocess
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for args in (["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=bench CA"],
+                 ["req", *ec, "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=bench node"],
+                 ["x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.pem", "-days", "2"]):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    return {"ca": str(directory / "ca.pem"), "cert": str(directory / "node.pem"), "key": str(directory / "node.key")}
+
+
+def _ab_report(results: dict, grid: list, base_label: str, out: str, console: Any, name: str) -> int:
+    """An A/B's figures (--metrics-ab, --ab): per round, p50 / p99 of each configuration minus
+    the first's (the rounds ran interleaved), printed and written to ``out``/``name``.json."""
+    results["ab"] = {q: {k: v for k, v in round_differences(results["grid"], base_label, q).items() if k != base_label}
+                     for q in ("p50", "p99")}
+    for q, diffs in results["ab"].items():
         for label, d in diffs.items():
             console.print(f"{label} minus {base_label}, {q} per round (ms): " + ", ".join(f"{x:+.1f}" for x in d)
                           + f"; median {statistics.median(d):+.1f}")
     path = Path(out)
     path.mkdir(parents=True, exist_ok=True)
-    (path / "metrics-ab.json").write_text(json.dumps(results, indent=1))
-    console.print(f"results: {path / 'metrics-ab.json'}")
+    (path / f"{name}.json").write_text(json.dumps(results, indent=1, default=str))
+    console.print(f"results: {path / f'{name}.json'}")
     return 0 if all(r.correct for r in grid) else 1
 
 
@@ -899,6 +942,9 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
         parser.add_argument("--metrics-ab", action="store_true",
                             help="instead of the grid: exactly-once (1 s snapshots) without and with the Ray metrics export, "
                             "--rounds interleaved rounds (run with RAY_enable_metrics_collection=1)")
+        parser.add_argument("--ab", default=None, metavar="OPTION=VALUE[,...]",
+                            help="instead of the grid: exactly-once (1 s snapshots) as it is and with these run options, "
+                            "--rounds interleaved rounds (e.g. source_alignment=2; data_plane_tls=on makes throw-away TLS files)")
     args = parser.parse_args(argv)
     console = Console()
     seconds = 20.0 if getattr(args, "quick", False) else args.seconds
@@ -928,6 +974,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
             configs = [Config("driftstream", "exactly-once", 1.0)]
         elif getattr(args, "metrics_ab", False):
             configs = [Config("driftstream", "exactly-once", 1.0, export_metrics=False), Config("driftstream", "exactly-once", 1.0)]
+        elif getattr(args, "ab", None):
+            configs = [Config("driftstream", "exactly-once", 1.0), Config("driftstream", "exactly-once", 1.0, options=ab_options(args.ab, workdir))]
         else:
             configs = [c for c in GRID if not args.only or c.engine == args.only]
         results: dict = {"rate": args.rate, "docs": docs, "skip": args.skip, "corpus": corpus,
@@ -952,7 +1000,10 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
             for p in r.problems[:5]:
                 console.print(f"[red]{r.label}: {p}[/]")
         if getattr(args, "metrics_ab", False):
-            return _metrics_ab_report(results, grid, configs[0].label, args.out, console)
+            return _ab_report(results, grid, configs[0].label, args.out, console, "metrics-ab")
+        if getattr(args, "ab", None):
+            results["command"] = "driftstream bench inverted-index " + " ".join(argv or sys.argv[1:])
+            return _ab_report(results, grid, configs[0].label, args.out, console, "ab-" + args.ab.replace("=", "-").replace(",", "_"))
         if demo:
             ok = all(r.correct for r in grid)
             console.print("[green]output equals the ground truth[/]" if ok else "[red]output differs from the ground truth[/]")
