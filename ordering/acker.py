@@ -25,7 +25,7 @@ reading the watermark is amortised O(log n) (a heap with lazy deletion).
 from __future__ import annotations
 
 import heapq
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from .meta import BOTTOM, TOP, Time, successor
 
@@ -64,9 +64,10 @@ class Acker:
         """Number of global times with elements still in flight (O(1))."""
         return len(self.entries)
 
-    def frontier(self) -> Time:
-        """The least bound over every source instance: each has emitted everything up to it
-        (aligned sources read up to a slack past it). O(sources).
+    def frontier(self, sources: Optional[Sequence[int]] = None) -> Time:
+        """The least bound over the source instances ``sources`` (default: all): each has
+        emitted everything up to it (aligned sources read up to a slack past their own
+        source's frontier). O(sources).
 
         >>> a = Acker(sources=2); a.update({}, source=0, bound=(3, 0, 0, 3)); a.frontier()
         (-inf,)
@@ -75,6 +76,8 @@ class Acker:
         (3, 0, 0, 4)
         (3, 0, 0, 3)
         """
+        if sources is not None:
+            return min((self.bounds[i] for i in sources), default=TOP)
         return min(self.bounds) if self.bounds else TOP
 
     def settled(self) -> bool:

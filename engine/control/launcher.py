@@ -116,7 +116,7 @@ class Launcher:
         answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
         addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
         self.node_of = dict(zip(names, answers[len(keys) + 1:]))
-        aligned = plan.source_instances if self.rules.config.source_alignment is not None else None
+        aligned = list(zip(plan.source_instances, plan.source_groups)) if self.rules.config.source_alignment is not None else None
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses, aligned)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.

@@ -112,6 +112,15 @@ class Plan:
         return [Instance(s.index, i) for s in self.stages if s.source_id >= 0 for i in range(s.parallelism)]
 
     @property
+    def source_groups(self) -> list:
+        """Per source instance (by acker index): the acker indexes of its source's instances,
+        the group whose frontier it aligns to (another source may run on another clock)."""
+        groups: dict = {}
+        for i, inst in enumerate(self.source_instances):
+            groups.setdefault(inst.stage, []).append(i)
+        return [tuple(groups[inst.stage]) for inst in self.source_instances]
+
+    @property
     def instances(self) -> list:
         """Every stage :class:`Instance`, stage by stage."""
         return [Instance(s.index, i) for s in self.stages for i in range(s.parallelism)]

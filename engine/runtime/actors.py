@@ -105,9 +105,10 @@ class AckerActor:
         self.subscribers: dict = {}
         self.pushed = self.acker.watermark
         self.push_scheduled = False
-        #: aligned sources: the source instances by index, and the frontier last told them
+        #: aligned sources: (key, its source's acker indexes) per source instance, and the
+        #: frontier last told each group
         self.aligned: Optional[list] = None
-        self.frontier_told = BOTTOM
+        self.frontier_told: dict = {}
         self.align_scheduled = False
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
@@ -126,8 +127,9 @@ class AckerActor:
 
     async def connect(self, subscribers: dict, addresses: dict, aligned_sources: Optional[list] = None) -> None:
         """``subscribers``: every stage actor by key, with its data-plane address;
-        ``aligned_sources``: the keys of the source instances, by index, when they are told
-        the frontier (aligned sources)."""
+        ``aligned_sources``: ``(key, group)`` of the source instances, by index, when they
+        are told their source's frontier (aligned sources; ``group``: see
+        :attr:`~driftstream.engine.model.plan.Plan.source_groups`)."""
         self.subscribers = subscribers
         self.aligned = aligned_sources
         for key in subscribers:
@@ -153,11 +155,13 @@ class AckerActor:
     def _align(self) -> None:
         """Tell the source instances the frontier, if it moved (coalesced like watermarks)."""
         self.align_scheduled = False
-        frontier = self.acker.frontier()
-        if frontier > self.frontier_told:
-            self.frontier_told = frontier
-            for key in self.aligned:
-                self.endpoint.send(key, Align(frontier))
+        told = self.frontier_told
+        for group, frontier in {group: self.acker.frontier(group) for _, group in self.aligned}.items():
+            if frontier > told.get(group, BOTTOM):
+                told[group] = frontier
+                for key, g in self.aligned:
+                    if g == group:
+                        self.endpoint.send(key, Align(frontier))
 
     def _push(self) -> None:
         self.push_scheduled = False

