@@ -151,6 +151,14 @@ def final_df(output_dir: Path) -> dict:
     return df
 
 
+def rows_written(output_dir: Path) -> int:
+    """The rows the query wrote over all its micro-batches (one per word a batch changed,
+    with its df at the batch's end), read from the Parquet footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(f).num_rows for f in output_dir.glob("batch=*/*.parquet"))
+
+
 def check_final_df(got: dict, docs: Sequence[dict]) -> list:
     """Differences between Spark's final ``df`` per word and the index of ``docs`` (one page each).
 
@@ -191,7 +199,8 @@ def run_spark_native(docs: Sequence[dict], workdir: Optional[Path] = None, docs_
         "seconds_total": round(time.time() - launched, 2),
         "started": report["started"],
         "completions": [(end, rows) for end, rows in report["batches"]],
-        "rows_out": len(got),
+        "rows_out": rows_written(work / "out"),  # what it wrote, as the others' records are counted
+        "words": len(got),
         "problems": check_final_df(got, docs),
     }
 
