@@ -60,6 +60,7 @@ class RecoveryRules:
             snapshot_dir=self.snapshot_dir,
             state_cache_bytes=c.state_cache_bytes,
             source_alignment=c.source_alignment,
+            input_merge=c.input_merge,
             seed=None if c.seed is None else c.seed * 1000 + ordinal,
             skip_released=recovering and self.drops_released,
             restore=SnapshotPart() if manifest is None else manifest.part(instance),

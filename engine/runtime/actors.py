@@ -396,6 +396,7 @@ class StageActor:
             sample_every=config.sample_every,
             backend_factory=self.snapshots.backend,
             bundle_writer=self._write_bundle,
+            merging=config.input_merge,
         )
         # One thread per sink partition: its bundles are written in order, and the event
         # loop goes on while the broker acknowledges one.

@@ -173,6 +173,7 @@ class Simulation:
             *instance,
             seed=self.rng.getrandbits(32),
             clock=self._clock,
+            merging=self.config.input_merge,
             backend_factory=snaps.backend,
             bundle_writer=lambda sid, sink, bundle, instance=instance: self.writes.append((instance, sid, sink, bundle)),
             sink_opener=self._open_sink,
@@ -470,7 +471,7 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     than silently left out."""
     config = config or RunConfig()
     refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes",
-                                  "source_alignment")
+                                  "source_alignment", "input_merge")
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()

@@ -120,7 +120,7 @@ class StageRuntime:
         backend_factory: Optional[Callable[[str, Callable, bool, StateKeys], Any]] = None,
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
         sink_opener: Optional[Callable[[int, int], Any]] = None,
-        merge_quiet_s: float = MERGE_QUIET_S,
+        merging: bool = True,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
@@ -144,7 +144,8 @@ class StageRuntime:
         self.stage = plan.stages[stage_index]
         self.instance = instance
         self.key = (stage_index, instance)
-        self.merge = InputMerge(merge_quiet_s, MERGE_MAX_HOLD_S)
+        # Not merging: nobody is ever active but a sender in the very call it offers in.
+        self.merge = InputMerge(MERGE_QUIET_S, MERGE_MAX_HOLD_S) if merging else InputMerge(0.0, 0.0)
         #: set by the runtime before it takes batches: whether more output follows at once
         #: (its input is backlogged), told to the receivers' input merge
         self.more = False
