@@ -56,7 +56,22 @@ class TlsHandshakeTimeout(TimeoutError):
     plaintext listener waits for the rest of what it takes for a (very large) request."""
 
 
-class Secret:
+class _Hidden:
+    """Shown as ``'***'`` by ``repr()``, ``str()`` and f-strings."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def __format__(self, spec: str) -> str:
+        return "***"
+
+
+class Secret(_Hidden):
     """A password: ``'***'`` wherever it is shown (``repr()``, ``str()``, f-strings, so also
     kafka-python's debug log of its configuration); ``reveal()`` gives it to the library
     that needs it. Not a ``str``: ``json.dumps`` refuses it rather than write it out.
@@ -80,15 +95,6 @@ class Secret:
     def reveal(self) -> str:
         """The password itself, for the client library's settings."""
         return self._value
-
-    def __repr__(self) -> str:
-        return "'***'"
-
-    def __str__(self) -> str:
-        return "***"
-
-    def __format__(self, spec: str) -> str:
-        return "***"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Secret) and other._value == self._value
@@ -234,17 +240,8 @@ class KafkaSecurity:
         return began + SESSION_RENEW_AT * lifetime_ms / 1000.0 if lifetime_ms > 0 else None
 
 
-class _Masked(str):
+class _Masked(_Hidden, str):
     """The password as the client library takes it (a ``str``), still ``'***'`` in its logs."""
-
-    def __repr__(self) -> str:
-        return "'***'"
-
-    def __str__(self) -> str:
-        return "***"
-
-    def __format__(self, spec: str) -> str:
-        return "***"
 
 
 def _revealed(value: Any) -> Any:
