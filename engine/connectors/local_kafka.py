@@ -19,14 +19,18 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-STATE_FILE = Path(tempfile.gettempdir()) / "driftstream-kafka.json"
+from driftstream.engine.model.private_dir import check_trusted, runtime_dir
+
+def state_file() -> Path:
+    """Where ``driftstream kafka start`` remembers its broker: in this user's runtime
+    directory (see :mod:`driftstream.engine.model.private_dir`), not a shared ``/tmp``."""
+    return runtime_dir() / "kafka.json"
 
 
 def tansu_binary() -> str:
@@ -112,29 +116,58 @@ def local_kafka(port: Optional[int] = None) -> Iterator[LocalKafka]:
 
 def cli_start(port: Optional[int] = None) -> str:
     """Start a broker that outlives this process; remember it for :func:`cli_stop`."""
-    if STATE_FILE.exists():
-        state = json.loads(STATE_FILE.read_text())
-        if _alive(state["pid"]):
-            return f"127.0.0.1:{state['port']}"
-    broker = start_local_kafka(port, log_path=str(STATE_FILE.with_suffix(".log")))
-    STATE_FILE.write_text(json.dumps({"pid": broker.process.pid, "port": broker.port}))
+    path = state_file()
+    state = _read_state(path)
+    if state is not None and _our_broker(state["pid"]):
+        return f"127.0.0.1:{state['port']}"
+    broker = start_local_kafka(port, log_path=str(path.with_suffix(".log")))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"pid": broker.process.pid, "port": broker.port}, fh)
     return broker.bootstrap_servers
 
 
 def cli_stop() -> bool:
     """Stop the broker started by :func:`cli_start`; False if none was running."""
-    if not STATE_FILE.exists():
+    path = state_file()
+    state = _read_state(path)
+    if state is None:
         return False
-    state = json.loads(STATE_FILE.read_text())
-    STATE_FILE.unlink()
-    if not _alive(state["pid"]):
-        return False
+    path.unlink()
+    if not _our_broker(state["pid"]):
+        return False  # gone, or the pid was reused by another process: never signal that
     os.kill(state["pid"], signal.SIGTERM)
     for _ in range(100):
         if not _alive(state["pid"]):
             break
         time.sleep(0.05)
     return True
+
+
+def _read_state(path: Path) -> Optional[dict]:
+    """The state file's ``{"pid", "port"}``, if there is one this user wrote; PermissionError
+    if it is another user's or others may write it (someone else's file is never trusted)."""
+    if not path.exists():
+        return None
+    check_trusted(str(path))
+    state = json.loads(path.read_text())
+    if not (isinstance(state, dict) and type(state.get("pid")) is int and type(state.get("port")) is int):
+        raise ValueError(f"{path} is not a broker state file: remove it")
+    return state
+
+
+def _our_broker(pid: int) -> bool:
+    """Whether ``pid`` is a live Tansu broker process of this user (a pid can be reused)."""
+    if not _alive(pid):
+        return False
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+            return False
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and os.path.basename(argv[0]) == b"tansu" and b"broker" in argv[1:2]
 
 
 def _alive(pid: int) -> bool:

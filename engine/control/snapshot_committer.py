@@ -17,7 +17,6 @@ ends and another starts after a backoff. The run stops only past ``snapshot_fail
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from typing import Callable, Optional
 
@@ -28,6 +27,7 @@ from driftstream.snapshots.store import SnapshotStore
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.model.private_dir import data_dir
 from driftstream.engine.control.failover import Hung
 from driftstream.engine.control.launcher import acker_name_of
 from driftstream.engine.control.snapshot_log import SnapshotLog, SnapshotRecord
@@ -42,8 +42,9 @@ COMMIT_HOOK_CLOSE_S = 5.0
 
 
 def default_snapshot_dir(flow_name: str) -> str:
-    """Where snapshots go when no snapshot_dir is given: a local directory per flow."""
-    return os.path.join(tempfile.gettempdir(), "driftstream-snapshots", flow_name)
+    """Where snapshots go when no snapshot_dir is given: a local directory per flow, in this
+    user's data directory (mode 0700, see :mod:`driftstream.engine.model.private_dir`)."""
+    return str(data_dir() / "snapshots" / flow_name)
 
 
 class SnapshotCommitter:
