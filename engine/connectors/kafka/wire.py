@@ -510,11 +510,34 @@ def partition_answer(part: Any, offset: int, decode: bool = True, where: str = "
     )
 
 
+class CorruptFetch(kafka_errors.CorruptRecordError):
+    """A fetched partition's bytes do not parse as record batches (a corrupt log, a broker
+    bug, or not a Kafka broker): the run fails with where and why, rather than skip them."""
+
+
 def batches_from(data: bytes, offset: int, decode: bool = True, where: str = "") -> list:
     """The :class:`.Batch` es of a fetched partition's records at ``offset`` and after, in
     order: a data batch with its records from ``offset`` on (none with ``decode=False``), a
     control batch with its outcome. A batch comes whole: on Apache Kafka it may start
-    before ``offset``. ``where`` names the partition in errors."""
+    before ``offset``. ``where`` names the partition in errors; bytes that do not parse raise
+    :class:`CorruptFetch`.
+
+    >>> batches_from(b"\\x00" * 70, 0, where="orders[0]")
+    Traceback (most recent call last):
+    ...
+    driftstream.engine.connectors.kafka.wire.CorruptFetch: [Error 2] CorruptFetch: orders[0]: the fetched records at offset 0 do not parse (...)
+    """
+    try:
+        return _batches_from(data, offset, decode, where)
+    except kafka_errors.KafkaError as exc:
+        if not isinstance(exc, kafka_errors.CorruptRecordError) or isinstance(exc, CorruptFetch):
+            raise  # a codec that is not installed says so itself
+        raise CorruptFetch(f"{where}: the fetched records at offset {offset} do not parse ({exc})") from exc
+    except Exception as exc:  # kafka-python's parsers raise what they meet: struct.error, IndexError, ...
+        raise CorruptFetch(f"{where}: the fetched records at offset {offset} do not parse ({type(exc).__name__}: {exc})") from exc
+
+
+def _batches_from(data: bytes, offset: int, decode: bool, where: str) -> list:
     out: list = []
     records = MemoryRecords(data)
     while records.has_next():
