@@ -48,9 +48,13 @@ from typing import Any, Optional, Union
 
 import pyarrow.fs as pafs
 
+from driftstream.snapshots.checksums import DIR_SUMS, FILE_SUM, CorruptSnapshot, check, check_dir, crc, dir_sums
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "MANIFEST.json"
+QUARANTINED = "MANIFEST.corrupt.json"  # a committed manifest whose files turned out corrupt
+CORRUPT_NOTE = "CORRUPT.txt"
 _PARTICIPANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*\Z")  # one path segment; '.' and '_' prefixes are ours
 _ID_DIGITS = 10  # zero-padded directory names, so a listing sorts like the ids (ids may outgrow it)
 
@@ -99,15 +103,18 @@ class SnapshotStore:
         if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
             self.fs.delete_dir(dest)
         self.fs.create_dir(dest, recursive=True)
-        if self.is_local and _link_tree(src, Path(dest)):
-            return dest
-        pafs.copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
+        sums = json.dumps(dir_sums(src)).encode()
+        if not (self.is_local and _link_tree(src, Path(dest))):
+            pafs.copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
+        self._write(dest, f"{dest}/{DIR_SUMS}", sums)  # last: a part with its sums is whole
         return dest
 
     def put_file(self, snapshot_id: int, participant: str, name: str, data: bytes) -> None:
         """Write one file of a participant (e.g. a state delta), replacing any earlier one. Cost: its bytes."""
         dest = self._participant_dir(snapshot_id, participant)
-        self._write(dest, f"{dest}/{_segment('file name', name)}", data)
+        path = f"{dest}/{_segment('file name', name)}"
+        self._write(dest, path, data)
+        self._write(dest, path + FILE_SUM, json.dumps(crc(data)).encode())
 
     def _write(self, directory: str, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` in ``directory`` (created if missing). On a local store
@@ -122,12 +129,29 @@ class SnapshotStore:
             out.write(data)
 
     def get_file(self, snapshot_id: int, participant: str, name: str) -> bytes:
-        """The bytes of a file written by :meth:`put_file`; FileNotFoundError if there is none."""
+        """The bytes of a file written by :meth:`put_file`; FileNotFoundError if there is none,
+        CorruptSnapshot if they are not the bytes written (files of stores from before
+        checksums have no sum, and are read unchecked)."""
         path = f"{self._participant_dir(snapshot_id, participant)}/{_segment('file name', name)}"
         if self.fs.get_file_info(path).type != pafs.FileType.File:
             raise FileNotFoundError(f"snapshot {snapshot_id} has no file {name!r} for participant {participant!r} in {self.uri}")
         with self.fs.open_input_stream(path) as f:
-            return f.read()
+            data = f.read()
+        expected = self._read_json(path + FILE_SUM, snapshot_id)
+        if expected is not None:
+            check(crc(data), expected, f"snapshot {snapshot_id}, part {participant}: {path}", snapshot_id, path)
+        return data
+
+    def _read_json(self, path: str, snapshot_id: int) -> Optional[Any]:
+        """A sums file's content; None if there is none; CorruptSnapshot if it does not parse."""
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as f:
+            raw = f.read()
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise CorruptSnapshot(f"snapshot {snapshot_id}: the checksums {path} do not parse", snapshot_id, path) from None
 
     def download(self, snapshot_id: int, participant: str, local_dir: PathLike) -> Path:
         """Copy a participant's files of a snapshot into ``local_dir`` (which must not exist).
@@ -143,7 +167,23 @@ class SnapshotStore:
             raise FileExistsError(f"download target {dest} already exists")
         dest.mkdir(parents=True)
         pafs.copy_files(src, str(dest.resolve()), source_filesystem=self.fs, destination_filesystem=self._local)
+        sums = self._read_json(f"{src}/{DIR_SUMS}", snapshot_id)
+        if sums is not None:  # stores from before checksums have none
+            check_dir(dest, sums, f"snapshot {snapshot_id}, part {participant} ({src})", snapshot_id)
+            (dest / DIR_SUMS).unlink()
         return dest
+
+    def quarantine(self, snapshot_id: int, reason: str) -> None:
+        """Take a committed snapshot out of use (a file of it is corrupt): its manifest is
+        renamed ``MANIFEST.corrupt.json``, with ``reason``, and kept for whoever looks."""
+        snap = self._snapshot_dir(snapshot_id)
+        manifest = f"{snap}/{MANIFEST}"
+        if self.fs.get_file_info(manifest).type != pafs.FileType.File:
+            return
+        self._write(snap, f"{snap}/{CORRUPT_NOTE}", reason.encode())
+        (os.replace if self.is_local else self.fs.move)(manifest, f"{snap}/{QUARANTINED}")
+        self._requires.pop(snapshot_id, None)
+        self._newest_committed = None  # list again at the next commit
 
     # -- manifests ----------------------------------------------------------------------
 
@@ -237,8 +277,10 @@ class SnapshotStore:
         manifest lists it in ``"requires"`` (its files are a base or a delta that a kept
         snapshot is built on); return the deleted ids.
 
-        Uncommitted snapshots newer than that are kept: they may be in progress.
-        Cost: one listing, plus reading each kept manifest once per store object.
+        Uncommitted snapshots newer than that are kept: they may be in progress; so are
+        quarantined ones (:meth:`quarantine`), for whoever looks into the damage.
+        Cost: one listing, plus reading each kept manifest once per store object, plus one
+        existence check per snapshot deleted.
         """
         committed = self.committed_ids()
         if len(committed) <= self.keep:
@@ -247,7 +289,8 @@ class SnapshotStore:
         required: set = set()
         for snapshot_id in committed[-self.keep :]:
             required.update(self._required_by(snapshot_id))
-        doomed = [i for i in self.snapshot_ids() if i < oldest_kept and i not in required]
+        doomed = [i for i in self.snapshot_ids() if i < oldest_kept and i not in required
+                  and self.fs.get_file_info(f"{self._snapshot_dir(i)}/{QUARANTINED}").type != pafs.FileType.File]
         for snapshot_id in doomed:
             self.delete_snapshot(snapshot_id)
         return doomed
@@ -278,7 +321,7 @@ class SnapshotStore:
         return f"{self.root}/{snapshot_id:0{_ID_DIGITS}d}"
 
     def _participant_dir(self, snapshot_id: int, participant: str) -> str:
-        participant = _segment("participant name", participant, reserved=(MANIFEST,))
+        participant = _segment("participant name", participant, reserved=(MANIFEST, QUARANTINED, CORRUPT_NOTE))
         return f"{self._snapshot_dir(snapshot_id)}/{participant}"
 
     def __repr__(self) -> str:

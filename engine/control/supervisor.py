@@ -35,6 +35,7 @@ from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules
 from driftstream.engine.model.result import RunResult, merge_instances
+from driftstream.engine.control.corrupt_snapshots import CorruptSnapshots, corrupt_cause
 from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
@@ -61,6 +62,7 @@ class RaySupervisor:
         self.launcher = Launcher(RecoveryRules(config, self.snapshot_dir), self.standbys)
         self.failover = Failover(self.launcher, self.standbys)
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
+        self.corrupt = CorruptSnapshots(self.committer)
         self.rescaler = Rescaler(self.launcher, self.committer, self._relaunch, functools.partial(self._inject, "rescale_restore"))
 
     @property
@@ -175,21 +177,27 @@ class RaySupervisor:
         """Launch; if an actor dies while the run starts, start again (from the newest manifest),
         this time with every actor new."""
         run, failover = self.launcher, self.failover
-        for attempt in range(attempts):
+        attempt = 0
+        while True:
             try:
                 run.launch(self.plan, manifest, recovering, survivors if attempt == 0 else None,
                            renamed=failover.take_renames(), avoid_nodes=failover.avoid_nodes)
                 return manifest
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                corrupt = corrupt_cause(exc)
+                if corrupt is not None and manifest is not None:  # a stored file is damaged: the snapshot before
+                    failover.kill(run.handles, run.names)
+                    manifest, recovering, survivors = self.corrupt.fall_back(manifest, corrupt), True, None
+                    continue  # not an attempt: each fallback sets a snapshot aside, so this ends
                 # An actor died while the run starts: its call failed, or a peer's connection to it did.
                 if isinstance(exc, ray.exceptions.RayTaskError) and not isinstance(exc.cause, OSError):
                     raise
-                if not self.committer.takes_snapshots or attempt == attempts - 1:
+                attempt += 1
+                if not self.committer.takes_snapshots or attempt == attempts:
                     raise
                 failover.kill(run.handles, run.names)
                 manifest, recovering = self.committer.latest_manifest(), True
                 failover.count_restart(manifest)
-        return manifest
 
     def _relaunch(self, plan: Plan, manifest: Manifest, survivors: dict) -> None:
         """Launch ``plan`` (a rescale's) from ``manifest``, resetting ``survivors`` in place."""
@@ -214,7 +222,7 @@ class RaySupervisor:
         rescales so far and the key groups each instance of a keyed stage owns."""
         plan = self.launcher.plan or self.plan
         return dict(self.live.read(latency_since, latency_samples), parallelism=plan.parallelism, max_parallelism=plan.max_parallelism,
-                    rescales=self.rescaler.reports(),
+                    rescales=self.rescaler.reports(), corrupt_snapshots=list(self.corrupt.records),
                     key_groups={s.name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)]
                                 for s in plan.keyed_stages})
 

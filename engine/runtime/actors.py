@@ -24,6 +24,7 @@ import ray
 
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
+from driftstream.snapshots.checksums import CorruptSnapshot
 
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
@@ -324,8 +325,14 @@ class StageActor:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.source_task: Optional[asyncio.Task] = None
         self.gc_task: Optional[asyncio.Task] = None
+        # A damaged snapshot file is reported by listen(), the launch's first call, as itself:
+        # raised here it would reach the coordinator only as the text of a dead actor's error.
+        self.setup_error: Optional[CorruptSnapshot] = None
         if self.key is not None:
-            self._setup(config, plane)
+            try:
+                self._setup(config, plane)
+            except CorruptSnapshot as exc:
+                self.setup_error = exc
 
     async def reset(self, config: InstanceConfig, plane: PlaneKey, key: Optional[tuple] = None, plan: Optional[Plan] = None) -> dict:
         """Start over in this process from a snapshot (recovery of a survivor: no new process),
@@ -344,6 +351,7 @@ class StageActor:
             self.key = Instance(*key)
         if plan is not None:
             self.plan = plan
+        self.setup_error = None
         self._setup(config, plane)
         return {"tear_down": t1 - t0, "setup": time.perf_counter() - t1, "restore": self.snapshots.restore_s}
 
@@ -464,6 +472,8 @@ class StageActor:
             gc.freeze()
 
     async def listen(self) -> tuple:
+        if self.setup_error is not None:
+            raise self.setup_error
         if self.gc_task is None:  # once per process: listen() runs again after a reset
             self.gc_task = asyncio.get_running_loop().create_task(self._freeze_survivors())
         self.released = asyncio.Event()

@@ -234,3 +234,48 @@ def test_prune_every_n_commits(tmp_path):
     assert store.committed_ids() == [3, 4, 5]  # pruned after commit 3 only
     store.write_manifest(6, {})
     assert store.committed_ids() == [6]
+
+
+# -- checksums ----------------------------------------------------------------------------
+
+
+def test_a_damaged_delta_or_checkpoint_file_is_refused_by_name(tmp_path):
+    from driftstream.snapshots.checksums import CorruptSnapshot
+
+    store = SnapshotStore(str(tmp_path / "store"))
+    store.put_file(1, "count-0", "DELTA", b"0123456789")
+    assert store.get_file(1, "count-0", "DELTA") == b"0123456789"
+    delta = tmp_path / "store" / "0000000001" / "count-0" / "DELTA"
+    delta.write_bytes(b"01234")  # truncated
+    with pytest.raises(CorruptSnapshot, match="DELTA differs from what was written .5 bytes where 10 were written") as err:
+        store.get_file(1, "count-0", "DELTA")
+    assert err.value.snapshot_id == 1
+
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / "a.sst").write_bytes(b"rows" * 100)
+    (cp / "CURRENT").write_bytes(b"MANIFEST-1")
+    store.upload(2, "count-0", cp)
+    assert sorted(p.name for p in store.download(2, "count-0", tmp_path / "ok").iterdir()) == ["CURRENT", "a.sst"]
+    stored = tmp_path / "store" / "0000000002" / "count-0" / "a.sst"
+    stored.unlink()  # a hard link to cp's file: replace it rather than change both
+    stored.write_bytes(b"rowz" * 100)
+    with pytest.raises(CorruptSnapshot, match=r"a.sst differs from what was written \(CRC-32"):
+        store.download(2, "count-0", tmp_path / "bad")
+    (tmp_path / "store" / "0000000002" / "count-0" / "CURRENT").unlink()
+    with pytest.raises(CorruptSnapshot, match="CURRENT is missing"):
+        store.download(2, "count-0", tmp_path / "bad2")
+
+
+def test_a_quarantined_snapshot_is_no_longer_committed_and_never_pruned(tmp_path):
+    store = SnapshotStore(str(tmp_path / "store"), keep=2)
+    for sid in (1, 2):
+        store.put_file(sid, "p", "DELTA", b"x")
+        store.write_manifest(sid, {"t": [sid]})
+    store.quarantine(2, "p: DELTA differs")
+    assert store.committed_ids() == [1] and store.read_latest_manifest()["snapshot_id"] == 1
+    for sid in (3, 4):
+        store.put_file(sid, "p", "DELTA", b"x")
+        store.write_manifest(sid, {"t": [sid]})
+    assert store.committed_ids() == [3, 4] and store.snapshot_ids() == [2, 3, 4]  # 1 pruned, 2 kept for a look
+    assert (tmp_path / "store" / "0000000002" / "CORRUPT.txt").read_text() == "p: DELTA differs"

@@ -1,0 +1,67 @@
+"""A damaged snapshot file on Ray: the resume sets the snapshot aside and restores the one
+before, with exactly the output of an undamaged run; with none left, a clear error."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.model.errors import FlowError
+from driftstream.snapshots.store import QUARANTINED, SnapshotStore
+
+from tests.engine.control.test_exactly_once import N, build
+
+pytestmark = pytest.mark.ray
+
+
+def run_then_stop(flow, tmp_path: Path) -> SnapshotStore:
+    out = tmp_path / "out"
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+    deadline = time.time() + 120
+    while not (out.exists() and len(read_file_sink(out, "out")) >= N // 3):
+        assert time.time() < deadline, handle.status()
+        time.sleep(0.05)
+    handle.stop(timeout=60)
+    store = SnapshotStore(str(tmp_path / "snaps"))
+    assert len(store.committed_ids()) >= 2
+    return store
+
+
+def damage(store: SnapshotStore, snapshot_id: int) -> Path:
+    """Flip a byte in the first state file of the stateful step's instances in ``snapshot_id``."""
+    root = Path(store.uri) / f"{snapshot_id:010d}"
+    files = sorted(p for p in root.rglob("*") if p.is_file() and "by_key" in str(p.relative_to(root))
+                   and not p.name.endswith((".sum", ".sums.json")) and p.stat().st_size > 0)
+    assert files, f"no state file in {root}: {sorted(root.rglob('*'))}"
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    return files[0]
+
+
+def test_a_damaged_newest_snapshot_falls_back_to_the_one_before(ray_session, tmp_path):
+    build("cs-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = read_file_sink(tmp_path / "ref", "out")
+    flow = build("cs", FileSink(tmp_path / "out", name="out"), paced=True)
+    store = run_then_stop(flow, tmp_path)
+    newest = store.committed_ids()[-1]
+    damaged = damage(store, newest)
+
+    result = flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), resume=True)
+    assert read_file_sink(tmp_path / "out", "out") == expected  # nothing lost, nothing twice
+    assert (Path(store.uri) / f"{newest:010d}" / QUARANTINED).exists()
+    assert result.metrics.elements  # it ran
+    note = (Path(store.uri) / f"{newest:010d}" / "CORRUPT.txt").read_text()
+    assert damaged.name in note and "differs from what was written" in note
+
+
+def test_with_every_snapshot_damaged_the_resume_names_the_file_and_what_to_do(ray_session, tmp_path):
+    flow = build("cs-all", FileSink(tmp_path / "out", name="out"), paced=True)
+    store = run_then_stop(flow, tmp_path)
+    for sid in store.committed_ids():
+        damage(store, sid)
+    with pytest.raises(FlowError, match="no older committed snapshot .* fresh=True"):
+        flow.run(parallelism=2, guarantee="exactly-once", snapshot_dir=str(tmp_path / "snaps"), resume=True)
