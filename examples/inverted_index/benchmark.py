@@ -846,6 +846,15 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
     docs = documents(args.docs)
     console.print(f"[bold]backlog[/] {len(docs):,} documents, engines: {', '.join(engines)}")
     rows = run_all(docs, engines, bootstrap, workdir, report=lambda r: console.print(json.dumps(r)), flink_python=python)
+    from .throughput import overhead_ratio, plain_loop
+
+    loop = plain_loop(docs)
+    for r in rows:
+        if r["engine"] == "driftstream":
+            r["overhead_ratio"] = overhead_ratio(r, loop)
+            console.print(f"engine overhead ratio: driftstream {r['docs_per_s']} docs/s on 2 cores, exactly-once, through "
+                          f"Kafka, over the plain loop's {loop['docs_per_s']} docs/s in one thread = {r['overhead_ratio']}")
+    rows.append(loop)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "throughput.json").write_text(json.dumps({"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))

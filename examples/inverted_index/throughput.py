@@ -27,7 +27,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from driftstream.examples.inverted_index.documents import word_positions
 
@@ -239,6 +239,58 @@ def table(rows: Sequence[dict]) -> str:
         lines.append(f"| {r['engine']} | {r['docs']:,} | {r['seconds']} | {r['docs_per_s']} | {r['records_per_s']} | "
                      f"{r.get('docs_per_s_after_first_output')} | {fifths} | {'yes' if r.get('correct') else 'NO'} |")
     return "\n".join(lines)
+
+
+class _Postings(dict):
+    """A posting list with MapState's methods, for the plain loop."""
+
+    put = dict.__setitem__
+
+    def remove(self, key: Any) -> None:
+        self.pop(key, None)
+
+
+def plain_loop(docs: Sequence[dict], rounds: int = 3) -> dict:
+    """The flow's own per-element work in one Python thread, no engine: each document's
+    record decoded from JSON, :func:`~.pipeline.document_words`, the posting list of each
+    word through :func:`~.pipeline.index_update`, each change record encoded as JSON (as the
+    Kafka sink's value). Best of ``rounds``; the yardstick of the engine overhead ratio.
+
+    >>> r = plain_loop([{"page_id": 1, "text": "a b a"}, {"page_id": 2, "text": "b"}], rounds=1)
+    >>> r["docs"], r["records"]
+    (2, 3)
+    """
+    import orjson
+
+    from .pipeline import document_words, index_update
+
+    raw = [orjson.dumps({"page_id": d["page_id"], "text": d["text"]}) for d in docs]
+    best, records = float("inf"), 0
+    for _ in range(rounds):
+        index: dict = {}
+        records, began = 0, time.perf_counter()
+        for value in raw:
+            for change in document_words(orjson.loads(value)):
+                postings = index.get(change[1])
+                if postings is None:
+                    postings = index[change[1]] = _Postings()
+                for out in index_update(postings, change):
+                    orjson.dumps(out)
+                    records += 1
+        best = min(best, time.perf_counter() - began)
+    expected = sum(len(document_words(d)) for d in docs)  # one record per distinct word of each new page
+    return {"engine": "plain Python loop (1 thread)", "docs": len(docs), "records": records, "seconds": round(best, 3),
+            "docs_per_s": round(len(docs) / best, 1), "records_per_s": round(records / best, 1), "correct": records == expected}
+
+
+def overhead_ratio(engine: dict, loop: dict) -> float:
+    """The engine's docs/s (2 cores, exactly-once, through Kafka) over the plain loop's (1
+    thread): 1.0 would be Python's own pace on one core.
+
+    >>> overhead_ratio({"docs_per_s": 300.0}, {"docs_per_s": 3000.0})
+    0.1
+    """
+    return round(engine["docs_per_s"] / loop["docs_per_s"], 3)
 
 
 def run_all(docs: Sequence[dict], engines: Sequence[str], bootstrap: Optional[str], workdir: Path,
