@@ -598,7 +598,7 @@ class StageActor:
             self.drain_scheduled = False
         started = time.perf_counter()
         if self._guarded(self.rt.receive_many, batches):
-            rt.more = backlogged or rt.holding
+            rt.more = backlogged
             self._flush()
         self._release_later(rt)
         # The snapshot writer's next turn lasts as long as this callback did (within bounds): a
@@ -621,7 +621,7 @@ class StageActor:
             return  # scheduled for an incarnation that was reset since
         self.release_scheduled = False
         if self._guarded(rt.release_held):
-            rt.more = bool(self.inbox) or rt.holding
+            rt.more = bool(self.inbox)
             self._flush()
         self._release_later(rt)
 
@@ -741,9 +741,10 @@ class StageActor:
                 return
             if items and not self._guarded(self.rt.process_source, items):
                 return
-            # Records left to read (a full read, one cut short by credit, or a known lag) mean
-            # the receivers' input merge waits for this instance's next batch (ordering/input_merge.py).
-            self.rt.more = bool(items) and (len(items) >= self.batch_size or not reader.has_credit() or bool(reader.lag()))
+            # Records left to read (a full read, or a known lag) and the credit to read them mean
+            # the receivers' input merge waits for this instance's next batch (ordering/input_merge.py);
+            # out of credit, the next batch waits for the watermark, which may wait for them.
+            self.rt.more = bool(items) and reader.has_credit() and (len(items) >= self.batch_size or bool(reader.lag()))
             self._flush()
             if items:
                 await asyncio.sleep(0)
