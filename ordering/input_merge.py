@@ -76,10 +76,9 @@ class InputMerge:
         if s is None:
             s = self._senders[sender] = _Sender()
         s.seen, s.more = now, more
-        if not items:
-            s.held.append([entry, items, 0, token])
-            return
         s.held.append([entry, items, 0, token])
+        if not items:
+            return
         self._held += len(items)
         last = items[-1][0]
         if s.last is None or last > s.last:
