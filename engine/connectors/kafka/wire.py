@@ -44,7 +44,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record import MemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from driftstream.engine.connectors.kafka.codecs import missing_codec
+from driftstream.engine.connectors.kafka.codecs import KNOWN_CODEC_IDS, missing_codec
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, TlsHandshakeTimeout
 from driftstream.engine.connectors.kafka.transactions import Batch
 
@@ -545,6 +545,9 @@ def _batches_from(data: bytes, offset: int, decode: bool, where: str) -> list:
         if batch.next_offset <= offset:
             continue
         first = max(offset, batch.base_offset)
+        if batch.compression_type != 0 and batch.compression_type not in KNOWN_CODEC_IDS or batch.is_control_batch and batch.compression_type:
+            raise CorruptFetch(f"{where}: the record batch at offset {batch.base_offset} says compression codec {batch.compression_type}"
+                               f"{', but control batches are never compressed' if batch.is_control_batch else ', which Kafka does not have'}")
         if batch.is_control_batch:
             # One record, key (version, type): type 1 commits, 0 aborts. Never compressed.
             marker = next(iter(batch)).commit
