@@ -21,6 +21,7 @@ from driftstream.engine.api.flow import Flow, KeyedStream, Stream
 from driftstream.engine.connectors.kafka.security import KafkaSecurity
 from driftstream.engine.connectors.kafka.sink import KafkaSink
 from driftstream.engine.connectors.kafka.source import KafkaSource
+from driftstream.engine.connectors.postgres_sink import PostgresSink
 from driftstream.engine.connectors.source import Source, SourcePartition
 from driftstream.engine.model.data_plane import DataPlaneTLS
 from driftstream.engine.model.errors import DataPlaneError, FlowError, StepError
@@ -45,6 +46,7 @@ __all__ = [
     "KafkaSource",
     "KafkaSink",
     "KafkaSecurity",
+    "PostgresSink",
     "FileSink",
 ]
 

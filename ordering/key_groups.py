@@ -1,7 +1,7 @@
 """Key groups: the unit keyed state moves in when a flow changes its parallelism.
 
 A flow has a fixed ``max_parallelism`` (default 128). A key's *group* is its stable
-hash modulo ``max_parallelism``; instance ``i`` of ``n`` owns the contiguous range of
+hash, mixed (:func:`.mixed_hash`), modulo ``max_parallelism``; instance ``i`` of ``n`` owns the contiguous range of
 groups ``[i * m / n, (i + 1) * m / n)`` (rounded up at both ends, as Flink's
 ``KeyGroupRangeAssignment``), so a key's owner at any parallelism up to ``m`` follows
 from its group alone, and all state is stored under its group: a new instance reads
@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .partitioning import stable_hash
+from .partitioning import mixed_hash, stable_hash
+
+#: How a key's group is read from the key: 1, ``stable_hash`` (a CRC-32; keys differing in
+#: a few low bits shared an owner); 2, ``mixed_hash``. A snapshot records its flow's, and a
+#: flow resumed from it keeps that one (its state is stored under those groups).
+KEY_HASH = 2
+KEY_HASHES = {1: stable_hash, 2: mixed_hash}
 
 #: What a flow gets when it does not say: the most instances any stage may ever run.
 DEFAULT_MAX_PARALLELISM = 128
@@ -62,9 +68,14 @@ class KeyGroups:
     after which routing a key is one index.
     """
 
-    def __init__(self, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
+    def __init__(self, max_parallelism: int = DEFAULT_MAX_PARALLELISM, key_hash: int = KEY_HASH) -> None:
         check_max_parallelism(max_parallelism)
+        if key_hash not in KEY_HASHES:
+            raise ValueError(f"unknown key hash {key_hash!r}: this driftstream knows {sorted(KEY_HASHES)}")
         self.max_parallelism = max_parallelism
+        self.key_hash = key_hash
+        #: key -> its hash, the one groups are read from (``hash_of(key) % max_parallelism``)
+        self.hash_of = KEY_HASHES[key_hash]
 
     def group_of(self, key: Any) -> int:
         """The group of ``key`` (any key ``stable_hash`` takes).
@@ -72,7 +83,7 @@ class KeyGroups:
         >>> KeyGroups(8).group_of(7) == KeyGroups(8).group_of(7.0)
         True
         """
-        return stable_hash(key) % self.max_parallelism
+        return self.hash_of(key) % self.max_parallelism
 
     def owner(self, group: int, parallelism: int) -> int:
         """The instance of ``parallelism`` that owns ``group``.
@@ -93,18 +104,21 @@ class KeyGroups:
 
     def router(self, parallelism: int) -> list:
         """``table[group]``: the instance owning each group at ``parallelism`` (index it with
-        ``stable_hash(key) % max_parallelism``)."""
+        ``hash_of(key) % max_parallelism``)."""
         check_parallelism(parallelism, self.max_parallelism)
         return [self.owner(g, parallelism) for g in range(self.max_parallelism)]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, KeyGroups) and other.max_parallelism == self.max_parallelism
+        return isinstance(other, KeyGroups) and (other.max_parallelism, other.key_hash) == (self.max_parallelism, self.key_hash)
 
     def __hash__(self) -> int:
-        return hash(self.max_parallelism)
+        return hash((self.max_parallelism, self.key_hash))
 
     def __repr__(self) -> str:
-        return f"KeyGroups({self.max_parallelism})"
+        return f"KeyGroups({self.max_parallelism})" if self.key_hash == KEY_HASH else f"KeyGroups({self.max_parallelism}, key_hash={self.key_hash})"
+
+    def __reduce__(self):
+        return (KeyGroups, (self.max_parallelism, self.key_hash))
 
 
 def check_max_parallelism(max_parallelism: Any) -> None:

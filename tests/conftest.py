@@ -1,4 +1,9 @@
-"""Shared fixtures: one lean local Ray session per test run."""
+"""Shared fixtures: one lean local Ray session per test run; the test tiers.
+
+Tiers: every test that takes the Ray session is marked ``ray``; ``slow`` marks those, the
+Spark, Flink and benchmark harnesses (``tests/examples``, ``tests/benchmarks``), and tests
+marked ``slow`` by hand. ``pytest -m "not slow"`` is the fast tier: every module through
+the simulator and the real broker, in a few minutes; ``pytest`` runs everything."""
 
 from __future__ import annotations
 
@@ -10,6 +15,20 @@ from driftstream.engine.runtime.ray_session import LEAN_RAY_ENV
 
 for _k, _v in LEAN_RAY_ENV.items():
     os.environ.setdefault(_k, _v)
+
+
+#: test directories whose tests run whole engines (Spark, Flink, benchmarks): slow
+SLOW_DIRS = ("tests/examples/", "tests/benchmarks/")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    root = str(config.rootpath) + os.sep
+    for item in items:
+        path = str(item.path).removeprefix(root)
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+        if item.get_closest_marker("ray") or path.startswith(SLOW_DIRS):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +57,13 @@ def kafka_broker():
     broker = start_local_kafka()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One local PostgreSQL server for the whole test run (initdb and pg_ctl, a temporary directory)."""
+    from driftstream.engine.connectors.local_postgres import start_local_postgres
+
+    pg = start_local_postgres()
+    yield pg
+    pg.stop()

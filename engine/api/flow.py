@@ -105,7 +105,12 @@ class Flow:
         """Add an input. ``source`` is a :class:`~driftstream.engine.connectors.source.Source` (MemorySource, KafkaSource, ...)."""
         if not isinstance(source, Source):
             raise FlowError(f"flow.source() takes a Source (e.g. MemorySource([...])), not {type(source).__name__}")
-        return Stream(self, self._add("source", name, [], source=source))
+        step = self._add("source", name, [], source=source, on_error="dead-letter" if source.emits_dead_letters else "fail")
+        if source.emits_dead_letters:
+            source.step_name = step.name  # its dead letters name the step
+        stream = Stream(self, step)
+        stream.step = stream._diverting(step)
+        return stream
 
     def _add(self, kind: str, name: Optional[str], inputs: list, **kw: Any) -> Step:
         if name is None:
@@ -141,35 +146,46 @@ class Flow:
         return self
 
     def steps_to_run(self) -> list:
-        """The steps, then those that take dead letters to their sink: a merge of every
-        step's dead letters (when more than one step has them) and the sink step, named after
-        the sink."""
+        """The steps, then those that take dead letters to their sinks: per destination, a
+        merge of the dead letters it takes (when more than one step sends them) and its sink
+        step, named after the sink. The destination: the flow's dead-letter sink; without
+        one, a Kafka source's dead-letter topic (``dlq_topic``) for that source's undecodable
+        records, and for a step's failures the topic of the flow's one Kafka source."""
         diverted = [s for s in self.steps if s.kind == "dead_letters"]
         if not diverted:
             return self.steps
-        sink = self._dead_letter_sink or self._default_dead_letter_sink(diverted)
-        for name in (f"{sink.name}.all", sink.name):
-            if name in self._names:
-                raise FlowError(f"the step name {name!r} is taken by the flow's dead-letter sink: name your step otherwise")
-        steps, last = list(self.steps), diverted[0].id
-        if len(diverted) > 1:
-            steps.append(Step(len(steps), f"{sink.name}.all", "merge", [d.id for d in diverted]))
-            last = len(steps) - 1
-        steps.append(Step(len(steps), sink.name, "sink", [last], sink=sink))
+        groups: dict = {}  # destination -> the dead_letters steps it takes
+        for d in diverted:
+            groups.setdefault(self._dead_letter_destination(d), []).append(d.id)
+        steps = list(self.steps)
+        for destination, ids in groups.items():
+            sink = self._dead_letter_sink if destination is None else _kafka_dead_letter_sink(destination, len(groups) > 1, self.max_parallelism)
+            for name in (f"{sink.name}.all", sink.name):
+                if name in self._names:
+                    raise FlowError(f"the step name {name!r} is taken by the flow's dead-letter sink: name your step otherwise")
+            last = ids[0]
+            if len(ids) > 1:
+                steps.append(Step(len(steps), f"{sink.name}.all", "merge", ids))
+                last = len(steps) - 1
+            steps.append(Step(len(steps), sink.name, "sink", [last], sink=sink))
         return steps
 
-    def _default_dead_letter_sink(self, diverted: list) -> Sink:
-        from driftstream.engine.connectors.kafka.sink import KafkaSink
+    def _dead_letter_destination(self, diverted: Step) -> Optional[tuple]:
+        """None (the flow's dead-letter sink), or the ``(topic, servers, security)`` of a
+        Kafka source's dead-letter topic."""
         from driftstream.engine.connectors.kafka.source import KafkaSource
 
-        topics = {(s.source.dlq_topic, s.source.bootstrap_servers, s.source.security) for s in self.steps if isinstance(s.source, KafkaSource)}
+        if self._dead_letter_sink is not None:
+            return None
+        failing = self.steps[diverted.inputs[0]]
+        sources = [failing.source] if failing.kind == "source" else [s.source for s in self.steps if s.kind == "source"]
+        topics = {(s.dlq_topic, s.bootstrap_servers, s.security) for s in sources if isinstance(s, KafkaSource)}
         if len(topics) != 1:
-            step = self.steps[diverted[0].inputs[0]].name
-            raise FlowError(f"step {step!r} sends its failures to dead letters, but flow {self.name!r} has no dead-letter sink "
+            raise FlowError(f"step {failing.name!r} sends {'records it cannot decode' if failing.kind == 'source' else 'its failures'} "
+                            f"to dead letters, but flow {self.name!r} has no dead-letter sink "
                             f"({'several Kafka sources' if topics else 'no Kafka source'}): call flow.dead_letters(sink) "
                             "(e.g. FileSink('dlq') or KafkaSink('events.dlq', servers))")
-        topic, servers, security = topics.pop()
-        return KafkaSink(topic, servers, name="dead_letters", security=security)
+        return topics.pop()
 
     # -- running --------------------------------------------------------------------
 
@@ -238,6 +254,19 @@ class Flow:
         from driftstream.engine.api.handle import start_on_ray
 
         return start_on_ray(self.plan(parallelism), address=address, detached=detached, **options)
+
+
+#: Partitions a dead-letter topic the flow creates gets (at most the flow's max_parallelism):
+#: each sink instance writes its own, so a rescale up to this many needs no change to it.
+DEAD_LETTER_PARTITIONS = 32
+
+
+def _kafka_dead_letter_sink(destination: tuple, several: bool, max_parallelism: int) -> Sink:
+    from driftstream.engine.connectors.kafka.sink import KafkaSink
+
+    topic, servers, security = destination
+    return KafkaSink(topic, servers, name=f"dead_letters.{topic}" if several else "dead_letters", security=security,
+                     create_partitions=min(DEAD_LETTER_PARTITIONS, max_parallelism))
 
 
 class Stream:

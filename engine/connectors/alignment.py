@@ -111,9 +111,5 @@ class HeldPartition(SourcePartition):
     def fetch_state(self) -> Optional[dict]:
         return self.part.fetch_state()
 
-    @property
-    def dead_letters(self) -> int:
-        return getattr(self.part, "dead_letters", 0)
-
     def close(self) -> None:
         self.part.close()

@@ -82,6 +82,12 @@ class Source(ABC):
     #: True when the ``ts`` of its times is a wall-clock timestamp in epoch milliseconds
     #: (Kafka record timestamps): ``status()`` then tells how far the watermark is behind now
     epoch_ms_times: bool = False
+    #: True when its partitions may read records they cannot decode: they emit them as
+    #: :class:`~driftstream.engine.model.errors.DeadLetter` elements at their own t, and the
+    #: flow sends these to its dead-letter sink, exactly once under exactly-once
+    emits_dead_letters: bool = False
+    #: the flow step that reads it (set by ``Flow.source``): its dead letters name it
+    step_name: str = "source"
 
     @abstractmethod
     def partitions(self) -> int:

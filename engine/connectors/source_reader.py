@@ -134,11 +134,6 @@ class SourceReader:
         """:meth:`SourcePartition.fetch_state` of each partition that has one."""
         return [st for st in (p.fetch_state() for p in self.parts) if st is not None]
 
-    @property
-    def dead_letters(self) -> int:
-        """Records its partitions sent to a dead-letter destination."""
-        return sum(getattr(p, "dead_letters", 0) for p in self.parts)
-
     def next_ready_in(self) -> Optional[float]:
         waits = [w for w in (p.next_ready_in() for p in self.parts if not p.done) if w is not None]
         return min(waits) if waits else None

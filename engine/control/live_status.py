@@ -97,7 +97,7 @@ class LiveStatus:
             "in_flight": acker_figures["in_flight"],
             "emitted": sum(s["emitted"] for s in sources),
             "released": sum(s["released"] for s in stats),
-            "dead_letters": sum(s["dead_letters"] for s in sources) + sum(step_dead_letters.values()),
+            "dead_letters": sum(step_dead_letters.values()),
             "step_dead_letters": step_dead_letters,
             "source_lag": _sum_known(s["source_lag"] for s in sources),
             "source_partitions": [part for s in sources for part in s["source_partitions"]],

@@ -64,6 +64,9 @@ def start_point(plan: Plan, config: RunConfig, rules: RecoveryRules, store: Opti
         return StartPoint(None, plan)
     if config.keep_parallelism and not manifest.legacy and manifest.parallelism != plan.parallelism:
         plan = plan.with_parallelism(manifest.parallelism)
+    if not manifest.legacy and manifest.key_hash != plan.key_groups.key_hash:
+        log.info("flow %s keeps key hash %s, the one its snapshot %d stored state with", plan.flow_name, manifest.key_hash, manifest.snapshot_id)
+        plan = plan.with_key_hash(manifest.key_hash)
     partitions = source_partitions(plan)
     check_fit(manifest, plan, config, partitions)
     known = snapshot_partitions(manifest, plan)

@@ -102,6 +102,9 @@ class Manifest:
     max_parallelism: Optional[int] = None
     stateful_steps: Optional[tuple] = None
     stages: Optional[tuple] = None
+    #: how keys were hashed to their groups (:data:`~driftstream.ordering.key_groups.KEY_HASH`):
+    #: a flow resumed from this snapshot keeps it; 1 in manifests written before it was recorded
+    key_hash: Optional[int] = None
 
     def part(self, instance: Instance) -> SnapshotPart:
         """What ``instance`` restores from (an empty part if it had nothing to record)."""
@@ -128,7 +131,8 @@ class Manifest:
             "requires": list(self.requires),
         }
         if not self.legacy:
-            data.update(max_parallelism=self.max_parallelism, stateful_steps=list(self.stateful_steps), stages=list(self.stages))
+            data.update(max_parallelism=self.max_parallelism, stateful_steps=list(self.stateful_steps), stages=list(self.stages),
+                        key_hash=self.key_hash)
         return data
 
     @classmethod
@@ -152,6 +156,7 @@ class Manifest:
             max_parallelism=data.get("max_parallelism"),
             stateful_steps=optional("stateful_steps"),
             stages=optional("stages"),
+            key_hash=data.get("key_hash") or (1 if version >= 2 else None),
         )
 
 
@@ -208,6 +213,7 @@ def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance,
         max_parallelism=plan.max_parallelism,
         stateful_steps=tuple(plan.stateful_steps),
         stages=tuple(stage.name for stage in plan.stages),
+        key_hash=plan.key_groups.key_hash,
     )
 
 

@@ -93,6 +93,11 @@ class Plan:
         """The key groups ``instance`` owns (its stage is keyed) or would own."""
         return self.key_groups.range_of(instance.index, self.stages[instance.stage].parallelism)
 
+    def with_key_hash(self, key_hash: int) -> "Plan":
+        """The same flow with its keys hashed to groups by ``key_hash`` (a snapshot's: its
+        state is stored under those groups), see :data:`~driftstream.ordering.key_groups.KEY_HASH`."""
+        return replace(self, key_groups=KeyGroups(self.max_parallelism, key_hash))
+
     def with_parallelism(self, parallelism: int) -> "Plan":
         """The same flow at another parallelism: stages, actor names and routing follow.
 

@@ -118,7 +118,7 @@ def reassigned(manifest: Manifest, plan: Plan, snapshot_id: int, source_partitio
     return Manifest(
         snapshot_id=snapshot_id, flow=plan.flow_name, parallelism=plan.parallelism, t=manifest.t, parts=parts,
         requires=required_by(parts.values(), snapshot_id), max_parallelism=plan.max_parallelism,
-        stateful_steps=tuple(plan.stateful_steps), stages=tuple(s.name for s in plan.stages))
+        stateful_steps=tuple(plan.stateful_steps), stages=tuple(s.name for s in plan.stages), key_hash=plan.key_groups.key_hash)
 
 
 def _cut(slice_: dict, held: Optional[GroupRange], owned: GroupRange) -> Optional[dict]:

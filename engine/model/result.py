@@ -152,14 +152,13 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
         add_cache_stats(m.state_cache, im.get("state_cache", {}))
         m.peak_rss_bytes = max(m.peak_rss_bytes, im.get("peak_rss_bytes", 0))
-        m.dead_letters += im.get("dead_letters", 0)
         emit.update(r["emit_times"])
         for t, w in r["release_times"].items():
             if w > release.get(t, 0.0):
                 release[t] = w
     for key in PER_STEP_COUNTS:
         setattr(m, key, sum_per_step(r["metrics"].get(key, {}) for r in reports))
-    m.dead_letters += sum(m.step_dead_letters.values())
+    m.dead_letters = sum(m.step_dead_letters.values())
     for name, elems in outputs.items():
         elems.sort(key=lambda e: e[0])
         outputs[name] = [(Meta._make(m), p) for m, p in elems]

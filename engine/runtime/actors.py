@@ -655,7 +655,6 @@ class StageActor:
         metrics["state_cache"] = self.snapshots.cache_stats()
         metrics["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         if self.reader is not None:
-            metrics["dead_letters"] = self.reader.dead_letters
             self.reader.close()
         return {
             "collected": self.rt.collected(),
@@ -679,7 +678,6 @@ class StageActor:
             "releases": [] if releases_since is None else recent_samples(rt.release_times, releases_since),
             "emits": emit_samples(rt.emit_times, emits_of) if emits_of else {},
             "emitted": 0 if reader is None else reader.emitted,
-            "dead_letters": 0 if reader is None else reader.dead_letters,
             "source_lag": None if reader is None else reader.lag(),
             "source_partitions": [] if reader is None else reader.fetch_states(),
             "released": self.rt.released_total(),

@@ -442,7 +442,6 @@ class Simulation:
                 got = partition.collected()
                 if got is not None:
                     reports[0]["collected"].setdefault(self.plan.steps[sid].name, []).extend(got)
-            reports[0]["metrics"]["dead_letters"] = sum(r.dead_letters for r in self.readers.values())
             sinks = [s.name for s in self.plan.steps if s.kind == "sink"]
             result = merge_instances(reports, self.clock_value, sinks)
             result.metrics.snapshots = self.commits

@@ -35,7 +35,6 @@ from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.snapshots.state_keys import StateKeys, first
 from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
-from driftstream.ordering.partitioning import stable_hash
 from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
 
@@ -294,7 +293,7 @@ class StageRuntime:
         if ch.keyed:
             step = self.plan.steps[ch.dst]
             fn, divert = step.fn, step.on_error == "dead-letter"
-            router, m = self._router, len(self._router)
+            router, m, hash_of = self._router, len(self._router), self.plan.key_groups.hash_of
             bufs: dict = {}
             try:
                 for item in outs:
@@ -306,7 +305,7 @@ class StageRuntime:
                             raise
                         # its dead letter goes on, keyed by the step's name, to the split after it
                         payload, key = dead_letter(step.name, meta, payload, exc), step.name
-                    dst = router[stable_hash(key) % m]  # the owner of the key's group
+                    dst = router[hash_of(key) % m]  # the owner of the key's group
                     buf = bufs.get(dst)
                     if buf is None:
                         buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))

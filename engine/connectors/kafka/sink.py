@@ -67,11 +67,13 @@ class KafkaSink(Sink):
     index's output, snappy, lz4 and zstd add under 1 µs a record to the sink's ~5 µs of
     encoding and save 74-85% of the bytes; gzip (level 9) adds 2-7 µs for 83-86%
     (``driftstream bench kafka-codecs``, ``examples/inverted_index/results/README.md``).
+    ``create_partitions``: how many partitions a missing topic is created with (default: one
+    per instance of the sink's stage; more lets the flow rescale up to that many).
     """
 
     def __init__(self, topic: str, bootstrap_servers: str, name: Optional[str] = None, encode: Callable[[Any], bytes] = _json_bytes,
                  retry_s: float = 60.0, security: Optional[KafkaSecurity] = None, compression: Optional[str] = None,
-                 **security_settings: Any) -> None:
+                 create_partitions: Optional[int] = None, **security_settings: Any) -> None:
         super().__init__(name or topic.replace("/", "_"))
         self.compression = compression
         self.compression_type = compression_type(compression, topic)  # an unknown or missing codec fails here, on the driver
@@ -80,6 +82,7 @@ class KafkaSink(Sink):
         self.bootstrap_servers = bootstrap_servers
         self.encode = encode
         self.retry_s = retry_s
+        self.create_partitions = create_partitions
 
     def open(self, partition: int, partitions: int) -> SinkPartition:
         self.check(partitions)
@@ -90,7 +93,7 @@ class KafkaSink(Sink):
         ``partitions``: each barrier writes its own partition, the only writer of it, so that
         its last message is the barrier's ``t_last``."""
         check_broker(self.bootstrap_servers, self.security)
-        have = ensure_topic(self.bootstrap_servers, self.topic, partitions, self.security)
+        have = ensure_topic(self.bootstrap_servers, self.topic, max(partitions, self.create_partitions or 0), self.security)
         if have < partitions:
             raise ValueError(
                 f"sink topic {self.topic!r} has {have} partitions but the flow writes {partitions} (one per instance of the "
@@ -188,8 +191,11 @@ def read_kafka_sink(bootstrap_servers: str, topic: str, decode: Callable[[bytes]
     c = consumer(bootstrap_servers, security)
     out: list = []
     try:
-        for p in range(partition_count(bootstrap_servers, topic, security=security)):
-            out.extend((meta_of(r), decode(r.value)) for r in read_partition(c, TopicPartition(topic, p), 0))
+        parts = [TopicPartition(topic, p) for p in range(partition_count(bootstrap_servers, topic, security=security))]
+        ends = c.end_offsets(parts) if parts else {}
+        for tp in parts:
+            if ends.get(tp):  # an empty partition would cost read_partition's idle wait
+                out.extend((meta_of(r), decode(r.value)) for r in read_partition(c, tp, 0))
     finally:
         c.close()
     out.sort(key=lambda e: e[0])

@@ -4,6 +4,8 @@ Partition ``p`` of the topic is read by source instance ``p % instances``. An
 element's time is ``(ts, source, p, offset)`` where ``ts`` is the running
 maximum of record timestamps in the partition: a function of the log prefix,
 so a replay from any offset (with the running ts saved there) reproduces it.
+A record far ahead of its partition's time that the next record does not confirm is
+stamped with the partition's time instead (``max_time_jump_s``, :mod:`.partition_clock`).
 
 Transactional input is read ``read_committed`` by default, as Kafka's consumers and
 Flink's source read it: up to the last stable offset, without the records of aborted
@@ -18,9 +20,11 @@ being stored. A reader that moved on would lose record 11 for good. The reader
 therefore waits, up to ``gap_wait_s``, for a hole in the offsets to fill
 (:class:`.OffsetGaps`); a hole that stays (compaction) is skipped and logged.
 
-Records that cannot be decoded (bad JSON, a decoder that raises) go to the
-dead-letter topic (``<topic>.dlq`` by default) with the error and the original
-bytes in headers and value, are counted, and do not stop the flow. Values are
+Records that cannot be decoded (bad JSON, a decoder that raises, a null value) become
+dead letters at their own t (:class:`.BadRecord`: where the record is, its key and value,
+cut at 64 KiB): the flow's dead-letter sink (by default a KafkaSink to ``<topic>.dlq``)
+writes them through its barrier, exactly once under exactly-once; they are counted
+per source step and do not stop the flow. Values are
 decoded as JSON or passed on as bytes; never unpickled.
 
 A secured broker: ``security=KafkaSecurity(...)``, or kafka-python's settings as keyword
@@ -41,9 +45,9 @@ from collections import deque
 from typing import Any, Callable, Optional, Union
 
 import kafka.errors as kafka_errors
-from kafka import KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
-from driftstream.engine.model.errors import FlowError, short_repr
+from driftstream.engine.model.errors import DeadLetter, FlowError, dead_letter, short_repr
 from driftstream.engine.connectors.kafka.group_commit import GroupCommitter
 from driftstream.engine.connectors.kafka.io import partition_count
 from driftstream.engine.connectors.kafka.offset_gaps import OffsetGaps
@@ -51,6 +55,8 @@ from driftstream.engine.connectors.kafka.partition_log import PartitionLog, Step
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
 from driftstream.engine.connectors.kafka.transactions import ISOLATION_LEVELS
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
+from driftstream.engine.connectors.bad_record import bad_record
+from driftstream.engine.connectors.partition_clock import PartitionClock
 from driftstream.engine.connectors.source import Source, SourcePartition
 
 #: Batches of records a partition's fetcher thread may hold ahead of the event loop.
@@ -68,6 +74,10 @@ BEHIND_LAG = 1_000
 #: Seconds a hole in a partition's offsets may stay before the reader moves past it.
 GAP_WAIT_S = 0.5
 
+#: Seconds a record's timestamp may run ahead of its partition's time before the next record
+#: must confirm it (else it is an outlier, stamped with the partition's time): a day.
+MAX_TIME_JUMP_S = 86_400.0
+
 log = logging.getLogger(__name__)
 
 __all__ = ["KafkaSource", "KafkaPartitionReader", "OffsetGaps", "TICK_HEADER"]
@@ -80,11 +90,15 @@ def _json(value: bytes) -> Any:
     return json.loads(value)
 
 
+class NullValue(ValueError):
+    """A record with a null value (a tombstone): its dead letter's error."""
+
+
 class KafkaSource(Source):
     """Read ``topic`` from ``bootstrap_servers``.
 
     ``value_format``: ``"json"`` (default), ``"bytes"``, or a callable ``bytes -> value``
-    (raise to reject a record: it goes to the dead-letter topic).
+    (raise to reject a record: it goes to the dead-letter sink).
     ``bounded=True`` reads what the topic holds when each partition is opened, then ends
     (read_committed: up to the last stable offset then).
     ``isolation``: ``"read_committed"`` (default: the records of committed transactions and
@@ -99,6 +113,11 @@ class KafkaSource(Source):
     a compacted topic may set 0 to skip them at once. Transaction markers are no holes.
     ``broker_timeout_s``: how long fetches from an unreachable broker (or a partition with
     no leader) are retried before the run fails with the error.
+    ``max_time_jump_s``: how far (seconds) a record's timestamp may run ahead of its
+    partition's time before the next record must confirm it; one the next record does not
+    confirm (a producer's clock far off) is stamped with the partition's time and counted
+    (``clamped_times`` in ``status()``), so it cannot move every window's time for good.
+    A day by default; None: the plain running maximum (:mod:`.partition_clock`).
     ``security`` (or kafka-python's security settings as keyword arguments): TLS and SASL,
     see :class:`.KafkaSecurity`.
     ``commit_group``: a consumer group to which each committed snapshot's offsets are
@@ -107,6 +126,7 @@ class KafkaSource(Source):
 
     #: record timestamps: producers' wall clocks (CreateTime) or the broker's (LogAppendTime)
     epoch_ms_times = True
+    emits_dead_letters = True
 
     def __init__(
         self,
@@ -119,6 +139,7 @@ class KafkaSource(Source):
         tick_interval: Optional[float] = 0.02,
         gap_wait_s: float = GAP_WAIT_S,
         broker_timeout_s: float = 30.0,
+        max_time_jump_s: Optional[float] = MAX_TIME_JUMP_S,
         security: Optional[KafkaSecurity] = None,
         commit_group: Optional[str] = None,
         isolation: str = "read_committed",
@@ -145,6 +166,9 @@ class KafkaSource(Source):
         self.start_offsets = dict(start_offsets or {})
         self.gap_wait_s = gap_wait_s
         self.broker_timeout_s = broker_timeout_s
+        if max_time_jump_s is not None and not max_time_jump_s > 0:
+            raise FlowError(f"KafkaSource({topic!r}) max_time_jump_s must be a positive number of seconds or None, not {max_time_jump_s!r}")
+        self.max_time_jump_s = max_time_jump_s
         self._partitions: Optional[int] = None
 
     def partitions(self) -> int:
@@ -178,11 +202,10 @@ class KafkaPartitionReader(SourcePartition):
         self.tp = TopicPartition(source.topic, partition)
         offset, ts = start if start is not None else source.start_offsets.get(partition, (0, None))
         self.next_offset = offset
-        self.ts = ts  # running max of record timestamps up to next_offset
-        self.dead_letters = 0
+        # The partition's time: the running max of its timestamps, bounded (see PartitionClock).
+        self.clock = PartitionClock(ts, None if source.max_time_jump_s is None else int(source.max_time_jump_s * 1000))
         self.ticks_sent = 0
         self._last_activity = time.time()
-        self._producer: Optional[KafkaProducer] = None
         self._buffer: list = []
         self._buffer_through = offset  # where the reader is once the buffer is read
         # Polled from the event loop, every fetch would hold it up for the broker's
@@ -222,9 +245,15 @@ class KafkaPartitionReader(SourcePartition):
         """The holes waited for and skipped (:class:`.OffsetGaps`)."""
         return self.log.gaps
 
+    @property
+    def ts(self) -> Optional[int]:
+        """The partition's time: the last record's stamp (None before the first)."""
+        return self.clock.ts
+
     def position(self) -> tuple:
-        """``(next offset, running ts)``: where a replay of what follows must start."""
-        return self.next_offset, self.ts
+        """``(next offset, running ts)``: where a replay of what follows must start (at a
+        record the clock holds, if it holds one)."""
+        return self.next_offset, self.clock.ts
 
     def lag(self) -> Optional[int]:
         """High watermark of the last fetch - next offset to read (0 when caught up).
@@ -254,6 +283,7 @@ class KafkaPartitionReader(SourcePartition):
             "max_wait_ms": wait.wait_ms,
             "starved": wait.starved,
             "ticks": self.ticks_sent,
+            "clamped_times": self.clock.clamped,
             "behind": behind,
         }
 
@@ -270,14 +300,17 @@ class KafkaPartitionReader(SourcePartition):
         try:
             log_ = self._new_log(fetcher, self.next_offset)
             live_end = log_.end_offset(self.source.broker_timeout_s)
-            first_after, ts, deadline = live_end, self.ts, time.monotonic() + 10.0
+            first_after, deadline = live_end, time.monotonic() + 10.0
+            clock, after = PartitionClock(self.clock.ts, self.clock.max_jump_ms), tuple(t[:4])
             while first_after == live_end and log_.next_offset < live_end and time.monotonic() < deadline:
                 step = log_.read()
                 for rec in step.records if step is not None else ():
-                    ts = rec.timestamp if ts is None or rec.timestamp > ts else ts
-                    if (ts, self.source_id, self.partition, rec.offset) > tuple(t[:4]):
-                        first_after = rec.offset
+                    after_t = [r.offset for r, ts in clock.offer(rec.timestamp, rec) if (ts, self.source_id, self.partition, r.offset) > after]
+                    if after_t:
+                        first_after = after_t[0]
                         break
+            if first_after == live_end and clock.holding:
+                first_after = clock.held.offset  # its stamp is at least the clock's: after t, or nearly so
         finally:
             fetcher.close()
         if first_after < live_end:
@@ -323,6 +356,8 @@ class KafkaPartitionReader(SourcePartition):
                 self._fetch_error = exc
 
     def read(self, max_items: int) -> list:
+        """Up to ``max_items`` elements (one more when a record the clock held is released
+        with the first of them)."""
         if not self._fetcher_started and not self.done:
             self._fetcher_started = True
             self._fetcher.start()
@@ -333,9 +368,14 @@ class KafkaPartitionReader(SourcePartition):
                 self.next_offset = got[1]
             else:  # a Step: its records, then the markers and dropped records up to got.through
                 self._buffer, self._buffer_through = got.records, got.through
-                if not got.records:
+                if not got.records and not self.clock.holding:
                     self.next_offset = max(self.next_offset, got.through)
         if not self._buffer:
+            if self.end is not None and self.clock.holding and self._buffer_through >= self.end and not self._fetched:
+                out = self._take(self.clock.finish(), [])  # the partition's last record: nothing follows to judge it
+                self.next_offset = max(self.next_offset, self._buffer_through)
+                self.done = True
+                return out
             if self.end is not None and self.next_offset >= self.end:
                 self.done = True  # the partition ends with a marker or with dropped records
                 return []
@@ -346,15 +386,29 @@ class KafkaPartitionReader(SourcePartition):
         self._last_activity = time.time()
         records, self._buffer = self._buffer[:max_items], self._buffer[max_items:]
         out: list = []
-        decode, sid, p = self.source.decode, self.source_id, self.partition
+        clock = self.clock
         for rec in records:
             if self.end is not None and rec.offset >= self.end:
                 self.done = True
                 break
-            ts = rec.timestamp if self.ts is None or rec.timestamp > self.ts else self.ts
-            self.ts = ts
-            self.next_offset = rec.offset + 1
+            self._take(clock.offer(rec.timestamp, rec), out)
+            self.next_offset = clock.held.offset if clock.holding else rec.offset + 1
+        if not self._buffer and not clock.holding:
+            self.next_offset = max(self.next_offset, self._buffer_through)
+        if self.end is not None and self.next_offset >= self.end:
+            self.done = True
+        return out
+
+    def _take(self, stamped: list, out: list) -> list:
+        """Append the elements of ``(record, stamp)`` pairs to ``out``: ticks only move time,
+        records that do not decode become dead letters."""
+        decode, sid, p = self.source.decode, self.source_id, self.partition
+        for rec, ts in stamped:
             if rec.headers and any(k == TICK_HEADER for k, _ in rec.headers):
+                continue
+            meta = (ts, sid, p, rec.offset, (), False)
+            if rec.value is None:
+                out.append((meta, self._dead_letter(meta, rec, NullValue("a null value (a tombstone): a flow's elements are record values"))))
                 continue
             if decode is None:
                 value = rec.value
@@ -362,13 +416,9 @@ class KafkaPartitionReader(SourcePartition):
                 try:
                     value = decode(rec.value)
                 except Exception as exc:
-                    self._dead_letter(rec, exc)
+                    out.append((meta, self._dead_letter(meta, rec, exc)))
                     continue
-            out.append(((ts, sid, p, rec.offset, (), False), value))
-        if not self._buffer:
-            self.next_offset = max(self.next_offset, self._buffer_through)
-        if self.end is not None and self.next_offset >= self.end:
-            self.done = True
+            out.append((meta, value))
         return out
 
     def bound(self) -> Optional[tuple]:
@@ -377,12 +427,6 @@ class KafkaPartitionReader(SourcePartition):
         if self.ts is None:
             return None
         return (self.ts, self.source_id, self.partition, self.next_offset - 1)
-
-    def _producer_client(self) -> KafkaProducer:
-        if self._producer is None:
-            self._producer = KafkaProducer(bootstrap_servers=self.source.bootstrap_servers, acks="all", linger_ms=0,
-                                           **self.source.security.client_settings())
-        return self._producer
 
     def _maybe_tick(self) -> None:
         interval = self.source.tick_interval
@@ -404,21 +448,11 @@ class KafkaPartitionReader(SourcePartition):
         except (kafka_errors.KafkaError, OSError) as exc:
             log.warning("%s[%d]: a tick was not appended: %r", self.source.topic, self.partition, exc)
 
-    def _dead_letter(self, rec: Any, exc: Exception) -> None:
-        error = f"{type(exc).__name__}: {exc}"
-        dlq = self._producer_client()
-        dlq.send(
-            self.source.dlq_topic,
-            value=rec.value,
-            headers=[
-                ("error", error.encode("utf-8", "replace")),
-                ("topic", self.source.topic.encode()),
-                ("partition", str(self.partition).encode()),
-                ("offset", str(rec.offset).encode()),
-            ],
-        )
-        dlq.flush()
-        self.dead_letters += 1
+    def _dead_letter(self, meta: tuple, rec: Any, exc: Exception) -> DeadLetter:
+        """The element a record that does not decode becomes: a dead letter at its own t,
+        which the flow's dead-letter sink writes through its barrier (exactly once)."""
+        record = bad_record(self.source.topic, self.partition, rec.offset, rec.timestamp, rec.key, rec.value)
+        return dead_letter(self.source.step_name, meta, record, exc)
 
     def close(self) -> None:
         self._closing.set()
@@ -427,8 +461,6 @@ class KafkaPartitionReader(SourcePartition):
         self._fetcher_client.close()
         if self._ticker is not None:
             self._ticker.close()
-        if self._producer is not None:
-            self._producer.close()
 
     def __repr__(self) -> str:
         return f"KafkaPartitionReader({self.source.topic}[{self.partition}] at {self.next_offset}, ts={short_repr(self.ts)})"

@@ -5,6 +5,7 @@ crash, once each under exactly-once; state is as if the element had not come."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -176,8 +177,12 @@ def test_a_poison_pill_in_a_kafka_flow_exactly_once_with_a_kill(ray_session, kaf
     bootstrap, tag = kafka_broker.bootstrap_servers, uuid.uuid4().hex[:8]
     topic, out = f"pill-{tag}", f"pill-out-{tag}"
     ensure_topic(bootstrap, topic, 2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 << 20)
+    # Records the source cannot decode, among the events: dead letters of the source step.
+    bad = {100: (None, b'{"user": "u1", broken'), 900: (b"k-null", None), 1300: (None, b"\xff" * 1_500_000)}
     for i, e in enumerate(with_pill):  # timestamps as the MemorySource's times: the same t order
+        if i in bad:
+            producer.send(topic, key=bad[i][0], value=bad[i][1], partition=i % 2, timestamp_ms=i)
         producer.send(topic, json.dumps(e).encode(), partition=i % 2, timestamp_ms=i)
     producer.flush()
     producer.close()
@@ -196,10 +201,17 @@ def test_a_poison_pill_in_a_kafka_flow_exactly_once_with_a_kill(ray_session, kaf
     finally:
         handle.stop(timeout=60)
     assert [p for _, p in read_kafka_sink(bootstrap, out)] == reference["out"]
-    letters = [p for _, p in read_kafka_sink(bootstrap, f"{topic}.dlq")]
-    assert len(letters) == 1 and letters[0]["step"] == "total" and letters[0]["element"] == pill
-    assert letters[0]["error"].startswith("TypeError") and "_sum_of_n" in letters[0]["traceback"]
-    assert status["recoveries"] and status["step_dead_letters"].get("total", 0) <= 1
+    letters = [p for _, p in read_kafka_sink(bootstrap, f"{topic}.dlq")]  # each once: the source's and the step's
+    steps = [d for d in letters if d["step"] == "total"]
+    assert len(steps) == 1 and steps[0]["element"] == pill
+    assert steps[0]["error"].startswith("TypeError") and "_sum_of_n" in steps[0]["traceback"]
+    records = sorted((d for d in letters if d["step"] == "events"), key=lambda d: d["t"])
+    assert [(d["element"]["partition"], d["element"]["timestamp"]) for d in records] == [(i % 2, i) for i in sorted(bad)]
+    broken, null, big = (d["element"] for d in records)
+    assert broken["value"] == '{"user": "u1", broken' and "JSONDecodeError" in records[0]["error"]
+    assert null["key"] == "k-null" and null["value"] is None and null["value_size"] == -1 and "NullValue" in records[1]["error"]
+    assert big["encoding"] == "base64" and big["truncated"] and big["value_size"] == 1_500_000 and len(big["value"]) == len(base64.b64encode(bytes(64 * 1024)))
+    assert len(letters) == 4 and status["recoveries"]
 
 
 def test_dead_letter_records_are_dataclasses_json_sinks_write_as_objects():
@@ -208,3 +220,25 @@ def test_dead_letter_records_are_dataclasses_json_sinks_write_as_objects():
 
     assert json.loads(json.dumps(letter, default=json_default)) == {
         "step": "parse", "element": {"raw": "x"}, "t": [1, 0, 0, 7, []], "error": "ValueError: x", "traceback": "Traceback ..."}
+
+
+def test_a_kafka_sources_bad_records_go_to_its_own_topic_and_step_failures_share_it():
+    """Per destination one sink (two writers of one topic partition would break its t_last)."""
+    from driftstream.engine import KafkaSink, KafkaSource
+
+    def sinks(flow: Flow) -> dict:
+        return {s.name: s.sink.topic for s in flow.steps_to_run() if s.kind == "sink" and isinstance(s.sink, KafkaSink)}
+
+    one = Flow("one")
+    one.source(KafkaSource("a", "b:9092"), name="a").map(abs, on_error="dead-letter").sink(MemorySink("out"))
+    assert sinks(one) == {"dead_letters": "a.dlq"}
+    assert [s.kind for s in one.steps_to_run()][-2:] == ["merge", "sink"]  # the source's letters and the map's
+    two = Flow("two")
+    two.source(KafkaSource("a", "b:9092"), name="a").sink(MemorySink("out_a"))
+    two.source(KafkaSource("c", "b:9092"), name="c").sink(MemorySink("out_c"))
+    assert sinks(two) == {"dead_letters.a.dlq": "a.dlq", "dead_letters.c.dlq": "c.dlq"}
+    two.source(MemorySource([1]), name="m").map(abs, on_error="dead-letter").sink(MemorySink("out_m"))
+    with pytest.raises(FlowError, match=r"step 'map' sends its failures to dead letters.*several Kafka sources"):
+        two.steps_to_run()
+    two.dead_letters(MemorySink("dlq"))
+    assert sinks(two) == {} and [s.name for s in two.steps_to_run()][-2:] == ["dlq.all", "dlq"]

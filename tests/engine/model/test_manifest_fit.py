@@ -106,3 +106,24 @@ def test_added_partitions_start_at_their_first_offset_after_the_snapshots_time()
     assert parts["0/0"].sources == {"0": [0, 0], "2": [0, 10], "4": [0, 10]}  # T = (9,): times from 10 on
     assert parts["0/1"].sources == {"1": [1, 1], "3": [0, 10]}
     assert reassign(m, _plan(), {"src": 2}) == dict(m.parts)
+
+
+def test_a_resumed_flow_keeps_the_key_hash_its_snapshot_stored_state_with(tmp_path):
+    """Snapshots written before the key hash was recorded hashed keys with a bare CRC-32
+    (key hash 1): their state sits in those groups, so a flow resumed from one keeps it."""
+    from driftstream.engine.control.resume import start_point
+    from driftstream.engine.model.recovery import RecoveryRules
+    from driftstream.ordering.key_groups import KEY_HASH
+    from driftstream.snapshots.store import SnapshotStore
+
+    plan = _plan()
+    written = _manifest(plan)
+    assert written.key_hash == KEY_HASH == 2 and Manifest.from_json(written.to_json()) == written
+    old = {k: v for k, v in written.to_json().items() if k != "key_hash"}
+    assert Manifest.from_json(old).key_hash == 1
+    store = SnapshotStore(str(tmp_path))
+    store.write_manifest(3, old)
+    start = start_point(plan, RESUME, RecoveryRules(RESUME, str(tmp_path)), store, next_id=4)
+    assert start.plan.key_groups.key_hash == 1 and start.plan.key_groups.group_of("k0") == plan.key_groups.__class__(128, 1).group_of("k0")
+    fresh = start_point(plan, RunConfig(fresh=True), RecoveryRules(RunConfig(fresh=True), str(tmp_path)), store, next_id=4)
+    assert fresh.plan.key_groups.key_hash == KEY_HASH

@@ -55,5 +55,9 @@ def test_a_steady_kafka_flow_keeps_reading_and_releases_every_record_once(ray_se
     assert report.max_source_lag < 5_000, [r.source_lag for r in report.rows]
     late = report.rows[len(report.rows) // 2 :]
     assert all(r.emitted >= r.sent - 5_000 for r in late), [(r.sent, r.emitted) for r in late]
-    windows = [(r.latency_p50_ms, r.latency_p95_ms, r.latency_p99_ms) for r in report.rows if r.latency_p50_ms is not None]
-    assert windows and all(p50 <= p95 <= p99 for p50, p95, p99 in windows), windows
+    # Every report window released records, and latency did not grow with the run (a source
+    # that slows as its partition's log grows shows as a last p50 many times the first).
+    p50s = [r.latency_p50_ms for r in report.rows]
+    p50s = p50s[next((i for i, x in enumerate(p50s) if x is not None), len(p50s)):]  # from the first release on
+    assert len(p50s) >= 2 and None not in p50s, [r.latency_p50_ms for r in report.rows]
+    assert p50s[-1] <= 10 * p50s[0] + 200, p50s

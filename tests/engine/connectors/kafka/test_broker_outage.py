@@ -10,6 +10,9 @@ import threading
 import time
 import uuid
 
+import pytest
+from kafka.errors import KafkaConnectionError
+
 from driftstream.engine import Flow, KafkaSink, KafkaSource
 from driftstream.engine.connectors.kafka.io import ensure_topic
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
@@ -114,6 +117,38 @@ def test_a_ten_second_broker_outage_leaves_the_output_unchanged(ray_session, tmp
         assert _per_key(_output(bootstrap, out)) == expected
         print(f"\nbroker back -> output growing again after {resumed if resumed is not None else 0:.2f} s; "
               f"recoveries {len(status['recoveries'])}")
+    finally:
+        proxy.close()
+        broker.stop()
+
+
+def test_a_broker_gone_for_longer_than_broker_timeout_s_fails_the_run_with_its_error(ray_session, tmp_path):
+    """The source's fetcher gives up after ``broker_timeout_s``: the run fails with the
+    broker's error within a few seconds more, rather than stall with status() running."""
+    timeout_s = 3.0
+    proxy_port = free_port()
+    broker = start_local_kafka(advertised_port=proxy_port)
+    proxy = BrokerProxy(broker.port, proxy_port)
+    try:
+        bootstrap, tag = broker.bootstrap_servers, uuid.uuid4().hex[:8]
+        topic = f"gone-{tag}"
+        ensure_topic(bootstrap, topic, 2)
+        writer = PartitionWriter(bootstrap, topic, 0)
+        writer.write([(json.dumps({"k": "k0", "i": i}).encode(), []) for i in range(50)])
+        writer.close()
+        handle = build(KafkaSource(topic, bootstrap, broker_timeout_s=timeout_s), MemorySink("out"), f"gone-{tag}").start(
+            parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+        deadline = time.time() + 60
+        while handle.status()["released"] < 50:
+            assert time.time() < deadline, handle.status()
+            time.sleep(0.05)
+        proxy.refuse()
+        gone = time.time()
+        with pytest.raises(KafkaConnectionError, match=topic):
+            handle.wait(timeout=60)
+        failed_after = time.time() - gone
+        print(f"\nbroker gone -> run failed after {failed_after:.1f} s (broker_timeout_s {timeout_s})")
+        assert failed_after < 3 * timeout_s + 10, failed_after
     finally:
         proxy.close()
         broker.stop()

@@ -11,6 +11,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from driftstream.engine import Flow
+from driftstream.engine.model.errors import FlowError
 from driftstream.engine.connectors.kafka.io import ensure_topic, partition_count, read_partition
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.connectors.kafka.source import KafkaSource
@@ -88,14 +89,14 @@ def test_kafka_to_kafka_on_ray_with_meta_headers_and_dead_letters(ray_session, k
     assert [tuple(m)[:4] for m, _ in out] == [t for t, _ in sorted(docs, key=lambda e: e[0])]
     assert result.metrics.dead_letters == bad
 
-    c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, auto_offset_reset="earliest")
-    dlq = []
-    for p in range(partition_count(bs, f"{src}.dlq")):
-        dlq += read_partition(c, TopicPartition(f"{src}.dlq", p), 0)
-    c.close()
-    assert len(dlq) == bad
-    assert sorted(r.value for r in dlq) == sorted(v for _, _, v in records if v in (b'{"k": broken', b'"not an object"'))
-    errors = [dict(r.headers)["error"].decode() for r in dlq]
+    # The dead-letter topic: each bad record once, at its own t, with where it is and what it held.
+    dlq = read_kafka_sink(bs, f"{src}.dlq")
+    assert len(dlq) == bad and result.metrics.step_dead_letters == {"docs": bad}
+    letters = [d for _, d in dlq]
+    assert {d["step"] for d in letters} == {"docs"}
+    assert sorted((d["element"]["partition"], d["element"]["offset"], d["element"]["value"].encode()) for d in letters) == sorted(
+        (i % 3, i // 3, v) for i, (_, _, v) in enumerate(records) if v in (b'{"k": broken', b'"not an object"'))
+    errors = [d["error"] for d in letters]
     assert any("JSONDecodeError" in e for e in errors) and any("expected an object with k and v" in e for e in errors)
 
     # Each sink partition can say what it holds last: the Meta of its last message.
@@ -245,3 +246,49 @@ def test_a_tick_that_fails_is_logged_and_the_next_one_appended(kafka_broker, cap
         c.close()
     finally:
         reader.close()
+
+
+def test_a_far_future_record_does_not_move_its_partitions_time(kafka_broker):
+    """A producer's clock a year off: the record is stamped with its partition's time (the
+    next record does not confirm the jump), so windows and timers keep theirs; a replay
+    from the offset saved while it was held stamps it the same way."""
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("far")
+    ensure_topic(bs, topic, 1)
+    year = 365 * 86_400_000
+    produce(bs, topic, [(0, ts, json.dumps(i).encode()) for i, ts in enumerate([100, 105, 100 + year, 107, 110])])
+
+    def run(start_offsets=None, max_time_jump_s=86_400.0):
+        flow = Flow("far")
+        flow.source(KafkaSource(topic, bs, bounded=True, start_offsets=start_offsets, max_time_jump_s=max_time_jump_s)).sink(MemorySink("out"))
+        return flow.run(runtime="simulator", seed=1).output_with_meta("out")
+
+    full = run()
+    assert [(m.ts, v) for m, v in full] == [(100, 0), (105, 1), (105, 2), (107, 3), (110, 4)]
+    assert run({0: (2, 105)}) == full[2:]
+    assert [m.ts for m, _ in run(max_time_jump_s=None)] == [100, 105] + [100 + year] * 3  # the old rule: moved for good
+
+
+def test_a_far_future_last_record_on_a_live_partition_is_judged_by_the_next_tick(kafka_broker):
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("far-live")
+    ensure_topic(bs, topic, 1)
+    now = int(time.time() * 1000)
+    produce(bs, topic, [(0, ts, json.dumps(i).encode()) for i, ts in enumerate([now, now + 1, now + 365 * 86_400_000])])
+    reader = KafkaSource(topic, bs, tick_interval=0.02).open(0, 0)
+    try:
+        got, deadline = [], time.time() + 30
+        while len(got) < 3 and time.time() < deadline:
+            got += reader.read(100)
+            if len(got) == 2:
+                assert reader.position() == (2, now + 1)  # held: a replay starts at it
+            time.sleep(0.01)
+        assert [(t[0], v) for t, v in got] == [(now, 0), (now + 1, 1), (now + 1, 2)]
+        assert reader.fetch_state()["clamped_times"] == 1 and reader.ticks_sent >= 1
+    finally:
+        reader.close()
+
+
+def test_max_time_jump_s_must_be_positive(kafka_broker):
+    with pytest.raises(FlowError, match="max_time_jump_s must be a positive"):
+        KafkaSource("t", kafka_broker.bootstrap_servers, max_time_jump_s=0)

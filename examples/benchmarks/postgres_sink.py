@@ -1,0 +1,135 @@
+"""What PostgresSink costs on the inverted index: rows/s over a backlog (append and upsert)
+and latency at 50 docs/s, each against a FileSink run of the same flow in the same
+invocation (the ratio is the figure; this machine is shared and noisy).
+
+    driftstream bench postgres                         # a local PostgreSQL (initdb, pg_ctl)
+    driftstream bench postgres --docs 3000 --latency-docs 500 --dsn "host=db user=app"
+
+Every run: the index over the corpus's article leads (:func:`.backlog.documents`), Ray,
+parallelism 2, exactly-once, 1 s snapshots. Backlog: the documents in place
+(MemorySource); rows/s = change records / seconds from ``flow.run`` to its return, each
+table then counted against the FileSink's records (append: every record; upsert: one row
+per word and page). Latency: the documents paced at ``--rate`` (PacedSource); source
+emit -> the sink's commit acknowledged, p50/p95/p99 (``metrics.latency_ms``), with the
+sink's default ``commit_interval_s`` (0.05 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from driftstream.barriers.file_sink import FileSink
+
+#: change records: one row each (append); one row per (word, page) (upsert)
+APPEND_DDL = "CREATE TABLE {name} (op text, word text, page_id bigint, positions jsonb, df int)"
+UPSERT_DDL = "CREATE TABLE {name} (op text, word text, page_id bigint, positions jsonb, df int, PRIMARY KEY (word, page_id))"
+
+
+def _sinks(dsn: str, work: Path) -> dict:
+    import psycopg
+
+    from driftstream.engine.connectors.postgres_sink import PostgresSink
+
+    out = {"file": lambda: FileSink(work / f"out-{uuid.uuid4().hex[:6]}", name="changes")}
+    for mode, ddl in (("append", APPEND_DDL), ("upsert", UPSERT_DDL)):
+        def make(mode=mode, ddl=ddl):
+            table = f"bench_{mode}_{uuid.uuid4().hex[:6]}"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(ddl.format(name=table))
+            return PostgresSink(dsn, table, mode=mode, key=["word", "page_id"] if mode == "upsert" else None)
+        out[f"postgres {mode}"] = make
+    return out
+
+
+def _rows(dsn: str, sink) -> Optional[int]:
+    import psycopg
+
+    if not hasattr(sink, "table"):
+        return None
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(f"SELECT count(*) FROM {sink.table}").fetchone()[0]
+
+
+def run(dsn: str, docs: list, latency_docs: int, rate: float) -> list:
+    """One row of figures per sink and run kind."""
+    import time
+
+    from driftstream.engine.testing import MemorySource, PacedSource
+    from driftstream.examples.inverted_index.pipeline import build
+
+    work = Path(tempfile.mkdtemp(prefix="driftstream-bench-pg-"))
+    rows: list = []
+    try:
+        makers = _sinks(dsn, work)
+        expected = None
+        for name, make in makers.items():  # the backlog
+            sink = make()
+            started = time.perf_counter()
+            result = build(MemorySource(docs, partitions=2), sink, name=f"pg-backlog-{uuid.uuid4().hex[:4]}").run(
+                parallelism=2, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(work / f"snaps-{uuid.uuid4().hex[:6]}"))
+            seconds = time.perf_counter() - started
+            released = sum(result.metrics.released.values())
+            expected = released if name == "file" else expected
+            rows.append({"run": "backlog", "sink": name, "docs": len(docs), "records": released, "seconds": round(seconds, 2),
+                         "records_per_s": round(released / seconds), "table_rows": _rows(dsn, sink)})
+        for name, make in makers.items():  # latency at a steady rate
+            if name == "postgres upsert":
+                continue
+            sink = make()
+            result = build(PacedSource(docs[:latency_docs], rate=rate, partitions=2), sink, name=f"pg-latency-{uuid.uuid4().hex[:4]}").run(
+                parallelism=2, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(work / f"snaps-{uuid.uuid4().hex[:6]}"))
+            lat = result.metrics.latency_ms
+            rows.append({"run": f"latency at {rate:g} docs/s", "sink": name, "docs": latency_docs, "records": sum(result.metrics.released.values()),
+                         **{q: round(lat[q], 1) for q in ("p50", "p95", "p99")}, "table_rows": _rows(dsn, sink)})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def table(rows: list) -> str:
+    lines = ["| run | sink | records | records/s | vs file | p50 / p95 / p99 ms | table rows |", "|---|---|---|---|---|---|---|"]
+    base = {r["run"]: r for r in rows if r["sink"] == "file"}
+    for r in rows:
+        ratio = f"{r['records_per_s'] / base[r['run']]['records_per_s']:.2f}x" if "records_per_s" in r else ""
+        lat = f"{r['p50']} / {r['p95']} / {r['p99']}" if "p50" in r else ""
+        lines.append(f"| {r['run']} | {r['sink']} | {r['records']:,} | {r.get('records_per_s', '')} | {ratio} | {lat} | {r['table_rows'] if r['table_rows'] is not None else ''} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(prog="driftstream bench postgres", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=2000, help="documents in the backlog (default 2000)")
+    parser.add_argument("--latency-docs", type=int, default=500, help="documents paced for the latency runs (default 500)")
+    parser.add_argument("--rate", type=float, default=50.0, help="docs/s of the latency runs (default 50)")
+    parser.add_argument("--dsn", help="a PostgreSQL to use (default: a local one, started and stopped here)")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    import ray
+
+    from driftstream.engine.runtime.ray_session import ensure_ray
+    from driftstream.examples.benchmarks.backlog import documents
+
+    docs = documents(max(args.docs, args.latency_docs))
+    local = None
+    if args.dsn is None:
+        from driftstream.engine.connectors.local_postgres import start_local_postgres
+
+        local = start_local_postgres()
+    started_ray = ensure_ray()
+    try:
+        rows = run(args.dsn or local.dsn, docs[:args.docs], args.latency_docs, args.rate)
+    finally:
+        if started_ray:
+            ray.shutdown()
+        if local is not None:
+            local.stop()
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
