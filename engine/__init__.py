@@ -21,6 +21,8 @@ from driftstream.engine.api.flow import Flow, KeyedStream, Stream
 from driftstream.engine.connectors.kafka.security import KafkaSecurity
 from driftstream.engine.connectors.kafka.sink import KafkaSink
 from driftstream.engine.connectors.kafka.source import KafkaSource
+from driftstream.engine.connectors.iceberg_sink import IcebergSink
+from driftstream.engine.connectors.kafka.schema_registry import SchemaRegistry
 from driftstream.engine.connectors.postgres_sink import PostgresSink
 from driftstream.engine.connectors.source import Source, SourcePartition
 from driftstream.engine.model.data_plane import DataPlaneTLS
@@ -47,6 +49,8 @@ __all__ = [
     "KafkaSink",
     "KafkaSecurity",
     "PostgresSink",
+    "IcebergSink",
+    "SchemaRegistry",
     "FileSink",
 ]
 

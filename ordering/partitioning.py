@@ -24,19 +24,16 @@ class UnhashableKeyError(TypeError):
 
 
 def mix32(h: int) -> int:
-    """MurmurHash3's finalizer: every output bit depends on every input bit. CRC-32 is
-    linear, so keys that differ only in a few low bits (``"k0"`` .. ``"k9"``) get CRCs that
-    agree on other bits, the ones a key group's owner is read from: at parallelism 2
-    every such key went to one instance. O(1).
+    """Fibonacci hashing: bits 32-63 of ``h`` times 2**64 / golden ratio, so that every
+    output bit depends on the input's bits below it through the product's carries. CRC-32
+    is linear, so keys that differ only in a few low bits (``"k0"`` .. ``"k9"``) get CRCs
+    that agree on other bits, the ones a key group's owner is read from: at parallelism 2
+    every such key went to one instance. O(1), one multiplication (~0.1 µs).
 
     >>> [mix32(h) % 2 for h in (0x1, 0x2, 0x3, 0x4)]
-    [1, 0, 1, 1]
+    [1, 0, 0, 1]
     """
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
+    return ((h * 0x9E3779B97F4A7C15) >> 32) & 0xFFFFFFFF
 
 
 def mixed_hash(key: Any) -> int:
@@ -45,7 +42,7 @@ def mixed_hash(key: Any) -> int:
     >>> mixed_hash("apple") == mix32(stable_hash("apple"))
     True
     """
-    return mix32(stable_hash(key))
+    return ((stable_hash(key) * 0x9E3779B97F4A7C15) >> 32) & 0xFFFFFFFF  # mix32, inlined: once per routed element
 
 
 def stable_hash(key: Any) -> int:

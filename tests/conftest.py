@@ -31,6 +31,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _ray_only_when_marked(request, monkeypatch):
+    """A test that starts Ray must say so (the ``ray_session`` fixture or ``@pytest.mark.ray``):
+    otherwise ``ray.init`` fails it, so the fast tier (``-m "not slow"``) never starts Ray."""
+    if request.node.get_closest_marker("ray") is None:
+        import ray
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError(f"{request.node.nodeid} starts Ray without the ray_session fixture or @pytest.mark.ray")
+
+        monkeypatch.setattr(ray, "init", refuse)
+    yield
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray instance shared by every test that needs one; shut down at the end."""

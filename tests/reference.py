@@ -14,7 +14,7 @@ from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
 from driftstream.ordering.meta import TOP, Meta
 from driftstream.ordering.windowed_state import key_hash
-from driftstream.ordering.windows import Late, Session, WindowResult, close_time
+from driftstream.ordering.windows import Late, Session, WindowResult
 
 
 def reference_outputs(flow: Flow) -> dict:
@@ -87,7 +87,7 @@ def reference_outputs(flow: Flow) -> dict:
             results = [(meta, event, None)]
         elif step.kind == "window" and isinstance(step.window.assigner, Session):
             spec = step.window
-            close = close_time(event + spec.assigner.gap_ms, spec.allowed_lateness)
+            close = _close(event + round(spec.assigner.gap * 1000), spec.allowed_lateness)
             if meta[0] >= close[0]:
                 results = [(meta, Late(key, x, event / 1000), None)]
             else:
@@ -99,8 +99,8 @@ def reference_outputs(flow: Flow) -> dict:
             spec, windows = step.window, states[sid]
             event = meta[0] if step.kind == "window_join" else event
             late = False
-            for start, end in spec.assigner.assign(event):
-                close = close_time(end, spec.allowed_lateness)
+            for start, end in _windows_holding(spec.assigner, event):
+                close = _close(end, spec.allowed_lateness)
                 if meta[0] >= close[0]:
                     late = True
                     continue
@@ -162,6 +162,24 @@ def reference_outputs(flow: Flow) -> dict:
     return {name: [p for _, p in sorted(v, key=lambda e: e[0])] for name, v in out.items()}
 
 
+def _windows_holding(assigner, event_ms: int) -> list:
+    """From the windows' definition, not the implementation's arithmetic: every ``[s, s +
+    size)`` with ``s`` a multiple of the slide (since 0) that holds ``event_ms``, oldest first."""
+    size, slide = round(assigner.size * 1000), round(assigner.slide * 1000)
+    start, out = event_ms - event_ms % slide, []  # the latest start at or below the event
+    while start + size > event_ms:
+        out.append((start, start + size))
+        start -= slide
+    return out[::-1]
+
+
+def _close(end_ms: int, allowed_lateness: float) -> tuple:
+    """When a window ending at ``end_ms`` closes, as the windows' documentation defines it:
+    above every element whose source time is below ``end + allowed_lateness`` (ms, rounded
+    up), below every element at or past it."""
+    return (end_ms + math.ceil(allowed_lateness * 1000), -1, -1, -1)
+
+
 def _closed_sessions(open_elements: dict, key, spec, close: tuple, sid: int) -> list:
     """The sessions of ``key`` that close at ``close``, as results; their elements leave ``open_elements``."""
     gap, out, sessions = spec.assigner.gap_ms, [], []
@@ -172,7 +190,7 @@ def _closed_sessions(open_elements: dict, key, spec, close: tuple, sid: int) -> 
             sessions.append([e])
     for session in sessions:
         start, last = session[0][0], session[-1][0]
-        if close_time(last + gap, spec.allowed_lateness) != close:
+        if _close(last + gap, spec.allowed_lateness) != close:
             continue
         acc = None
         for _, _, x in sorted(session, key=lambda e: e[1]):  # t order

@@ -848,10 +848,10 @@ def main(argv: Optional[list] = None) -> int:
         from driftstream.examples.benchmarks.kafka_codecs import main as kafka_codecs_main
 
         return kafka_codecs_main(argv[1:])
-    if argv and argv[0] == "postgres":
-        from driftstream.examples.benchmarks.postgres_sink import main as postgres_main
+    if argv and argv[0] == "sinks":
+        from driftstream.examples.benchmarks.sinks import main as sinks_main
 
-        return postgres_main(argv[1:])
+        return sinks_main(argv[1:])
     if argv and argv[0] == "backlog":
         from driftstream.examples.benchmarks.backlog import main as backlog_main
 
@@ -876,7 +876,7 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("inverted-index", help="driftstream vs Spark Structured Streaming on the inverted index (--help for options)")
     sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
-    sub.add_parser("postgres", help="PostgresSink on the inverted index: rows/s over a backlog (append, upsert) and latency at 50 docs/s, against a FileSink (--help for options)")
+    sub.add_parser("sinks", help="PostgresSink and IcebergSink on the inverted index: rows/s over a backlog and latency at 50 docs/s, against a FileSink (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
     sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "
                    "the engine's drain / restart, output checked (--cluster: on two Ray nodes; --help for options)")

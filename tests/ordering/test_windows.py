@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -33,3 +35,12 @@ def test_close_time_sorts_between_the_elements_before_and_after_it():
 def test_bad_sizes_are_refused(bad):
     with pytest.raises(ValueError, match="seconds"):
         Tumbling(bad)
+
+
+@given(end=st.integers(-10**6, 10**6), lateness=st.floats(0, 100, allow_nan=False), ts=st.integers(-10**6, 2 * 10**6),
+       rest=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 10**6)))
+def test_an_element_is_late_for_a_window_exactly_when_its_time_reaches_the_end_plus_the_lateness(end, lateness, ts, rest):
+    """The close time splits elements by their source time alone: below ``end + lateness``
+    (milliseconds, rounded up) they count, at or past it they are late."""
+    element = (ts, *rest)
+    assert (element < close_time(end, lateness)) == (ts < end + math.ceil(lateness * 1000))

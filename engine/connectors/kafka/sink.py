@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import orjson
 from kafka import TopicPartition
@@ -28,10 +28,12 @@ from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.ordering.meta import Meta, meta_from_json
 
-from driftstream.engine.model.errors import short_repr
+from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.barriers.json_payloads import json_default
 from driftstream.engine.connectors.kafka.codecs import compression_type
 from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, last_record, read_partition
+from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
+from driftstream.engine.connectors.kafka.schema_registry import RegistryEncoder, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, security_of
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, check_broker
 
@@ -73,8 +75,19 @@ class KafkaSink(Sink):
 
     def __init__(self, topic: str, bootstrap_servers: str, name: Optional[str] = None, encode: Callable[[Any], bytes] = _json_bytes,
                  retry_s: float = 60.0, security: Optional[KafkaSecurity] = None, compression: Optional[str] = None,
-                 create_partitions: Optional[int] = None, **security_settings: Any) -> None:
+                 create_partitions: Optional[int] = None, value_format: Optional[str] = None, schema: Optional[str] = None,
+                 schema_registry: Union[str, SchemaRegistry, None] = None, subject_name_strategy: str = "topic",
+                 protobuf_message: Optional[type] = None, **security_settings: Any) -> None:
         super().__init__(name or topic.replace("/", "_"))
+        if value_format is not None:
+            what = f"KafkaSink({topic!r})"
+            if value_format not in REGISTRY_FORMATS:
+                raise FlowError(f"{what} value_format is one of {', '.join(map(repr, REGISTRY_FORMATS))} (or None: encode=, JSON by default), "
+                                f"not {value_format!r}")
+            if encode is not _json_bytes:
+                raise FlowError(f"{what}: give value_format= or encode=, not both")
+            check_format(value_format, what, schema, protobuf_message, writing=True)
+            encode = RegistryEncoder(value_format, registry_of(schema_registry, what), topic, schema, subject_name_strategy, protobuf_message)
         self.compression = compression
         self.compression_type = compression_type(compression, topic)  # an unknown or missing codec fails here, on the driver
         self.security = security_of(security, security_settings)

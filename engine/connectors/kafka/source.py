@@ -52,6 +52,8 @@ from driftstream.engine.connectors.kafka.group_commit import GroupCommitter
 from driftstream.engine.connectors.kafka.io import partition_count
 from driftstream.engine.connectors.kafka.offset_gaps import OffsetGaps
 from driftstream.engine.connectors.kafka.partition_log import PartitionLog, Step
+from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
+from driftstream.engine.connectors.kafka.schema_registry import RegistryDecoder, RegistryUnavailable, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
 from driftstream.engine.connectors.kafka.transactions import ISOLATION_LEVELS
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
@@ -143,6 +145,8 @@ class KafkaSource(Source):
         security: Optional[KafkaSecurity] = None,
         commit_group: Optional[str] = None,
         isolation: str = "read_committed",
+        schema_registry: Union[str, SchemaRegistry, None] = None,
+        protobuf_message: Optional[type] = None,
         **security_settings: Any,
     ) -> None:
         if isolation not in ISOLATION_LEVELS:
@@ -156,8 +160,12 @@ class KafkaSource(Source):
             self.decode = None
         elif callable(value_format):
             self.decode = value_format
+        elif value_format in REGISTRY_FORMATS:
+            check_format(value_format, f"KafkaSource({topic!r})", None, protobuf_message, writing=False)
+            self.decode = RegistryDecoder(value_format, registry_of(schema_registry, f"KafkaSource({topic!r})"), topic, protobuf_message)
         else:
-            raise FlowError(f"KafkaSource value_format must be 'json', 'bytes' or a callable, not {value_format!r}")
+            raise FlowError(f"KafkaSource value_format must be 'json', 'bytes', 'avro', 'json-schema', 'protobuf' or a callable, "
+                            f"not {value_format!r}")
         self.topic = topic
         self.bootstrap_servers = bootstrap_servers
         self.dlq_topic = dlq_topic or f"{topic}.dlq"
@@ -415,6 +423,8 @@ class KafkaPartitionReader(SourcePartition):
             else:
                 try:
                     value = decode(rec.value)
+                except RegistryUnavailable:
+                    raise  # the registry's fault, not the record's
                 except Exception as exc:
                     out.append((meta, self._dead_letter(meta, rec, exc)))
                     continue

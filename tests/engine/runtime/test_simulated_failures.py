@@ -41,6 +41,7 @@ def _coverage(sims: list) -> Counter:
     return Counter(point for sim in sims for point in sim.crash_points)
 
 
+@pytest.mark.slow  # hundreds of seeded crashes: the fast tier keeps the smaller checks below
 @pytest.mark.parametrize("ops, seeds", [(STATE_REKEY_STATE, "exactly-once"), (STATE_REKEY_ENTRIES, "exactly-once, entry state")])
 def test_exactly_once_output_is_the_failure_free_output_for_every_seed(ops, seeds):
     flow = _flow(ops)
@@ -59,6 +60,7 @@ def test_exactly_once_output_is_the_failure_free_output_for_every_seed(ops, seed
     assert sum(sid is not None for sid in restarts) > len(restarts) // 5
 
 
+@pytest.mark.slow
 def test_at_least_once_output_holds_every_failure_free_element():
     flow = _flow()
     expected = Counter(reference_outputs(flow)["out"])

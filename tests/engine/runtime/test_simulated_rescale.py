@@ -60,6 +60,7 @@ def test_any_rescales_and_crashes_give_the_unscaled_sequential_output(name, para
         assert result.output(sink) == expected, (sink, sim.rescaled, sim.crash_points)
 
 
+@pytest.mark.slow  # the property above covers the module in the fast tier
 def test_seeded_rescales_happen_and_crashes_strike_during_them():
     """The property above tests what it claims: over fixed seeds the rescales do happen (to
     more and to fewer instances), and crashes strike while one drains and while its snapshot

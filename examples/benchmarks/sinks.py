@@ -1,9 +1,10 @@
-"""What PostgresSink costs on the inverted index: rows/s over a backlog (append and upsert)
-and latency at 50 docs/s, each against a FileSink run of the same flow in the same
+"""What the database and table sinks cost on the inverted index: rows/s over a backlog
+(PostgresSink append and upsert, IcebergSink) and latency at 50 docs/s (PostgresSink
+append, IcebergSink), each against a FileSink run of the same flow in the same
 invocation (the ratio is the figure; this machine is shared and noisy).
 
-    driftstream bench postgres                         # a local PostgreSQL (initdb, pg_ctl)
-    driftstream bench postgres --docs 3000 --latency-docs 500 --dsn "host=db user=app"
+    driftstream bench sinks                         # a local PostgreSQL, a SQLite Iceberg catalog
+    driftstream bench sinks --docs 3000 --latency-docs 500 --dsn "host=db user=app"
 
 Every run: the index over the corpus's article leads (:func:`.backlog.documents`), Ray,
 parallelism 2, exactly-once, 1 s snapshots. Backlog: the documents in place
@@ -11,7 +12,7 @@ parallelism 2, exactly-once, 1 s snapshots. Backlog: the documents in place
 table then counted against the FileSink's records (append: every record; upsert: one row
 per word and page). Latency: the documents paced at ``--rate`` (PacedSource); source
 emit -> the sink's commit acknowledged, p50/p95/p99 (``metrics.latency_ms``), with the
-sink's default ``commit_interval_s`` (0.05 s).
+sinks' default ``commit_interval_s`` (PostgreSQL 0: a transaction per bundle; Iceberg 1 s).
 """
 
 from __future__ import annotations
@@ -44,14 +45,35 @@ def _sinks(dsn: str, work: Path) -> dict:
                 conn.execute(ddl.format(name=table))
             return PostgresSink(dsn, table, mode=mode, key=["word", "page_id"] if mode == "upsert" else None)
         out[f"postgres {mode}"] = make
+
+    def iceberg():
+        import pyarrow as pa
+        from pyiceberg.catalog import load_catalog
+
+        from driftstream.engine.connectors.iceberg_sink import IcebergSink
+
+        props = {"uri": f"sqlite:///{work}/catalog.db", "warehouse": f"file://{work}/warehouse"}
+        cat = load_catalog("default", **props)
+        cat.create_namespace_if_not_exists("bench")
+        table = f"bench.changes_{uuid.uuid4().hex[:6]}"
+        cat.create_table(table, schema=pa.schema([("op", pa.string()), ("word", pa.string()), ("page_id", pa.int64()),
+                                                  ("positions", pa.list_(pa.int64())), ("df", pa.int64())]))
+        return IcebergSink(table, props)
+    out["iceberg"] = iceberg
     return out
 
 
 def _rows(dsn: str, sink) -> Optional[int]:
+    """The rows the sink's table holds (None for a file)."""
+    from driftstream.engine.connectors.iceberg_sink import IcebergSink
+    from driftstream.engine.connectors.postgres_sink import PostgresSink
+
+    if isinstance(sink, IcebergSink):
+        return sink.load().scan().to_arrow().num_rows
+    if not isinstance(sink, PostgresSink):
+        return None
     import psycopg
 
-    if not hasattr(sink, "table"):
-        return None
     with psycopg.connect(dsn) as conn:
         return conn.execute(f"SELECT count(*) FROM {sink.table}").fetchone()[0]
 
@@ -103,7 +125,7 @@ def table(rows: list) -> str:
 
 
 def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(prog="driftstream bench postgres", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="driftstream bench sinks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=2000, help="documents in the backlog (default 2000)")
     parser.add_argument("--latency-docs", type=int, default=500, help="documents paced for the latency runs (default 500)")
     parser.add_argument("--rate", type=float, default=50.0, help="docs/s of the latency runs (default 50)")

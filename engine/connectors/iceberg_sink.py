@@ -1,0 +1,153 @@
+"""IcebergSink: released elements appended to an Apache Iceberg table, exactly once.
+
+Each write of a sink partition is one Iceberg snapshot (an append, through ``pyiceberg``:
+Arrow batches into Parquet files), and the snapshot's summary carries the partition's
+``t_last`` (``driftstream.t_last.<partition>``): the rows and their ``t_last`` commit
+together or not at all. After a failure the barrier reads ``t_last`` back from the
+newest snapshot that has it and drops the replayed rows at or before it.
+
+Commits come at most every ``commit_interval_s`` (default 1 s; what arrives meanwhile
+joins the next one): an Iceberg snapshot per second per partition, not per bundle.
+Partitions commit concurrently; a commit that loses the race to another partition's
+(Iceberg's optimistic concurrency) is retried on the refreshed table.
+
+``catalog``: pyiceberg's catalog properties (any catalog it has: REST, Glue, Hive, SQL):
+
+>>> IcebergSink("index.postings", {"uri": "sqlite:////data/catalog.db",           # doctest: +SKIP
+...                                "warehouse": "file:///data/warehouse"})
+
+An element is a dict (column -> value) or a dataclass; columns the table has and the
+element lacks are null, keys the table lacks are an error that names the element.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import Any, Mapping, Optional
+
+from driftstream.barriers.bundle import Bundle
+from driftstream.barriers.sink import Sink, SinkPartition
+from driftstream.engine.model.errors import FlowError, short_repr
+from driftstream.ordering.meta import Meta, meta_from_json
+
+log = logging.getLogger(__name__)
+
+#: The snapshot summary property of a sink partition's t_last (its index appended).
+T_LAST_PROPERTY = "driftstream.t_last."
+
+#: Commits that lose a race to another partition's, retried before the run fails.
+MAX_CONFLICTS = 50
+
+
+class IcebergSink(Sink):
+    """Append released elements to the Iceberg table ``table`` (``namespace.name``) of the
+    pyiceberg catalog ``catalog`` (its properties; ``catalog_name`` names it). The table
+    must exist (its schema is the contract). ``commit_interval_s``: the least time between
+    two commits of a partition."""
+
+    def __init__(self, table: str, catalog: Mapping[str, Any], catalog_name: str = "default", commit_interval_s: float = 1.0,
+                 name: Optional[str] = None) -> None:
+        super().__init__(name or table.replace(".", "_"))
+        if "." not in table:
+            raise FlowError(f"IcebergSink table is namespace.name, not {table!r}")
+        if not commit_interval_s >= 0:
+            raise FlowError(f"IcebergSink({table!r}) commit_interval_s must be >= 0, not {commit_interval_s!r}")
+        self.table, self.catalog, self.catalog_name, self.commit_interval_s = table, dict(catalog), catalog_name, commit_interval_s
+
+    def load(self) -> Any:
+        """The table, through a catalog made here (a catalog holds connections: one per process)."""
+        from pyiceberg.catalog import load_catalog
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return load_catalog(self.catalog_name, **self.catalog).load_table(self.table)
+        except NoSuchTableError:
+            raise ValueError(f"sink {self.name!r}: Iceberg table {self.table!r} does not exist in catalog {self.catalog_name!r}: "
+                             "create it first (catalog.create_table(name, schema=...))") from None
+
+    def check(self, partitions: int) -> None:
+        self.load()
+
+    def open(self, partition: int, partitions: int) -> SinkPartition:
+        return _IcebergSinkPartition(self, partition)
+
+    def __repr__(self) -> str:
+        return f"IcebergSink({self.table!r}, catalog={self.catalog_name!r})"
+
+
+class _IcebergSinkPartition(SinkPartition):
+    def __init__(self, sink: IcebergSink, partition: int) -> None:
+        self.sink, self.partition = sink, partition
+        self.key = f"{T_LAST_PROPERTY}{partition}"
+        self._table: Any = None
+        self.last_commit = 0.0
+        self.commits = 0
+
+    def table(self) -> Any:
+        if self._table is None:
+            self._table = self.sink.load()
+        return self._table
+
+    def write(self, bundle: Bundle) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        elements = list(bundle.elements)
+        if not elements:
+            return
+        data = self._arrow([self._row(meta, payload) for meta, payload in elements], elements)
+        wait = self.last_commit + self.sink.commit_interval_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        properties = {self.key: json.dumps(Meta._make(elements[-1][0]).to_json())}
+        for attempt in range(MAX_CONFLICTS):
+            table = self.table()
+            try:
+                table.append(data, snapshot_properties=properties)
+                break
+            except CommitFailedException as exc:  # another partition committed first: the table moved on
+                table.refresh()
+                last = self.t_last()  # ours did not land (a conflict is refused whole), unless said otherwise
+                if last is not None and Meta._make(elements[-1][0]) <= last:
+                    break
+                log.debug("sink %s: commit %d to %s lost a race (%s); retrying", self.sink.name, attempt, self.sink.table, exc)
+        else:
+            raise RuntimeError(f"sink {self.sink.name!r}: {MAX_CONFLICTS} commits to {self.sink.table!r} in a row lost to other writers")
+        self.last_commit = time.monotonic()
+        self.commits += 1
+
+    def _row(self, meta: tuple, payload: Any) -> dict:
+        if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+            payload = {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)}
+        if not isinstance(payload, dict):
+            raise ValueError(f"sink {self.sink.name!r}: element {short_repr(payload)} at t={meta!r} is not a row: give a dict or a dataclass")
+        return payload
+
+    def _arrow(self, rows: list, elements: list) -> Any:
+        import pyarrow as pa
+
+        schema = self.table().schema().as_arrow()
+        names = set(schema.names)
+        for (meta, _), row in zip(elements, rows):
+            extra = [k for k in row if k not in names]
+            if extra:
+                raise ValueError(f"sink {self.sink.name!r}: element {short_repr(row)} at t={meta!r} has {', '.join(map(repr, extra))}, "
+                                 f"which {self.sink.table!r} does not have (columns {schema.names})")
+        try:
+            return pa.Table.from_pylist(rows, schema=schema)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise ValueError(f"sink {self.sink.name!r}: elements from t={elements[0][0]!r} do not fit {self.sink.table!r}: {exc}") from exc
+
+    def t_last(self) -> Optional[Meta]:
+        """From the newest snapshot back along its parents (the table's history, in commit order)."""
+        table = self.table()
+        table.refresh()
+        snapshot = table.current_snapshot()
+        while snapshot is not None:
+            value = (snapshot.summary.additional_properties if snapshot.summary is not None else {}).get(self.key)
+            if value is not None:
+                return meta_from_json(json.loads(value))
+            snapshot = None if snapshot.parent_snapshot_id is None else table.snapshot_by_id(snapshot.parent_snapshot_id)
+        return None

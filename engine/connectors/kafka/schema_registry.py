@@ -1,0 +1,186 @@
+"""Avro, JSON Schema and Protobuf values under a schema registry, in Confluent's wire format
+(a zero magic byte, the schema's 4-byte id, then the encoded value), through
+``confluent-kafka``'s serializers (``fastavro`` for Avro): any Confluent-compatible
+registry (Confluent, Redpanda, Apicurio's ccompat API, Karapace).
+
+>>> registry = SchemaRegistry("http://registry:8081", basic_auth=("user", "s3cret"))
+>>> registry
+SchemaRegistry('http://registry:8081', basic_auth=('user', '***'))
+>>> KafkaSource("orders", servers, value_format="avro", schema_registry=registry)       # doctest: +SKIP
+>>> KafkaSink("totals", servers, value_format="avro", schema=TOTALS_AVSC,                 # doctest: +SKIP
+...           schema_registry=registry, subject_name_strategy="record")
+
+A source looks up each record's writer schema by its id (cached per process); a record
+that is not in the wire format or does not decode becomes a dead letter. A sink registers
+its schema once per process (``auto.register.schemas``), under the subject its
+``subject_name_strategy`` names: ``"topic"`` (``<topic>-value``, the default),
+``"record"`` (the record's full name) or ``"topic-record"``. Protobuf takes the
+generated message class instead of a schema text (``protobuf_message=``).
+
+The serializers hold an HTTP client, which does not cross processes: the encoder and
+decoder objects here are pickled to the actors without it and build it on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from driftstream.engine.connectors.kafka.security import Secret
+from driftstream.engine.model.errors import FlowError
+
+#: value formats a schema registry serves
+FORMATS = ("avro", "json-schema", "protobuf")
+
+#: subject name strategies, as confluent-kafka names its functions
+SUBJECT_NAME_STRATEGIES = {
+    "topic": "topic_subject_name_strategy",
+    "record": "record_subject_name_strategy",
+    "topic-record": "topic_record_subject_name_strategy",
+}
+
+
+@dataclass(frozen=True)
+class SchemaRegistry:
+    """Where the registry is (``url``), and its credentials: ``basic_auth=(user, password)``
+    (the password kept as a :class:`.Secret`)."""
+
+    url: str
+    basic_auth: Optional[tuple] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
+            raise FlowError(f"a schema registry's url is http(s)://host:port, not {self.url!r}")
+        if self.basic_auth is not None:
+            user, password = self.basic_auth
+            object.__setattr__(self, "basic_auth", (user, password if isinstance(password, Secret) else Secret(password)))
+
+    def client(self) -> Any:
+        """A ``confluent_kafka`` SchemaRegistryClient (one per process: it holds connections)."""
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        conf = {"url": self.url}
+        if self.basic_auth is not None:
+            conf["basic.auth.user.info"] = f"{self.basic_auth[0]}:{self.basic_auth[1].reveal()}"
+        return SchemaRegistryClient(conf)
+
+    def __repr__(self) -> str:
+        auth = "" if self.basic_auth is None else f", basic_auth=({self.basic_auth[0]!r}, '***')"
+        return f"SchemaRegistry({self.url!r}{auth})"
+
+
+def registry_of(value: Union[str, SchemaRegistry, None], what: str) -> SchemaRegistry:
+    if isinstance(value, SchemaRegistry):
+        return value
+    if isinstance(value, str):
+        return SchemaRegistry(value)
+    raise FlowError(f"{what} needs schema_registry= (a URL or a SchemaRegistry) for its registry format")
+
+
+def check_format(fmt: str, what: str, schema: Optional[str], protobuf_message: Optional[type], writing: bool) -> None:
+    """FlowError, when the flow is built, for a format that lacks what it needs."""
+    if fmt == "protobuf" and protobuf_message is None:
+        raise FlowError(f"{what}: value_format='protobuf' needs protobuf_message= (the generated message class)")
+    if writing and fmt in ("avro", "json-schema") and not schema:
+        raise FlowError(f"{what}: value_format={fmt!r} writes with a schema: give schema= (the schema's JSON text)")
+    try:
+        import confluent_kafka.schema_registry  # noqa: F401
+        if fmt == "avro":
+            import fastavro  # noqa: F401
+    except ImportError as exc:
+        raise FlowError(f"{what}: value_format={fmt!r} needs confluent-kafka's schema registry support: "
+                        "pip install 'confluent-kafka[avro,schemaregistry,json,protobuf]' (driftstream[registry])") from exc
+
+
+class RegistryUnavailable(RuntimeError):
+    """The registry refused or did not answer (credentials, an outage): not the record's
+    fault, so not a dead letter: the run fails with it (a recovery tries again)."""
+
+
+class _Serde:
+    """What the encoder and the decoder share: the format, the registry, the topic, and a
+    serializer built lazily in the process that uses it."""
+
+    def __init__(self, fmt: str, registry: SchemaRegistry, topic: str) -> None:
+        self.fmt, self.registry, self.topic = fmt, registry, topic
+        self._serde: Optional[Callable] = None
+        self._context: Any = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_serde": None, "_context": None}
+
+    def _call(self, value: Any) -> Any:
+        if self._serde is None:
+            from confluent_kafka.serialization import MessageField, SerializationContext
+
+            self._serde = self._build(self.registry.client())
+            self._context = SerializationContext(self.topic, MessageField.VALUE)
+        try:
+            return self._serde(value, self._context)
+        except Exception as exc:
+            status = getattr(exc, "http_status_code", None)
+            if status is not None and (status in (401, 403) or status >= 500 or status < 0) or isinstance(exc, OSError) \
+                    or type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise RegistryUnavailable(f"schema registry {self.registry!r} for topic {self.topic!r}: {exc}") from exc
+            raise
+
+    def _build(self, client: Any) -> Callable:
+        raise NotImplementedError
+
+
+class RegistryDecoder(_Serde):
+    """A KafkaSource's ``value_format`` for a registry format: wire-format bytes -> a dict
+    (Avro, JSON Schema) or a message (Protobuf). Raises on anything else (a dead letter)."""
+
+    def __init__(self, fmt: str, registry: SchemaRegistry, topic: str, protobuf_message: Optional[type] = None) -> None:
+        super().__init__(fmt, registry, topic)
+        self.protobuf_message = protobuf_message
+
+    def __call__(self, raw: bytes) -> Any:
+        if not raw or raw[0] != 0:
+            raise ValueError(f"not in the schema registry's wire format (magic byte {raw[:1]!r}, expected b'\\x00')")
+        return self._call(raw)
+
+    def _build(self, client: Any) -> Callable:
+        if self.fmt == "avro":
+            from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+            return AvroDeserializer(client)
+        if self.fmt == "json-schema":
+            from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+            return JSONDeserializer(None, schema_registry_client=client)
+        from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+
+        return ProtobufDeserializer(self.protobuf_message, {"use.deprecated.format": False})
+
+
+class RegistryEncoder(_Serde):
+    """A KafkaSink's ``encode`` for a registry format: a dict (or a message) -> wire-format
+    bytes, its schema registered once under the strategy's subject."""
+
+    def __init__(self, fmt: str, registry: SchemaRegistry, topic: str, schema: Optional[str] = None,
+                 subject_name_strategy: str = "topic", protobuf_message: Optional[type] = None) -> None:
+        if subject_name_strategy not in SUBJECT_NAME_STRATEGIES:
+            raise FlowError(f"subject_name_strategy is one of {', '.join(map(repr, SUBJECT_NAME_STRATEGIES))}, not {subject_name_strategy!r}")
+        super().__init__(fmt, registry, topic)
+        self.schema, self.strategy, self.protobuf_message = schema, subject_name_strategy, protobuf_message
+
+    def __call__(self, value: Any) -> bytes:
+        return self._call(value)
+
+    def _build(self, client: Any) -> Callable:
+        import confluent_kafka.schema_registry as registry_module
+
+        conf = {"auto.register.schemas": True, "subject.name.strategy": getattr(registry_module, SUBJECT_NAME_STRATEGIES[self.strategy])}
+        if self.fmt == "avro":
+            from confluent_kafka.schema_registry.avro import AvroSerializer
+
+            return AvroSerializer(client, self.schema, conf=conf)
+        if self.fmt == "json-schema":
+            from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+            return JSONSerializer(self.schema, client, conf=conf)
+        from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+        return ProtobufSerializer(self.protobuf_message, client, conf={**conf, "use.deprecated.format": False})
