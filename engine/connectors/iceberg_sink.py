@@ -22,13 +22,13 @@ element lacks are null, keys the table lacks are an error that names the element
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
 from typing import Any, Mapping, Optional
 
 from driftstream.barriers.bundle import Bundle
+from driftstream.barriers.json_payloads import as_fields
 from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json
@@ -108,8 +108,7 @@ class _IcebergSinkPartition(SinkPartition):
                 table.append(data, snapshot_properties=properties)
                 break
             except CommitFailedException as exc:  # another partition committed first: the table moved on
-                table.refresh()
-                last = self.t_last()  # ours did not land (a conflict is refused whole), unless said otherwise
+                last = self.t_last()  # refreshes the table; ours did not land (a conflict is refused whole), unless said otherwise
                 if last is not None and Meta._make(elements[-1][0]) <= last:
                     break
                 log.debug("sink %s: commit %d to %s lost a race (%s); retrying", self.sink.name, attempt, self.sink.table, exc)
@@ -119,8 +118,7 @@ class _IcebergSinkPartition(SinkPartition):
         self.commits += 1
 
     def _row(self, meta: tuple, payload: Any) -> dict:
-        if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-            payload = {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)}
+        payload = as_fields(payload)
         if not isinstance(payload, dict):
             raise ValueError(f"sink {self.sink.name!r}: element {short_repr(payload)} at t={meta!r} is not a row: give a dict or a dataclass")
         return payload

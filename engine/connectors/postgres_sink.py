@@ -35,7 +35,7 @@ import time
 from typing import Any, Optional, Sequence, Union
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.json_payloads import json_default
+from driftstream.barriers.json_payloads import as_fields, json_default
 from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json
@@ -190,18 +190,17 @@ class _PostgresSinkPartition(SinkPartition):
     def write(self, bundle: Bundle) -> None:
         import psycopg
 
-        elements = list(bundle.elements)
-        rows = [self._row(meta, payload) for meta, payload in elements]  # an element that does not fit fails at once
+        rows = [self._row(meta, payload) for meta, payload in bundle.elements]  # an element that does not fit fails at once
         deadline, pause, landed_unknown = time.monotonic() + self.sink.retry_s, 0.05, False
         while True:
             try:
                 if landed_unknown:
-                    last = self.t_last()
-                    kept = [i for i, (meta, _) in enumerate(elements) if last is None or Meta._make(meta) > last]
-                    elements, rows = [elements[i] for i in kept], [rows[i] for i in kept]
+                    bundle = bundle.after(self.t_last())
+                    rows = rows[len(rows) - len(bundle):]  # the bundle is in t order: what landed is a prefix
                     landed_unknown = False
-                for start in range(0, len(rows), self.sink.max_rows):
-                    self._commit(rows[start:start + self.sink.max_rows], elements[min(len(rows), start + self.sink.max_rows) - 1][0])
+                elements, size = bundle.elements, self.sink.max_rows
+                for start in range(0, len(rows), size):
+                    self._commit(rows[start:start + size], elements[min(len(rows), start + size) - 1][0])
                 return
             except psycopg.OperationalError as exc:  # the connection: lost, refused, the server restarting
                 landed_unknown = True
@@ -247,8 +246,7 @@ class _PostgresSinkPartition(SinkPartition):
 
         shape = self.shape or self._shape()
         columns, json_columns = shape.columns, shape.json_columns
-        if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-            payload = {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload)}
+        payload = as_fields(payload)
         if isinstance(payload, dict):
             extra = [k for k in payload if k not in columns]
             if extra:

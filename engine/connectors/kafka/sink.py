@@ -138,14 +138,12 @@ class _KafkaSinkPartition(SinkPartition):
 
     def write(self, bundle: Bundle) -> None:
         records = list(self._records(bundle))  # an element that cannot be encoded fails at once
-        metas = [meta for meta, _ in bundle.elements]
         deadline, pause, landed_unknown = time.monotonic() + self.sink.retry_s, 0.05, False
         while True:
             try:
                 if landed_unknown:
-                    last = self.t_last()
-                    kept = [i for i, meta in enumerate(metas) if last is None or Meta._make(meta) > last]
-                    records, metas = [records[i] for i in kept], [metas[i] for i in kept]
+                    bundle = bundle.after(self.t_last())
+                    records = records[len(records) - len(bundle):]  # the bundle is in t order: what landed is a prefix
                     landed_unknown = False
                 if records:
                     self.writer.write(records)
