@@ -36,24 +36,32 @@ from driftstream.ordering.meta import BOTTOM, Time
 from driftstream.engine.connectors.source import SourcePartition
 
 
+#: The fewest of its own records a partition may read past the frontier per round trip to the
+#: acker: the slack stretches to this many times the partition's spacing between records.
+#: Without it a sparse backlog (a record every 100 ms of record time, slack 2 ms) read one
+#: record per round trip; a dense one (many records per ms) is held by the slack alone.
+ALIGNMENT_RUN = 16
+
+
 class Alignment:
     """The frontier a source instance last heard of, and how far past it (``slack``, in the
     source's time units: milliseconds for Kafka, positions for an in-memory source) its
-    partitions may emit.
+    partitions may emit: at least ``run`` of their own records (see :data:`ALIGNMENT_RUN`).
 
     >>> a = Alignment(slack=5); a.limit()
     -inf
-    >>> a.frontier = (100, 0, 1, 7); a.limit()
-    105
+    >>> a.frontier = (100, 0, 1, 7); a.limit(), a.limit(spacing=1.0), a.limit(spacing=100.0)
+    (105, 116.0, 1700.0)
     """
 
-    def __init__(self, slack: float) -> None:
-        self.slack = slack
+    def __init__(self, slack: float, run: int = ALIGNMENT_RUN) -> None:
+        self.slack, self.run = slack, run
         self.frontier: Time = BOTTOM
 
-    def limit(self) -> float:
-        """The largest ``ts`` an element may have to be emitted now. O(1)."""
-        return self.frontier[0] + self.slack
+    def limit(self, spacing: float = 0.0) -> float:
+        """The largest ``ts`` an element of a partition whose records are ``spacing`` apart
+        (in ts) may have to be emitted now. O(1)."""
+        return self.frontier[0] + max(self.slack, spacing * self.run)
 
 
 class HeldPartition(SourcePartition):
@@ -66,6 +74,9 @@ class HeldPartition(SourcePartition):
         self.part = part
         self.alignment = alignment
         self.held: deque = deque()
+        #: the ts between two of its records, a moving average over its reads (0: unknown)
+        self.spacing = 0.0
+        self._last_ts: Optional[float] = None
 
     @property
     def done(self) -> bool:  # type: ignore[override]
@@ -74,11 +85,22 @@ class HeldPartition(SourcePartition):
     def read(self, max_items: int) -> list:
         """Up to ``max_items`` elements within the limit, those that waited first."""
         if len(self.held) < max_items and not self.part.done:
-            self.held.extend(self.part.read(max_items - len(self.held)))
-        held, limit, out = self.held, self.alignment.limit(), []
+            fresh = self.part.read(max_items - len(self.held))
+            if fresh:
+                self._measure(fresh)
+                self.held.extend(fresh)
+        held, limit, out = self.held, self.alignment.limit(self.spacing), []
         while held and len(out) < max_items and held[0][0][0] <= limit:
             out.append(held.popleft())
         return out
+
+    def _measure(self, fresh: list) -> None:
+        """Fold the spacing of ``fresh`` records (after the last one read) into ``spacing``."""
+        last = fresh[-1][0][0]
+        if self._last_ts is not None:
+            gap = max(0.0, (last - self._last_ts) / len(fresh))
+            self.spacing = gap if self.spacing == 0.0 else 0.75 * self.spacing + 0.25 * gap
+        self._last_ts = last
 
     def waiting(self) -> bool:
         """True while an element read waits for the frontier."""

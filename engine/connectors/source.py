@@ -86,6 +86,9 @@ class Source(ABC):
     #: :class:`~driftstream.engine.model.errors.DeadLetter` elements at their own t, and the
     #: flow sends these to its dead-letter sink, exactly once under exactly-once
     emits_dead_letters: bool = False
+    #: how far past the slowest of its partitions (in its time units) a partition reads under
+    #: ``source_alignment="auto"`` (see engine/connectors/alignment.py); None: not aligned
+    alignment_slack: Optional[float] = None
     #: the flow step that reads it (set by ``Flow.source``): its dead letters name it
     step_name: str = "source"
 

@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 from driftstream.ordering.meta import BOTTOM, TOP, Time
 
 from driftstream.engine.connectors.alignment import Alignment, HeldPartition
+from driftstream.engine.model.config import source_slack
 from driftstream.engine.connectors.source import Source
 
 
@@ -46,15 +47,16 @@ class SourceReader:
         max_inflight: int,
         batch_size: int = 1,
         starts: Optional[dict] = None,
-        alignment_slack: Optional[float] = None,
+        alignment_slack: Any = None,
     ) -> None:
         """``alignment_slack``: how far past the frontier of all source instances (in the
-        source's time units) a partition may emit, told by :meth:`align`; None: no alignment
-        (see :mod:`.alignment`)."""
+        source's time units) a partition may emit, told by :meth:`align`; ``"auto"``: the
+        source's own ``alignment_slack``; None: no alignment (see :mod:`.alignment`)."""
         starts = starts or {}
         self.numbers = [p for p in range(source.partitions()) if p % instances == instance]
         self.parts = [source.open(p, source_id, starts.get(p)) for p in self.numbers]
-        self.alignment = None if alignment_slack is None else Alignment(alignment_slack)
+        slack = source_slack(alignment_slack, source)
+        self.alignment = None if slack is None else Alignment(slack)
         if self.alignment is not None:
             self.parts = [HeldPartition(part, self.alignment) for part in self.parts]
         self._last: list = [BOTTOM] * len(self.parts)

@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Optional
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from driftstream.engine.model.config import RunConfig  # noqa: F401  (the doctest)
+from driftstream.engine.model.config import RunConfig, aligned_sources  # noqa: F401  (RunConfig: the doctest)
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Plan
@@ -116,7 +116,7 @@ class Launcher:
         answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
         addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
         self.node_of = dict(zip(names, answers[len(keys) + 1:]))
-        aligned = list(zip(plan.source_instances, plan.source_groups)) if self.rules.config.source_alignment is not None else None
+        aligned = aligned_sources(plan, self.rules.config.source_alignment)
         ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses, aligned)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.

@@ -47,15 +47,35 @@ COORDINATOR_NICENESS = 10
 #: (examples/benchmarks/results/metrics-export-cost.json).
 METRICS_INTERVAL_S = 5.0
 
-#: How far past the slowest partition of its source (in source time: ms for Kafka) a partition
-#: may read (see engine/connectors/alignment.py); None: off. Not on by default, since the
-#: slack is in each source's own time units: over a Kafka backlog with 1 ms of record time
-#: per document, 2 ms (with the input merge) cut the index's out-of-order elements from 15% to
-#: 0.005-0.09% at no live-edge cost (p50 -0.2 ms, p99 +1.9 ms), but a MemorySource counts
-#: elements (2 units: two elements per round trip to the acker, the suite's simulated runs
-#: 2.5x slower), and a sparse backlog (one record per 100 ms) would read one record per round
-#: trip. A slack that fits every source (in records, or adaptive) comes first.
-DEFAULT_SOURCE_ALIGNMENT = None
+#: ``source_alignment`` that lets each source say how far past the slowest of its partitions
+#: (in its own time units) a partition may read: its ``alignment_slack`` (a KafkaSource: 2 ms
+#: of record time; an in-memory source, whose times count elements: None, not aligned).
+AUTO_ALIGNMENT = "auto"
+#: Aligned sources by default, each on its own terms (see engine/connectors/alignment.py):
+#: over a Kafka backlog with 1 ms of record time per document, 2 ms (with the input merge)
+#: cut the index's out-of-order elements from 15-22% to under 0.1% at no live-edge cost (p50
+#: -0.2 ms, p99 +1.9 ms); a sparse backlog reads at least ALIGNMENT_RUN records per round
+#: trip to the acker (the slack stretches to that many of the partition's own records).
+DEFAULT_SOURCE_ALIGNMENT = AUTO_ALIGNMENT
+
+
+def source_slack(configured: Any, source: Any) -> Optional[float]:
+    """The alignment slack of ``source`` under ``RunConfig.source_alignment`` ``configured``:
+    the source's own ``alignment_slack`` for ``"auto"``, else ``configured`` (None: off).
+
+    >>> from types import SimpleNamespace as NS
+    >>> source_slack("auto", NS(alignment_slack=2.0)), source_slack(5, NS(alignment_slack=2.0)), source_slack("auto", NS())
+    (2.0, 5, None)
+    """
+    return getattr(source, "alignment_slack", None) if configured == AUTO_ALIGNMENT else configured
+
+
+def aligned_sources(plan: Any, configured: Any) -> Optional[list]:
+    """``(instance, group)`` of the source instances that align (told their source's frontier,
+    see :attr:`~driftstream.engine.model.plan.Plan.source_groups`); None when none does."""
+    aligned = [(inst, group) for inst, group in zip(plan.source_instances, plan.source_groups)
+               if source_slack(configured, plan.steps[plan.stages[inst.stage].source_id].source) is not None]
+    return aligned or None
 
 
 class Guarantee(str, Enum):
@@ -120,9 +140,10 @@ class RunConfig:
     #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py)
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
     #: aligned sources: how far (in the sources' time units, ms for Kafka) a partition may emit
-    #: past the slowest of its source's partitions; None: each source instance reads at its own pace
+    #: past the slowest of its source's partitions; "auto": each source's own (Kafka: 2 ms, an
+    #: in-memory source: off); None: each source instance reads at its own pace
     #: (see engine/connectors/alignment.py)
-    source_alignment: Optional[float] = DEFAULT_SOURCE_ALIGNMENT
+    source_alignment: Any = DEFAULT_SOURCE_ALIGNMENT
     #: each stage instance merges its senders' batches in t order, holding a sender that runs
     #: ahead of another (see ordering/input_merge.py); False: batches are taken as they come
     input_merge: bool = True
@@ -161,10 +182,10 @@ class RunConfig:
         if self.resume and self.fresh:
             raise FlowError("resume=True and fresh=True contradict each other: resume continues from the newest snapshot, "
                             "fresh discards the snapshots; choose one")
-        if self.source_alignment is not None and (isinstance(self.source_alignment, bool) or not isinstance(self.source_alignment, (int, float))
-                                                  or self.source_alignment < 0):
+        a = self.source_alignment
+        if a is not None and a != AUTO_ALIGNMENT and (isinstance(a, bool) or not isinstance(a, (int, float)) or a < 0):
             raise FlowError(f"source_alignment is a number >= 0 (how far past the slowest source partition, in its time "
-                            f"units, a partition may read) or None, not {self.source_alignment!r}")
+                            f"units, a partition may read), 'auto' (each source's own) or None, not {a!r}")
         if isinstance(self.data_plane_tls, Mapping):
             object.__setattr__(self, "data_plane_tls", DataPlaneTLS(**self.data_plane_tls))
         if self.data_plane_tls is not None:
@@ -209,6 +230,6 @@ class InstanceConfig:
     snapshot_dir: Optional[str] = None
     state_cache_bytes: int = DEFAULT_BUDGET_BYTES
     skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
-    source_alignment: Optional[float] = None  # aligned sources' slack (RunConfig.source_alignment)
+    source_alignment: Any = None  # aligned sources' slack (RunConfig.source_alignment)
     input_merge: bool = True  # RunConfig.input_merge
     restore: SnapshotPart = field(default_factory=SnapshotPart)  # its part of the manifest it starts from

@@ -86,12 +86,15 @@ class DeadLetter:
     traceback: str
 
 
-def dead_letter(step: str, meta: tuple, element: Any, exc: BaseException) -> DeadLetter:
+def dead_letter(step: str, meta: tuple, element: Any, exc: BaseException, engine_frames: int = 1) -> DeadLetter:
     """The dead letter of ``element``; call it in the ``except`` of the frame that called the
-    user's function: that frame is left out of the traceback, which then holds the user's
-    frames alone and is the same wherever the engine called it from."""
-    tb = exc.__traceback__
-    frames = tb.tb_next if tb is not None and tb.tb_next is not None else tb
+    user's function, or ``engine_frames`` frames above it: those frames are left out of the
+    traceback, which then holds the user's frames alone and is the same wherever the engine
+    called it from."""
+    frames = exc.__traceback__
+    for _ in range(engine_frames):
+        if frames is not None and frames.tb_next is not None:
+            frames = frames.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, frames))
     return DeadLetter(step, element, tuple(meta[:4]) + (tuple(meta[4]),), f"{type(exc).__name__}: {exc}", text)
 

@@ -53,7 +53,7 @@ from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.config import RunConfig, aligned_sources
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, PartCollector, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
@@ -136,6 +136,7 @@ class Simulation:
         self.snapshots: dict = {}
         self.readers: dict = {}
         self.source_keys = plan.source_instances
+        self.aligned = aligned_sources(plan, config.source_alignment)  # (instance, group) told frontiers
         try:
             self._start_incarnation(manifest=None, recovering=False)
             while self.restoring:
@@ -224,6 +225,7 @@ class Simulation:
         plan = self.plan.with_parallelism(self.rescales.pop(0))
         self._stop_instances()
         self.plan, self.source_keys, self.rescale_phase = plan, plan.source_instances, None
+        self.aligned = aligned_sources(plan, self.config.source_alignment)
         sid = self.next_snapshot_id
         self.next_snapshot_id += 1
         moved = reassigned(manifest, plan, sid)
@@ -275,13 +277,12 @@ class Simulation:
             self.watermark = w
             for instance in self.stages:
                 self._send_control(ACKER, instance, Watermark(w))
-        if message.bound is not None and self.config.source_alignment is not None:
-            groups = self.plan.source_groups
-            for group in dict.fromkeys(groups):
+        if message.bound is not None and self.aligned is not None:
+            for group in dict.fromkeys(g for _, g in self.aligned):
                 frontier = self.acker.frontier(group)
                 if frontier > self.frontier_told.get(group, BOTTOM):
                     self.frontier_told[group] = frontier
-                    for instance, g in zip(self.source_keys, groups):
+                    for instance, g in self.aligned:
                         if g == group:
                             self._send_control(ACKER, instance, Align(frontier))
 

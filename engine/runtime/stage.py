@@ -20,26 +20,19 @@ batches, flushes acks to the acker and delivers watermarks.
 from __future__ import annotations
 
 
-import functools
 import random
 import time
-import traceback
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from driftstream.barriers.barrier import Barrier
-from driftstream.ordering.entry_state import EntryKeyedState, MapState
 from driftstream.ordering.input_merge import InputMerge
-from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
-from driftstream.snapshots.entry_cache import CachedEntries
-from driftstream.snapshots.state_keys import StateKeys, first
 from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
-from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
-from driftstream.ordering.windows import Session
+from driftstream.snapshots.state_keys import StateKeys
 
-from driftstream.engine.model.errors import StepError, dead_letter, is_dead_letter, short_repr
+from driftstream.engine.model.errors import StepError, dead_letter
 from driftstream.engine.model.plan import Plan
+from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for, step_error  # noqa: F401  (TIMED_KINDS: re-exported)
 
 
 #: Latency samples one instance keeps per kind (emit, release) before it thins them.
@@ -48,28 +41,6 @@ MAX_SAMPLES = 1 << 16
 #: for it (see ordering/input_merge.py), and how long if it said it had more to send.
 MERGE_QUIET_S = 0.002
 MERGE_MAX_HOLD_S = 1.0
-
-
-#: Steps whose state closes on timers (windows, window joins, interval joins).
-TIMED_KINDS = ("window", "window_join", "interval_join")
-
-
-def _timed_state(step: Any, backend: Any, seed: int) -> Any:
-    """The state of a step of :data:`TIMED_KINDS`, over ``backend``."""
-    if step.kind == "interval_join":
-        iv = step.interval
-        return IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=seed)
-    form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
-    divert = functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
-    return form(step.window, backend, seed=seed, on_error=divert)
-
-
-def _state_keys(step: Any, plan: Plan) -> StateKeys:
-    """How ``step``'s state keys are stored: under the key group of the key its elements were
-    routed by, which is the state key itself, or its first item for entries ``(key, entry)``
-    and windows ``(key, start, end)`` (sessions and interval joins keep one state per key)."""
-    composite = step.state is MapState or (step.kind in ("window", "window_join") and not isinstance(step.window.assigner, Session))
-    return StateKeys(plan.key_groups, first if composite else None)
 
 
 @dataclass
@@ -158,10 +129,6 @@ class StageRuntime:
         # apart from ``acks`` (which any flush may send) until the runtime takes them (take_seed).
         self.seed_acks: dict = {}
         self.out: dict = {}
-        self.counts: dict = {}
-        self.keyed: dict = {}
-        self.windows: dict = {}  # window step id -> WindowedState
-        self.barriers: dict = {}
         self.emit_times: dict = {}
         self.release_times: dict = {}
         self._emit_every = self._release_every = self.sample_every
@@ -172,32 +139,21 @@ class StageRuntime:
         # Snapshot parts, (T, part message), durable but waiting for the sinks to acknowledge
         # the output below T (see part_prepared).
         self.parts_waiting: deque = deque()
-        self._runners: dict = {}
         # Key group -> the instance owning it at this parallelism (see ordering/key_groups.py).
         self._router = plan.key_groups.router(plan.parallelism)
-        for sid in self.stage.step_ids:
-            step = plan.steps[sid]
-            self.counts[step.name] = 0
-            if step.kind in ("stateful_map", "stateful_flat_map", "lookup"):
-                entries = step.state is MapState
-                backend = backend_factory(step.name, step.fn, entries, _state_keys(step, plan)) if backend_factory else None
-                flat = step.kind == "stateful_flat_map"
-                divert = functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
-                if entries:
-                    self.keyed[sid] = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend), on_error=divert)
-                else:
-                    self.keyed[sid] = DriftingKeyedState(step.fn, flat=flat, backend=backend, on_error=divert)
-            elif step.kind in TIMED_KINDS:
-                fn = step.fn if step.kind == "interval_join" else step_function(step.window)
-                backend = backend_factory(step.name, fn, False, _state_keys(step, plan)) if backend_factory else None
-                ws = self.windows[sid] = _timed_state(step, backend, self.rng.getrandbits(64))
-                # Windows restored from a snapshot hold the watermark again at their close
-                # times: the runtime hands these XORs to the acker before any source starts.
-                ws.restore_timers(self.seed_acks)
-            elif step.kind == "sink":
-                sink = sink_opener(sid, instance) if sink_opener else step.sink.open(instance, plan.parallelism)
-                self.barriers[sid] = (Barrier(), sink)
-            self._runners[sid] = self._make_runner(step)
+        ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
+                          lambda: self.acks, self.seed_acks, self.dead_letters)
+        #: step id -> its operator, for the steps of this stage
+        self.operators: dict = {sid: operator_for(plan.steps[sid], ctx) for sid in self.stage.step_ids}
+        ops = self.operators.items()
+        self.keyed: dict = {sid: op.state for sid, op in ops if isinstance(op, Keyed)}
+        self.windows: dict = {sid: op.state for sid, op in ops if isinstance(op, Timed)}  # window step id -> WindowedState
+        self.barriers: dict = {sid: (op.barrier, op.sink) for sid, op in ops if isinstance(op, SinkStep)}
+
+    @property
+    def counts(self) -> dict:
+        """Per step of this stage: the elements it took so far."""
+        return {op.name: op.count for op in self.operators.values()}
 
     # -- data in ------------------------------------------------------------------------
 
@@ -254,12 +210,14 @@ class StageRuntime:
 
     def _run(self, pending: dict) -> None:
         """Run the stage's steps in order over ``pending`` (step id -> its input items)."""
-        runners = self._runners
+        operators = self.operators
         for sid in self.stage.step_ids:
             batch = pending.pop(sid, None)
             if not batch:
                 continue
-            outs = runners[sid](batch)
+            op = operators[sid]
+            op.count += len(batch)
+            outs = op.run(batch)
             if outs:
                 self._pass_on(sid, outs, pending)
         if self.keyed:
@@ -315,7 +273,7 @@ class StageRuntime:
                         buf.times.add(t)
                         acks[t] = acks.get(t, 0) ^ buf.batch_id
             except Exception as exc:
-                raise self._error(step.name, meta, payload, exc) from exc
+                raise step_error(step.name, meta, payload, exc) from exc
         else:
             buf = self._buffer((ch.dst_stage, self.instance, ch.dst))
             bid, times, append = buf.batch_id, buf.times, buf.items.append
@@ -396,7 +354,7 @@ class StageRuntime:
         sink and the bundle); then releases what settled while it was in flight."""
         released_at = self.writing.pop(sid, None)
         if error is not None:
-            raise self._error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
+            raise step_error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
         now, every, rel = self.clock(), self._release_every, self.release_times
         for meta, _ in bundle.elements:
             if meta[3] % every == 0:
@@ -501,151 +459,3 @@ class StageRuntime:
     def close(self) -> None:
         for _, sink in self.barriers.values():
             sink.close()
-
-    # -- steps --------------------------------------------------------------------------
-
-    def _error(self, step_name: str, meta: Meta, payload: Any, exc: BaseException) -> StepError:
-        if isinstance(exc, StepError):
-            return exc
-        return StepError(step_name, short_repr(payload), meta, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-
-    @staticmethod
-    def _diverting_body(step) -> Callable[[list], list]:
-        """A map, flat_map or filter under ``on_error="dead-letter"``: an element its function
-        raises on leaves as its DeadLetter, at its own t (a flat_map's: its first child's)."""
-        name, fn, kind = step.name, step.fn, step.kind
-
-        def run(items: list) -> list:
-            out = []
-            append = out.append
-            for item in items:
-                meta, payload = item[0], item[1]
-                try:
-                    if kind == "map":
-                        append((meta, fn(payload), None))
-                    elif kind == "filter":
-                        if fn(payload):
-                            append(item)
-                    else:
-                        outputs = []  # all or nothing: none of them leaves if the function raises
-                        for k, value in enumerate(fn(payload)):
-                            outputs.append((child_of(meta, k), value, None))
-                        out.extend(outputs)
-                except Exception as exc:
-                    letter = dead_letter(name, meta, payload, exc)
-                    append((child_of(meta, 0), letter, None) if kind == "flat_map" else (meta, letter, item[2] if kind == "filter" else None))
-            return out
-
-        return run
-
-    def _make_runner(self, step) -> Callable[[list], list]:
-        """A function from a list of ``(meta, payload, key)`` to the step's outputs."""
-        counts, name, fn, error = self.counts, step.name, step.fn, self._error
-        kind = step.kind
-
-        def guard(body: Callable[[list], list]) -> Callable[[list], list]:
-            def run(items: list) -> list:
-                counts[name] += len(items)
-                return body(items)
-
-            return run
-
-        if step.on_error == "dead-letter" and kind in ("map", "flat_map", "filter"):
-            return guard(self._diverting_body(step))
-
-        if kind in ("source", "key_by", "merge"):
-            return guard(lambda items: items)
-        if kind == "map":
-
-            def run_map(items: list) -> list:
-                out = []
-                try:
-                    for meta, payload, _ in items:
-                        out.append((meta, fn(payload), None))
-                except Exception as exc:
-                    raise error(name, meta, payload, exc) from exc
-                return out
-
-            return guard(run_map)
-        if kind == "flat_map":
-
-            def run_flat_map(items: list) -> list:
-                out = []
-                append = out.append
-                try:
-                    for meta, payload, _ in items:
-                        for k, value in enumerate(fn(payload)):
-                            append((child_of(meta, k), value, None))
-                except Exception as exc:
-                    raise error(name, meta, payload, exc) from exc
-                return out
-
-            return guard(run_flat_map)
-        if kind == "filter":
-
-            def run_filter(items: list) -> list:
-                out = []
-                try:
-                    for item in items:
-                        meta, payload = item[0], item[1]
-                        if fn(payload):
-                            out.append(item)
-                except Exception as exc:
-                    raise error(name, meta, payload, exc) from exc
-                return out
-
-            return guard(run_filter)
-        if kind in ("stateful_map", "stateful_flat_map"):
-            ks = self.keyed[step.id]
-
-            def run_stateful(items: list) -> list:
-                try:
-                    return [(m, p, None) for m, p in ks.apply_batch(items)]
-                except StateFnError as exc:
-                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
-
-            return guard(run_stateful)
-        if kind == "lookup":
-            ks = self.keyed[step.id]
-
-            def run_lookup(items: list) -> list:
-                try:  # the side: the input's tag, the last child id
-                    return [(m, p, None) for m, p in ks.apply_batch([(m, (m[4][-1], p), k) for m, p, k in items])]
-                except StateFnError as exc:
-                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
-
-            return guard(run_lookup)
-        if kind in TIMED_KINDS:
-            ws = self.windows[step.id]
-
-            def run_window(items: list) -> list:
-                try:
-                    return [(m, p, None) for m, p in ws.apply_batch(items, self.acks)]
-                except StateFnError as exc:  # the step's function or the timestamp function
-                    raise error(name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
-
-            return guard(run_window)
-        if kind == "dead_letters":
-            failing = self.plan.steps[step.inputs[0]].name
-            letters = self.dead_letters
-            letters[failing] = 0
-
-            def run_dead_letters(items: list) -> list:
-                out = [item for item in items if is_dead_letter(item[1])]
-                for item in out:
-                    letters[failing] += -1 if item[0][5] else 1
-                return out
-
-            return guard(run_dead_letters)
-        if kind == "sink":
-            barrier = self.barriers[step.id][0]
-
-            def run_sink(items: list) -> list:
-                add = barrier.add
-                for meta, payload, _ in items:
-                    add(meta, payload)
-                return []
-
-            return guard(run_sink)
-        raise AssertionError(f"unknown step kind {kind}")
-

@@ -129,6 +129,8 @@ class KafkaSource(Source):
     #: record timestamps: producers' wall clocks (CreateTime) or the broker's (LogAppendTime)
     epoch_ms_times = True
     emits_dead_letters = True
+    #: 2 ms of record time (aligned by default, see engine/model/config.py)
+    alignment_slack = 2.0
 
     def __init__(
         self,

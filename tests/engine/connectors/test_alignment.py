@@ -4,27 +4,33 @@ and a replay from their positions gives the same elements with the same times.""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from driftstream.engine.connectors.alignment import ALIGNMENT_RUN
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.testing import MemorySource
 
 from tests.engine.connectors.test_source_reader import LateSource
 
 
-def drive(readers: list, rounds: int = 20_000) -> list:
+def drive(readers: list, rounds: int = 20_000, took: Optional[list] = None) -> list:
     """Poll every instance in turn, telling all of them the frontier after each poll, the
-    watermark following it; returns what each emitted, or AssertionError on a stall."""
+    watermark following it; returns what each emitted, or AssertionError on a stall.
+    ``took``: gets the number of rounds (round trips to the acker) appended."""
     emitted: list = [[] for _ in readers]
-    for _ in range(rounds):
+    for n in range(rounds):
         if all(r.done for r in readers):
+            if took is not None:
+                took.append(n)
             return emitted
         for i, r in enumerate(readers):
             if not r.done and r.has_credit():
                 got = r.poll(8)
-                limit = r.alignment.limit()
-                assert all(meta[0] <= limit for meta, _ in got)  # never past the slack
+                limits = {n: part.alignment.limit(part.spacing) for n, part in zip(r.numbers, r.parts)}  # as the read measured them
+                assert all(meta[0] <= limits[meta[2]] for meta, _ in got)  # never past the slack (or its run)
                 emitted[i] += got
         frontier = min(r.bound() for r in readers)
         for r in readers:
@@ -66,7 +72,22 @@ def test_instances_stay_aligned_where_unaligned_ones_drift_apart():
         return worst
 
     assert spread(10_000) > 100  # a slack past the whole list: unaligned, it drifts by hundreds
-    assert spread(10) <= 10 + 16  # aligned: the slack, and at most one read of 8 of its own partition
+    # aligned: the slack, stretched to ALIGNMENT_RUN of a partition's records (2 units apart:
+    # the other partition has every other element), and at most one read of 8 of its own
+    assert spread(10) <= max(10, 2 * ALIGNMENT_RUN) + 16
+
+
+def test_a_sparse_backlog_reads_a_run_of_records_per_round_trip_not_one():
+    """Records 100 ms apart, two partitions interleaved, a slack of 2 ms: each round trip to the
+    acker (a frontier told) lets a partition read up to ALIGNMENT_RUN of its records, not one;
+    without the run it took a round per record."""
+    stamps = [list(range(p * 50, 400 * 100, 100)) for p in range(2)]
+    took: list = []
+    source = LateSource([(stamps[0], 0), (stamps[1], 0)])
+    readers = [SourceReader(source, 0, i, 2, max_inflight=400, batch_size=8, alignment_slack=2) for i in range(2)]
+    emitted = drive(readers, took=took)
+    assert sum(map(len, emitted)) == 800
+    assert took[0] <= 800 / 8  # a read of 8 per round: a round trip no longer waits for each record
 
 
 def test_positions_point_at_the_first_element_held_back():

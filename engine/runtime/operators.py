@@ -1,0 +1,380 @@
+"""The steps of a fused stage as objects: one class per step kind behind one interface.
+
+An operator takes a list of ``(meta, payload, key)`` items and returns its outputs
+as the same triples; it raises :class:`StepError` naming the step and the element
+when the user's function raises. ``count`` is the number of items it took (the
+stage adds to it). :func:`operator_for` builds the operator of a plan step,
+with its state; :class:`DeadLettering` wraps a stateless one whose step has
+``on_error="dead-letter"`` (stateful and timed steps divert inside their state,
+where a failing element must also leave the key's state untouched).
+
+>>> from driftstream.ordering.meta import Meta
+>>> op = FlatMap("words", str.split)
+>>> [(m[4], p) for m, p, _ in op.run([(Meta(0, 0, 0, 0), "a b", None)])]
+[((0,), 'a'), ((1,), 'b')]
+>>> DeadLettering(Map("inverse", lambda x: 1 / x)).run([(Meta(0, 0, 0, 0), 0, None)])[0][1].error
+'ZeroDivisionError: division by zero'
+
+Costs, per item: a stateless operator is one call of the user's function plus one
+tuple; the stateful ones are those of their state (:mod:`driftstream.ordering`).
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from typing import Any, Callable, Optional
+
+from driftstream.barriers.barrier import Barrier
+from driftstream.ordering.entry_state import EntryKeyedState, MapState
+from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
+from driftstream.ordering.windows import Session
+from driftstream.snapshots.entry_cache import CachedEntries
+from driftstream.snapshots.state_keys import StateKeys, first
+
+from driftstream.engine.model.errors import StepError, dead_letter, is_dead_letter, short_repr
+from driftstream.engine.model.plan import Plan
+
+#: Steps whose state closes on timers (windows, window joins, interval joins).
+TIMED_KINDS = ("window", "window_join", "interval_join")
+#: Steps with keyed state applied element by element (no timers).
+KEYED_KINDS = ("stateful_map", "stateful_flat_map", "lookup")
+
+
+def step_error(step_name: str, meta: Any, payload: Any, exc: BaseException) -> StepError:
+    """The StepError of ``step_name`` failing on ``(meta, payload)`` (``exc`` itself if it is one).
+
+    >>> str(step_error("parse", (0, 0, 0, 3, (), False), "x", ValueError("bad")))
+    "step 'parse' failed on element 'x' at t=(0, 0, 0, 3, (), False): ValueError: bad"
+    """
+    if isinstance(exc, StepError):
+        return exc
+    return StepError(step_name, short_repr(payload), meta, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+
+class Operator:
+    """One step of a stage. Subclasses implement :meth:`run`."""
+
+    __slots__ = ("name", "count")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.count = 0
+
+    def run(self, items: list) -> list:
+        """The outputs of ``items``, ``(meta, payload, key)`` triples, in order."""
+        raise NotImplementedError
+
+
+class Passthrough(Operator):
+    """A source, ``key_by`` (the channel after it routes) or ``merge``: items go on as they are.
+
+    >>> Passthrough("s").run([((0,), "x", None)])
+    [((0,), 'x', None)]
+    """
+
+    __slots__ = ()
+
+    def run(self, items: list) -> list:
+        return items
+
+
+class Stateless(Operator):
+    """A map, flat_map or filter: ``fn`` per payload, no state.
+
+    :meth:`one` is the same work for one item, calling ``fn`` in its own frame (a dead
+    letter's traceback starts below it); :meth:`letter` is where an item's dead letter goes.
+    """
+
+    __slots__ = ("fn",)
+
+    def __init__(self, name: str, fn: Callable) -> None:
+        super().__init__(name)
+        self.fn = fn
+
+    def one(self, item: tuple) -> list:
+        raise NotImplementedError
+
+    def letter(self, item: tuple, letter: Any) -> tuple:
+        """The item that carries ``item``'s dead letter on (at ``item``'s own t)."""
+        return (item[0], letter, None)
+
+
+class Map(Stateless):
+    """``fn(payload)`` per item.
+
+    >>> Map("up", str.upper).run([((0,), "a", "k")])
+    [((0,), 'A', None)]
+    """
+
+    __slots__ = ()
+
+    def run(self, items: list) -> list:
+        fn, out = self.fn, []
+        append = out.append
+        try:
+            for meta, payload, _ in items:
+                append((meta, fn(payload), None))
+        except Exception as exc:
+            raise step_error(self.name, meta, payload, exc) from exc
+        return out
+
+    def one(self, item: tuple) -> list:
+        return [(item[0], self.fn(item[1]), None)]
+
+
+class FlatMap(Stateless):
+    """Each of ``fn(payload)``'s outputs, the k-th at the item's t with child id k appended."""
+
+    __slots__ = ()
+
+    def run(self, items: list) -> list:
+        fn, out = self.fn, []
+        append = out.append
+        try:
+            for meta, payload, _ in items:
+                m0, m1, m2, m3, ids, m5 = meta  # child_of, inlined: once per output
+                k = 0
+                for value in fn(payload):
+                    append(((m0, m1, m2, m3, ids + (k,), m5), value, None))
+                    k += 1
+        except Exception as exc:
+            raise step_error(self.name, meta, payload, exc) from exc
+        return out
+
+    def one(self, item: tuple) -> list:
+        meta = item[0]
+        head, ids, tail = meta[:4], meta[4], meta[5]
+        outputs = list(self.fn(item[1]))  # here, not in a comprehension's frame: a dead letter's traceback starts below one()
+        return [(head + (ids + (k,), tail), value, None) for k, value in enumerate(outputs)]
+
+    def letter(self, item: tuple, letter: Any) -> tuple:
+        meta = item[0]
+        return (meta[:4] + (meta[4] + (0,), meta[5]), letter, None)  # its first child's t
+
+
+class Filter(Stateless):
+    """The items whose payload ``fn`` keeps; a kept item keeps its key.
+
+    >>> Filter("odd", lambda x: x % 2).run([((0,), 1, "a"), ((1,), 2, "b")])
+    [((0,), 1, 'a')]
+    """
+
+    __slots__ = ()
+
+    def run(self, items: list) -> list:
+        fn, out = self.fn, []
+        append = out.append
+        try:
+            for item in items:
+                if fn(item[1]):
+                    append(item)
+        except Exception as exc:
+            raise step_error(self.name, item[0], item[1], exc) from exc
+        return out
+
+    def one(self, item: tuple) -> list:
+        return [item] if self.fn(item[1]) else []
+
+    def letter(self, item: tuple, letter: Any) -> tuple:
+        return (item[0], letter, item[2])
+
+
+class DeadLettering(Operator):
+    """A stateless operator whose step diverts: an item its function raises on leaves as its
+    ``DeadLetter`` (a flat_map's: none of its other outputs; all or nothing)."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Stateless) -> None:
+        super().__init__(inner.name)
+        self.inner = inner
+
+    def run(self, items: list) -> list:
+        inner, out = self.inner, []
+        one = inner.one
+        for item in items:
+            try:
+                out += one(item)
+            except Exception as exc:
+                out.append(inner.letter(item, dead_letter(self.name, item[0], item[1], exc, engine_frames=2)))  # this frame and one()
+        return out
+
+
+class Keyed(Operator):
+    """A stateful_map or stateful_flat_map: its :class:`~driftstream.ordering.keyed_state.DriftingLogs`
+    state applies the batch per key in t order, repairing what arrived late."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, name: str, state: Any) -> None:
+        super().__init__(name)
+        self.state = state
+
+    def run(self, items: list) -> list:
+        try:
+            return [(m, p, None) for m, p in self.state.apply_batch(self.inputs(items))]
+        except StateFnError as exc:
+            raise step_error(self.name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+    def inputs(self, items: list) -> list:
+        return items
+
+
+class Lookup(Keyed):
+    """A lookup join: both sides in one keyed state, each payload with its side (the input's tag)."""
+
+    __slots__ = ()
+
+    def inputs(self, items: list) -> list:
+        return [(m, (m[4][-1], p), k) for m, p, k in items]  # the side: the last child id
+
+
+class Timed(Operator):
+    """A window, window join or interval join: state closed by timers, which hold the
+    watermark through the acker (``acks()``: the stage's XORs to the acker, now)."""
+
+    __slots__ = ("state", "acks")
+
+    def __init__(self, name: str, state: Any, acks: Callable[[], dict]) -> None:
+        super().__init__(name)
+        self.state, self.acks = state, acks
+
+    def run(self, items: list) -> list:
+        try:
+            return [(m, p, None) for m, p in self.state.apply_batch(items, self.acks())]
+        except StateFnError as exc:  # the step's function or the timestamp function
+            raise step_error(self.name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+
+class DeadLetterSplit(Operator):
+    """The dead letters of the step before it (``failing``), counted in ``letters[failing]``
+    (a tombstone of one takes it back)."""
+
+    __slots__ = ("failing", "letters")
+
+    def __init__(self, name: str, failing: str, letters: dict) -> None:
+        super().__init__(name)
+        self.failing, self.letters = failing, letters
+        letters[failing] = 0
+
+    def run(self, items: list) -> list:
+        out = [item for item in items if is_dead_letter(item[1])]
+        if out:
+            self.letters[self.failing] += sum(-1 if item[0][5] else 1 for item in out)
+        return out
+
+
+class SinkStep(Operator):
+    """A sink: its items wait in the barrier until the watermark passes them."""
+
+    __slots__ = ("barrier", "sink")
+
+    def __init__(self, name: str, barrier: Barrier, sink: Any) -> None:
+        super().__init__(name)
+        self.barrier, self.sink = barrier, sink
+
+    def run(self, items: list) -> list:
+        add = self.barrier.add
+        for meta, payload, _ in items:
+            add(meta, payload)
+        return []
+
+
+class StepContext:
+    """What building an operator needs from its stage instance: its plan and instance, a
+    ``backend_factory(step name, fn, entries, state keys)`` (None: in-memory state), a
+    ``sink_opener(step id, instance)`` (None: the sink opens a new partition), 64-bit seeds
+    ``seed()``, the stage's acker XORs ``acks()``, the XORs restored timers hold
+    (``seed_acks``) and the per-step dead-letter counts (``dead_letters``)."""
+
+    def __init__(self, plan: Plan, instance: int, backend_factory: Optional[Callable], sink_opener: Optional[Callable],
+                 seed: Callable[[], int], acks: Callable[[], dict], seed_acks: dict, dead_letters: dict) -> None:
+        self.plan, self.instance = plan, instance
+        self.backend_factory, self.sink_opener = backend_factory, sink_opener
+        self.seed, self.acks, self.seed_acks, self.dead_letters = seed, acks, seed_acks, dead_letters
+
+    def backend(self, step: Any, fn: Callable, entries: bool) -> Any:
+        if self.backend_factory is None:
+            return None
+        return self.backend_factory(step.name, fn, entries, state_keys(step, self.plan))
+
+
+def state_keys(step: Any, plan: Plan) -> StateKeys:
+    """How ``step``'s state keys are stored: under the key group of the key its elements were
+    routed by, which is the state key itself, or its first item for entries ``(key, entry)``
+    and windows ``(key, start, end)`` (sessions and interval joins keep one state per key)."""
+    composite = step.state is MapState or (step.kind in ("window", "window_join") and not isinstance(step.window.assigner, Session))
+    return StateKeys(plan.key_groups, first if composite else None)
+
+
+def _divert(step: Any) -> Optional[Callable]:
+    return functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
+
+
+def _keyed(step: Any, ctx: StepContext) -> Operator:
+    entries = step.state is MapState
+    backend = ctx.backend(step, step.fn, entries)
+    flat = step.kind == "stateful_flat_map"
+    if entries:
+        state = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend), on_error=_divert(step))
+    else:
+        state = DriftingKeyedState(step.fn, flat=flat, backend=backend, on_error=_divert(step))
+    return (Lookup if step.kind == "lookup" else Keyed)(step.name, state)
+
+
+def _timed(step: Any, ctx: StepContext) -> Operator:
+    fn = step.fn if step.kind == "interval_join" else step_function(step.window)
+    backend = ctx.backend(step, fn, False)
+    if step.kind == "interval_join":
+        iv = step.interval
+        state = IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=ctx.seed())
+    else:
+        form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
+        state = form(step.window, backend, seed=ctx.seed(), on_error=_divert(step))
+    # Windows restored from a snapshot hold the watermark again at their close times: the
+    # runtime hands these XORs to the acker before any source starts.
+    state.restore_timers(ctx.seed_acks)
+    return Timed(step.name, state, ctx.acks)
+
+
+def _stateless(cls: type) -> Callable[[Any, StepContext], Operator]:
+    def build(step: Any, ctx: StepContext) -> Operator:
+        op = cls(step.name, step.fn)
+        return DeadLettering(op) if step.on_error == "dead-letter" else op
+
+    return build
+
+
+def _sink(step: Any, ctx: StepContext) -> Operator:
+    sink = ctx.sink_opener(step.id, ctx.instance) if ctx.sink_opener else step.sink.open(ctx.instance, ctx.plan.parallelism)
+    return SinkStep(step.name, Barrier(), sink)
+
+
+def _dead_letters(step: Any, ctx: StepContext) -> Operator:
+    return DeadLetterSplit(step.name, ctx.plan.steps[step.inputs[0]].name, ctx.dead_letters)
+
+
+#: step kind -> how its operator is built
+BUILDERS: dict = {
+    "source": lambda step, ctx: Passthrough(step.name),
+    "key_by": lambda step, ctx: Passthrough(step.name),
+    "merge": lambda step, ctx: Passthrough(step.name),
+    "map": _stateless(Map),
+    "flat_map": _stateless(FlatMap),
+    "filter": _stateless(Filter),
+    **{kind: _keyed for kind in KEYED_KINDS},
+    **{kind: _timed for kind in TIMED_KINDS},
+    "dead_letters": _dead_letters,
+    "sink": _sink,
+}
+
+
+def operator_for(step: Any, ctx: StepContext) -> Operator:
+    """The operator of plan step ``step``, with its state (restored through ``ctx``'s backend)."""
+    try:
+        build = BUILDERS[step.kind]
+    except KeyError:
+        raise AssertionError(f"unknown step kind {step.kind!r}") from None
+    return build(step, ctx)

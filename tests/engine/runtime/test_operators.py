@@ -1,0 +1,73 @@
+"""The operators of a stage: what each step kind does with a batch, and how it fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.engine import Flow
+from driftstream.engine.model.errors import DeadLetter, StepError
+from driftstream.engine.runtime.operators import (
+    DeadLettering, DeadLetterSplit, Filter, FlatMap, Keyed, Map, Passthrough, SinkStep, StepContext, Timed, operator_for,
+)
+from driftstream.engine.testing import MemorySink, MemorySource
+from driftstream.engine.windows import Tumbling
+from driftstream.ordering.meta import Meta
+
+
+def items(*payloads, key=None) -> list:
+    return [(Meta(0, 0, 0, i), p, key) for i, p in enumerate(payloads)]
+
+
+def expand(x: int) -> list:
+    if x < 0:
+        raise ValueError("negative")
+    return [x] * x
+
+
+def test_a_flat_map_numbers_its_outputs_as_children_of_their_element():
+    out = FlatMap("expand", expand).run(items(2, 0, 1))
+    assert [(m[3], m[4], p) for m, p, _ in out] == [(0, (0,), 2), (0, (1,), 2), (2, (0,), 1)]
+
+
+def test_each_stateless_kind_names_its_step_and_the_failing_element():
+    for op in (Map("m", lambda x: 1 // x), FlatMap("f", expand), Filter("k", lambda x: 1 // (x + 1))):
+        failing = -1 if op.name != "m" else 0
+        with pytest.raises(StepError) as err:
+            op.run(items(3, failing, 5))
+        assert (err.value.step, err.value.element, err.value.t[3]) == (op.name, repr(failing), 1)
+
+
+def test_dead_lettering_diverts_a_flat_map_element_whole_at_its_first_childs_t():
+    out = DeadLettering(FlatMap("expand", expand)).run(items(1, -1, 2))
+    letter = out[1]
+    assert [p for _, p, _ in out[:1] + out[2:]] == [1, 2, 2]  # nothing of -1 but its letter
+    assert isinstance(letter[1], DeadLetter) and letter[0][3:5] == (1, (0,))
+    assert letter[1].traceback.count("File") == 1  # the user's frame alone, none of the engine's
+
+
+def test_dead_lettering_keeps_a_filtered_elements_key_with_its_letter():
+    out = DeadLettering(Filter("k", lambda x: 1 // x)).run(items(0, 1, key="key"))
+    assert [(type(p).__name__, k) for _, p, k in out] == [("DeadLetter", "key"), ("int", "key")]
+
+
+def test_the_dead_letter_split_counts_letters_less_their_tombstones():
+    letters: dict = {}
+    split = DeadLetterSplit("m.dead_letters", "m", letters)
+    letter = DeadLetter("m", 1, (0, 0, 0, 0, ()), "E", "")
+    tomb = Meta(0, 0, 0, 0, (), True)
+    assert len(split.run(items(letter, "fine", letter))) == 2
+    split.run([(tomb, letter, None)])
+    assert letters == {"m": 1}
+
+
+def test_every_step_of_a_plan_gets_the_operator_of_its_kind():
+    flow = Flow("kinds").dead_letters(MemorySink("dlq"))
+    (flow.source(MemorySource([1, 2])).map(int, on_error="dead-letter").filter(bool).flat_map(lambda x: [x])
+     .key_by(str).stateful_map(lambda s, x: (x, x)).key_by(str)
+     .window(Tumbling(10), timestamp=lambda x: x).count().sink(MemorySink("out")))
+    plan = flow.plan(1)
+    ctx = StepContext(plan, 0, None, None, lambda: 7, lambda: {}, {}, {})
+    kinds = {step.name: type(operator_for(step, ctx)) for step in plan.steps}
+    assert kinds["map"] is DeadLettering and kinds["filter"] is Filter and kinds["flat_map"] is FlatMap
+    assert kinds["key_by"] is Passthrough and kinds["stateful_map"] is Keyed
+    assert Timed in kinds.values() and kinds["out"] is SinkStep
