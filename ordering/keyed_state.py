@@ -248,14 +248,17 @@ class DriftingLogs:
                 # or the key would never be folded again.
                 heapq.heappush(heap, (metas[0], next(self._seq), key))
                 continue
-            n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
+            if metas[-1] < watermark:  # all of it (the common case): the log goes whole
+                n = len(metas)
+                self._fold(key, log, n)
+                del logs[key]
+                self._size -= n
+                continue
+            n = bisect_left(metas, watermark)
             self._fold(key, log, n)
             del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
             self._size -= n
-            if metas:
-                heapq.heappush(heap, (metas[0], next(self._seq), key))
-            else:
-                del logs[key]
+            heapq.heappush(heap, (metas[0], next(self._seq), key))
         if self.pending_tombstones:
             for key, pending in self.pending_tombstones.items():
                 for invalidee, _ in pending:  # any of them, not only the first to arrive
@@ -272,10 +275,13 @@ class DriftingLogs:
             new = NO_OUTPUT if result is None else [result]
         old = log.outputs[j]
         if new != old:
-            if not old and not flat:
-                out.append((log.metas[j], result))  # first application: nothing to invalidate
-            else:
+            if old:
                 self._emit_diff(log.metas[j], old, new, out)
+            elif flat:  # first application: nothing to invalidate
+                m0, m1, m2, m3, ids, m5 = log.metas[j]
+                out.extend([((m0, m1, m2, m3, ids + (k,), m5), value) for k, value in enumerate(new)])
+            else:
+                out.append((log.metas[j], result))
             log.outputs[j] = new
 
     def _diverted(self, meta: tuple, payload: Any, exc: BaseException) -> Any:

@@ -12,9 +12,11 @@ frontier's. What it read beyond that waits in a buffer of the partition, which t
 bounds itself just below the first element waiting, so that the frontier moves with it
 and the slowest partition can always emit.
 
-At the live edge every partition is near the clock (an idle Kafka partition ticks), so
-nothing waits; the watermark would not release an element before the frontier passes it
-anyway.
+At the live edge nothing waits: a partition that has read all its source holds (its
+``lag()`` is 0) emits at once. Holding it there cost the inverted index's p99 at 50
+docs/s ~10 ms (4 interleaved rounds) for nothing: the input merge orders what arrives
+together, and the watermark would not release an element before the frontier passes it
+anyway. A partition that cannot say its lag (None) is held as one behind.
 
 >>> from driftstream.engine.testing import MemorySource
 >>> align = Alignment(slack=1)
@@ -89,7 +91,10 @@ class HeldPartition(SourcePartition):
             if fresh:
                 self._measure(fresh)
                 self.held.extend(fresh)
-        held, limit, out = self.held, self.alignment.limit(self.spacing), []
+        lag = self.part.lag()
+        # Caught up (the live edge): nothing to align; what it read is as new as anyone's.
+        limit = self.alignment.limit(self.spacing) if lag is None or lag > 0 else float("inf")
+        held, out = self.held, []
         while held and len(out) < max_items and held[0][0][0] <= limit:
             out.append(held.popleft())
         return out

@@ -35,6 +35,8 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for, step_error  # noqa: F401  (TIMED_KINDS: re-exported)
 
 
+#: Keys whose owner a stage instance remembers per keyed step it routes to (cleared when full).
+OWNERS_CACHED = 1 << 16
 #: Latency samples one instance keeps per kind (emit, release) before it thins them.
 MAX_SAMPLES = 1 << 16
 #: How long a sender may stay silent before the input merge stops holding the others back
@@ -141,6 +143,10 @@ class StageRuntime:
         self.parts_waiting: deque = deque()
         # Key group -> the instance owning it at this parallelism (see ordering/key_groups.py).
         self._router = plan.key_groups.router(plan.parallelism)
+        # Per keyed step routed to: str and int keys -> their owner (hashing a key costs more
+        # than a dict lookup; other types may equal one of these without hashing alike, or
+        # have no stable hash at all, and are hashed every time).
+        self._owners: dict = {}
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
                           lambda: self.acks, self.seed_acks, self.dead_letters)
         #: step id -> its operator, for the steps of this stage
@@ -252,6 +258,9 @@ class StageRuntime:
             step = self.plan.steps[ch.dst]
             fn, divert = step.fn, step.on_error == "dead-letter"
             router, m, hash_of = self._router, len(self._router), self.plan.key_groups.hash_of
+            owners = self._owners.get(ch.dst)
+            if owners is None or len(owners) > OWNERS_CACHED:
+                owners = self._owners[ch.dst] = {}
             bufs: dict = {}
             try:
                 for item in outs:
@@ -263,7 +272,13 @@ class StageRuntime:
                             raise
                         # its dead letter goes on, keyed by the step's name, to the split after it
                         payload, key = dead_letter(step.name, meta, payload, exc), step.name
-                    dst = router[hash_of(key) % m]  # the owner of the key's group
+                    kind = type(key)
+                    if kind is str or kind is int:
+                        dst = owners.get(key)
+                        if dst is None:
+                            dst = owners[key] = router[hash_of(key) % m]  # the owner of the key's group
+                    else:
+                        dst = router[hash_of(key) % m]
                     buf = bufs.get(dst)
                     if buf is None:
                         buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))

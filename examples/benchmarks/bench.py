@@ -34,6 +34,7 @@ import argparse
 import bisect
 import contextlib
 import glob
+import importlib
 import json
 import os
 import statistics
@@ -834,41 +835,25 @@ def demo(argv: Optional[list] = None) -> int:
     return demo_main(argv or [], demo=True)
 
 
+#: ``driftstream bench NAME ...`` handed whole to the module's ``main`` (its own options);
+#: the benchmark workload lives with its example (PySpark corpus, Spark baseline)
+DELEGATED = {
+    "soak": "driftstream.examples.benchmarks.soak",
+    "broker-log": "driftstream.examples.benchmarks.broker_log",
+    "kafka-codecs": "driftstream.examples.benchmarks.kafka_codecs",
+    "sinks": "driftstream.examples.benchmarks.sinks",
+    "backlog": "driftstream.examples.benchmarks.backlog",
+    "rescale": "driftstream.examples.benchmarks.rescale",
+    "step-costs": "driftstream.examples.benchmarks.step_costs",
+    "nexmark": "driftstream.examples.nexmark.bench",
+    "inverted-index": "driftstream.examples.inverted_index.benchmark",
+}
+
+
 def main(argv: Optional[list] = None) -> int:
     """``driftstream bench ...``: every benchmark harness."""
-    if argv and argv[0] == "soak":
-        from driftstream.examples.benchmarks.soak import main as soak_main
-
-        return soak_main(argv[1:])
-    if argv and argv[0] == "broker-log":
-        from driftstream.examples.benchmarks.broker_log import main as broker_log_main
-
-        return broker_log_main(argv[1:])
-    if argv and argv[0] == "kafka-codecs":
-        from driftstream.examples.benchmarks.kafka_codecs import main as kafka_codecs_main
-
-        return kafka_codecs_main(argv[1:])
-    if argv and argv[0] == "sinks":
-        from driftstream.examples.benchmarks.sinks import main as sinks_main
-
-        return sinks_main(argv[1:])
-    if argv and argv[0] == "backlog":
-        from driftstream.examples.benchmarks.backlog import main as backlog_main
-
-        return backlog_main(argv[1:])
-    if argv and argv[0] == "rescale":
-        from driftstream.examples.benchmarks.rescale import main as rescale_main
-
-        return rescale_main(argv[1:])
-    if argv and argv[0] == "nexmark":
-        from driftstream.examples.nexmark.bench import main as nexmark_main
-
-        return nexmark_main(argv[1:])
-    if argv and argv[0] == "inverted-index":
-        # The benchmark workload lives with its example (PySpark corpus, Spark baseline).
-        from driftstream.examples.inverted_index.benchmark import main as inverted_index_main
-
-        return inverted_index_main(argv[1:])
+    if argv and argv[0] in DELEGATED:
+        return importlib.import_module(DELEGATED[argv[0]]).main(argv[1:])
     parser = argparse.ArgumentParser(prog="driftstream bench")
     sub = parser.add_subparsers(dest="bench", required=True)
     sub.add_parser("soak", help="a Kafka flow with keyed state at a steady rate for a long time, checked exactly-once (--help for options)")
@@ -877,6 +862,7 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
     sub.add_parser("sinks", help="PostgresSink and IcebergSink on the inverted index: rows/s over a backlog and latency at 50 docs/s, against a FileSink (--help for options)")
+    sub.add_parser("step-costs", help="µs per element of each step kind in one process, the engine's part beside the user's function (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
     sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "
                    "the engine's drain / restart, output checked (--cluster: on two Ray nodes; --help for options)")

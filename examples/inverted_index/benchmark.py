@@ -845,7 +845,8 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
         engines.remove("flink")
     docs = documents(args.docs)
     console.print(f"[bold]backlog[/] {len(docs):,} documents, engines: {', '.join(engines)}")
-    rows = run_all(docs, engines, bootstrap, workdir, report=lambda r: console.print(json.dumps(r)), flink_python=python)
+    flames = Path(args.flames) if getattr(args, "flames", None) else None
+    rows = run_all(docs, engines, bootstrap, workdir, report=lambda r: console.print(json.dumps(r)), flink_python=python, flames=flames)
     from .throughput import overhead_ratio, plain_loop
 
     loop = plain_loop(docs)
@@ -944,6 +945,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                             help="instead of the latency runs: backlog throughput of the engines over --docs documents (throughput.py)")
         parser.add_argument("--docs", type=int, default=10_000,
                             help="documents of the --throughput backlog (default 10,000; the corpus has 26,210)")
+        parser.add_argument("--flames", default=None, metavar="DIR",
+                            help="--throughput: a py-spy flame graph (SVG) of each of driftstream's actors into DIR")
         parser.add_argument("--engines", default="driftstream,spark,flink",
                             help="engines of the --throughput run (flink where apache-flink is installed, see flink_baseline.py)")
         parser.add_argument("--rounds", type=int, default=4,

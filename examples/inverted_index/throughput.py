@@ -147,9 +147,10 @@ def produce_backlog(bootstrap: str, topic: str, docs: Sequence[dict], partitions
 
 def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, parallelism: int = 2,
                     snapshot_interval: float = 1.0, state: str = "entries", timeout: Optional[float] = None,
-                    state_cache_bytes: Optional[int] = None, **options) -> dict:
+                    state_cache_bytes: Optional[int] = None, flames: Optional[Path] = None, **options) -> dict:
     """The index flow over ``docs`` already in a Kafka topic, exactly-once; figures and the check.
-    ``options``: more run options (e.g. ``source_alignment``).
+    ``options``: more run options (e.g. ``source_alignment``); ``flames``: a directory for a
+    py-spy flame graph of each actor of the run (:mod:`driftstream.examples.benchmarks.flames`).
 
     Beyond :func:`summary`'s: snapshots committed and their durations (marker to durable),
     the largest resident memory of an instance, and per stateful step its elements, those
@@ -167,6 +168,7 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
     expected = sum(len(word_positions(d["text"])) for d in docs)
     meter = OutputMeter(bootstrap, out_topic).start()
     handle = None
+    recorders = None
     try:
         start = time.time()
         handle = kafka_flow(bootstrap, in_topic, out_topic, name=f"throughput-{tag}", state=state).start(
@@ -174,9 +176,16 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
             snapshot_dir=str(workdir / f"snapshots-{tag}"),
             **({} if state_cache_bytes is None else {"state_cache_bytes": state_cache_bytes}), **options,
         )
+        if flames is not None:
+            from driftstream.examples.benchmarks.flames import Flames
+
+            recorders = Flames(flames, match="ray::")
+            recorders.attach("driftstream-")
         meter.wait_for(expected, timeout=timeout or max(300.0, len(docs) / 10.0))
         status = handle.status()
     finally:
+        if recorders is not None:
+            recorders.stop()
         arrivals = meter.stop()
         result = handle.stop() if handle is not None else None
     records = [r for _, r in arrivals]
@@ -294,10 +303,11 @@ def overhead_ratio(engine: dict, loop: dict) -> float:
 
 
 def run_all(docs: Sequence[dict], engines: Sequence[str], bootstrap: Optional[str], workdir: Path,
-            report: Callable[[dict], None] = lambda r: None, flink_python: Optional[str] = None) -> list:
-    """Each engine in turn over the same ``docs``; ``report`` sees each engine's figures as they come."""
+            report: Callable[[dict], None] = lambda r: None, flink_python: Optional[str] = None, flames: Optional[Path] = None) -> list:
+    """Each engine in turn over the same ``docs``; ``report`` sees each engine's figures as they come
+    (``flames``: py-spy flame graphs of driftstream's actors there)."""
     runs = {
-        "driftstream": lambda: run_driftstream(docs, bootstrap, workdir),
+        "driftstream": lambda: run_driftstream(docs, bootstrap, workdir, flames=flames),
         "spark": lambda: run_spark(docs, workdir),
         "flink": lambda: run_flink(docs, workdir, python=flink_python),
     }

@@ -45,6 +45,7 @@ from kafka.record import MemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from driftstream.engine.connectors.kafka.codecs import KNOWN_CODEC_IDS, missing_codec
+from driftstream.engine.connectors.kafka.record_batch import encoded_batches
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, TlsHandshakeTimeout
 from driftstream.engine.connectors.kafka.transactions import Batch
 
@@ -612,13 +613,16 @@ class PartitionWriter(_LeaderClient):
                     raise error(f"{what} {self.name}: {part.error_message or error.__name__}")
 
 
-def record_batches(records: Iterable[tuple], compression_type: int = 0) -> Iterator[MemoryRecordsBuilder]:
+def record_batches(records: Iterable[tuple], compression_type: int = 0) -> Iterator[Any]:
     """The record batches of ``(value bytes, [(header, bytes)])`` pairs, closed (built and
     compressed), each at most ``MAX_BATCH_BYTES`` before compression. O(bytes) CPU.
 
     >>> [b.next_offset() for b in record_batches([(b"{}", [])] * 3, compression_type=4)]
     [3]
     """
+    if compression_type == 0:
+        yield from encoded_batches(records, MAX_BATCH_BYTES)  # one pass, not kafka-python's builder (record_batch.py)
+        return
     builder = _builder(compression_type)
     for value, headers in records:
         if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full

@@ -132,3 +132,23 @@ def test_each_source_aligns_to_its_own_frontier():
     assert sorted(result.output("out")) == sorted(list(range(300)) * 2)
     assert told["early"] and max(told["early"]) < 1e9  # while the late clock's source read at 1e9 and up
     assert told["late"] and min(told["late"]) >= 1e9
+
+
+def test_a_partition_that_has_read_all_its_source_holds_is_not_held():
+    """At the live edge (lag 0) a partition emits what it reads at once, however far past the
+    frontier; behind (lag > 0, or unknown), the same read waits for the frontier."""
+    from driftstream.engine.connectors.alignment import Alignment, HeldPartition
+
+    class Caught:
+        def __init__(self, lag):
+            self.part, self.lag_value = MemorySource(list("abcdef")).open(0, 0), lag
+
+        def __getattr__(self, name):
+            return getattr(self.part, name)
+
+        def lag(self):
+            return self.lag_value
+
+    for lag, emitted in ((0, 6), (3, 0), (None, 0)):
+        part = HeldPartition(Caught(lag), Alignment(slack=1))  # frontier unknown: the limit is -inf
+        assert len(part.read(10)) == emitted

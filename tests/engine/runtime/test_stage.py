@@ -62,3 +62,22 @@ def test_latency_samples_stay_bounded_and_still_join():
     assert len(joined) >= 50  # evenly spread over the whole run, not only its start
     offsets = sorted(t[3] for t in joined)
     assert offsets[0] < 500 and offsets[-1] > 4500
+
+
+def test_every_key_goes_to_the_owner_of_its_group_whether_its_owner_was_remembered_or_not(monkeypatch):
+    """Routing remembers the owners of str and int keys; a key routed from memory, after the
+    memory was cleared, or of another type (a float equal to an int, a tuple) goes to the
+    owner of its key group all the same."""
+    import driftstream.engine.runtime.stage as stage_module
+
+    monkeypatch.setattr(stage_module, "OWNERS_CACHED", 16)  # cleared every few batches
+    keys = [f"k{i}" for i in range(40)] + list(range(40)) + [float(i) for i in range(10)] + [("a", i) for i in range(10)] + [True]
+    flow = Flow("routing")
+    flow.source(MemorySource([])).key_by(lambda x: x).stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
+    plan = flow.plan(4)
+    rt = StageRuntime(plan, stage_index=0, instance=0, seed=1)
+    router = plan.key_groups.router(4)
+    for round_ in range(3):
+        rt.process_source([(Meta(0, 0, 0, round_ * 1000 + i), k) for i, k in enumerate(keys)])
+        routed = {(dst, key) for _, dst, batch in rt.take_batches() for _, _, key in batch.items}
+        assert routed == {(router[plan.key_groups.group_of(k)], k) for k in keys}

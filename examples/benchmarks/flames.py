@@ -1,0 +1,88 @@
+"""Flame graphs of a run's processes: py-spy samples each one while a benchmark runs.
+
+    with Flames(Path("results/flames-10k"), match="ray::StageActor") as flames:
+        ... the run ...
+    flames.files   # one SVG per process sampled
+
+The processes are found by their command line (Ray titles its workers ``ray::<Actor>``)
+when :meth:`Flames.attach` is called, e.g. once the flow's actors are up; each gets a
+``py-spy record --nonblocking`` (it reads the process's memory without pausing it, so
+the figures of the run it profiles move little) that writes its SVG when stopped.
+Needs ``py-spy`` (in the test extra) and the right to read other processes' memory
+(ptrace: root, or ``kernel.yama.ptrace_scope`` 0).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+
+def processes(match: str, exclude: str = "ray::IDLE") -> dict:
+    """pid -> command line of the processes whose command line contains ``match`` and not
+    ``exclude`` (Ray's idle pool workers), from Linux's /proc."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if match in cmdline and exclude not in cmdline and "py-spy" not in cmdline:
+            found[int(entry)] = cmdline
+    return found
+
+
+class Flames:
+    """py-spy recorders over the processes matching ``match``, an SVG per process in ``out``."""
+
+    def __init__(self, out: Path, match: str = "ray::", rate: int = 97, py_spy: Optional[str] = None) -> None:
+        self.out, self.match, self.rate = Path(out), match, rate
+        beside = Path(sys.executable).with_name("py-spy")  # a virtualenv's, when it is not on PATH
+        self.py_spy = py_spy or shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+        self.recorders: dict = {}
+        self.files: list = []
+
+    def __enter__(self) -> "Flames":
+        return self
+
+    def attach(self, label: str = "") -> int:
+        """Start recording every matching process not recorded yet; returns how many started."""
+        if self.py_spy is None:
+            raise RuntimeError("py-spy is not installed: pip install py-spy (the test extra has it)")
+        self.out.mkdir(parents=True, exist_ok=True)
+        started = 0
+        for pid, cmdline in processes(self.match).items():
+            if pid in self.recorders:
+                continue
+            title = cmdline.split()[0].replace("ray::", "").replace("/", "_").replace(":", "_")[:60]
+            svg = self.out / f"{label}{title}-{pid}.svg"
+            self.recorders[pid] = (subprocess.Popen(
+                [self.py_spy, "record", "--pid", str(pid), "--rate", str(self.rate), "--nonblocking", "--format", "flamegraph",
+                 "--output", str(svg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), svg)
+            started += 1
+        return started
+
+    def stop(self) -> list:
+        """Stop every recorder; returns the SVGs written."""
+        for pid, (proc, svg) in self.recorders.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for pid, (proc, svg) in self.recorders.items():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if svg.exists():
+                self.files.append(svg)
+        self.recorders = {}
+        return self.files
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
