@@ -260,3 +260,24 @@ def test_any_arrival_order_releases_the_same_sequence(scenario):
     unique = [(tuple(m), p) for m, p in final if counts[m] == 1]
     assert [(tuple(m), p) for m, p in out if counts[m] == 1] == sorted(unique)
     assert b.released == len(final)
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=st.lists(st.integers(0, 60), max_size=120), cuts=st.lists(st.integers(0, 70), max_size=12))
+def test_releases_at_any_watermarks_give_every_element_once_in_order(times, cuts):
+    """Elements added between releases at rising watermarks (each release keeps a sorted run):
+    the concatenated bundles are every element once, in Meta order, ties in the order added."""
+    barrier, released, added = Barrier(), [], []
+    chunks = [times[i::max(1, len(cuts))] for i in range(max(1, len(cuts)))]
+    watermark = 0
+    for chunk, cut in zip(chunks, sorted(cuts) or [0]):
+        for n, t in enumerate(chunk):
+            if t >= watermark:  # below it everything has arrived: a barrier never gets such an element
+                barrier.add(Meta(t, 0, 0, t), (t, len(released), n))
+                added.append((t, len(released), n))
+        watermark = max(watermark, cut)
+        released += barrier.release((watermark,)).elements
+        assert all(m[0] < watermark for m, _ in released)
+    released += barrier.release((10**9,)).elements
+    # in t order; among equal t, in the order they were added (a stable sort of what was added)
+    assert [p for _, p in released] == sorted(added, key=lambda p: p[0]) and len(barrier) == 0
