@@ -8,7 +8,7 @@ The processes are found by their command line (Ray titles its workers ``ray::<Ac
 when :meth:`Flames.attach` is called, e.g. once the flow's actors are up; each gets a
 ``py-spy record --nonblocking`` (it reads the process's memory without pausing it, so
 the figures of the run it profiles move little) that writes its SVG when stopped.
-Needs ``py-spy`` (in the test extra) and the right to read other processes' memory
+Needs ``py-spy`` (in the bench extra) and the right to read other processes' memory
 (ptrace: root, or ``kernel.yama.ptrace_scope`` 0).
 """
 
@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import Optional
 
 
-def processes(match: str, exclude: str = "ray::IDLE") -> dict:
-    """pid -> command line of the processes whose command line contains ``match`` and not
-    ``exclude`` (Ray's idle pool workers), from Linux's /proc."""
+#: Ray processes that are not the run's: idle pool workers and the node's agents
+NOT_THE_RUNS = ("ray::IDLE", "DashboardAgent", "RuntimeEnvAgent")
+
+
+def processes(match: str, exclude: tuple = NOT_THE_RUNS) -> dict:
+    """pid -> command line of the processes whose command line contains ``match`` and none of
+    ``exclude``, from Linux's /proc."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -34,7 +38,7 @@ def processes(match: str, exclude: str = "ray::IDLE") -> dict:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if match in cmdline and exclude not in cmdline and "py-spy" not in cmdline:
+        if match in cmdline and not any(x in cmdline for x in exclude) and "py-spy" not in cmdline:
             found[int(entry)] = cmdline
     return found
 
@@ -55,7 +59,7 @@ class Flames:
     def attach(self, label: str = "") -> int:
         """Start recording every matching process not recorded yet; returns how many started."""
         if self.py_spy is None:
-            raise RuntimeError("py-spy is not installed: pip install py-spy (the test extra has it)")
+            raise RuntimeError("py-spy is not installed: pip install py-spy (the bench extra has it)")
         self.out.mkdir(parents=True, exist_ok=True)
         started = 0
         for pid, cmdline in processes(self.match).items():

@@ -1,0 +1,30 @@
+"""Flame graphs of running processes: py-spy attaches to the processes a command line
+matches, and each leaves an SVG of where it spent its time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from driftstream.examples.benchmarks.flames import Flames, processes
+
+BUSY = "import sys, time\ndef spin_here():\n    end = time.time() + 30\n    while time.time() < end: sum(range(1000))\nspin_here()\n"
+
+
+def test_each_matching_process_gets_a_flame_graph_that_names_its_functions(tmp_path):
+    marker = f"flames-test-{time.time_ns()}"
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY, marker]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        assert len(processes(marker)) == 2
+        with Flames(tmp_path / "flames", match=marker) as flames:
+            assert flames.attach("t-") == 2
+            assert flames.attach("t-") == 0  # each process once
+            time.sleep(1.5)
+        assert len(flames.files) == 2
+        assert all("spin_here" in svg.read_text() for svg in flames.files)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
