@@ -69,7 +69,7 @@ class Barrier:
             while len(runs) > 1 and len(runs[-2]) <= 2 * len(runs[-1]):
                 last = runs.pop()
                 merged = runs[-1] + last
-                if runs[-1] and last and last[0][0] < runs[-1][-1][0]:
+                if last[0][0] < runs[-1][-1][0]:  # runs are never empty: releases drop the emptied ones
                     merged.sort(key=_meta)  # two runs: Timsort merges them in O(n)
                 runs[-1] = merged
         parts = []

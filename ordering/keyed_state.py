@@ -248,16 +248,13 @@ class DriftingLogs:
                 # or the key would never be folded again.
                 heapq.heappush(heap, (metas[0], next(self._seq), key))
                 continue
-            if metas[-1] < watermark:  # all of it (the common case): the log goes whole
-                n = len(metas)
-                self._fold(key, log, n)
-                del logs[key]
-                self._size -= n
-                continue
-            n = bisect_left(metas, watermark)
+            n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
             self._fold(key, log, n)
-            del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
             self._size -= n
+            if n == len(metas):  # all of it (the common case): the log goes whole
+                del logs[key]
+                continue
+            del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
             heapq.heappush(heap, (metas[0], next(self._seq), key))
         if self.pending_tombstones:
             for key, pending in self.pending_tombstones.items():

@@ -78,7 +78,7 @@ class Meta(NamedTuple):
         >>> meta_from_json(Meta(3, 1, 0, 7, (1,)).to_json())
         Meta(ts=3, source=1, partition=0, offset=7, child_ids=(1,), tombstone=False)
         """
-        return [self[0], self[1], self[2], self[3], list(self[4]), self[5]]
+        return meta_to_json(self)
 
 
 # The hot path keeps metas as plain 6-tuples (a NamedTuple costs ~10x more to
@@ -102,6 +102,15 @@ def tombstone_of(meta: tuple) -> tuple:
 def invalidee_of(meta: tuple) -> tuple:
     """Plain-tuple :meth:`Meta.invalidee`."""
     return (meta[0], meta[1], meta[2], meta[3], meta[4], False)
+
+
+def meta_to_json(meta: tuple) -> list:
+    """Plain-tuple :meth:`Meta.to_json`.
+
+    >>> meta_to_json((3, 1, 0, 7, (1,), False))
+    [3, 1, 0, 7, [1], False]
+    """
+    return [meta[0], meta[1], meta[2], meta[3], list(meta[4]), meta[5]]
 
 
 def meta_from_json(value: list) -> Meta:

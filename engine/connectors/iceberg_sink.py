@@ -31,7 +31,7 @@ from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields
 from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.engine.model.errors import FlowError, short_repr
-from driftstream.ordering.meta import Meta, meta_from_json
+from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class _IcebergSinkPartition(SinkPartition):
         wait = self.last_commit + self.sink.commit_interval_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        properties = {self.key: json.dumps(Meta._make(elements[-1][0]).to_json())}
+        properties = {self.key: json.dumps(meta_to_json(elements[-1][0]))}
         for attempt in range(MAX_CONFLICTS):
             table = self.table()
             try:

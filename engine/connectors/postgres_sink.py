@@ -38,7 +38,7 @@ from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields, json_default
 from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.engine.model.errors import FlowError, short_repr
-from driftstream.ordering.meta import Meta, meta_from_json
+from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class _PostgresSinkPartition(SinkPartition):
                 cur.execute(
                     f"INSERT INTO {_quote(_progress_name(self.sink.table))} (sink_table, sink_partition, t_last) VALUES (%s, %s, %s) "
                     "ON CONFLICT (sink_table, sink_partition) DO UPDATE SET t_last = EXCLUDED.t_last, updated_at = now()",
-                    (self.sink.table, self.partition, json.dumps(Meta._make(last_meta).to_json())))
+                    (self.sink.table, self.partition, json.dumps(meta_to_json(last_meta))))
         self.last_commit = time.monotonic()
         self.transactions += 1
 

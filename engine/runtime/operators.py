@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 from driftstream.barriers.barrier import Barrier
 from driftstream.ordering.entry_state import EntryKeyedState, MapState
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.ordering.meta import child_of
 from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
 from driftstream.snapshots.entry_cache import CachedEntries
@@ -145,13 +146,11 @@ class FlatMap(Stateless):
 
     def one(self, item: tuple) -> list:
         meta = item[0]
-        head, ids, tail = meta[:4], meta[4], meta[5]
         outputs = list(self.fn(item[1]))  # here, not in a comprehension's frame: a dead letter's traceback starts below one()
-        return [(head + (ids + (k,), tail), value, None) for k, value in enumerate(outputs)]
+        return [(child_of(meta, k), value, None) for k, value in enumerate(outputs)]
 
     def letter(self, item: tuple, letter: Any) -> tuple:
-        meta = item[0]
-        return (meta[:4] + (meta[4] + (0,), meta[5]), letter, None)  # its first child's t
+        return (child_of(item[0], 0), letter, None)  # its first child's t
 
 
 class Filter(Stateless):

@@ -26,7 +26,7 @@ from kafka import errors as kafka_errors
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.sink import Sink, SinkPartition
-from driftstream.ordering.meta import Meta, meta_from_json
+from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.barriers.json_payloads import json_default
@@ -184,8 +184,7 @@ def sink_records(elements: Iterable[tuple], encode: Callable[[Any], bytes] = _js
             value = encode(payload)
         except Exception as exc:
             raise TypeError(f"sink {sink_name!r} cannot encode {short_repr(payload)} at t={meta!r}: {exc}") from exc
-        # Meta.to_json's list, without building the Meta: [ts, source, partition, offset, [child ids], tombstone]
-        yield value, [(META_HEADER, _json_bytes((meta[0], meta[1], meta[2], meta[3], meta[4], meta[5])))]
+        yield value, [(META_HEADER, _json_bytes(meta_to_json(meta)))]
 
 
 def meta_of(rec: Any) -> Optional[Meta]:
