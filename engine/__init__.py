@@ -24,6 +24,8 @@ from driftstream.engine.connectors.kafka.source import KafkaSource
 from driftstream.engine.connectors.iceberg_sink import IcebergSink
 from driftstream.engine.connectors.kafka.schema_registry import SchemaRegistry
 from driftstream.engine.connectors.postgres_sink import PostgresSink
+from driftstream.engine.connectors.postgres_source import PostgresSource
+from driftstream.engine.connectors.row_changes import Delete, Insert, RowChange, Truncate, Update
 from driftstream.engine.connectors.source import Source, SourcePartition
 from driftstream.engine.model.data_plane import DataPlaneTLS
 from driftstream.engine.model.errors import DataPlaneError, FlowError, StepError
@@ -49,6 +51,12 @@ __all__ = [
     "KafkaSink",
     "KafkaSecurity",
     "PostgresSink",
+    "PostgresSource",
+    "RowChange",
+    "Insert",
+    "Update",
+    "Delete",
+    "Truncate",
     "IcebergSink",
     "SchemaRegistry",
     "FileSink",

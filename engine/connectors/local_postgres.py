@@ -88,7 +88,7 @@ def start_local_postgres(timeout_s: float = 60.0) -> LocalPostgres:
     data = root / "data"
     try:
         _run([pg_bin("initdb"), "-D", str(data), "-U", user, "--auth=trust", "--no-sync", "-E", "UTF8"])
-        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         _run([pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "server.log"), "-w", "-t", str(int(timeout_s)), "start"])
     except Exception:
         shutil.rmtree(root, ignore_errors=True)

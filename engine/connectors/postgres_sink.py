@@ -10,7 +10,10 @@ lost, with no two-phase commit: a transaction either holds the rows and their
 ``mode="append"`` adds every element as a row (``COPY``). ``mode="upsert"`` keeps one
 row per ``key`` (its latest element in t order: ``INSERT ... ON CONFLICT DO UPDATE``),
 a materialized view that is exact at every commit; the table needs a primary key or a
-unique constraint on exactly the ``key`` columns.
+unique constraint on exactly the ``key`` columns. An upsert applies a table's changes
+(:mod:`.row_changes`, what :class:`~.postgres_source.PostgresSource` emits) as they are: an
+insert or update writes its row's columns, a delete removes its key's row, a truncate
+empties the table. A transaction writes only each key's last state.
 
 An element is a dict (column -> value), a dataclass, or a tuple in the order of
 ``columns``. ``columns``: the columns written (default: every column of the table); a
@@ -37,6 +40,7 @@ from typing import Any, Optional, Sequence, Union
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields, json_default
 from driftstream.barriers.sink import Sink, SinkPartition
+from driftstream.engine.connectors.row_changes import Delete, RowChange, Truncate
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
@@ -190,7 +194,11 @@ class _PostgresSinkPartition(SinkPartition):
     def write(self, bundle: Bundle) -> None:
         import psycopg
 
-        rows = [self._row(meta, payload) for meta, payload in bundle.elements]  # an element that does not fit fails at once
+        # an element that does not fit fails at once
+        if self.sink.mode == "append":
+            rows = [self._row(meta, payload) for meta, payload in bundle.elements]
+        else:
+            rows = [self._upsert_action(meta, payload) for meta, payload in bundle.elements]
         deadline, pause, landed_unknown = time.monotonic() + self.sink.retry_s, 0.05, False
         while True:
             try:
@@ -229,11 +237,7 @@ class _PostgresSinkPartition(SinkPartition):
                         for row in rows:
                             copy.write_row(row)
                 else:
-                    updates = ", ".join(f"{_quote(c)} = EXCLUDED.{_quote(c)}" for c in shape.columns if c not in self.sink.key) or None
-                    cur.executemany(
-                        f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(shape.columns))}) "
-                        f"ON CONFLICT ({', '.join(map(_quote, self.sink.key))}) DO " + (f"UPDATE SET {updates}" if updates else "NOTHING"),
-                        rows)
+                    _apply_upserts(cur, table, self.sink.key, rows)
                 cur.execute(
                     f"INSERT INTO {_quote(_progress_name(self.sink.table))} (sink_table, sink_partition, t_last) VALUES (%s, %s, %s) "
                     "ON CONFLICT (sink_table, sink_partition) DO UPDATE SET t_last = EXCLUDED.t_last, updated_at = now()",
@@ -241,11 +245,12 @@ class _PostgresSinkPartition(SinkPartition):
         self.last_commit = time.monotonic()
         self.transactions += 1
 
-    def _row(self, meta: tuple, payload: Any) -> tuple:
+    def _row(self, meta: tuple, payload: Any, columns: Optional[list] = None) -> tuple:
+        """An element as the values of ``columns`` (default: every column the sink writes)."""
         from psycopg.types.json import Jsonb
 
         shape = self.shape or self._shape()
-        columns, json_columns = shape.columns, shape.json_columns
+        columns, json_columns = columns or shape.columns, shape.json_columns
         payload = as_fields(payload)
         if isinstance(payload, dict):
             extra = [k for k in payload if k not in columns]
@@ -259,6 +264,28 @@ class _PostgresSinkPartition(SinkPartition):
             raise ValueError(f"sink {self.sink.name!r}: element {short_repr(payload)} at t={meta!r} is not a row of {self.sink.table!r}: "
                              f"give a dict, a dataclass or a tuple of {len(columns)} ({', '.join(columns)})")
         return tuple(Jsonb(v, dumps=_json_dumps) if c in json_columns and v is not None else v for c, v in zip(columns, values))
+
+    def _upsert_action(self, meta: tuple, payload: Any) -> tuple:
+        """What an element does to an upsert table: ``(key, columns, values)`` to write a row's
+        columns, ``(key, None, None)`` to delete the key's row, ``(None, None, None)`` to empty it."""
+        if isinstance(payload, RowChange):
+            if isinstance(payload, Truncate):
+                return (None, None, None)
+            shape = self.shape or self._shape()
+            fields = payload.row
+            missing = [k for k in self.sink.key if k not in fields]
+            if missing:
+                raise ValueError(f"sink {self.sink.name!r}: change {short_repr(payload)} at t={meta!r} has no key column "
+                                 f"{', '.join(map(repr, missing))} of {self.sink.table!r}")
+            key = tuple(fields[k] for k in self.sink.key)
+            if isinstance(payload, Delete):
+                return (key, None, None)
+            columns = [c for c in shape.columns if c in fields]
+            row = self._row(meta, {c: fields[c] for c in columns}, columns)
+            return (key, tuple(columns), row)
+        shape = self.shape or self._shape()
+        row = self._row(meta, payload)
+        return (tuple(row[shape.columns.index(k)] for k in self.sink.key), tuple(shape.columns), row)
 
     def _shape(self) -> _TableShape:
         self._connection()
@@ -281,6 +308,40 @@ class _PostgresSinkPartition(SinkPartition):
 
     def close(self) -> None:
         self._drop()
+
+
+def _apply_upserts(cur: Any, table: str, key: list, actions: list) -> None:
+    """Apply ``(key, columns, values)`` actions in order, as one transaction can: only each
+    key's last state is written (a later update's columns over an earlier one's, for the
+    columns a change left out), after a truncate if one came."""
+    latest: dict = {}
+    truncated = False
+    for k, columns, values in actions:
+        if k is None and columns is None:
+            latest.clear()
+            truncated = True
+        elif columns is None:
+            latest[k] = None
+        else:
+            before = latest.get(k)
+            row = dict(zip(columns, values))
+            latest[k] = {**before, **row} if before else row
+    if truncated:
+        cur.execute(f"DELETE FROM {table}")
+    where = " AND ".join(f"{_quote(c)} = %s" for c in key)
+    deletes = [k for k, row in latest.items() if row is None]
+    if deletes:
+        cur.executemany(f"DELETE FROM {table} WHERE {where}", deletes)
+    by_columns: dict = {}
+    for row in latest.values():
+        if row is not None:
+            by_columns.setdefault(tuple(row), []).append(tuple(row.values()))
+    for columns, rows in by_columns.items():
+        updates = ", ".join(f"{_quote(c)} = EXCLUDED.{_quote(c)}" for c in columns if c not in key) or None
+        cur.executemany(
+            f"INSERT INTO {table} ({', '.join(map(_quote, columns))}) VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"ON CONFLICT ({', '.join(map(_quote, key))}) DO " + (f"UPDATE SET {updates}" if updates else "NOTHING"),
+            rows)
 
 
 def _json_dumps(value: Any) -> str:

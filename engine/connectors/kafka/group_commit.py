@@ -18,70 +18,29 @@ by the next snapshot's.
 
 from __future__ import annotations
 
-import logging
-import threading
-from typing import Optional
-
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, KafkaSecurity
+from driftstream.engine.connectors.newest_commit import NewestCommitter
 
-log = logging.getLogger(__name__)
 
-
-class GroupCommitter:
-    """Commits ``{partition: offset}`` of ``topic`` to consumer group ``group``, in the background.
+class GroupCommitter(NewestCommitter):
+    """Commits ``{partition: offset}`` of ``topic`` to consumer group ``group``, in the background
+    (:class:`~driftstream.engine.connectors.newest_commit.NewestCommitter`).
 
     ``status()``: the offsets last committed, how many commits landed and failed, the last
     failure. O(partitions) per commit.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, group: str, security: KafkaSecurity = PLAINTEXT, timeout_s: float = 10.0) -> None:
+        super().__init__(f"kafka-group-commit-{group}")
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.group = group
         self.security = security
         self.timeout_s = timeout_s
-        self.committed: dict = {}
-        self.commits = 0
-        self.failures = 0
-        self.last_error: Optional[str] = None
-        self._pending: Optional[dict] = None
-        self._busy = False
-        self._closing = False
-        self._wake = threading.Condition()
-        self._thread: Optional[threading.Thread] = None
         self._consumer = None
 
-    def submit(self, offsets: dict) -> None:
-        """Commit ``offsets`` soon, unless newer ones come first. Returns at once."""
-        if not offsets:
-            return
-        with self._wake:
-            self._pending = dict(offsets)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=f"kafka-group-commit-{self.group}", daemon=True)
-                self._thread.start()
-            self._wake.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while self._pending is None and not self._closing:
-                    self._wake.wait()
-                if self._pending is None:
-                    return
-                offsets, self._pending, self._busy = self._pending, None, True
-            try:
-                self._commit(offsets)
-                self.committed, self.commits, self.last_error = offsets, self.commits + 1, None
-            except Exception as exc:  # any failure: counted, and the next snapshot's offsets try again
-                self.failures += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("consumer group %s: offsets of %s not committed (%s); the next snapshot's will be", self.group, self.topic, self.last_error)
-                self._drop_consumer()
-            finally:
-                with self._wake:
-                    self._busy = False
-                    self._wake.notify_all()
+    def describe(self) -> dict:
+        return {"group": self.group, "topic": self.topic}
 
     def _commit(self, offsets: dict) -> None:
         from kafka import KafkaConsumer, TopicPartition
@@ -95,26 +54,10 @@ class GroupCommitter:
         self._consumer.commit({TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()},
                               timeout_ms=int(self.timeout_s * 1000))
 
-    def _drop_consumer(self) -> None:
+    def _reset(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             try:
                 consumer.close(autocommit=False)
             except Exception:  # a consumer of a broker that is gone: closing it may fail too
                 pass
-
-    def status(self) -> dict:
-        """For ``status()``: the group, the offsets last committed, commits and failures."""
-        return {"group": self.group, "topic": self.topic, "committed": dict(self.committed), "commits": self.commits,
-                "failures": self.failures, "last_error": self.last_error}
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Commit what is pending (waiting up to ``timeout_s``), then stop the thread."""
-        with self._wake:
-            self._closing = True
-            self._wake.notify_all()
-            self._wake.wait_for(lambda: self._pending is None and not self._busy, timeout=timeout_s)
-        if self._thread is not None:
-            self._thread.join(timeout=0.1)
-        if not self._busy:
-            self._drop_consumer()

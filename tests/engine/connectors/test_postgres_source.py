@@ -1,0 +1,194 @@
+"""PostgresSource on a real PostgreSQL (logical replication, pgoutput): changes in commit
+order with times from the WAL, a replay from any position gives the same elements, the slot
+moves only to committed snapshots' positions, and a flow keeps a copy of a changing table
+exact through kills."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+
+from driftstream.engine import Flow
+from driftstream.engine.connectors.pg_replication import lsn_of
+from driftstream.engine.connectors.postgres_sink import PostgresSink, read_table
+from driftstream.engine.connectors.postgres_source import PROGRESS_TABLE, PostgresSource, commit_lsn_of
+from driftstream.engine.connectors.row_changes import Delete, Insert, Truncate, Update
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.testing import MemorySink
+from tests.conftest import flow_actors
+
+
+def _names() -> tuple:
+    tag = uuid.uuid4().hex[:8]
+    return f"t_{tag}", f"pub_{tag}", f"slot_{tag}"
+
+
+def _sql(pg, *statements) -> None:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _read_all(reader, want: int, timeout_s: float = 30.0) -> list:
+    out, deadline = [], time.time() + timeout_s
+    while len(out) < want:
+        assert time.time() < deadline, f"read {len(out)} of {want} changes"
+        out += reader.read(1000)
+        time.sleep(0.01)
+    return out
+
+
+def _slot_lsn(pg, slot: str) -> int:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        return lsn_of(conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                                   (slot,)).fetchone()[0])
+
+
+def _drop_slot(pg, slot: str) -> None:
+    _sql(pg, f"SELECT pg_drop_replication_slot('{slot}') FROM pg_replication_slots WHERE slot_name = '{slot}' AND NOT active")
+
+
+def test_changes_arrive_in_commit_order_and_a_replay_from_any_position_repeats_them(postgres):
+    table, pub, slot = _names()
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY, name text, doc jsonb)")
+    source = PostgresSource(postgres.dsn, pub, slot, tables=[table])
+    assert source.partitions() == 1  # creates the publication and the slot
+    _sql(postgres, f"INSERT INTO {table} VALUES (1, 'a', '{{\"x\": 1}}'), (2, 'b', null)",
+         f"UPDATE {table} SET name = 'c' WHERE id = 1", f"DELETE FROM {table} WHERE id = 2", f"TRUNCATE {table}",
+         f"INSERT INTO {table} VALUES (3, 'd', '[]')")
+    reader = source.open(0, source_id=4)
+    try:
+        items = _read_all(reader, 6)
+        payloads = [p for _, p in items]
+        assert payloads == [Insert(f"public.{table}", {"id": 1, "name": "a", "doc": {"x": 1}}),
+                            Insert(f"public.{table}", {"id": 2, "name": "b", "doc": None}),
+                            Update(f"public.{table}", {"id": 1, "name": "c", "doc": {"x": 1}}),
+                            Delete(f"public.{table}", {"id": 2}), Truncate(f"public.{table}"),
+                            Insert(f"public.{table}", {"id": 3, "name": "d", "doc": []})]
+        metas = [m for m, _ in items]
+        assert metas == sorted(metas) and len({m[3] for m in metas}) == 6
+        assert [m[1:3] for m in metas] == [(4, 0)] * 6
+        assert metas[0][3] & 0xFFFFFFFF == 0 and metas[1][3] & 0xFFFFFFFF == 1  # one transaction, two changes
+        assert abs(metas[0][0] - time.time() * 1000) < 60_000  # commit times, epoch ms
+        positions = [(m[3], m[0]) for m in metas]
+    finally:
+        reader.close()
+    for k in (0, 1, 3, 5):  # mid-transaction, at a transaction's start, the last
+        replay = source.open(0, source_id=4, start=positions[k])
+        try:
+            assert _read_all(replay, 6 - k) == items[k:]
+        finally:
+            replay.close()
+    _drop_slot(postgres, slot)
+
+
+def test_the_slot_moves_to_committed_positions_only_and_a_slot_past_the_snapshot_is_refused(postgres):
+    table, pub, slot = _names()
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    source = PostgresSource(postgres.dsn, pub, slot, tables=[table])
+    source.partitions()
+    before = _slot_lsn(postgres, slot)
+    for i in range(5):
+        _sql(postgres, f"INSERT INTO {table} VALUES ({i})")
+    reader = source.open(0, 0)
+    try:
+        items = _read_all(reader, 5)
+        time.sleep(1.2)
+        reader.read(10)
+        assert _slot_lsn(postgres, slot) == before  # read, but no snapshot committed: nothing confirmed
+        hook = source.commit_hook()
+        hook.submit({0: items[3][0][3]})  # a committed snapshot whose next change is the 4th
+        hook.close(timeout_s=10)
+        assert hook.commits == 1, hook.status()
+        deadline = time.time() + 10
+        while _slot_lsn(postgres, slot) != commit_lsn_of(items[3][0][3]):
+            assert time.time() < deadline, (_slot_lsn(postgres, slot), items[3][0])
+            reader.read(10)
+            time.sleep(0.1)
+    finally:
+        reader.close()
+    with pytest.raises(FlowError, match="past the position the flow resumes from"):
+        source.open(0, 0, start=(items[1][0][3], items[1][0][0]))
+    replay = source.open(0, 0, start=(items[3][0][3], items[3][0][0]))  # the committed one still replays
+    try:
+        assert [p for _, p in _read_all(replay, 2)] == [p for _, p in items[3:]]
+    finally:
+        replay.close()
+    _drop_slot(postgres, slot)
+
+
+def test_what_the_server_lacks_is_said_before_the_run(postgres):
+    table, pub, slot = _names()
+    with pytest.raises(FlowError, match="no publication"):
+        PostgresSource(postgres.dsn, pub, slot).partitions()
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)", f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+    with pytest.raises(FlowError, match=r"no replication slot .*\(create_slot=False\)"):
+        PostgresSource(postgres.dsn, pub, slot, create_slot=False).partitions()
+    with pytest.raises(FlowError, match="a slot name is"):
+        PostgresSource(postgres.dsn, pub, "Bad-Slot")
+
+
+def _writer(pg, table: str, stop: threading.Event, seed: int) -> None:
+    """Inserts, updates and deletes of 40 ids in transactions of 1-5 statements, until told to stop."""
+    rng = random.Random(seed)
+    with psycopg.connect(pg.dsn) as conn:
+        while not stop.is_set():
+            with conn.transaction():
+                for _ in range(rng.randint(1, 5)):
+                    i = rng.randrange(40)
+                    op = rng.random()
+                    if op < 0.5:
+                        conn.execute(f"INSERT INTO {table} VALUES (%s, %s, 1) ON CONFLICT (id) DO UPDATE "
+                                     f"SET v = EXCLUDED.v, n = {table}.n + 1", (i, f"v{rng.randrange(1000)}"))
+                    elif op < 0.8:
+                        conn.execute(f"UPDATE {table} SET n = n + 1 WHERE id = %s", (i,))
+                    else:
+                        conn.execute(f"DELETE FROM {table} WHERE id = %s", (i,))
+            time.sleep(0.003)
+
+
+def test_a_flow_keeps_a_copy_of_a_changing_table_exact_through_kills(ray_session, postgres, tmp_path):
+    import ray
+
+    table, pub, slot = _names()
+    copy = f"{table}_copy"
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n int)", f"CREATE TABLE {copy} (id int PRIMARY KEY, v text, n int)")
+    name = f"pgcdc-{uuid.uuid4().hex[:6]}"
+    flow = Flow(name)
+    changes = flow.source(PostgresSource(postgres.dsn, pub, slot, tables=[table]), name="changes")
+    changes.key_by(lambda c: c.row["id"], name="by_id").sink(PostgresSink(postgres.dsn, copy, mode="upsert", key=["id"]))
+    stop = threading.Event()
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
+    writer = threading.Thread(target=_writer, args=(postgres, table, stop, 7), daemon=True)
+    try:
+        writer.start()
+        deadline = time.time() + 120
+        for victim in (f"{name}/changes/0", f"{name}/by_id/1"):  # the stream's reader, then a sink's stage
+            released = handle.status().get("released", 0)
+            while handle.status().get("released", 0) < released + 200:
+                assert time.time() < deadline, handle.status()
+                time.sleep(0.05)
+            recoveries = len(handle.status()["recoveries"])
+            ray.kill(ray.get_actor(victim, namespace="driftstream"), no_restart=True)
+            while len(handle.status()["recoveries"]) <= recoveries:
+                assert time.time() < deadline, handle.status()
+                time.sleep(0.05)
+        time.sleep(1.0)
+        stop.set()
+        writer.join(timeout=10)
+        expected = read_table(postgres.dsn, table, order_by="id")
+        while read_table(postgres.dsn, copy, order_by="id") != expected:
+            assert time.time() < deadline, (len(read_table(postgres.dsn, copy)), len(expected))
+            time.sleep(0.2)
+        assert len(expected) > 10
+        assert _slot_lsn(postgres, slot) > 0
+    finally:
+        stop.set()
+        if flow_actors(name + "/"):
+            handle.stop(timeout=60)
+    _drop_slot(postgres, slot)
