@@ -1,38 +1,55 @@
 """A sequential reference: apply a flow to its whole input one element at a time in t order.
 
-No batching, no parallelism, no late arrivals: the output every runtime must match.
+No batching, no parallelism, no late arrivals: the output every runtime must match. It
+borrows from the engine only the flow's declared steps, the user's functions and the
+element types; the wiring, window arithmetic, the key order of simultaneous results and
+dead letters are written here again from their documented meaning.
 """
 
 from __future__ import annotations
 
 import math
+import struct
+import traceback
+import zlib
 
 from driftstream.engine.api.flow import Flow
-from driftstream.engine.model.errors import DeadLetter, dead_letter
-from driftstream.engine.model.plan import TAGGED_INPUTS
+from driftstream.engine.model.errors import DeadLetter
 from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
 from driftstream.ordering.meta import TOP, Meta
-from driftstream.ordering.windowed_state import key_hash
 from driftstream.ordering.windows import Late, Session, WindowResult
+
+#: Steps that tell their inputs apart: an element entering input ``i`` gets child id ``i``.
+TAGGED = ("merge", "lookup", "window_join", "interval_join")
 
 
 def reference_outputs(flow: Flow) -> dict:
     """``{sink name: [payload, ...]}`` in t order, for flows over MemorySources."""
-    steps = flow.steps_to_run()
+    steps = flow.steps
     children: dict = {s.id: [] for s in steps}
     for s in steps:
         for position, i in enumerate(s.inputs):
-            children[i].append((s.id, position if s.kind in TAGGED_INPUTS else None))
+            children[i].append((s.id, position if s.kind in TAGGED else None))
     states: dict = {s.id: {} for s in steps}
     out: dict = {s.name: [] for s in steps if s.kind == "sink"}
+    # Dead letters go to the flow's dead-letter sink: from several steps, through a merge
+    # (each step's letters tagged with its place among them), from one, as they are.
+    diverting = [s.id for s in steps if s.kind == "dead_letters"]
+    letters_sink = flow._dead_letter_sink
+    if diverting:
+        assert letters_sink is not None, "the reference runs flows with a dead-letter sink (MemorySources have no dlq topic)"
+        out[letters_sink.name] = []
 
     def push(sid: int, meta: Meta, x, key=None) -> None:
         step = steps[sid]
         if step.on_error == "dead-letter" and step.kind != "window":
             results = _applied_or_diverted(step, states[sid], meta, x, key)
         elif step.kind == "dead_letters":
-            results = [(meta, x, None)] if type(x) is DeadLetter else []
+            if type(x) is DeadLetter:
+                tag = diverting.index(sid) if len(diverting) > 1 else None
+                out[letters_sink.name].append((meta if tag is None else meta.child(tag), x))
+            return
         elif step.kind in ("source", "merge"):  # a merge's input tag is already in meta
             results = [(meta, x, None)]
         elif step.kind == "key_by":
@@ -138,7 +155,7 @@ def reference_outputs(flow: Flow) -> dict:
                 if start == "interval":  # an interval join's element that may leave unmatched
                     sid, side, (_, m, x, matched) = sid
                     if not matched:
-                        meta = Meta(*close, (key_hash(key), side, *m[:4], *m[4]))
+                        meta = Meta(*close, (_key_order(key), side, *m[:4], *m[4]))
                         results.append((meta, sid, (key, x, None) if side == 0 else (key, None, x)))
                     continue
                 spec = steps[sid].window
@@ -147,9 +164,9 @@ def reference_outputs(flow: Flow) -> dict:
                     continue
                 state = states[sid].pop((key, start, end))
                 if spec.pairs is not None:
-                    results += [(Meta(*close, (key_hash(key), start, i)), sid, p) for i, p in enumerate(spec.pairs(key, state))]
+                    results += [(Meta(*close, (_key_order(key), start, i)), sid, p) for i, p in enumerate(spec.pairs(key, state))]
                     continue
-                meta = Meta(*close, (key_hash(key), start))
+                meta = Meta(*close, (_key_order(key), start))
                 results.append((meta, sid, WindowResult(key, start / 1000, end / 1000, spec.result(state))))
             for meta, sid, r in sorted(results, key=lambda e: e[0]):
                 for c, tag in children[sid]:
@@ -195,10 +212,48 @@ def _closed_sessions(open_elements: dict, key, spec, close: tuple, sid: int) -> 
         acc = None
         for _, _, x in sorted(session, key=lambda e: e[1]):  # t order
             acc = spec.step(acc, x)[0]
-        out.append((Meta(*close, (key_hash(key), start)), sid, WindowResult(key, start / 1000, (last + gap) / 1000, spec.result(acc))))
+        out.append((Meta(*close, (_key_order(key), start)), sid, WindowResult(key, start / 1000, (last + gap) / 1000, spec.result(acc))))
         for e in session:
             open_elements[key].remove(e)
     return out
+
+
+def _dead_letter(step: str, meta: Meta, x, exc: BaseException) -> DeadLetter:
+    """What the documentation says a dead letter holds: the step, the element, its t, the
+    error, and a traceback of the user's frames alone (called in the ``except`` of the frame
+    that called the user's function, whose own frame it leaves out)."""
+    frames = exc.__traceback__.tb_next if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None else exc.__traceback__
+    text = "".join(traceback.format_exception(type(exc), exc, frames))
+    return DeadLetter(step, x, (meta[0], meta[1], meta[2], meta[3], tuple(meta[4])), f"{type(exc).__name__}: {exc}", text)
+
+
+def _hash32(key) -> int:
+    """The documented stable hash of a key: CRC-32 of its encoding (str: UTF-8; int and bool:
+    16 bytes little-endian; bytes: CRC xor 0x5BD1E995; None: 0x9E3779B1; a float equal to an
+    int hashes as the int, others as their 8 bytes xor 0x27D4EB2F; a tuple chains the CRC of
+    its items' hashes from 0x345678)."""
+    if isinstance(key, bool) or type(key) is int:
+        return zlib.crc32(int(key).to_bytes(16, "little", signed=True)) if -(2**127) <= key < 2**127 else zlib.crc32(str(key).encode())
+    if type(key) is str:
+        return zlib.crc32(key.encode("utf-8", "surrogatepass"))
+    if type(key) is bytes:
+        return zlib.crc32(key) ^ 0x5BD1E995
+    if key is None:
+        return 0x9E3779B1
+    if type(key) is float:
+        return _hash32(int(key)) if key.is_integer() else zlib.crc32(struct.pack("<d", key)) ^ 0x27D4EB2F
+    if type(key) is tuple:
+        h = 0x345678
+        for item in key:
+            h = zlib.crc32(_hash32(item).to_bytes(4, "little"), h)
+        return h
+    raise TypeError(f"no stable hash for {key!r}")
+
+
+def _key_order(key) -> int:
+    """Where a key's results go among those closing at the same time: its 64-bit hash, the
+    stable hash then the stable hash of ``(key, "salt")``."""
+    return (_hash32(key) << 32) | _hash32((key, "salt"))
 
 
 def _event_ms(step, meta: Meta, x):
@@ -212,7 +267,7 @@ def _event_ms(step, meta: Meta, x):
     except Exception as exc:
         if step.on_error != "dead-letter":
             raise
-        return dead_letter(step.name, meta, x, exc)
+        return _dead_letter(step.name, meta, x, exc)
 
 
 def _applied_or_diverted(step, table: dict, meta: Meta, x, key) -> list:
@@ -239,7 +294,7 @@ def _applied_or_diverted(step, table: dict, meta: Meta, x, key) -> list:
             new, o = step.fn(table.get(key), x)
             table[key] = new
     except Exception as exc:
-        letter = dead_letter(step.name, meta, x, exc)
+        letter = _dead_letter(step.name, meta, x, exc)
         return [(meta.child(0) if flat else meta, letter, step.name if kind == "key_by" else None)]
     if kind == "stateful_map":
         return [] if o is None else [(meta, o, None)]
