@@ -3,8 +3,9 @@
 A transaction arrives as ``Begin``, its changes, ``Commit``, in commit order; a ``Relation``
 message describes a table (its columns and their types) before the first change that needs
 it. :class:`PgOutputDecoder` keeps the relations and turns each message into a
-:class:`Begin`, a :class:`Commit`, a :class:`~.row_changes.RowChange`, or None (a message
-that carries no data for a flow: relation, type, origin).
+:class:`Begin`, a :class:`Commit`, a :class:`~.row_changes.RowChange`, a :class:`Message`
+(``pg_logical_emit_message``, sent with the option ``messages``), or None (a message that
+carries no data for a flow: relation, type, origin).
 
 Values arrive as text. Booleans, integers, floats, ``numeric`` (as :class:`~decimal.Decimal`)
 and ``json``/``jsonb`` (parsed) become Python values; every other type keeps PostgreSQL's text
@@ -52,6 +53,16 @@ class Commit:
 
 
 @dataclass(frozen=True)
+class Message:
+    """A logical decoding message (``pg_logical_emit_message``), with its prefix and content;
+    transactional ones arrive inside their transaction."""
+
+    transactional: bool
+    prefix: str
+    content: bytes
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     type_oid: int
@@ -87,7 +98,7 @@ _CONVERT: dict = {
     114: _json, 3802: _json,         # json, jsonb
 }
 
-Message = Union[Begin, Commit, RowChange, None]
+Decoded = Union[Begin, Commit, Message, RowChange, None]
 
 
 class PgOutputDecoder:
@@ -98,10 +109,10 @@ class PgOutputDecoder:
         self._handlers: dict = {
             ord("B"): self._begin, ord("C"): self._commit, ord("R"): self._relation, ord("I"): self._insert,
             ord("U"): self._update, ord("D"): self._delete, ord("T"): self._truncate,
-            ord("Y"): _ignore, ord("O"): _ignore, ord("M"): _ignore,
+            ord("M"): self._message, ord("Y"): _ignore, ord("O"): _ignore,
         }
 
-    def decode(self, data: bytes) -> Message:
+    def decode(self, data: bytes) -> Decoded:
         """One message's payload (an XLogData's data) -> what it means; None for none."""
         handler = self._handlers.get(data[0]) if data else None
         if handler is None:
@@ -120,6 +131,15 @@ class PgOutputDecoder:
     def _commit(self, m: memoryview) -> Commit:
         _flags, commit_lsn, end_lsn, _ts = struct.unpack_from(">BQQq", m, 1)
         return Commit(commit_lsn, end_lsn)
+
+    def _message(self, m: memoryview) -> Message:
+        flags = m[1]
+        prefix, pos = _string(m, 10)  # after the flags and the message's LSN
+        (size,) = struct.unpack_from(">I", m, pos)
+        content = bytes(m[pos + 4:pos + 4 + size])
+        if len(content) != size:
+            raise PgOutputError(f"a logical message cut short: {len(content)} of {size} bytes")
+        return Message(bool(flags & 1), prefix, content)
 
     def _relation(self, m: memoryview) -> None:
         (relid,) = struct.unpack_from(">I", m, 1)

@@ -16,6 +16,13 @@ of at most about one snapshot interval. A recovery starts the stream at the slot
 (at or before the snapshot's) and skips what the snapshot already holds. Without snapshots
 nothing is confirmed, and each run reads again from where the slot stands.
 
+**Idle tables.** The watermark is the least time over all sources: a source whose tables
+stop changing would hold back every other source's output, and every event-time window.
+After ``tick_interval`` seconds without a change the reader writes a tick, an empty
+transactional logical message (``pg_logical_emit_message``, PostgreSQL 14 and later),
+into the WAL: its commit moves the source's time as a change would, and a replay reads
+the same tick. A role that may not call the function gets a warning and no ticks.
+
 One partition (a slot is one ordered stream). The slot and the publication are created when
 missing (``tables=`` names the publication's tables; ``create_slot=False`` refuses a missing
 slot); the server needs ``wal_level = logical``. A new slot sees the changes committed after
@@ -38,7 +45,7 @@ from typing import Any, Optional, Sequence
 
 from driftstream.engine.connectors.newest_commit import NewestCommitter
 from driftstream.engine.connectors.pg_replication import ReplicationError, ReplicationStream, lsn_of, lsn_text
-from driftstream.engine.connectors.pgoutput import Begin, Commit, PgOutputDecoder
+from driftstream.engine.connectors.pgoutput import Begin, Commit, Message, PgOutputDecoder
 from driftstream.engine.connectors.postgres_sink import _mask, _quote
 from driftstream.engine.connectors.source import Source, SourcePartition
 from driftstream.engine.model.errors import FlowError
@@ -53,6 +60,9 @@ INDEX_BITS = 32
 
 #: Seconds between two reads of the progress table by a reader.
 CONFIRM_EVERY_S = 1.0
+
+#: The prefix of the logical messages an idle reader writes to move its time (see ``tick_interval``).
+TICK_PREFIX = "driftstream-tick"
 
 _NAME = re.compile(r"^[a-z0-9_]{1,63}$")
 
@@ -72,19 +82,23 @@ class PostgresSource(Source):
     ``tables``: the publication's tables, to create it when missing (``FOR TABLE ...``).
     ``create_slot``: create the slot (plugin pgoutput) when missing. ``retry_s``: how long a
     lost connection is retried (reconnecting from the reader's own position) before the run
-    fails with the server's error.
+    fails with the server's error. ``tick_interval``: seconds without a change after which
+    the reader writes a tick into the WAL to move its time (None: never).
     """
 
     bounded = False
     epoch_ms_times = True
 
     def __init__(self, dsn: str, publication: str, slot: str, tables: Optional[Sequence[str]] = None,
-                 create_slot: bool = True, retry_s: float = 60.0) -> None:
+                 create_slot: bool = True, retry_s: float = 60.0, tick_interval: Optional[float] = 1.0) -> None:
         if not _NAME.match(slot):
             raise FlowError(f"PostgresSource slot {slot!r}: a slot name is 1-63 lower-case letters, digits and underscores")
         self.dsn, self.publication, self.slot = dsn, publication, slot
         self.tables = list(tables) if tables is not None else None
         self.create_slot, self.retry_s = create_slot, retry_s
+        if tick_interval is not None and not tick_interval > 0:
+            raise FlowError(f"PostgresSource({slot!r}) tick_interval must be a positive number of seconds or None, not {tick_interval!r}")
+        self.tick_interval = tick_interval
         self._checked = False
 
     def partitions(self) -> int:
@@ -186,7 +200,11 @@ class PostgresChangeReader(SourcePartition):
         self._progress: Any = None
         self._opened_at: Any = None
         self._next_confirm = 0.0
+        self._last_commit: Optional[int] = None  # the commit LSN of the last transaction read whole
+        self._messages = False  # the server sends logical messages (ticks): PostgreSQL 14 and later
+        self._idle_since = time.monotonic()
         self.reconnects = 0
+        self.ticks_sent = 0
         self._connect()
 
     def _connect(self) -> None:
@@ -196,8 +214,10 @@ class PostgresChangeReader(SourcePartition):
         while True:
             try:
                 self._check_slot()
-                self._stream = ReplicationStream(self.source.dsn, self.source.slot,
-                                                 {"proto_version": "1", "publication_names": self.source.publication})
+                options = {"proto_version": "1", "publication_names": self.source.publication}
+                if self._messages:
+                    options["messages"] = "true"
+                self._stream = ReplicationStream(self.source.dsn, self.source.slot, options)
                 self._decoder = PgOutputDecoder()  # a new stream describes its relations again
                 self._tx = None
                 return
@@ -215,7 +235,8 @@ class PostgresChangeReader(SourcePartition):
         try:
             if self._progress is None or self._progress.closed:
                 self._progress = self.source.connect()
-                self._opened_at = self._progress.execute("SELECT now()").fetchone()[0]
+                self._opened_at, version = self._progress.execute("SELECT now(), current_setting('server_version_num')::int").fetchone()
+                self._messages = self.source.tick_interval is not None and version >= 140000
             row = self._progress.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                                          (self.source.slot,)).fetchone()
         except psycopg.OperationalError as exc:
@@ -255,22 +276,52 @@ class PostgresChangeReader(SourcePartition):
             self.reconnects += 1
             self._connect()
             return
+        if not messages:
+            self._maybe_tick()
+            return
+        self._idle_since = time.monotonic()
         sid = self.source_id
         for _, payload in messages:
             msg = self._decoder.decode(payload)
-            if msg is None:
+            if msg is None or isinstance(msg, Message):  # a tick counts by its transaction's commit
                 continue
             if isinstance(msg, Begin):
                 # the running max of commit times (a replay restores it with the position)
                 self._tx, self._index, self._tx_ts = msg, 0, max(self.ts, msg.commit_ms)
             elif isinstance(msg, Commit):
-                self._tx = None
+                # A transaction read whole moves the time, changes or not (a tick): what is
+                # skipped on a replay was at or below the saved running time anyway.
+                self._tx, self._last_commit, self.ts = None, msg.commit_lsn, self._tx_ts
             else:
                 offset = (self._tx.final_lsn << INDEX_BITS) + self._index
                 self._index += 1
                 if offset >= self._skip_before:
                     self.ts = self._tx_ts
                     self._ready.append(((self.ts, sid, 0, offset, (), False), msg))
+
+    def _maybe_tick(self) -> None:
+        """Write a tick into the WAL if nothing came for ``tick_interval`` (see the module docstring)."""
+        import psycopg
+
+        interval = self.source.tick_interval
+        if not self._messages or interval is None or time.monotonic() - self._idle_since < interval:
+            return
+        self._idle_since = time.monotonic()
+        try:
+            self._progress.execute("SELECT pg_logical_emit_message(true, %s, '')", (TICK_PREFIX,))
+            self.ticks_sent += 1
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self._messages = False
+            log.warning("PostgresSource %s: no ticks (%s): while its tables stay unchanged, its time does not move, and "
+                        "the flow's watermark waits (GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) "
+                        "to the role)", self.source.slot, str(exc).strip())
+
+    def bound(self) -> Optional[tuple]:
+        """Below every change still to come, once every change read is out: the next
+        transaction commits past the last one read whole, at or after the running time."""
+        if self._ready or self._tx is not None or self._last_commit is None:
+            return None
+        return (self.ts, self.source_id, 0, ((self._last_commit + 1) << INDEX_BITS) - 1)
 
     def _confirm_committed(self) -> None:
         """Confirm the position of the newest snapshot committed since this reader opened."""
@@ -286,7 +337,7 @@ class PostgresChangeReader(SourcePartition):
     def fetch_state(self) -> Optional[dict]:
         stream = self._stream
         return None if stream is None else {"slot": self.source.slot, "confirmed_lsn": lsn_text(stream.confirmed),
-                                            "wal_end": lsn_text(stream.wal_end), "reconnects": self.reconnects}
+                                            "wal_end": lsn_text(stream.wal_end), "reconnects": self.reconnects, "ticks_sent": self.ticks_sent}
 
     def close(self) -> None:
         if self._stream is not None:

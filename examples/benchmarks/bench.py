@@ -842,6 +842,7 @@ DELEGATED = {
     "broker-log": "driftstream.examples.benchmarks.broker_log",
     "kafka-codecs": "driftstream.examples.benchmarks.kafka_codecs",
     "sinks": "driftstream.examples.benchmarks.sinks",
+    "cdc": "driftstream.examples.benchmarks.cdc",
     "backlog": "driftstream.examples.benchmarks.backlog",
     "rescale": "driftstream.examples.benchmarks.rescale",
     "step-costs": "driftstream.examples.benchmarks.step_costs",
@@ -862,6 +863,7 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("nexmark", help="Nexmark q1, q2, q3, q5, q7, q8: events/s over a backlog and latency at a fixed rate (--help for options)")
     sub.add_parser("backlog", help="the inverted index over a backlog: docs/s as the index grows, entry vs value state (--help for options)")
     sub.add_parser("sinks", help="PostgresSink and IcebergSink on the inverted index: rows/s over a backlog and latency at 50 docs/s, against a FileSink (--help for options)")
+    sub.add_parser("cdc", help="PostgresSource into an upsert PostgresSink: changes/s over a backlog, commit-to-copy latency at 50 updates/s (--help for options)")
     sub.add_parser("step-costs", help="µs per element of each step kind in one process, the engine's part beside the user's function (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
     sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "

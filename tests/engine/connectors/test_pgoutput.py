@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.engine.connectors.pgoutput import Begin, Commit, PG_EPOCH_US, PgOutputDecoder, PgOutputError
+from driftstream.engine.connectors.pgoutput import Begin, Commit, Message, PG_EPOCH_US, PgOutputDecoder, PgOutputError
 from driftstream.engine.connectors.row_changes import Delete, Insert, Truncate, Update
 
 REL = 16384
@@ -85,6 +85,13 @@ def test_a_truncate_names_its_table_and_one_of_several_is_refused():
     assert d.decode(b"T" + struct.pack(">IB", 1, 0) + struct.pack(">I", REL)) == Truncate("public.users")
     with pytest.raises(PgOutputError, match="one per statement"):
         d.decode(b"T" + struct.pack(">IB", 2, 0) + struct.pack(">II", REL, 99))
+
+
+def test_a_logical_message_keeps_its_prefix_and_content():
+    body = b"M" + bytes([1]) + struct.pack(">Q", 99) + b"driftstream-tick\0" + struct.pack(">I", 3) + b"abc"
+    assert PgOutputDecoder().decode(body) == Message(True, "driftstream-tick", b"abc")
+    with pytest.raises(PgOutputError, match="cut short"):
+        PgOutputDecoder().decode(body[:-1])
 
 
 def test_what_it_cannot_read_is_named():

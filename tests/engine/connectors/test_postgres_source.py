@@ -122,6 +122,40 @@ def test_the_slot_moves_to_committed_positions_only_and_a_slot_past_the_snapshot
     _drop_slot(postgres, slot)
 
 
+def test_an_idle_source_ticks_its_time_forward_through_the_wal_and_a_replay_reads_the_same_ticks(postgres):
+    table, pub, slot = _names()
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    source = PostgresSource(postgres.dsn, pub, slot, tables=[table], tick_interval=0.2)
+    source.partitions()
+    _sql(postgres, f"INSERT INTO {table} VALUES (1)")
+    reader = source.open(0, 0)
+    try:
+        (first,) = _read_all(reader, 1)
+        assert reader.bound() == (first[0][0], 0, 0, ((first[0][3] >> 32) + 1 << 32) - 1)  # past it, below the next commit
+        time.sleep(0.6)  # idle: a tick or two
+        deadline = time.time() + 10
+        while reader.bound()[0] <= first[0][0]:
+            assert time.time() < deadline, reader.fetch_state()
+            reader.read(10)
+            time.sleep(0.05)
+        assert reader.ticks_sent >= 1
+        ticked = reader.bound()
+        _sql(postgres, f"INSERT INTO {table} VALUES (2)")
+        (second,) = _read_all(reader, 1)
+        assert second[0][:4] > ticked and second[0][0] >= ticked[0]
+    finally:
+        reader.close()
+    replay = source.open(0, 0, start=(first[0][3], first[0][0]))
+    try:
+        got = []
+        while len(got) < 2:
+            got += replay.read(10)
+        assert got == [first, second]  # the same times: the ticks are in the WAL
+    finally:
+        replay.close()
+    _drop_slot(postgres, slot)
+
+
 def test_what_the_server_lacks_is_said_before_the_run(postgres):
     table, pub, slot = _names()
     with pytest.raises(FlowError, match="no publication"):
