@@ -91,23 +91,10 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--dsn", help="a PostgreSQL with wal_level=logical (default: a local one, started and stopped here)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
-    import ray
+    from driftstream.examples.benchmarks.postgres_session import ray_and_postgres
 
-    from driftstream.engine.runtime.ray_session import ensure_ray
-
-    local = None
-    if args.dsn is None:
-        from driftstream.engine.connectors.local_postgres import start_local_postgres
-
-        local = start_local_postgres()
-    started_ray = ensure_ray()
-    try:
-        figures = run(args.dsn or local.dsn, args.backlog, args.rate, args.seconds)
-    finally:
-        if started_ray:
-            ray.shutdown()
-        if local is not None:
-            local.stop()
+    with ray_and_postgres(args.dsn) as dsn:
+        figures = run(dsn, args.backlog, args.rate, args.seconds)
     print(f"backlog: {figures['backlog']:,} inserts, {figures['changes_per_s_first_to_last']:,} changes/s from the first row landed to "
           f"the last, {figures['changes_per_s_from_start']:,} from the flow's start ({figures['backlog_s_from_start']} s)")
     print(f"latency at {figures['rate']:g} updates/s: {figures['landed']:,} landed; commit -> row in the copy "

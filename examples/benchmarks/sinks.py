@@ -132,25 +132,12 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--dsn", help="a PostgreSQL to use (default: a local one, started and stopped here)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
-    import ray
-
-    from driftstream.engine.runtime.ray_session import ensure_ray
     from driftstream.examples.benchmarks.backlog import documents
+    from driftstream.examples.benchmarks.postgres_session import ray_and_postgres
 
     docs = documents(max(args.docs, args.latency_docs))
-    local = None
-    if args.dsn is None:
-        from driftstream.engine.connectors.local_postgres import start_local_postgres
-
-        local = start_local_postgres()
-    started_ray = ensure_ray()
-    try:
-        rows = run(args.dsn or local.dsn, docs[:args.docs], args.latency_docs, args.rate)
-    finally:
-        if started_ray:
-            ray.shutdown()
-        if local is not None:
-            local.stop()
+    with ray_and_postgres(args.dsn) as dsn:
+        rows = run(dsn, docs[:args.docs], args.latency_docs, args.rate)
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
