@@ -46,7 +46,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import pyarrow.fs as pafs
+from functools import cache
 
 from driftstream.snapshots.checksums import DIR_SUMS, FILE_SUM, CorruptSnapshot, check, check_dir, crc, dir_sums
 
@@ -61,6 +61,15 @@ _ID_DIGITS = 10  # zero-padded directory names, so a listing sorts like the ids 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+@cache
+def _pafs() -> Any:
+    """``pyarrow.fs``, imported when a store first needs it: every actor process imports this
+    module, and pyarrow (with numpy) costs ~0.1 s of an actor's start."""
+    import pyarrow.fs
+
+    return pyarrow.fs
+
+
 class SnapshotStore:
     """Checkpoints and manifests of one job under ``uri``; keeps the newest ``keep`` committed snapshots.
 
@@ -73,19 +82,34 @@ class SnapshotStore:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.uri = uri
         self.keep = keep
-        # A plain path (even relative) is a local directory; pyarrow wants URIs to be absolute.
-        self.fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else os.path.abspath(uri))
-        self.root = root.rstrip("/")
-        self._local = pafs.LocalFileSystem()
+        # A plain path (even relative) is a local directory, opened when first needed: an
+        # actor's start then imports no pyarrow (its deltas are written with os calls).
+        self._fs: Any = None
+        if "://" in uri:
+            self._fs, root = _pafs().FileSystem.from_uri(uri)
+            self.root = root.rstrip("/")
+        else:
+            self.root = os.path.abspath(uri).rstrip("/")
         self._requires: dict = {}  # snapshot id -> the ids its manifest requires
         self.prune_every = prune_every
         self._committed_since_prune = 0
         self._newest_committed: Optional[int] = None  # known after the first commit (see write_manifest)
 
     @property
+    def fs(self) -> Any:
+        """The store's ``pyarrow.fs`` filesystem."""
+        if self._fs is None:
+            self._fs = _pafs().LocalFileSystem()
+        return self._fs
+
+    @property
+    def _local(self) -> Any:
+        return _pafs().LocalFileSystem()
+
+    @property
     def is_local(self) -> bool:
         """True when the store is a directory of this machine (writes cost a page-cache copy)."""
-        return isinstance(self.fs, pafs.LocalFileSystem)
+        return self._fs is None or isinstance(self._fs, _pafs().LocalFileSystem)
 
     # -- checkpoint files ---------------------------------------------------------------
 
@@ -100,12 +124,12 @@ class SnapshotStore:
         if not src.is_dir():
             raise NotADirectoryError(f"{src} is not a directory")
         dest = self._participant_dir(snapshot_id, participant)
-        if self.fs.get_file_info(dest).type != pafs.FileType.NotFound:
+        if self.fs.get_file_info(dest).type != _pafs().FileType.NotFound:
             self.fs.delete_dir(dest)
         self.fs.create_dir(dest, recursive=True)
         sums = json.dumps(dir_sums(src)).encode()
         if not (self.is_local and _link_tree(src, Path(dest))):
-            pafs.copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
+            _pafs().copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
         self._write(dest, f"{dest}/{DIR_SUMS}", sums)  # last: a part with its sums is whole
         return dest
 
@@ -133,7 +157,7 @@ class SnapshotStore:
         CorruptSnapshot if they are not the bytes written (files of stores from before
         checksums have no sum, and are read unchecked)."""
         path = f"{self._participant_dir(snapshot_id, participant)}/{_segment('file name', name)}"
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
+        if self.fs.get_file_info(path).type != _pafs().FileType.File:
             raise FileNotFoundError(f"snapshot {snapshot_id} has no file {name!r} for participant {participant!r} in {self.uri}")
         with self.fs.open_input_stream(path) as f:
             data = f.read()
@@ -144,7 +168,7 @@ class SnapshotStore:
 
     def _read_json(self, path: str, snapshot_id: int) -> Optional[Any]:
         """A sums file's content; None if there is none; CorruptSnapshot if it does not parse."""
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
+        if self.fs.get_file_info(path).type != _pafs().FileType.File:
             return None
         with self.fs.open_input_stream(path) as f:
             raw = f.read()
@@ -160,13 +184,13 @@ class SnapshotStore:
         opened in place. Cost: the bytes of the participant's files.
         """
         src = self._participant_dir(snapshot_id, participant)
-        if self.fs.get_file_info(src).type != pafs.FileType.Directory:
+        if self.fs.get_file_info(src).type != _pafs().FileType.Directory:
             raise FileNotFoundError(f"snapshot {snapshot_id} has no files for participant {participant!r} in {self.uri}")
         dest = Path(local_dir)
         if dest.exists():
             raise FileExistsError(f"download target {dest} already exists")
         dest.mkdir(parents=True)
-        pafs.copy_files(src, str(dest.resolve()), source_filesystem=self.fs, destination_filesystem=self._local)
+        _pafs().copy_files(src, str(dest.resolve()), source_filesystem=self.fs, destination_filesystem=self._local)
         sums = self._read_json(f"{src}/{DIR_SUMS}", snapshot_id)
         if sums is not None:  # stores from before checksums have none
             check_dir(dest, sums, f"snapshot {snapshot_id}, part {participant} ({src})", snapshot_id)
@@ -178,7 +202,7 @@ class SnapshotStore:
         renamed ``MANIFEST.corrupt.json``, with ``reason``, and kept for whoever looks."""
         snap = self._snapshot_dir(snapshot_id)
         manifest = f"{snap}/{MANIFEST}"
-        if self.fs.get_file_info(manifest).type != pafs.FileType.File:
+        if self.fs.get_file_info(manifest).type != _pafs().FileType.File:
             return
         self._write(snap, f"{snap}/{CORRUPT_NOTE}", reason.encode())
         (os.replace if self.is_local else self.fs.move)(manifest, f"{snap}/{QUARANTINED}")
@@ -234,7 +258,7 @@ class SnapshotStore:
         """The committed manifest of ``snapshot_id``, or None if it is not committed (or unreadable)."""
         path = f"{self._snapshot_dir(snapshot_id)}/{MANIFEST}"
         # Ask first rather than catch: object stores do not all report a missing key as FileNotFoundError.
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
+        if self.fs.get_file_info(path).type != _pafs().FileType.File:
             return None
         with self.fs.open_input_stream(path) as f:
             data = f.read()
@@ -261,8 +285,8 @@ class SnapshotStore:
 
     def snapshot_ids(self) -> list:
         """Ids of every snapshot directory, committed or not, ascending. One listing of the root."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        return sorted(int(i.base_name) for i in infos if i.type == pafs.FileType.Directory and i.base_name.isdigit())
+        infos = self.fs.get_file_info(_pafs().FileSelector(self.root, allow_not_found=True))
+        return sorted(int(i.base_name) for i in infos if i.type == _pafs().FileType.Directory and i.base_name.isdigit())
 
     def committed_ids(self) -> list:
         """Ids of the snapshots that have a manifest, ascending."""
@@ -270,7 +294,7 @@ class SnapshotStore:
         if not ids:
             return []
         infos = self.fs.get_file_info([f"{self._snapshot_dir(i)}/{MANIFEST}" for i in ids])
-        return [i for i, info in zip(ids, infos) if info.type == pafs.FileType.File]
+        return [i for i, info in zip(ids, infos) if info.type == _pafs().FileType.File]
 
     def prune(self) -> list:
         """Delete every snapshot older than the newest ``keep`` committed ones, unless a kept
@@ -290,7 +314,7 @@ class SnapshotStore:
         for snapshot_id in committed[-self.keep :]:
             required.update(self._required_by(snapshot_id))
         doomed = [i for i in self.snapshot_ids() if i < oldest_kept and i not in required
-                  and self.fs.get_file_info(f"{self._snapshot_dir(i)}/{QUARANTINED}").type != pafs.FileType.File]
+                  and self.fs.get_file_info(f"{self._snapshot_dir(i)}/{QUARANTINED}").type != _pafs().FileType.File]
         for snapshot_id in doomed:
             self.delete_snapshot(snapshot_id)
         return doomed
@@ -306,9 +330,9 @@ class SnapshotStore:
         """Delete one snapshot: its manifest first, so a half-deleted snapshot is never taken for committed."""
         snap = self._snapshot_dir(snapshot_id)
         manifest = f"{snap}/{MANIFEST}"
-        if self.fs.get_file_info(manifest).type == pafs.FileType.File:
+        if self.fs.get_file_info(manifest).type == _pafs().FileType.File:
             self.fs.delete_file(manifest)
-        if self.fs.get_file_info(snap).type != pafs.FileType.NotFound:
+        if self.fs.get_file_info(snap).type != _pafs().FileType.NotFound:
             self.fs.delete_dir(snap)
         self._requires.pop(snapshot_id, None)
         if self._newest_committed is not None and snapshot_id >= self._newest_committed:
