@@ -120,6 +120,9 @@ class _TableShape:
 
     columns: list
     json_columns: set
+    #: where an upsert's key columns are in ``columns``, and ``columns`` as a tuple (per row, once)
+    key_positions: tuple = ()
+    column_names: tuple = ()
 
     @classmethod
     def read(cls, conn: Any, sink: PostgresSink) -> "_TableShape":
@@ -143,7 +146,10 @@ class _TableShape:
         if sink.mode == "upsert" and not _has_unique(conn, sink.table, sink.key):
             raise ValueError(f"sink {sink.name!r}: an upsert needs a primary key or unique constraint on exactly {sink.key} "
                              f"in {sink.table!r}: ALTER TABLE {sink.table} ADD PRIMARY KEY ({', '.join(sink.key)})")
-        return cls(list(columns), {c for c in columns if types[c] in _JSON_TYPES})
+        unwritten_key = [k for k in sink.key if k not in columns]
+        if unwritten_key:
+            raise ValueError(f"sink {sink.name!r}: an upsert writes its key, but columns= leaves out {', '.join(map(repr, unwritten_key))}: add it")
+        return cls(list(columns), {c for c in columns if types[c] in _JSON_TYPES}, tuple(columns.index(k) for k in sink.key), tuple(columns))
 
 
 def _has_unique(conn: Any, table: str, key: list) -> bool:
@@ -160,14 +166,20 @@ def _progress_name(table: str) -> str:
 
 
 def _ensure_progress_table(conn: Any, table: str) -> None:
+    create_if_missing(conn, f"CREATE TABLE IF NOT EXISTS {_quote(_progress_name(table))} (sink_table text NOT NULL, sink_partition int NOT NULL, "
+                            "t_last jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_table, sink_partition))")
+
+
+def create_if_missing(conn: Any, ddl: str) -> None:
+    """Run a ``CREATE ... IF NOT EXISTS`` and commit it; another connection creating the same
+    table at the same moment is no error (IF NOT EXISTS is not atomic)."""
     import psycopg
 
     try:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {_quote(_progress_name(table))} (sink_table text NOT NULL, sink_partition int NOT NULL, "
-                     "t_last jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_table, sink_partition))")
+        conn.execute(ddl)
         conn.commit()
     except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-        conn.rollback()  # another partition created it at the same moment (IF NOT EXISTS is not atomic)
+        conn.rollback()
 
 
 class _PostgresSinkPartition(SinkPartition):
@@ -285,7 +297,7 @@ class _PostgresSinkPartition(SinkPartition):
             return (key, tuple(columns), row)
         shape = self.shape or self._shape()
         row = self._row(meta, payload)
-        return (tuple(row[shape.columns.index(k)] for k in self.sink.key), tuple(shape.columns), row)
+        return (tuple(row[i] for i in shape.key_positions), shape.column_names, row)
 
     def _shape(self) -> _TableShape:
         self._connection()

@@ -46,7 +46,7 @@ from typing import Any, Optional, Sequence
 from driftstream.engine.connectors.newest_commit import NewestCommitter
 from driftstream.engine.connectors.pg_replication import ReplicationError, ReplicationStream, lsn_of, lsn_text
 from driftstream.engine.connectors.pgoutput import Begin, Commit, Message, PgOutputDecoder
-from driftstream.engine.connectors.postgres_sink import _mask, _quote
+from driftstream.engine.connectors.postgres_sink import _mask, _quote, create_if_missing
 from driftstream.engine.connectors.source import Source, SourcePartition
 from driftstream.engine.model.errors import FlowError
 
@@ -149,13 +149,8 @@ class PostgresSource(Source):
 
 
 def _ensure_progress_table(conn: Any) -> None:
-    import psycopg
-
-    try:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (slot text PRIMARY KEY, lsn pg_lsn NOT NULL, "
-                     "updated_at timestamptz NOT NULL DEFAULT now())")
-    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-        pass  # created by another at the same moment (IF NOT EXISTS is not atomic)
+    create_if_missing(conn, f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (slot text PRIMARY KEY, lsn pg_lsn NOT NULL, "
+                            "updated_at timestamptz NOT NULL DEFAULT now())")
 
 
 class SlotProgress(NewestCommitter):
@@ -272,7 +267,7 @@ class PostgresChangeReader(SourcePartition):
         except (ReplicationError, psycopg.OperationalError) as exc:
             log.warning("PostgresSource %s: the stream broke (%s); reconnecting from offset %d", self.source.slot, exc, self.next_offset)
             self._stream.close()
-            self._skip_before = max(self._skip_before, self._ready[-1][0][3] + 1 if self._ready else self.next_offset)
+            self._skip_before = max(self._skip_before, self.next_offset)  # nothing is ready here: read() pulls only when empty
             self.reconnects += 1
             self._connect()
             return

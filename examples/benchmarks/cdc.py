@@ -24,16 +24,12 @@ from pathlib import Path
 from typing import Optional
 
 
-def _percentile(values: list, q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def run(dsn: str, backlog: int, rate: float, seconds: float) -> dict:
     """The figures of one backlog run and one run at ``rate`` updates/s, on one flow."""
     import psycopg
 
     from driftstream.engine import Flow, PostgresSink, PostgresSource
+    from driftstream.engine.model.result import percentiles
 
     tag = uuid.uuid4().hex[:6]
     src, copy, slot = f"cdc_src_{tag}", f"cdc_copy_{tag}", f"cdc_slot_{tag}"
@@ -80,7 +76,7 @@ def run(dsn: str, backlog: int, rate: float, seconds: float) -> dict:
             conn.execute("SELECT pg_drop_replication_slot(%s) FROM pg_replication_slots WHERE slot_name = %s AND NOT active", (slot, slot))
     return {"backlog": backlog, "backlog_s_from_start": round(caught_s, 2), "changes_per_s_from_start": round(backlog / caught_s),
             "changes_per_s_first_to_last": round(backlog / running_s), "rate": rate, "updates": updates, "landed": len(latency),
-            **{q: round(_percentile(latency, p), 1) for q, p in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}, "copy_equals_source": equal}
+            **{q: round(v, 1) for q, v in percentiles(latency, (50, 95, 99)).items() if q.startswith("p")}, "copy_equals_source": equal}
 
 
 def main(argv: Optional[list] = None) -> int:
