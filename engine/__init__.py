@@ -53,6 +53,7 @@ __all__ = [
     "IcebergSink",
     "SchemaRegistry",
     "FileSink",
+    "FileSource",
 ]
 
 
@@ -60,6 +61,7 @@ __all__ = [
 #: a flow's actors need only the client libraries of the connectors the flow uses (Kafka's
 #: alone costs ~0.1 s of each actor's start).
 _CONNECTORS = {
+    "FileSource": "driftstream.engine.connectors.file_source",
     "KafkaSecurity": "driftstream.engine.connectors.kafka.security",
     "KafkaSink": "driftstream.engine.connectors.kafka.sink",
     "KafkaSource": "driftstream.engine.connectors.kafka.source",

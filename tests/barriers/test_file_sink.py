@@ -187,6 +187,26 @@ def test_non_json_payload_names_the_sink_and_t_and_writes_nothing(tmp_path):
     assert [v for _, v in read_file_sink(tmp_path, "orders")] == ["ok", "fine"]
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(JSON_VALUES, min_size=1, max_size=5))
+def test_any_json_value_reads_back_as_json_gives_it(values):
+    """Whatever encoder writes the lines (orjson, or json for integers past 64 bits), a value
+    reads back as ``json.loads(json.dumps(value))``: text in any script, None, big integers."""
+    with tempfile.TemporaryDirectory() as d:
+        sink = FileSink(d, name="out")
+        part = sink.open(0, 1)
+        part.write(Bundle([(T(i), v) for i, v in enumerate(values)]))
+        part.close()
+        assert [v for _, v in read_file_sink(d, "out")] == [json.loads(json.dumps(v)) for v in values]
+
+
 def test_read_file_sink_merges_partitions_in_meta_order(tmp_path):
     sink = FileSink(tmp_path, name="out")
     parts = [sink.open(p, 3) for p in range(3)]
@@ -262,10 +282,11 @@ def test_failed_write_blocks_further_writes_until_reopened(tmp_path, monkeypatch
     cut=st.floats(min_value=0, max_value=1, exclude_max=True),
 )
 def test_crash_anywhere_in_the_last_bundle_then_replay_is_exact(sizes, cut):
-    """Write bundles, tear the last one at any byte, reopen, replay after t_last():
-    the file ends up holding every element exactly once, in order."""
+    """Write bundles, tear the last one at any byte (inside a multi-byte character too: the
+    lines are UTF-8), reopen, replay after t_last(): the file ends up holding every element
+    exactly once, in order."""
     n = sum(sizes)
-    elements = [(T(i, i % 3), f"v{i}") for i in range(n)]
+    elements = [(T(i, i % 3), f"v{i}-été-€-\U0001F600") for i in range(n)]
     with tempfile.TemporaryDirectory() as d:
         sink = FileSink(d, name="out")
         part = sink.open(0, 1)

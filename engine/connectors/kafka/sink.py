@@ -20,7 +20,6 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
-import orjson
 from kafka import TopicPartition
 from kafka import errors as kafka_errors
 
@@ -29,7 +28,7 @@ from driftstream.barriers.sink import Sink, SinkPartition
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
 from driftstream.engine.model.errors import FlowError, short_repr
-from driftstream.barriers.json_payloads import json_default
+from driftstream.barriers.json_payloads import json_bytes
 from driftstream.engine.connectors.kafka.codecs import compression_type
 from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, last_record, read_partition
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
@@ -40,20 +39,6 @@ from driftstream.engine.connectors.kafka.wire import PartitionWriter, check_brok
 log = logging.getLogger(__name__)
 
 META_HEADER = "driftstream-t"
-
-
-def _json_bytes(value: Any) -> bytes:
-    """Compact JSON; orjson (C, ~10x faster than ``json``, which took 60% of a Kafka sink's
-    CPU in a backlog), ``json`` for what orjson refuses (integers beyond 64 bits), so a value encodes
-    here if and only if ``json`` encodes it. Non-ASCII text is UTF-8, not ``\\u`` escapes.
-
-    >>> _json_bytes({"word": "été", 7: [1, 2]}), _json_bytes(2**70)
-    (b'{"word":"\xc3\xa9t\xc3\xa9","7":[1,2]}', b'1180591620717411303424')
-    """
-    try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:
-        return json.dumps(value, separators=(",", ":"), default=json_default).encode()
 
 
 class KafkaSink(Sink):
@@ -73,7 +58,7 @@ class KafkaSink(Sink):
     per instance of the sink's stage; more lets the flow rescale up to that many).
     """
 
-    def __init__(self, topic: str, bootstrap_servers: str, name: Optional[str] = None, encode: Callable[[Any], bytes] = _json_bytes,
+    def __init__(self, topic: str, bootstrap_servers: str, name: Optional[str] = None, encode: Callable[[Any], bytes] = json_bytes,
                  retry_s: float = 60.0, security: Optional[KafkaSecurity] = None, compression: Optional[str] = None,
                  create_partitions: Optional[int] = None, value_format: Optional[str] = None, schema: Optional[str] = None,
                  schema_registry: Union[str, SchemaRegistry, None] = None, subject_name_strategy: str = "topic",
@@ -84,7 +69,7 @@ class KafkaSink(Sink):
             if value_format not in REGISTRY_FORMATS:
                 raise FlowError(f"{what} value_format is one of {', '.join(map(repr, REGISTRY_FORMATS))} (or None: encode=, JSON by default), "
                                 f"not {value_format!r}")
-            if encode is not _json_bytes:
+            if encode is not json_bytes:
                 raise FlowError(f"{what}: give value_format= or encode=, not both")
             check_format(value_format, what, schema, protobuf_message, writing=True)
             encode = RegistryEncoder(value_format, registry_of(schema_registry, what), topic, schema, subject_name_strategy, protobuf_message)
@@ -175,7 +160,7 @@ class _KafkaSinkPartition(SinkPartition):
         self.writer.close()
 
 
-def sink_records(elements: Iterable[tuple], encode: Callable[[Any], bytes] = _json_bytes, sink_name: str = "") -> Iterator[tuple]:
+def sink_records(elements: Iterable[tuple], encode: Callable[[Any], bytes] = json_bytes, sink_name: str = "") -> Iterator[tuple]:
     """``(value, headers)`` of each ``(meta, payload)`` as a KafkaSink writes it: the payload
     encoded, its Meta in the ``driftstream-t`` header. TypeError naming the sink and the
     element if ``encode`` fails."""
@@ -184,7 +169,7 @@ def sink_records(elements: Iterable[tuple], encode: Callable[[Any], bytes] = _js
             value = encode(payload)
         except Exception as exc:
             raise TypeError(f"sink {sink_name!r} cannot encode {short_repr(payload)} at t={meta!r}: {exc}") from exc
-        yield value, [(META_HEADER, _json_bytes(meta_to_json(meta)))]
+        yield value, [(META_HEADER, json_bytes(meta_to_json(meta)))]
 
 
 def meta_of(rec: Any) -> Optional[Meta]:
