@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any, Optional
 
@@ -64,6 +65,9 @@ class SourceReader:
         self._inflight: list = [deque() for _ in self.parts]  # per partition: times emitted, not yet below the watermark
         self._in_flight = 0
         self.emitted = 0
+        #: wall time of the first element this instance read (None: none yet); benchmarks time
+        #: a backlog "from the first input read" with it, apart from the actors' start
+        self.first_read_at: Optional[float] = None
 
     @property
     def done(self) -> bool:
@@ -108,6 +112,8 @@ class SourceReader:
                 for meta, _ in items:
                     append(meta[:4])
                 self._in_flight += len(items)
+                if not self.emitted:
+                    self.first_read_at = time.time()
                 self.emitted += len(items)
                 return items
         return []
@@ -153,6 +159,12 @@ class SourceReader:
             first = next((time_ for time_ in times if time_ >= t), None)
             out[p] = part.position() if first is None else (first[3], first[0])
         return out
+
+    def made(self, records: int, elements: int) -> None:
+        """The ``records`` of the last poll made ``elements`` downstream of the source's stage:
+        an aligned reader's run follows it (:meth:`Alignment.made`)."""
+        if self.alignment is not None:
+            self.alignment.made(records, elements)
 
     def on_watermark(self, watermark: Time) -> None:
         for times in self._inflight:

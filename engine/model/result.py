@@ -74,6 +74,9 @@ class Metrics:
     state_cache: dict = field(default_factory=dict)
     #: the largest peak resident memory of any instance's process (0: not measured, e.g. the simulator)
     peak_rss_bytes: int = 0
+    #: wall time the first input element was read, by any source instance that reported it
+    #: (None: none, or the simulator): a backlog's rate without the actors' start
+    first_read_at: Optional[float] = None
 
     @property
     def total_tombstones(self) -> int:
@@ -152,6 +155,8 @@ def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = Non
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
         add_cache_stats(m.state_cache, im.get("state_cache", {}))
         m.peak_rss_bytes = max(m.peak_rss_bytes, im.get("peak_rss_bytes", 0))
+        if im.get("first_read_at") is not None:
+            m.first_read_at = min(m.first_read_at or im["first_read_at"], im["first_read_at"])
         emit.update(r["emit_times"])
         for t, w in r["release_times"].items():
             if w > release.get(t, 0.0):

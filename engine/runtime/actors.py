@@ -27,7 +27,7 @@ from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.snapshots.checksums import CorruptSnapshot
 
 from driftstream.engine.connectors.source_reader import SourceReader
-from driftstream.engine.model.config import InstanceConfig
+from driftstream.engine.model.config import InstanceConfig, plan_alignment
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.errors import DataPlaneError, StepError
 from driftstream.engine.model.live_figures import emit_samples, recent_samples
@@ -419,7 +419,7 @@ class StageActor:
                 config.max_inflight,
                 config.batch_size,
                 starts=restore.positions(),
-                alignment_slack=config.source_alignment,
+                alignment_slack=plan_alignment(plan, config.source_alignment),
             )
             self.source_index = plan.source_instances.index(self.key)
         self.batch_size = config.batch_size
@@ -649,6 +649,7 @@ class StageActor:
         metrics["state_cache"] = self.snapshots.cache_stats()
         metrics["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         if self.reader is not None:
+            metrics["first_read_at"] = self.reader.first_read_at
             self.reader.close()
         return {
             "collected": self.rt.collected(),
@@ -698,9 +699,12 @@ class StageActor:
             self.acker.fail.remote(exc)
             return False
 
-    def _flush(self) -> None:
-        send = self.endpoint.send
+    def _flush(self) -> int:
+        """Send what the stage has for others, its acks and its source's bound; returns the
+        elements sent to other stages."""
+        send, sent = self.endpoint.send, 0
         for stage, inst, batch in self.rt.take_batches():
+            sent += len(batch.items)
             if self.chaos:
                 asyncio.get_running_loop().call_later(self.rng.uniform(0, self.chaos), send, (stage, inst), Push(batch))
             else:
@@ -715,6 +719,7 @@ class StageActor:
                 self.last_bound = bound
         if acks or bound is not None:
             send("acker", Ack(acks, self.source_index, bound))
+        return sent
 
     async def _source_loop(self) -> None:
         reader = self.reader
@@ -737,7 +742,9 @@ class StageActor:
             # the receivers' input merge waits for this instance's next batch (ordering/input_merge.py);
             # out of credit, the next batch waits for the watermark, which may wait for them.
             self.rt.more = bool(items) and reader.has_credit() and (len(items) >= self.batch_size or bool(reader.lag()))
-            self._flush()
+            sent = self._flush()
+            if items:
+                reader.made(len(items), sent)
             if items:
                 await asyncio.sleep(0)
             elif reader.waiting():

@@ -53,7 +53,7 @@ from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import RunConfig, aligned_sources
+from driftstream.engine.model.config import RunConfig, aligned_sources, plan_alignment
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, PartCollector, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
@@ -188,7 +188,7 @@ class Simulation:
             step = self.plan.steps[self.plan.stages[instance.stage].source_id]
             self.readers[instance] = SourceReader(
                 step.source, step.id, instance.index, self.plan.stages[instance.stage].parallelism, config.max_inflight, config.batch_size,
-                starts=config.restore.positions(), alignment_slack=config.source_alignment,
+                starts=config.restore.positions(), alignment_slack=plan_alignment(self.plan, config.source_alignment),
             )
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
@@ -247,11 +247,12 @@ class Simulation:
     def _send_control(self, sender, receiver, message) -> None:
         self.control.setdefault((sender, receiver), deque()).append(message)
 
-    def _flush(self, instance: Instance) -> None:
+    def _flush(self, instance: Instance) -> int:
         """What ``instance`` has to send: batches, then one Ack (XORs and a new bound), then
-        the snapshot parts its sinks' acknowledged output allows."""
+        the snapshot parts its sinks' acknowledged output allows; returns the elements sent."""
         rt = self.stages[instance]
-        self.data.extend(rt.take_batches())
+        batches = rt.take_batches()
+        self.data.extend(batches)
         acks = rt.take_acks()
         reader = self.readers.get(instance)
         bound = None
@@ -266,6 +267,7 @@ class Simulation:
             self._send_control(instance, ACKER, Ack(acks, index, bound))
         for message in rt.ready_parts():
             self._send_control(instance, ACKER, message)
+        return sum(len(batch.items) for _, _, batch in batches)
 
     def _to_acker(self, message) -> None:
         if type(message) is Prepared:
@@ -375,7 +377,9 @@ class Simulation:
             # Senders never say more is coming here: a sender that did would hold the others for
             # MERGE_MAX_HOLD_S of simulated time (a thousand steps), and the scheduler's random
             # "release held" steps already give the merge every interleaving.
-            self._flush(instance)
+            sent = self._flush(instance)
+            if items:
+                self.readers[instance].made(len(items), sent)
         elif kind == "release held":
             instance = self.rng.choice([k for k, rt in self.stages.items() if rt.holding])
             self.stages[instance].release_held(everything=self.rng.random() < 0.5)

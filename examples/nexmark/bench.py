@@ -4,24 +4,28 @@ latency at a fixed rate: source emit -> sink acknowledged for a result of the ev
 itself (q1, q2, q3), and for a window's result (q5, q7, q8) from the moment its window
 closed (the watermark reached its close time) -> sink acknowledged.
 
-    driftstream bench nexmark --events 50000 --rate 2000 --seconds 30 [--queries q1,q7] [--no-flink]
+    driftstream bench nexmark --events 1000000 [--no-latency] [--queries q1,q7] [--no-flink]
 
-The events are in a two-partition MemorySource (their source time: each event's ``time``;
-the backlog's ``--event-rate`` per second of it, so that it spans many windows) and the
-results go to a FileSink; each run's results are checked against a simulator run of the
-same query over the same events. Seconds and events/s include starting the actors.
+**Backlogs, both engines from the same bytes:** the events are written once as JSON lines,
+two files (:func:`.flink_queries.write_event_files`); driftstream reads them with a
+:class:`~driftstream.engine.connectors.file_source.FileSource` (a partition per file, event
+time from each event's ``time``) and Flink's SQL job with its filesystem source. Both
+engines' results are checked the same way: as multisets against a direct computation over
+the events (:mod:`.direct`). Each engine is timed from its launch (ours: ``flow.run``'s
+call on a running Ray session, the actors' start included; Flink's: its JVM's launch, the
+mini cluster's start included) and from its first input read (ours: the first element a
+source instance read; Flink's: both source readers had their file, in its log); "start s"
+is the time between. The latency runs feed Python objects to ours (a paced in-memory
+source) and timed files to Flink (see below): they are not yet on one basis.
 
 Flink's figures come beside ours (``--flink``, the default where an interpreter with
 pyflink is found, :func:`driftstream.examples.flink_job.flink_python`; ``--no-flink``):
-the same queries as Flink SQL over the same events as JSON-lines files
-(:mod:`.flink_queries`), exactly-once with 1 s checkpoints, parallelism 2, checked
-against the same simulator results. Its backlog's seconds and events/s include the JVM's
-and mini cluster's start (~7-20 s); "events/s after 1st output" (from the first output
-file, as the inverted index's Flink baseline reports) and "from reading" (from the
-moment both source readers had their file, in Flink's log) leave it out. Its latency is
-from an event's file renamed in (a window's: the file that let the watermark pass its
-end) to the result committed in a finished part file, at the next checkpoint; its
-snapshots are its completed checkpoints.
+the same queries as Flink SQL (:mod:`.flink_queries`), exactly-once with 1 s checkpoints,
+parallelism 2. "events/s after 1st output" (from the first output file, as the inverted
+index's Flink baseline reports) leaves its start out too. Its latency is from an event's
+file renamed in (a window's: the file that let the watermark pass its end) to the result
+committed in a finished part file, at the next checkpoint; its snapshots are its
+completed checkpoints.
 """
 
 from __future__ import annotations
@@ -34,31 +38,45 @@ from pathlib import Path
 from typing import Optional
 
 from driftstream.barriers.file_sink import FileSink, read_file_sink
-from driftstream.engine.testing import MemorySource, PacedSource
+from driftstream.engine.connectors.file_source import FileSource
+from driftstream.engine.testing import PacedSource
 
-from .flink_queries import expected_results
+from .direct import direct_results
+from .flink_queries import check_results, write_event_files
 from .generator import event_time, events
 from .queries import QUERIES, build
 
 
 def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None, parallelism: int = 2,
-              expected: Optional[list] = None) -> dict:
-    """One run: ``rate`` None for the backlog, else events paced at ``rate`` per second;
-    checked against ``expected`` (default: the simulator's results, computed here)."""
+              expected: Optional[list] = None, input_dir: Optional[Path] = None) -> dict:
+    """One run: ``rate`` None for the backlog, read from the JSON-lines files in ``input_dir``
+    (default: ``evs`` written there first), else ``evs`` paced at ``rate`` per second;
+    checked against ``expected`` (default: :func:`.direct.direct_results`)."""
     tag = f"{query}-{'backlog' if rate is None else 'paced'}-{time.time_ns()}"
-    source = (MemorySource(evs, partitions=2, timestamp=event_time) if rate is None
-              else PacedSource(evs, rate, partitions=2, timestamp=event_time))
+    if rate is None:
+        if input_dir is None:
+            input_dir = workdir / f"events-{tag}"
+            write_event_files(evs, input_dir, parallelism)
+        source = FileSource(sorted(str(p) for p in Path(input_dir).glob("events-*.json")), timestamp=event_time)
+    else:
+        source = PacedSource(evs, rate, partitions=2, timestamp=event_time)
     flow = build(query, source, FileSink(workdir / tag, name=query), name=f"nexmark-{tag}")
-    started = time.time()
+    flow.dead_letters(FileSink(workdir / tag, name="dead-letters"))
+    launched = time.time()
     result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"snaps-{tag}"))
-    seconds = time.time() - started
+    end = time.time()
     got = [p for _, p in read_file_sink(workdir / tag, query)]
-    expected = expected_results(query, evs) if expected is None else expected
-    lat = result.metrics.latency_ms
+    problems = check_results(got, direct_results(query, evs) if expected is None else expected)
+    if result.metrics.dead_letters:
+        problems.append(f"{result.metrics.dead_letters} dead letter(s)")
+    lat, reading = result.metrics.latency_ms, result.metrics.first_read_at
     return {
         "engine": "driftstream", "query": query, "events": len(evs), "mode": "backlog" if rate is None else f"{rate:g} events/s",
-        "seconds": round(seconds, 2), "events_per_s": round(len(evs) / seconds, 1), "results": len(got),
-        "p50_ms": _ms(lat.get("p50")), "p99_ms": _ms(lat.get("p99")), "snapshots": result.metrics.snapshots, "correct": got == expected,
+        "seconds": round(end - launched, 2), "events_per_s": round(len(evs) / (end - launched), 1),
+        "events_per_s_from_reading": round(len(evs) / (end - reading), 1) if reading and end > reading else None,
+        "reading_after_s": round(reading - launched, 2) if reading else None, "results": len(got),
+        "p50_ms": _ms(lat.get("p50")), "p99_ms": _ms(lat.get("p99")), "snapshots": result.metrics.snapshots,
+        "correct": not problems, "problems": problems[:10],
     }
 
 
@@ -66,16 +84,18 @@ def _ms(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 1)
 
 
-def run_flink(query: str, evs: list, workdir: Path, rate: Optional[float], expected: list, python: str, parallelism: int = 2) -> dict:
-    """Flink's run of ``query`` (:mod:`.flink_queries`), a job of its own: the backlog (``rate`` None) or fed at ``rate``::
+def run_flink(query: str, evs: list, workdir: Path, rate: Optional[float], expected: list, python: str, parallelism: int = 2,
+              input_dir: Optional[Path] = None) -> dict:
+    """Flink's run of ``query`` (:mod:`.flink_queries`), a job of its own: the backlog (``rate``
+    None; from the files in ``input_dir``, default written first) or fed at ``rate``::
 
-        run_flink("q1", evs, Path(tmp), None, expected_results("q1", evs), flink_python())   # a row of table()
+        run_flink("q1", evs, Path(tmp), None, direct_results("q1", evs), flink_python())   # a row of table()
     """
     from .flink_queries import run_flink_backlog, run_flink_latency
 
     work = workdir / f"flink-{query}-{'backlog' if rate is None else 'paced'}-{time.time_ns()}"
     if rate is None:
-        return run_flink_backlog([query], evs, work, expected={query: expected}, parallelism=parallelism, python=python)[0]
+        return run_flink_backlog([query], evs, work, expected={query: expected}, parallelism=parallelism, python=python, input_dir=input_dir)[0]
     return run_flink_latency(query, evs, work, rate=rate, expected=expected, parallelism=parallelism, python=python)
 
 
@@ -84,24 +104,26 @@ def _cell(value) -> str:
 
 
 def table(rows: list) -> str:
-    """The figures as Markdown, a row per engine and run ("after 1st output" and "from reading":
-    Flink's events/s without its start; its snapshots: its checkpoints).
+    """The figures as Markdown, a row per engine and run: seconds and events/s from launch;
+    "start s": launch -> first input read; "from reading": events/s from then; "after 1st
+    output": Flink's events/s from its first output file; snapshots: Flink's checkpoints.
 
     >>> print(table([{"engine": "driftstream", "query": "q1", "mode": "backlog", "events": 10, "seconds": 1.0, "events_per_s": 10.0,
-    ...               "results": 9, "p50_ms": 1.0, "p99_ms": 2.0, "snapshots": 1, "correct": True},
+    ...               "reading_after_s": 0.5, "events_per_s_from_reading": 20.0, "results": 9, "p50_ms": 1.0, "p99_ms": 2.0,
+    ...               "snapshots": 1, "correct": True},
     ...              {"engine": "flink", "query": "q1", "mode": "backlog", "events": 10, "seconds": 20.0, "events_per_s": 0.5,
     ...               "events_per_s_after_first_output": 5.0, "events_per_s_from_reading": 4.0, "results": 9, "p50_ms": None,
     ...               "p99_ms": None, "checkpoints": 2, "correct": False}]))
-    | engine | query | run | events | seconds | events/s | after 1st output | from reading | results | p50 ms | p99 ms | snapshots | correct |
-    |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
-    | driftstream | q1 | backlog | 10 | 1.0 | 10.0 | — | — | 9 | 1.0 | 2.0 | 1 | yes |
-    | flink | q1 | backlog | 10 | 20.0 | 0.5 | 5.0 | 4.0 | 9 | — | — | 2 | NO |
+    | engine | query | run | events | seconds | events/s | start s | from reading | after 1st output | results | p50 ms | p99 ms | snapshots | correct |
+    |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+    | driftstream | q1 | backlog | 10 | 1.0 | 10.0 | 0.5 | 20.0 | — | 9 | 1.0 | 2.0 | 1 | yes |
+    | flink | q1 | backlog | 10 | 20.0 | 0.5 | — | 4.0 | 5.0 | 9 | — | — | 2 | NO |
     """
-    lines = ["| engine | query | run | events | seconds | events/s | after 1st output | from reading | results | p50 ms | p99 ms | snapshots | correct |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| engine | query | run | events | seconds | events/s | start s | from reading | after 1st output | results | p50 ms | p99 ms | snapshots | correct |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        cells = [r.get("engine", "driftstream"), r["query"], r["mode"], r["events"], r["seconds"], r["events_per_s"],
-                 r.get("events_per_s_after_first_output"), r.get("events_per_s_from_reading"), r["results"], r["p50_ms"], r["p99_ms"],
+        cells = [r.get("engine", "driftstream"), r["query"], r["mode"], r["events"], r["seconds"], r["events_per_s"], r.get("reading_after_s"),
+                 r.get("events_per_s_from_reading"), r.get("events_per_s_after_first_output"), r["results"], r["p50_ms"], r["p99_ms"],
                  r.get("snapshots", r.get("checkpoints")), "yes" if r["correct"] else "NO"]  # fmt: skip
         lines.append("| " + " | ".join(map(_cell, cells)) + " |")
     return "\n".join(lines)
@@ -132,12 +154,13 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--parallelism", "-p", type=int, default=2)
     parser.add_argument("--flink", action=argparse.BooleanOptionalAction, default=None,
                         help="also run Flink's SQL over the same events (default: where an interpreter with pyflink is found)")
+    parser.add_argument("--latency", action=argparse.BooleanOptionalAction, default=True, help="the paced latency runs (--no-latency: backlogs only)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     queries = [q for q in args.queries.split(",") if q]
     python = _flink_python(args.flink)
     backlog = events(args.events, rate=args.event_rate)
-    paced = events(int(args.rate * args.seconds), rate=args.rate)
+    paced = events(int(args.rate * args.seconds), rate=args.rate) if args.latency else []
     rows: list = []
 
     def report(row: dict) -> None:
@@ -145,12 +168,14 @@ def main(argv: Optional[list] = None) -> int:
         rows.append(row)
 
     with tempfile.TemporaryDirectory(prefix="nexmark-") as tmp:
+        input_dir = Path(tmp) / "events"  # the backlog's bytes, read by both engines
+        write_event_files(backlog, input_dir, args.parallelism)
         for query in queries:
-            for evs, rate in ((backlog, None), (paced, args.rate)):
-                expected = expected_results(query, evs)  # one simulator run checks both engines
-                report(run_query(query, evs, Path(tmp), rate, args.parallelism, expected))
+            for evs, rate in ((backlog, None), (paced, args.rate))[: 2 if args.latency else 1]:
+                expected = direct_results(query, evs)  # one computation checks both engines
+                report(run_query(query, evs, Path(tmp), rate, args.parallelism, expected, input_dir))
                 if python:
-                    report(run_flink(query, evs, Path(tmp), rate, expected, python, args.parallelism))
+                    report(run_flink(query, evs, Path(tmp), rate, expected, python, args.parallelism, input_dir))
     print(table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))

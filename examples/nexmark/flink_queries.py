@@ -356,8 +356,9 @@ class _Results:
         return all(len(self.rows[q]) >= n for q, n in counts.items())
 
 
-def _job_args(workdir: Path, queries: Sequence[str], checkpoint_interval: float, parallelism: int, latency: Optional[dict], conf: Sequence[str]) -> list:
-    args = ["--input", str(workdir / "input"), "--output", str(workdir / "output"), "--checkpoints", str(workdir / "checkpoints"),
+def _job_args(workdir: Path, queries: Sequence[str], checkpoint_interval: float, parallelism: int, latency: Optional[dict], conf: Sequence[str],
+              input_dir: Optional[Path] = None) -> list:
+    args = ["--input", str(input_dir or workdir / "input"), "--output", str(workdir / "output"), "--checkpoints", str(workdir / "checkpoints"),
             "--queries", ",".join(queries), "--checkpoint-interval", str(checkpoint_interval), "--parallelism", str(parallelism),
             *[a for kv in conf for a in ("--conf", kv)]]  # fmt: skip
     if latency:
@@ -410,10 +411,13 @@ def run_flink_backlog(
     python: Optional[str] = None,
     timeout: Optional[float] = None,
     conf: Sequence[str] = (),
+    input_dir: Optional[Path] = None,
 ) -> list[dict]:
     """One job runs ``queries`` over ``evs`` already in files; a row per query (all queries
     share the job's clock: run one query for its own figures). ``expected``: query ->
-    the simulator's rows (default: computed here). Usage (needs Flink's interpreter)::
+    the rows to check against (default: the simulator's, computed here). ``input_dir``: the
+    events as :func:`write_event_files` wrote them (default: written here). Usage (needs
+    Flink's interpreter)::
 
         rows = run_flink_backlog(["q5"], generate(50_000, rate=200), Path("/tmp/q5"))
         rows[0]["correct"], rows[0]["events_per_s_from_reading"]
@@ -422,9 +426,10 @@ def run_flink_backlog(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     expected = expected if expected is not None else {q: expected_results(q, evs) for q in queries}
-    write_event_files(evs, workdir / "input", parallelism)
+    if input_dir is None:
+        write_event_files(evs, workdir / "input", parallelism)
     out = _Results(workdir / "output", queries)
-    job = FlinkJob(python, workdir, MODULE, _job_args(workdir, queries, checkpoint_interval, parallelism, None, conf))
+    job = FlinkJob(python, workdir, MODULE, _job_args(workdir, queries, checkpoint_interval, parallelism, None, conf, input_dir))
     problems: list[str] = []
     try:
         job.watch(out.poll, lambda: False, job.launched + (timeout if timeout is not None else 180 + len(evs) / 500))

@@ -152,3 +152,30 @@ def test_a_partition_that_has_read_all_its_source_holds_is_not_held():
     for lag, emitted in ((0, 6), (3, 0), (None, 0)):
         part = HeldPartition(Caught(lag), Alignment(slack=1))  # frontier unknown: the limit is -inf
         assert len(part.read(10)) == emitted
+
+
+def test_auto_aligns_the_sources_of_a_flow_with_keyed_state_only():
+    """Under "auto" a flow without keyed state reads its sources unaligned (nothing would be
+    repaired: the hold only costs rate); one with keyed state aligns; a number aligns both."""
+    from driftstream.engine import Flow
+    from driftstream.engine.model.config import RunConfig
+    from driftstream.engine.runtime.simulator import Simulation
+    from driftstream.engine.testing import MemorySink
+
+    class Slack(MemorySource):
+        alignment_slack = 2.0
+
+    def plan(stateful: bool):
+        flow = Flow("aligned" if stateful else "stateless")
+        events = flow.source(Slack(list(range(40)), partitions=2, timestamp=float), name="events")
+        if stateful:
+            events = events.key_by(lambda x: x % 3).stateful_map(lambda s, x: ((s or 0) + x, x), name="sum")
+        events.map(lambda x: x, name="same").sink(MemorySink("out"))
+        return flow.plan(2)
+
+    for stateful, configured, aligned in ((False, "auto", False), (True, "auto", True), (False, 2.0, True)):
+        sim = Simulation(plan(stateful), RunConfig(seed=1, source_alignment=configured))
+        assert (sim.aligned is not None) == aligned
+        result = sim.run()
+        assert sorted(result.output("out")) == list(range(40))
+        assert all((r.alignment is not None) == aligned for r in sim.readers.values())
