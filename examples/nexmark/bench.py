@@ -32,19 +32,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
+import heapq
+
+import orjson
+
 from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.barriers.json_payloads import json_bytes
 from driftstream.engine.connectors.file_source import FileSource
 from driftstream.engine.testing import PacedSource
 
 from .direct import direct_results
 from .flink_queries import check_results, write_event_files
 from .generator import event_time, events
-from .queries import QUERIES, build
+from .queries import QUERIES, build, q1_euros, q2_selected
 
 
 def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None, parallelism: int = 2,
@@ -80,6 +86,40 @@ def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None
     }
 
 
+def _loop_rows(query: str, evs: list) -> list:
+    """The rows of ``query`` as a plain loop computes them: q1 and q2 with the flow's own
+    functions, the stateful queries with :mod:`.direct`'s computations (dicts and Counters)."""
+    if query == "q1":
+        return [q1_euros(e) for e in evs if e["kind"] == "bid"]
+    if query == "q2":
+        return [{"auction": e["auction"], "price": e["price"]} for e in evs if e["kind"] == "bid" and q2_selected(e)]
+    return direct_results(query, evs)
+
+
+def plain_loop(query: str, input_dir: Path, out: Path) -> dict:
+    """The engine overhead ratio's other side: one thread reads the same files, parses each
+    line (orjson, as FileSource), merges the files in time order, computes the rows
+    (:func:`_loop_rows`) and writes them as JSON lines (as FileSink, one write, one fsync)::
+
+        plain_loop("q1", Path("events"), Path("/tmp/q1.jsonl"))["events_per_s"]
+    """
+    started = time.perf_counter()
+    parsed = []
+    for path in sorted(Path(input_dir).glob("events-*.json")):
+        with open(path, "rb") as f:
+            parsed.append([orjson.loads(line) for line in f])
+    evs = list(heapq.merge(*parsed, key=event_time))
+    rows = _loop_rows(query, evs)
+    with open(out, "wb") as f:
+        f.write(b"".join(json_bytes(r) + b"\n" for r in rows))
+        f.flush()
+        os.fsync(f.fileno())
+    seconds = time.perf_counter() - started
+    return {"engine": "plain loop (1 thread)", "query": query, "events": len(evs), "mode": "backlog", "seconds": round(seconds, 2),
+            "events_per_s": round(len(evs) / seconds, 1), "results": len(rows), "p50_ms": None, "p99_ms": None,
+            "correct": not check_results(rows, direct_results(query, evs))}  # fmt: skip
+
+
 def _ms(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 1)
 
@@ -106,7 +146,8 @@ def _cell(value) -> str:
 def table(rows: list) -> str:
     """The figures as Markdown, a row per engine and run: seconds and events/s from launch;
     "start s": launch -> first input read; "from reading": events/s from then; "after 1st
-    output": Flink's events/s from its first output file; snapshots: Flink's checkpoints.
+    output": Flink's events/s from its first output file; "overhead ratio": ours from reading
+    over the plain loop's (:func:`plain_loop`); snapshots: Flink's checkpoints.
 
     >>> print(table([{"engine": "driftstream", "query": "q1", "mode": "backlog", "events": 10, "seconds": 1.0, "events_per_s": 10.0,
     ...               "reading_after_s": 0.5, "events_per_s_from_reading": 20.0, "results": 9, "p50_ms": 1.0, "p99_ms": 2.0,
@@ -114,16 +155,16 @@ def table(rows: list) -> str:
     ...              {"engine": "flink", "query": "q1", "mode": "backlog", "events": 10, "seconds": 20.0, "events_per_s": 0.5,
     ...               "events_per_s_after_first_output": 5.0, "events_per_s_from_reading": 4.0, "results": 9, "p50_ms": None,
     ...               "p99_ms": None, "checkpoints": 2, "correct": False}]))
-    | engine | query | run | events | seconds | events/s | start s | from reading | after 1st output | results | p50 ms | p99 ms | snapshots | correct |
-    |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
-    | driftstream | q1 | backlog | 10 | 1.0 | 10.0 | 0.5 | 20.0 | — | 9 | 1.0 | 2.0 | 1 | yes |
-    | flink | q1 | backlog | 10 | 20.0 | 0.5 | — | 4.0 | 5.0 | 9 | — | — | 2 | NO |
+    | engine | query | run | events | seconds | events/s | start s | from reading | after 1st output | overhead ratio | results | p50 ms | p99 ms | snapshots | correct |
+    |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|
+    | driftstream | q1 | backlog | 10 | 1.0 | 10.0 | 0.5 | 20.0 | — | — | 9 | 1.0 | 2.0 | 1 | yes |
+    | flink | q1 | backlog | 10 | 20.0 | 0.5 | — | 4.0 | 5.0 | — | 9 | — | — | 2 | NO |
     """
-    lines = ["| engine | query | run | events | seconds | events/s | start s | from reading | after 1st output | results | p50 ms | p99 ms | snapshots | correct |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| engine | query | run | events | seconds | events/s | start s | from reading | after 1st output | overhead ratio | results | p50 ms | p99 ms | snapshots | correct |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         cells = [r.get("engine", "driftstream"), r["query"], r["mode"], r["events"], r["seconds"], r["events_per_s"], r.get("reading_after_s"),
-                 r.get("events_per_s_from_reading"), r.get("events_per_s_after_first_output"), r["results"], r["p50_ms"], r["p99_ms"],
+                 r.get("events_per_s_from_reading"), r.get("events_per_s_after_first_output"), r.get("overhead_ratio"), r["results"], r["p50_ms"], r["p99_ms"],
                  r.get("snapshots", r.get("checkpoints")), "yes" if r["correct"] else "NO"]  # fmt: skip
         lines.append("| " + " | ".join(map(_cell, cells)) + " |")
     return "\n".join(lines)
@@ -173,7 +214,13 @@ def main(argv: Optional[list] = None) -> int:
         for query in queries:
             for evs, rate in ((backlog, None), (paced, args.rate))[: 2 if args.latency else 1]:
                 expected = direct_results(query, evs)  # one computation checks both engines
-                report(run_query(query, evs, Path(tmp), rate, args.parallelism, expected, input_dir))
+                row = run_query(query, evs, Path(tmp), rate, args.parallelism, expected, input_dir)
+                if rate is None:
+                    loop = plain_loop(query, input_dir, Path(tmp) / f"loop-{query}.jsonl")
+                    # the engine overhead ratio: the engine's events/s once reading over the loop's
+                    row["overhead_ratio"] = round(row["events_per_s_from_reading"] / loop["events_per_s"], 3) if row["events_per_s_from_reading"] else None
+                    report(loop)
+                report(row)
                 if python:
                     report(run_flink(query, evs, Path(tmp), rate, expected, python, args.parallelism, input_dir))
     print(table(rows))
