@@ -69,3 +69,25 @@ def test_the_bench_runs_a_query_exactly_once_on_ray(ray_session, tmp_path, query
 
     row = run_query(query, events(4000, rate=400), tmp_path, rate=None)
     assert row["correct"] and row["results"] > 0 and row["events_per_s"] > 0
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_direct_computations_the_bench_checks_with_equal_the_flows(query):
+    import json
+
+    from driftstream.examples.nexmark.direct import direct_results
+    from driftstream.examples.nexmark.flink_queries import check_results
+
+    flow_rows = json.loads(json.dumps(build(query, EVENTS).run(runtime="simulator", parallelism=2, seed=4).output(query)))
+    assert flow_rows and check_results(direct_results(query, EVENTS), flow_rows) == []
+
+
+def test_the_plain_loop_reads_the_files_the_engines_read(tmp_path):
+    from driftstream.examples.nexmark.bench import plain_loop
+    from driftstream.examples.nexmark.flink_queries import write_event_files
+
+    write_event_files(EVENTS, tmp_path / "events", 2)
+    for query, results in (("q1", 5520), ("q7", 3)):
+        row = plain_loop(query, tmp_path / "events", tmp_path / f"{query}.jsonl")
+        assert row["correct"] and row["results"] == results and row["events"] == len(EVENTS)
+        assert len((tmp_path / f"{query}.jsonl").read_bytes().splitlines()) == results
