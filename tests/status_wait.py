@@ -19,3 +19,14 @@ def wait_for_status(condition: Callable[[dict], bool], handle, what: str, timeou
             return status
         assert time.time() < deadline, f"{what} within {timeout:g} s: {status}"
         time.sleep(every)
+
+
+def kill_after(handle, victim: str, released: int, timeout: float = 120.0) -> None:
+    """Once the flow has released ``released`` elements, kill actor ``victim`` (no restart)
+    and wait for the recovery that follows."""
+    import ray
+
+    wait_for_status(lambda s: s.get("released", 0) >= released, handle, f"{released} elements released", timeout)
+    recoveries = len(handle.status()["recoveries"])
+    ray.kill(ray.get_actor(victim, namespace="driftstream"), no_restart=True)
+    wait_for_status(lambda s: len(s["recoveries"]) > recoveries, handle, f"a recovery from the kill of {victim}", timeout)

@@ -6,7 +6,6 @@ is exact through kills."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -19,6 +18,7 @@ from driftstream.engine.connectors.file_source import FileSource
 from driftstream.engine.model.errors import DeadLetter
 from driftstream.engine.testing import MemorySink
 from tests.conftest import flow_actors
+from tests.status_wait import kill_after
 
 LINE = st.one_of(
     st.builds(lambda n, t, s: json.dumps({"n": n, "time": t, "s": s}, ensure_ascii=False),
@@ -115,8 +115,6 @@ def test_a_flow_reads_files_with_their_dead_letters_on_the_simulator(tmp_path):
 
 
 def test_a_flow_on_ray_reads_a_backlog_of_files_exactly_once_through_kills(ray_session, tmp_path):
-    import ray
-
     n, files = 60_000, 3
     for p in range(files):
         lines = [json.dumps({"k": i % 97, "v": i, "time": i / 1000}) for i in range(p, n, files)]
@@ -128,16 +126,8 @@ def test_a_flow_on_ray_reads_a_backlog_of_files_exactly_once_through_kills(ray_s
      .sink(FileSink(tmp_path / "out", name="sums")))
     handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
     try:
-        deadline = time.time() + 120
-        for victim, after in ((f"{name}/events/0", 5_000), (f"{name}/k/1", 20_000)):
-            while handle.status().get("released", 0) < after:
-                assert time.time() < deadline, handle.status()
-                time.sleep(0.02)
-            recoveries = len(handle.status()["recoveries"])
-            ray.kill(ray.get_actor(victim, namespace="driftstream"), no_restart=True)
-            while len(handle.status()["recoveries"]) <= recoveries:
-                assert time.time() < deadline, handle.status()
-                time.sleep(0.05)
+        kill_after(handle, f"{name}/events/0", 5_000)
+        kill_after(handle, f"{name}/k/1", 20_000)
         handle.wait(timeout=120)
     finally:
         if flow_actors(name + "/"):

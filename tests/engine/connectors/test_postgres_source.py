@@ -21,6 +21,7 @@ from driftstream.engine.connectors.row_changes import Delete, Insert, Truncate, 
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.testing import MemorySink
 from tests.conftest import flow_actors
+from tests.status_wait import kill_after
 
 
 def _names() -> tuple:
@@ -187,8 +188,6 @@ def _writer(pg, table: str, stop: threading.Event, seed: int) -> None:
 
 
 def test_a_flow_keeps_a_copy_of_a_changing_table_exact_through_kills(ray_session, postgres, tmp_path):
-    import ray
-
     table, pub, slot = _names()
     copy = f"{table}_copy"
     _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY, v text, n int)", f"CREATE TABLE {copy} (id int PRIMARY KEY, v text, n int)")
@@ -203,15 +202,7 @@ def test_a_flow_keeps_a_copy_of_a_changing_table_exact_through_kills(ray_session
         writer.start()
         deadline = time.time() + 120
         for victim in (f"{name}/changes/0", f"{name}/by_id/1"):  # the stream's reader, then a sink's stage
-            released = handle.status().get("released", 0)
-            while handle.status().get("released", 0) < released + 200:
-                assert time.time() < deadline, handle.status()
-                time.sleep(0.05)
-            recoveries = len(handle.status()["recoveries"])
-            ray.kill(ray.get_actor(victim, namespace="driftstream"), no_restart=True)
-            while len(handle.status()["recoveries"]) <= recoveries:
-                assert time.time() < deadline, handle.status()
-                time.sleep(0.05)
+            kill_after(handle, victim, handle.status().get("released", 0) + 200)
         time.sleep(1.0)
         stop.set()
         writer.join(timeout=10)
