@@ -26,7 +26,11 @@ def kill_after(handle, victim: str, released: int, timeout: float = 120.0) -> No
     and wait for the recovery that follows."""
     import ray
 
-    wait_for_status(lambda s: s.get("released", 0) >= released, handle, f"{released} elements released", timeout)
-    recoveries = len(handle.status()["recoveries"])
+    def running(s: dict) -> dict:
+        assert s.get("running"), f"the flow ended before the kill of {victim}: {s}"
+        return s
+
+    wait_for_status(lambda s: running(s).get("released", 0) >= released, handle, f"{released} elements released", timeout)
+    recoveries = len(running(handle.status())["recoveries"])
     ray.kill(ray.get_actor(victim, namespace="driftstream"), no_restart=True)
-    wait_for_status(lambda s: len(s["recoveries"]) > recoveries, handle, f"a recovery from the kill of {victim}", timeout)
+    wait_for_status(lambda s: len(running(s)["recoveries"]) > recoveries, handle, f"a recovery from the kill of {victim}", timeout)

@@ -115,10 +115,10 @@ def test_a_flow_reads_files_with_their_dead_letters_on_the_simulator(tmp_path):
 
 
 def test_a_flow_on_ray_reads_a_backlog_of_files_exactly_once_through_kills(ray_session, tmp_path):
-    n, files = 60_000, 3
+    n, files = 150_000, 3
     for p in range(files):
         lines = [json.dumps({"k": i % 97, "v": i, "time": i / 1000}) for i in range(p, n, files)]
-        _write(tmp_path / f"in-{p}.jsonl", lines[:10_000] + ["{torn"] + lines[10_000:])
+        _write(tmp_path / f"in-{p}.jsonl", lines[:20_000] + ["{torn"] + lines[20_000:])
     name = f"files-{uuid.uuid4().hex[:6]}"
     flow = Flow(name).dead_letters(FileSink(tmp_path / "dlq", name="dlq"))
     (flow.source(FileSource(str(tmp_path / "in-*.jsonl"), timestamp=lambda e: e["time"]), name="events")
@@ -127,7 +127,7 @@ def test_a_flow_on_ray_reads_a_backlog_of_files_exactly_once_through_kills(ray_s
     handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
     try:
         kill_after(handle, f"{name}/events/0", 5_000)
-        kill_after(handle, f"{name}/k/1", 20_000)
+        kill_after(handle, f"{name}/k/1", 15_000)
         handle.wait(timeout=120)
     finally:
         if flow_actors(name + "/"):
