@@ -39,7 +39,7 @@ import re
 import string
 from typing import Any, Optional, Union
 
-from driftstream.ordering.meta import Meta, meta_from_json
+from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
 from .bundle import Bundle
 from .json_payloads import json_bytes
@@ -51,11 +51,6 @@ PathLike = Union[str, "os.PathLike[str]"]
 _TAIL_BLOCK = 64 * 1024
 
 _TEMPLATE_FIELDS = {"name", "partition"}
-
-
-def _t_json(meta: tuple) -> list:
-    """:meth:`Meta.to_json` for a plain 6-tuple (the hot path does not build Metas)."""
-    return [meta[0], meta[1], meta[2], meta[3], list(meta[4]), meta[5]]
 
 
 def _is_template(path: str) -> bool:
@@ -194,7 +189,7 @@ class FileSinkPartition(SinkPartition):
         buffer = bytearray()
         for meta, payload in bundle.elements:
             try:
-                buffer += json_bytes({"t": _t_json(meta), "value": payload})
+                buffer += json_bytes({"t": meta_to_json(meta), "value": payload})
             except (TypeError, ValueError) as exc:  # ValueError: NaN, circular reference
                 raise TypeError(
                     f"FileSink {self.sink_name!r} cannot write the element at t={tuple(meta)!r}: "
@@ -210,7 +205,7 @@ class FileSinkPartition(SinkPartition):
             self._failed = True
             raise
         # Through JSON and back, so it is exactly what reopening would read from the file.
-        self._last = meta_from_json(json.loads(json_bytes(_t_json(bundle.elements[-1][0]))))
+        self._last = meta_from_json(json.loads(json_bytes(meta_to_json(bundle.elements[-1][0]))))
 
     def t_last(self) -> Optional[Meta]:
         """The Meta of the last complete line in the file, or None if it has none."""
