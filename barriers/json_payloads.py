@@ -55,6 +55,10 @@ def json_bytes(value: Any) -> bytes:
     infinities are refused, as ``json`` with ``allow_nan=False`` does (orjson would write them
     as null, silently): only output with a ``null`` in it pays that check.
 
+    The result is a copy of orjson's: orjson writes into a ~1 KiB buffer and shrinks it,
+    and a caller that keeps thousands alive (a Kafka sink's bundle) made malloc take fresh
+    memory for each, 2.6 µs a call on this VM against 0.7 with the copy (0.3 freed at once).
+
     >>> json_bytes({"word": "été", 7: [1, 2]}), json_bytes(2**70)
     (b'{"word":"\xc3\xa9t\xc3\xa9","7":[1,2]}', b'1180591620717411303424')
     >>> json_bytes([float("nan")])
@@ -68,4 +72,4 @@ def json_bytes(value: Any) -> bytes:
         return _strict(value).encode()
     if b"null" in data:
         _strict(value)  # raises for NaN or an infinity; a None (or "null" in a string) passes
-    return data
+    return bytes(memoryview(data))

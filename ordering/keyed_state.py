@@ -21,19 +21,18 @@ changed are invalidated (a tombstone) and re-emitted.
 The user function must not mutate the state it is given (it may be applied
 again to the same state after a late arrival): return a new value instead.
 
-Costs: an in-order element is O(log n) (a bisect and a heap push) plus one call
+Costs: an in-order element is O(1) (an append, and a queue push for a new head) plus one call
 of the function; an element that lands i places before the tail costs i + 1
-calls; ``advance`` is O(log n) per log entry it folds.
+calls; ``advance`` is O(1) per log entry it folds, O(log n) per key whose head came out of order.
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, bisect_right
-from itertools import count
 from typing import Any, Callable, Hashable, Iterable, Optional
 
 from .meta import Meta, child_of, invalidee_of, tombstone_of
+from .sorted_queue import SortedQueue
 
 #: ``fn(state, element) -> (new_state, output)``; for flat: ``(new_state, iterable_of_outputs)``.
 StateFn = Callable[[Any, Any], tuple]
@@ -154,10 +153,9 @@ class DriftingLogs:
         self.logs: dict = {}
         # Tombstones whose invalidee has not arrived yet (any arrival order is legal).
         self.pending_tombstones: dict = {}
-        # (first meta, seq, key) per key whose log became non-empty or got a new head;
+        # The key of each log that became non-empty or got a new head, at that head;
         # stale rows are skipped when popped. One push per key, not per element.
-        self._heap: list = []
-        self._seq = count()
+        self._heads = SortedQueue()
         self._size = 0
         self.tombstones_emitted = 0
         #: elements that landed before the tail of their key's log: arrived after an element
@@ -231,14 +229,13 @@ class DriftingLogs:
             self._roll_back(key, log, i + 1)
         self._size += 1
         if i == 0:
-            heapq.heappush(self._heap, (meta, next(self._seq), key))
+            self._heads.push(meta, key)
         return i
 
     def advance(self, watermark: tuple) -> None:
         """Fold every entry below ``watermark`` into the backend and forget it."""
-        heap, logs = self._heap, self.logs
-        while heap and heap[0][0] < watermark:
-            key = heapq.heappop(heap)[2]
+        heads, logs = self._heads, self.logs
+        for key in heads.pop_below(watermark):
             log = logs.get(key)
             if log is None:
                 continue  # stale row: the log was folded since
@@ -246,7 +243,7 @@ class DriftingLogs:
             if not metas[0] < watermark:
                 # Stale row: its head was retracted by a tombstone. Track the new head,
                 # or the key would never be folded again.
-                heapq.heappush(heap, (metas[0], next(self._seq), key))
+                heads.push(metas[0], key)
                 continue
             n = len(metas) if metas[-1] < watermark else bisect_left(metas, watermark)
             self._fold(key, log, n)
@@ -255,7 +252,7 @@ class DriftingLogs:
                 del logs[key]
                 continue
             del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
-            heapq.heappush(heap, (metas[0], next(self._seq), key))
+            heads.push(metas[0], key)
         if self.pending_tombstones:
             for key, pending in self.pending_tombstones.items():
                 for invalidee, _ in pending:  # any of them, not only the first to arrive
