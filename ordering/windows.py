@@ -133,6 +133,10 @@ class WindowSpec:
     #: a join's: the payloads a closed window emits, ``pairs(key, state) -> [payload, ...]``
     #: (instead of one WindowResult); its inputs are two sides, and ``step`` folds ``(side, x)``
     pairs: Optional[Callable[[Hashable, Any], list]] = None
+    #: ``combine(a, b)``: the state of two windows' elements together, from their states (None:
+    #: the aggregate does not combine); a sliding window then folds each element once, into its
+    #: pane (:mod:`.paned_windows`)
+    combine: Optional[Callable[[Any, Any], Any]] = None
 
 
 @dataclass(frozen=True)

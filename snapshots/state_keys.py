@@ -53,13 +53,25 @@ class StateKeys:
     state key itself).
     """
 
-    __slots__ = ("key_groups", "routing_key", "_group_of")
+    __slots__ = ("key_groups", "routing_key", "_group_of", "_groups")
 
     def __init__(self, key_groups: Optional[KeyGroups] = None, routing_key: Optional[Callable[[Hashable], Any]] = None) -> None:
         self.key_groups = key_groups or KeyGroups()
         self.routing_key = routing_key
         group_of = self.key_groups.group_of
-        self._group_of = group_of if routing_key is None else (lambda key: group_of(routing_key(key)))
+        self._group_of = group_of if routing_key is None else self._group_by_routing_key
+        # routing key -> its group: a word's entries (a key's windows) share it, and a base
+        # encodes a key per entry (a crc32 each: 0.6 us of 2.5)
+        self._groups: dict = {}
+
+    def _group_by_routing_key(self, key: Hashable) -> int:
+        rk = self.routing_key(key)
+        group = self._groups.get(rk)
+        if group is None:
+            if len(self._groups) >= 1 << 16:
+                self._groups.clear()
+            group = self._groups[rk] = self.key_groups.group_of(rk)
+        return group
 
     def group_of(self, key: Hashable) -> int:
         """The key group of a state key."""

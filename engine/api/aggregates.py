@@ -82,6 +82,15 @@ def window_fold(init: Any, fn: Callable[[Any, Any], Any]) -> Callable:
     return fold
 
 
+def window_counts(a: tuple, b: tuple) -> tuple:
+    """The ``combine`` of ``count`` windows (their states are 1-tuples of counts).
+
+    >>> window_counts((2,), (3,))
+    (5,)
+    """
+    return (a[0] + b[0],)
+
+
 def window_reduce(fn: Callable[[Any, Any], Any]) -> Callable:
     """A window's step: its first element, then ``fn(aggregate so far, x)``."""
 

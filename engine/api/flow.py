@@ -35,7 +35,7 @@ from driftstream.ordering.windowed_state import interval_step
 from driftstream.ordering.windows import IntervalJoinSpec, Late, Session, Sliding, WindowResult, WindowSpec
 
 from driftstream.engine.api.aggregates import (
-    count_step, fold_step, reduce_step, window_collect, window_fold, window_list, window_reduce, window_value,
+    count_step, fold_step, reduce_step, window_collect, window_counts, window_fold, window_list, window_reduce, window_value,
 )
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.connectors.source import Source
@@ -524,15 +524,15 @@ class WindowedStream:
 
     def count(self) -> "WindowOutput":
         """How many elements the window holds."""
-        return self._aggregate(window_fold(0, _plus_one), window_value)
+        return self._aggregate(window_fold(0, _plus_one), window_value, combine=window_counts)
 
     def collect(self) -> "WindowOutput":
         """The window's elements, a list in t order."""
         return self._aggregate(window_collect(), window_list)
 
-    def _aggregate(self, step_fn: Callable, result: Callable) -> "WindowOutput":
+    def _aggregate(self, step_fn: Callable, result: Callable, combine: Optional[Callable] = None) -> "WindowOutput":
         keyed, flow = self.keyed, self.keyed.flow
-        spec = WindowSpec(self.assigner, step_fn, result, self.timestamp, self.allowed_lateness)
+        spec = WindowSpec(self.assigner, step_fn, result, self.timestamp, self.allowed_lateness, combine=combine)
         window = flow._add("window", self.name, [keyed.step.id], fn=step_fn, window=spec, on_error=self.on_error)
         if self.on_error == "dead-letter":  # the results filter below passes no dead letter
             flow._add("dead_letters", f"{window.name}.dead_letters", [window.id])

@@ -247,3 +247,4 @@ class InstanceConfig:
     source_alignment: Any = None  # aligned sources' slack (RunConfig.source_alignment)
     input_merge: bool = True  # RunConfig.input_merge
     restore: SnapshotPart = field(default_factory=SnapshotPart)  # its part of the manifest it starts from
+    restore_t: Optional[tuple] = None  # that manifest's watermark (None: from the beginning)

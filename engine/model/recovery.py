@@ -64,6 +64,7 @@ class RecoveryRules:
             seed=None if c.seed is None else c.seed * 1000 + ordinal,
             skip_released=recovering and self.drops_released,
             restore=SnapshotPart() if manifest is None else manifest.part(instance),
+            restore_t=None if manifest is None else tuple(manifest.t),
         )
 
 

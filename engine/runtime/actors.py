@@ -399,6 +399,7 @@ class StageActor:
             backend_factory=self.snapshots.backend,
             bundle_writer=self._write_bundle,
             merging=config.input_merge,
+            restore_t=config.restore_t,
         )
         # One thread per sink partition: its bundles are written in order, and the event
         # loop goes on while the broker acknowledges one.

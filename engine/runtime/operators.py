@@ -29,6 +29,7 @@ from driftstream.barriers.barrier import Barrier
 from driftstream.ordering.entry_state import EntryKeyedState, MapState
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.ordering.meta import child_of
+from driftstream.ordering.paned_windows import PanedWindowState, paned
 from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
 from driftstream.snapshots.entry_cache import CachedEntries
@@ -286,11 +287,13 @@ class StepContext:
     ``backend_factory(step name, fn, entries, state keys)`` (None: in-memory state), a
     ``sink_opener(step id, instance)`` (None: the sink opens a new partition), 64-bit seeds
     ``seed()``, the stage's acker XORs ``acks()``, the XORs restored timers hold
-    (``seed_acks``) and the per-step dead-letter counts (``dead_letters``)."""
+    (``seed_acks``), the per-step dead-letter counts (``dead_letters``) and the watermark of
+    the snapshot the state is restored from (``restore_t``; None: none)."""
 
     def __init__(self, plan: Plan, instance: int, backend_factory: Optional[Callable], sink_opener: Optional[Callable],
-                 seed: Callable[[], int], acks: Callable[[], dict], seed_acks: dict, dead_letters: dict) -> None:
-        self.plan, self.instance = plan, instance
+                 seed: Callable[[], int], acks: Callable[[], dict], seed_acks: dict, dead_letters: dict,
+                 restore_t: Optional[tuple] = None) -> None:
+        self.plan, self.instance, self.restore_t = plan, instance, restore_t
         self.backend_factory, self.sink_opener = backend_factory, sink_opener
         self.seed, self.acks, self.seed_acks, self.dead_letters = seed, acks, seed_acks, dead_letters
 
@@ -330,11 +333,12 @@ def _timed(step: Any, ctx: StepContext) -> Operator:
         iv = step.interval
         state = IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=ctx.seed())
     else:
-        form = SessionState if isinstance(step.window.assigner, Session) else WindowedState
-        state = form(step.window, backend, seed=ctx.seed(), on_error=_divert(step))
+        spec = step.window
+        form = SessionState if isinstance(spec.assigner, Session) else PanedWindowState if paned(spec) else WindowedState
+        state = form(spec, backend, seed=ctx.seed(), on_error=_divert(step))
     # Windows restored from a snapshot hold the watermark again at their close times: the
     # runtime hands these XORs to the acker before any source starts.
-    state.restore_timers(ctx.seed_acks)
+    state.restore_timers(ctx.seed_acks, ctx.restore_t)
     return Timed(step.name, state, ctx.acks)
 
 

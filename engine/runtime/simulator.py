@@ -178,6 +178,7 @@ class Simulation:
             backend_factory=snaps.backend,
             bundle_writer=lambda sid, sink, bundle, instance=instance: self.writes.append((instance, sid, sink, bundle)),
             sink_opener=self._open_sink,
+            restore_t=config.restore_t,
         )
         if config.skip_released:
             rt.skip_released()

@@ -93,6 +93,7 @@ class StageRuntime:
         bundle_writer: Optional[Callable[[int, Any, Any], None]] = None,
         sink_opener: Optional[Callable[[int, int], Any]] = None,
         merging: bool = True,
+        restore_t: Optional[tuple] = None,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
@@ -148,7 +149,7 @@ class StageRuntime:
         # have no stable hash at all, and are hashed every time).
         self._owners: dict = {}
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
-                          lambda: self.acks, self.seed_acks, self.dead_letters)
+                          lambda: self.acks, self.seed_acks, self.dead_letters, restore_t)
         #: step id -> its operator, for the steps of this stage
         self.operators: dict = {sid: operator_for(plan.steps[sid], ctx) for sid in self.stage.step_ids}
         ops = self.operators.items()

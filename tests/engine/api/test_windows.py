@@ -96,13 +96,16 @@ def test_allowed_lateness_keeps_a_window_open_longer():
     assert [r.value for r in lenient.output("out") if r.key == "a"] == [2] and lenient.output("late") == []
 
 
-@pytest.mark.parametrize("assigner", [Sliding(0.02, 0.01), Session(0.004)], ids=["sliding", "session"])
-def test_exactly_once_windows_survive_simulated_crashes(assigner):
+@pytest.mark.parametrize("assigner,aggregate", [(Sliding(0.02, 0.01), "fold"), (Sliding(0.02, 0.005), "count"), (Session(0.004), "fold")],
+                         ids=["sliding", "sliding-panes", "session"])
+def test_exactly_once_windows_survive_simulated_crashes(assigner, aggregate):
     """Seeded crashes (1 or 2 per run, at every protocol point) while windows are open across
     snapshots: restored windows get their timers back before any source starts, and a window
-    emitted at the very watermark of a snapshot is emitted again by the replay."""
+    emitted at the very watermark of a snapshot is emitted again by the replay. A sliding
+    count is kept in panes (ordering/paned_windows.py): a restored pane sets the timers of its
+    windows that close at or after the snapshot's watermark, and no other."""
     data = [("abc"[i % 3], i - (i % 7) * 3, "xyz"[i % 3]) for i in range(60)]
-    flow = build(data, assigner, "fold", lateness=0.002, partitions=3)
+    flow = build(data, assigner, aggregate, lateness=0.002, partitions=3)
     expected = reference_outputs(flow)
     assert expected["late"] and len(expected["out"]) > 10
     wrong, restored = crashed_runs_differing(flow, expected, 150)
@@ -174,12 +177,13 @@ def test_window_dead_letters_need_a_timestamp_function():
         keyed.window(Tumbling(1), timestamp=float, on_error="skip")
 
 
-@pytest.mark.parametrize("assigner", [Tumbling(0.05), Session(0.01)], ids=["tumbling", "session"])
-def test_windows_on_ray_exactly_once_with_a_kill(ray_session, tmp_path, assigner):
+@pytest.mark.parametrize("assigner,aggregate", [(Tumbling(0.05), "fold"), (Session(0.01), "fold"), (Sliding(0.05, 0.01), "count")],
+                         ids=["tumbling", "session", "sliding-panes"])
+def test_windows_on_ray_exactly_once_with_a_kill(ray_session, tmp_path, assigner, aggregate):
     data = [("abcd"[i % 4], i - (i % 5) * 20 - (i % 7 == 0) * 200, "xyz"[i % 3]) for i in range(2000)]
-    reference = reference_outputs(build(data, assigner, "fold", lateness=0.01, partitions=2))
+    reference = reference_outputs(build(data, assigner, aggregate, lateness=0.01, partitions=2))
     assert reference["late"] and reference["out"]
-    flow = build(data, assigner, "fold", lateness=0.01, partitions=2, name="win-ray", rate=1500,
+    flow = build(data, assigner, aggregate, lateness=0.01, partitions=2, name="win-ray", rate=1500,
                  sink=FileSink(tmp_path / "out", name="out"), late_sink=FileSink(tmp_path / "late", name="late"))
     result = flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
                       faults={"before_commit": ["win-ray/key_by/1"]})

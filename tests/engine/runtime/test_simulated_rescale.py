@@ -31,6 +31,7 @@ FLOWS = {
     "MapState": lambda: (build("rs", VALUE_DATA, STATE_REKEY_ENTRIES, partitions=3), ["out"]),
     "tumbling": lambda: (test_windows.build(WINDOW_DATA, Tumbling(0.01), "fold", 0.005, partitions=3), ["out", "late"]),
     "sliding": lambda: (test_windows.build(WINDOW_DATA, Sliding(0.02, 0.005), "collect", partitions=2), ["out", "late"]),
+    "sliding panes": lambda: (test_windows.build(WINDOW_DATA, Sliding(0.02, 0.005), "count", 0.002, partitions=2), ["out", "late"]),
     "session": lambda: (test_windows.build(WINDOW_DATA, Session(0.005), "fold", partitions=2), ["out", "late"]),
     "window join": lambda: (test_joins.build(JOIN_DATA, "join", "outer", Tumbling(0.01), partitions=3), ["out"]),
     "interval join": lambda: (test_joins.build(JOIN_DATA, "interval", "left", (-0.002, 0.003), partitions=2), ["out"]),
