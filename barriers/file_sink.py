@@ -189,7 +189,7 @@ class FileSinkPartition(SinkPartition):
         buffer = bytearray()
         for meta, payload in bundle.elements:
             try:
-                buffer += json_bytes({"t": meta_to_json(meta), "value": payload})
+                buffer += json_bytes({"t": meta, "value": payload})  # a tuple is a JSON array
             except (TypeError, ValueError) as exc:  # ValueError: NaN, circular reference
                 raise TypeError(
                     f"FileSink {self.sink_name!r} cannot write the element at t={tuple(meta)!r}: "

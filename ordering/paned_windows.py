@@ -73,6 +73,10 @@ class PanedWindowState(_TimedState):
         self.lateness_ms = math.ceil(spec.allowed_lateness * 1000)
         #: window keys ``(key, start, end)`` with a state of their own (elements late for an older window)
         self._own: set = set()
+        #: pane keys whose windows have their timers: the windows over a pane are those of any
+        #: element in it, so its first element sets them (one set lookup for the others, not
+        #: a timer per window)
+        self._timed: set = set()
 
     def _close(self, end: int) -> tuple:
         return (end + self.lateness_ms, -1, -1, -1)
@@ -80,7 +84,7 @@ class PanedWindowState(_TimedState):
     def apply_batch(self, items: list, acks: dict) -> list:
         """As :meth:`~.windowed_state.WindowedState.apply_batch`: returns the ``Late`` records."""
         assign, pane, lateness = self.spec.assigner.assign, self.pane, self.lateness_ms
-        set_timer, feed, out = self._set_timer, [], []
+        set_timer, timed, feed, out = self._set_timer, self._timed, [], []
         for meta, payload, key in items:
             event = self.event_ms(meta, payload, out)
             if event is None:
@@ -89,7 +93,11 @@ class PanedWindowState(_TimedState):
             ts = meta[0]
             if ts < windows[0][1] + lateness:  # on time for the oldest window: for all of them
                 start = event - event % pane
-                feed.append((meta, payload, (key, start, start + pane, PANE)))
+                pane_key = (key, start, start + pane, PANE)
+                feed.append((meta, payload, pane_key))
+                if meta[5] or pane_key in timed:
+                    continue
+                timed.add(pane_key)
                 on_time = windows
             else:
                 on_time = [w for w in windows if ts < w[1] + lateness]
@@ -109,11 +117,12 @@ class PanedWindowState(_TimedState):
         """Fold what settled below ``watermark``; forget the panes and windows whose last
         window was emitted below it."""
         self.keyed.advance(watermark)
-        remove, own = self.keyed.backend.remove, self._own
+        remove, own, timed = self.keyed.backend.remove, self._own, self._timed
 
         def forget(close: tuple, state_key: tuple) -> None:
             remove(state_key)
             own.discard(state_key)
+            timed.discard(state_key)
 
         self._forget_emitted(watermark, forget)
 
@@ -130,6 +139,8 @@ class PanedWindowState(_TimedState):
                     pane_key = (key, p, p + pane, PANE)
                     part = get(pane_key)
                     if part is None:
+                        if p < start + slide:
+                            self._timed.discard(pane_key)  # its elements were all retracted
                         continue
                     state = part if state is None else combine(state, part)
                     if p < start + slide:  # no later window holds this pane
@@ -163,5 +174,7 @@ class PanedWindowState(_TimedState):
             windows = [(start, start + size) for start in range(first, p + 1, slide) if self._close(start + size) >= watermark]
             if not windows:
                 remove(state_key)  # every window over it was emitted before the snapshot
+            else:
+                self._timed.add(state_key)  # an element on time for all its windows closes none below T
             for start, end in windows:
                 self._set_timer(self._close(end), (key, start, end), acks)

@@ -50,7 +50,8 @@ class Batch:
     """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
 
     ``batch_id`` was XORed by the sender into the acker entry of every time in
-    ``times``; the receiver XORs it again once the batch is processed. ``sender``: the
+    ``times`` (one: its items' least, see ``_OutBuffer``); the receiver XORs it again
+    once the batch is processed. ``sender``: the
     sending instance, ``(stage index, instance)`` (the input merge's channel); ``more``:
     the sender's input is backlogged, its next batch follows at once.
     """
@@ -69,12 +70,27 @@ def _tagged(items: list, tag: int) -> list:
 
 
 class _OutBuffer:
-    __slots__ = ("batch_id", "items", "times")
+    """A batch being filled. It holds the acker's watermark at the least time of its items
+    (``first``), the one entry its id is XORed into: every item is at or after it, so the
+    watermark cannot pass one in flight. An entry per item's time (as before) cost the
+    acker and both ends a dict update per element, 9 µs an event of Nexmark q5 in the
+    acker alone; the watermark now trails by at most a batch's span, which in a backlog
+    is far inside the credit window and at the live edge (batches of one) nothing."""
+
+    __slots__ = ("batch_id", "items", "first")
 
     def __init__(self, batch_id: int) -> None:
         self.batch_id = batch_id
         self.items: list = []
-        self.times: set = set()
+        self.first: Optional[tuple] = None
+
+    def hold(self, t: tuple, acks: dict) -> None:
+        """Hold the watermark at ``t`` if it is before every item so far (O(1))."""
+        first, bid = self.first, self.batch_id
+        if first is not None:
+            acks[first] = acks.get(first, 0) ^ bid  # XORed out again: the entry moves to t
+        acks[t] = acks.get(t, 0) ^ bid
+        self.first = t
 
 
 class StageRuntime:
@@ -284,27 +300,25 @@ class StageRuntime:
                     if buf is None:
                         buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))
                     buf.items.append((meta, payload, key))
-                    t = meta[:4]
-                    if t not in buf.times:
-                        buf.times.add(t)
-                        acks[t] = acks.get(t, 0) ^ buf.batch_id
+                    first = buf.first
+                    if first is None or meta < first:
+                        buf.hold(meta[:4], acks)
             except Exception as exc:
                 raise step_error(step.name, meta, payload, exc) from exc
         else:
             buf = self._buffer((ch.dst_stage, self.instance, ch.dst))
-            bid, times, append = buf.batch_id, buf.times, buf.items.append
+            append = buf.items.append
             for item in outs:
                 append((item[0], item[1], item[2]))  # a key_by's key: the other side of a join needs it
-                t = item[0][:4]
-                if t not in times:
-                    times.add(t)
-                    acks[t] = acks.get(t, 0) ^ bid
+                first = buf.first
+                if first is None or item[0] < first:
+                    buf.hold(item[0][:4], acks)
 
     def take_batches(self) -> list:
         """``(stage index, instance, Batch)`` for every non-empty output buffer; empties them."""
         if not self.out:
             return []
-        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, list(buf.times), buf.items, self.key, self.more)) for dest, buf in self.out.items()]
+        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, [buf.first], buf.items, self.key, self.more)) for dest, buf in self.out.items()]
         self.out = {}
         return out
 
