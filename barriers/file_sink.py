@@ -39,7 +39,7 @@ import re
 import string
 from typing import Any, Optional, Union
 
-from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
+from driftstream.ordering.meta import Meta, meta_from_json
 
 from .bundle import Bundle
 from .json_payloads import json_bytes
@@ -205,7 +205,7 @@ class FileSinkPartition(SinkPartition):
             self._failed = True
             raise
         # Through JSON and back, so it is exactly what reopening would read from the file.
-        self._last = meta_from_json(json.loads(json_bytes(meta_to_json(bundle.elements[-1][0]))))
+        self._last = meta_from_json(json.loads(json_bytes(bundle.elements[-1][0])))
 
     def t_last(self) -> Optional[Meta]:
         """The Meta of the last complete line in the file, or None if it has none."""

@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional
 
 from .meta import BOTTOM
 from .windowed_state import _TimedState
-from .windows import WindowResult, WindowSpec
+from .windows import Sliding, WindowResult, WindowSpec, close_time
 
 #: The last item of a pane's state key (a window's own key has three items).
 PANE = 0
@@ -60,7 +60,7 @@ def paned(spec: WindowSpec) -> bool:
     (True, False)
     """
     a = spec.assigner
-    return spec.combine is not None and spec.pairs is None and hasattr(a, "_slide_ms") and a._slide_ms < a._size_ms
+    return spec.combine is not None and spec.pairs is None and isinstance(a, Sliding) and a._slide_ms < a._size_ms
 
 
 class PanedWindowState(_TimedState):
@@ -70,7 +70,7 @@ class PanedWindowState(_TimedState):
         super().__init__(spec, spec.step, backend, seed, on_error=on_error)
         self.size, self.slide = spec.assigner._size_ms, spec.assigner._slide_ms
         self.pane = math.gcd(self.size, self.slide)
-        self.lateness_ms = math.ceil(spec.allowed_lateness * 1000)
+        self.lateness_ms = close_time(0, spec.allowed_lateness)[0]
         #: window keys ``(key, start, end)`` with a state of their own (elements late for an older window)
         self._own: set = set()
         #: pane keys whose windows have their timers: the windows over a pane are those of any
@@ -161,13 +161,9 @@ class PanedWindowState(_TimedState):
         watermark = BOTTOM if watermark is None else watermark
         size, slide, pane, remove = self.size, self.slide, self.pane, self.keyed.backend.remove
         for state_key, _ in list(self.keyed.backend.items()):
-            if len(state_key) == 3:  # a window's own state (see WindowedState.restore_timers)
-                close = self._close(state_key[2])
-                if close < watermark:
-                    remove(state_key)
-                else:
+            if len(state_key) == 3:  # a window's own state
+                if self._restore_window(state_key, self._close(state_key[2]), watermark, acks):
                     self._own.add(state_key)
-                    self._set_timer(close, state_key, acks)
                 continue
             key, p = state_key[0], state_key[1]
             first = -((size - pane - p) // slide) * slide  # the first start s (a multiple of slide) with s + size >= p + pane

@@ -37,6 +37,7 @@ window's state once.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import random
@@ -66,17 +67,12 @@ class _TimedState:
         # time is taken after the emission, at that very time, and a replay from it must emit again.
         self._emitted: list = []
         self.late = 0  # late elements (less their tombstones)
-        self._hashes: dict = {}  # key -> key_hash(key): a key's windows close one after another
 
-    def _hash(self, key: Hashable) -> int:
-        """:func:`key_hash`, remembered for the last 65,536 keys (two crc32 a result otherwise:
-        a tenth of a sliding count's firing). O(1)."""
-        h = self._hashes.get(key)
-        if h is None:
-            if len(self._hashes) >= 1 << 16:
-                self._hashes.clear()
-            h = self._hashes[key] = key_hash(key)
-        return h
+    @staticmethod
+    def _hash(key: Hashable) -> int:
+        """:func:`key_hash`, remembered for the last 65,536 keys: a key's windows close one
+        after another (two crc32 a result otherwise, a tenth of a sliding count's firing)."""
+        return _recent_key_hash(key)
 
     @property
     def tombstones_emitted(self) -> int:
@@ -124,6 +120,17 @@ class _TimedState:
             timer_id, members = self.timers.pop(close)
             acks[close] = acks.get(close, 0) ^ timer_id
             yield close, members
+
+    def _restore_window(self, window_key: tuple, close: tuple, watermark: Optional[tuple], acks: dict) -> bool:
+        """A window restored from a snapshot taken at ``watermark``: its timer again, or, if it
+        closed below the watermark (emitted and released before the snapshot: the watermark
+        can pass several closes at once, and an emitted window's state stays until the next
+        one), its state dropped. Returns whether it was kept."""
+        if watermark is not None and close < watermark:
+            self.keyed.backend.remove(window_key)
+            return False
+        self._set_timer(close, window_key, acks)
+        return True
 
     def _late(self, meta: tuple, key: Hashable, payload: Any, event: int) -> tuple:
         self.late += -1 if meta[5] else 1
@@ -209,17 +216,10 @@ class WindowedState(_TimedState):
 
     def restore_timers(self, acks: dict, watermark: Optional[tuple] = None) -> None:
         """Set the timers of the windows restored from a snapshot taken at ``watermark`` (None:
-        all of them). A window closing below it was emitted, and its result released, before
-        the snapshot (the watermark can pass several closes at once, and the states of the
-        windows it emitted stay until the next one): it is dropped, not emitted again.
-        O(restored windows)."""
-        lateness, remove = self.spec.allowed_lateness, self.keyed.backend.remove
+        all of them); drop those that closed below it (:meth:`_restore_window`). O(restored windows)."""
+        lateness = self.spec.allowed_lateness
         for window_key, _ in list(self.keyed.backend.items()):
-            close = close_time(window_key[2], lateness)
-            if watermark is not None and close < watermark:
-                remove(window_key)
-            else:
-                self._set_timer(close, window_key, acks)
+            self._restore_window(window_key, close_time(window_key[2], lateness), watermark, acks)
 
 
 def session_merge(spec: WindowSpec) -> Callable[[Any, tuple], tuple]:
@@ -265,6 +265,9 @@ def key_hash(key: Hashable) -> int:
     (True, True)
     """
     return (stable_hash(key) << 32) | stable_hash((key, "salt"))
+
+
+_recent_key_hash = functools.lru_cache(maxsize=1 << 16)(key_hash)
 
 
 class SessionState(_TimedState):

@@ -29,6 +29,7 @@ Costs: :meth:`encode` is the stable hash of the routing key (a crc32) plus
 
 from __future__ import annotations
 
+import functools
 import struct
 from operator import itemgetter
 from typing import Any, Callable, Hashable, Optional
@@ -53,25 +54,19 @@ class StateKeys:
     state key itself).
     """
 
-    __slots__ = ("key_groups", "routing_key", "_group_of", "_groups")
+    __slots__ = ("key_groups", "routing_key", "_group_of")
 
     def __init__(self, key_groups: Optional[KeyGroups] = None, routing_key: Optional[Callable[[Hashable], Any]] = None) -> None:
         self.key_groups = key_groups or KeyGroups()
         self.routing_key = routing_key
         group_of = self.key_groups.group_of
-        self._group_of = group_of if routing_key is None else self._group_by_routing_key
-        # routing key -> its group: a word's entries (a key's windows) share it, and a base
-        # encodes a key per entry (a crc32 each: 0.6 us of 2.5)
-        self._groups: dict = {}
-
-    def _group_by_routing_key(self, key: Hashable) -> int:
-        rk = self.routing_key(key)
-        group = self._groups.get(rk)
-        if group is None:
-            if len(self._groups) >= 1 << 16:
-                self._groups.clear()
-            group = self._groups[rk] = self.key_groups.group_of(rk)
-        return group
+        if routing_key is None:
+            self._group_of = group_of
+        else:
+            # the groups of the last 65,536 routing keys: a word's entries (a key's windows)
+            # share one, and a base encodes a key per entry (a crc32 each: 0.6 us of 2.5)
+            recent = functools.lru_cache(maxsize=1 << 16)(group_of)
+            self._group_of = lambda key: recent(routing_key(key))
 
     def group_of(self, key: Hashable) -> int:
         """The key group of a state key."""
