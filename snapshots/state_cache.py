@@ -239,7 +239,12 @@ class StateCache:
         if size is not None:
             self._note(size)
         if key not in self._unwritten and self._states.get(key, _MISSING) is state and key not in self._clean:
-            self._add_clean(key, size if size is not None else self._mean())
+            if state is REMOVED:
+                # RocksDB deleted it: a miss says the same (no read if complete, a None if not).
+                # Kept, every closed window's key stayed cached for the run's life.
+                del self._states[key]
+            else:
+                self._add_clean(key, size if size is not None else self._mean())
 
     def end_write(self) -> None:
         """After the last :meth:`mark_item_written` of a batch: states may spill again."""

@@ -35,6 +35,32 @@ def test_puts_reach_rocksdb_only_when_written(tmp_path):
     cache.close()
 
 
+def test_a_removed_state_leaves_the_cache_once_its_deletion_is_written(tmp_path):
+    # Every closed window removes its key: kept as a cached "removed" record, each one
+    # stayed for the run's life (a sliding count over 1M events: 250k records).
+    cache = StateCache(RocksDBBackend(tmp_path / "db"))
+    for k in range(100):
+        cache.put(k, k)
+    cache.take_changes()
+    written_base(cache)
+    for k in range(90):
+        cache.remove(k)
+    cache.put(95, -1)
+    assert cache.stats()["records"] == 100  # not written yet: a delta still needs them
+    assert set(cache.take_changes()) == set(range(90)) | {95}
+    written_base(cache)
+    assert cache.stats()["records"] == 10 and cache.complete
+    assert [cache.get(k) for k in (0, 89, 90, 95)] == [None, None, 90, -1]
+    assert cache.db.get(0) is None and cache.db.get(90) == 90
+    cache.remove(90)
+    batch = cache.take_unwritten()
+    cache.put(90, 7)  # set again while its deletion is being written: it stays
+    cache.write(batch)
+    cache.mark_written(batch)
+    assert cache.get(90) == 7 and cache.take_unwritten() == {90: 7}
+    cache.close()
+
+
 def test_eviction_drops_only_written_states(tmp_path):
     record = RECORD_OVERHEAD + approx_size(10)
     cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=3 * record)
