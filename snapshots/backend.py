@@ -38,7 +38,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Optional, Union
 
-from rocksdict import Checkpoint, Options, Rdict, WriteOptions
+from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 
 from driftstream.ordering.key_groups import GroupRange
 
@@ -67,7 +67,7 @@ class RocksDBBackend:
         # No write-ahead log: the working database is never recovered after a crash
         # (recovery restores the last checkpoint instead), and a checkpoint flushes
         # the memtable itself, so the WAL would only nearly double the cost of every put (4 µs vs 2 µs measured).
-        wo = WriteOptions()
+        wo = self._write_options = WriteOptions()
         wo.disable_wal = True
         self._db.set_write_options(wo)
 
@@ -93,6 +93,24 @@ class RocksDBBackend:
             self._db.delete(self._encode_key(key))
         else:
             self._db.put(self._encode_key(key), encode(state))
+
+    def put_many(self, items: list) -> None:
+        """:meth:`put` of each ``(key, state)``, in one RocksDB write: a base writes its states a
+        slice at a time (400k puts of entries: 3.0 us each one by one, 2.0 in batches).
+
+        >>> import tempfile
+        >>> b = RocksDBBackend(tempfile.mkdtemp() + "/db"); b.put("gone", 1)
+        >>> b.put_many([("a", [1]), ("gone", REMOVED)]); b.get("a"), b.get("gone")
+        ([1], None)
+        >>> b.close()
+        """
+        batch, encode_key = WriteBatch(raw_mode=True), self._encode_key
+        for key, state in items:
+            if state is REMOVED:
+                batch.delete(encode_key(key))
+            else:
+                batch.put(encode_key(key), encode(state))
+        self._db.write(batch, self._write_options)
 
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         """The backend protocol's fold: RocksDB keeps the state only."""

@@ -97,7 +97,7 @@ class StateCache:
         self._clean: dict = {}
         self._clean_bytes = 0
         self._dropped = 0  # keys dropped from _clean since it was last compacted
-        # Sizes measured by write_item, taken by mark_item_written.
+        # Sizes measured by write_items, taken by mark_item_written.
         self._written_sizes: dict = {}
         # A dirty state counts at the mean size of the states measured so far.
         self._sized, self._sized_bytes = 0, 0
@@ -212,15 +212,17 @@ class StateCache:
 
     def write(self, batch: dict) -> None:
         """Encode and store ``batch`` (from :meth:`take_unwritten`) in RocksDB. Touches no cached
-        state, so the owner may go on with ``get``/``put`` between the keys of a batch written
-        a few at a time (:meth:`write_item`); batches must be written in the order they were taken."""
-        for item in batch.items():
-            self.write_item(item)
+        state, so the owner may go on with ``get``/``put`` between the slices of a batch written
+        a few items at a time (:meth:`write_items`); batches must be written in the order they were taken."""
+        self.write_items(list(batch.items()))
 
-    def write_item(self, item: tuple) -> None:
-        """Encode and store one ``(key, state)`` of a batch (and measure it). O(size of the state)."""
-        self.db.put(*item)
-        self._written_sizes[item[0]] = approx_size(item[1]) + RECORD_OVERHEAD
+    def write_items(self, items: list) -> None:
+        """Encode and store some ``(key, state)`` of a batch in one RocksDB write (and measure
+        them). O(size of the states)."""
+        self.db.put_many(items)
+        sizes = self._written_sizes
+        for key, state in items:
+            sizes[key] = approx_size(state) + RECORD_OVERHEAD
 
     def mark_written(self, batch: dict) -> None:
         """After :meth:`write` of ``batch`` finished: its keys not changed since are clean (they

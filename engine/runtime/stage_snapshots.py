@@ -29,7 +29,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterable, NamedTuple, Optional
+from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple, Optional
 
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import DELTA_FILE, REMOVED, Chain, delta_row, delta_rows, pack_delta, replay_deltas
@@ -48,6 +48,9 @@ INLINE_DELTA_KEYS = 256
 
 #: Seconds of snapshot writing between two turns of the event loop's other callbacks.
 SLICE_S = 0.001
+
+#: A base's states go to RocksDB this many to a write (one WriteBatch: ~1 ms of small states, a slice).
+WRITE_CHUNK = 128
 
 #: A base waits for RocksDB to flush its writes at most this long, polling this often.
 FLUSH_WAIT_S, FLUSH_POLL_S = 5.0, 0.002
@@ -257,7 +260,7 @@ class StageSnapshots:
             try:
                 if kind == "base":
                     cache = self.backends[step_name]
-                    yield from self._in_slices(batch.items(), cache.write_item)
+                    yield from self._in_slices(_chunks(list(batch.items()), WRITE_CHUNK), cache.write_items)
                     yield from _flushed(cache)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
                     yield from self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
@@ -324,6 +327,15 @@ class _Io(NamedTuple):
 
     fn: Callable
     args: tuple
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    """``items`` in consecutive lists of ``size`` (the last may be shorter).
+
+    >>> list(_chunks([1, 2, 3], 2))
+    [[1, 2], [3]]
+    """
+    return (items[i : i + size] for i in range(0, len(items), size))
 
 
 def _resume(steps: Generator, reply: Any) -> Any:
