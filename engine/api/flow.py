@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # type names in signatures; the runtimes are imported when a 
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # fullmatch: no newline, no leading '.' or '-' (".", "..")
 
-STATELESS = ("map", "flat_map", "filter")
+STATELESS = ("map", "flat_map", "filter", "map_batches", "flat_map_batches")
 STATEFUL = ("stateful_map", "stateful_flat_map")
 
 
@@ -302,6 +302,39 @@ class Stream:
     def flat_map(self, fn: Callable[[Any], Iterable], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Zero or more outputs per element: the items of ``fn(x)``."""
         return self._then("flat_map", fn, name, on_error)
+
+    def map_batches(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
+        """One output per element, computed over a batch of them in Arrow: ``fn`` takes a
+        ``pyarrow.RecordBatch`` with a row per element (elements are dicts) and returns one
+        with a row per row; output row i (a dict) is element i's output. A row's output must
+        depend on that row alone (a replay batches elements differently).
+
+        >>> import pyarrow.compute as pc
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> flow = Flow("upper")
+        >>> (flow.source(MemorySource([{"w": "a"}, {"w": "b"}]))
+        ...  .map_batches(lambda b: b.set_column(0, "w", pc.utf8_upper(b["w"]))).sink(MemorySink("out")))
+        >>> flow.run(runtime="simulator").output("out")
+        [{'w': 'A'}, {'w': 'B'}]
+        """
+        return self._then("map_batches", fn, name, on_error)
+
+    def flat_map_batches(self, fn: Callable[[Any], tuple], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
+        """Zero or more outputs per element, computed over a batch in Arrow: ``fn(batch)``
+        returns ``(record batch, parents)``, where output row j comes from input row
+        ``parents[j]`` (``pyarrow.compute.list_parent_indices`` of a split gives them).
+
+        >>> import pyarrow as pa, pyarrow.compute as pc
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> def words(batch):
+        ...     split = pc.utf8_split_whitespace(batch["text"])
+        ...     return pa.record_batch({"word": pc.list_flatten(split)}), pc.list_parent_indices(split)
+        >>> flow = Flow("words")
+        >>> flow.source(MemorySource([{"text": "to be"}, {"text": "or"}])).flat_map_batches(words).sink(MemorySink("out"))
+        >>> flow.run(runtime="simulator").output("out")
+        [{'word': 'to'}, {'word': 'be'}, {'word': 'or'}]
+        """
+        return self._then("flat_map_batches", fn, name, on_error)
 
     def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keep the elements for which ``fn(x)`` is true."""

@@ -90,6 +90,8 @@ class Stateless(Operator):
     """
 
     __slots__ = ("fn",)
+    #: whether :meth:`run_batch` calls ``fn`` once for many items (see arrow_operators)
+    batched = False
 
     def __init__(self, name: str, fn: Callable) -> None:
         super().__init__(name)
@@ -193,6 +195,10 @@ class DeadLettering(Operator):
 
     def run(self, items: list) -> list:
         inner, out = self.inner, []
+        if inner.batched:  # the whole batch at once, unless it raises: then one by one
+            whole = inner.run_batch(items)
+            if whole is not None:
+                return whole
         one = inner.one
         for item in items:
             try:
@@ -359,6 +365,18 @@ def _dead_letters(step: Any, ctx: StepContext) -> Operator:
     return DeadLetterSplit(step.name, ctx.plan.steps[step.inputs[0]].name, ctx.dead_letters)
 
 
+def _arrow(pick: Callable[[Any], type]) -> Callable[[Any, StepContext], Operator]:
+    """The builder of a step over Arrow batches (``pick(module)``: its class). Their module
+    builds on :class:`Stateless`, so it is imported at the first such step, not with this one."""
+
+    def build(step: Any, ctx: StepContext) -> Operator:
+        from driftstream.engine.runtime import arrow_operators
+
+        return _stateless(pick(arrow_operators))(step, ctx)
+
+    return build
+
+
 #: step kind -> how its operator is built
 BUILDERS: dict = {
     "source": lambda step, ctx: Passthrough(step.name),
@@ -367,6 +385,8 @@ BUILDERS: dict = {
     "map": _stateless(Map),
     "flat_map": _stateless(FlatMap),
     "filter": _stateless(Filter),
+    "map_batches": _arrow(lambda m: m.MapBatches),
+    "flat_map_batches": _arrow(lambda m: m.FlatMapBatches),
     **{kind: _keyed for kind in KEYED_KINDS},
     **{kind: _timed for kind in TIMED_KINDS},
     "dead_letters": _dead_letters,
