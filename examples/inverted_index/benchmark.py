@@ -851,9 +851,9 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any) -> int:
 
     loop = plain_loop(docs)
     for r in rows:
-        if r["engine"] == "driftstream":
+        if r["engine"].startswith("driftstream"):
             r["overhead_ratio"] = overhead_ratio(r, loop)
-            console.print(f"engine overhead ratio: driftstream {r['docs_per_s']} docs/s on 2 cores, exactly-once, through "
+            console.print(f"engine overhead ratio: {r['engine']} {r['docs_per_s']} docs/s on 2 cores, exactly-once, through "
                           f"Kafka, over the plain loop's {loop['docs_per_s']} docs/s in one thread = {r['overhead_ratio']}")
     rows.append(loop)
     out = Path(args.out)
@@ -947,7 +947,7 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                             help="documents of the --throughput backlog (default 10,000; the corpus has 26,210)")
         parser.add_argument("--flames", default=None, metavar="DIR",
                             help="--throughput: a py-spy flame graph (SVG) of each of driftstream's actors into DIR")
-        parser.add_argument("--engines", default="driftstream,spark,flink",
+        parser.add_argument("--engines", default="driftstream,driftstream-arrow,spark,flink",
                             help="engines of the --throughput run (flink where apache-flink is installed, see flink_baseline.py)")
         parser.add_argument("--rounds", type=int, default=4,
                             help="driftstream grid runs per configuration, interleaved; percentiles pool them (default 4)")

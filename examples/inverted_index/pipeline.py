@@ -93,15 +93,24 @@ def index_update_copying(postings: Optional[dict], change: tuple) -> tuple:
     return new, [{"op": "remove", "word": word, "page_id": page_id, "df": len(new)}]
 
 
-def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool = False, state: str = "entries") -> Flow:
+def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool = False, state: str = "entries",
+          words: str = "python") -> Flow:
     """The index flow from ``source`` (documents as dicts) to ``sink`` (change records).
 
     ``state``: ``"entries"`` (:func:`index_update`, the posting list as MapState entries) or
-    ``"value"`` (:func:`index_update_copying`, the posting list a dict copied per change)."""
+    ``"value"`` (:func:`index_update_copying`, the posting list a dict copied per change).
+    ``words``: ``"python"`` (:func:`document_words` per document) or ``"arrow"`` (a batch of
+    documents at a time, :func:`.arrow_words.document_words_batch`; without ``edits``)."""
+    if words not in ("python", "arrow") or (words == "arrow" and edits):
+        raise ValueError(f"words is 'python' or 'arrow' (without edits), not {words!r}")
     f = Flow(name)
     docs = f.source(source, name="documents")
     if edits:
         changes = docs.key_by(_page_id, name="by_page").stateful_flat_map(page_words, name="page_words")
+    elif words == "arrow":
+        from .arrow_words import document_words_batch
+
+        changes = docs.flat_map_batches(document_words_batch, name="words").map(_as_change, name="as_change")
     else:
         changes = docs.flat_map(document_words, name="words")
     by_word = changes.key_by(_word, name="by_word")
@@ -116,13 +125,19 @@ def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool 
 
 
 def kafka_flow(
-    bootstrap_servers: str, input_topic: str, output_topic: str, name: str = "inverted_index", edits: bool = False, state: str = "entries"
+    bootstrap_servers: str, input_topic: str, output_topic: str, name: str = "inverted_index", edits: bool = False, state: str = "entries",
+    words: str = "python",
 ) -> Flow:
     """The index flow between two Kafka topics; malformed documents go to ``<input_topic>.dlq``."""
     from driftstream.engine import KafkaSink, KafkaSource
 
     source = KafkaSource(input_topic, bootstrap_servers, value_format=_document)
-    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits, state=state)
+    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits, state=state, words=words)
+
+
+def _as_change(row: dict) -> tuple:
+    """A word row of :func:`.arrow_words.document_words_batch` as :func:`document_words` gives it."""
+    return row["op"], row["word"], row["page_id"], row["positions"]
 
 
 def _document(raw: bytes) -> Any:

@@ -147,7 +147,8 @@ def produce_backlog(bootstrap: str, topic: str, docs: Sequence[dict], partitions
 
 def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, parallelism: int = 2,
                     snapshot_interval: float = 1.0, state: str = "entries", timeout: Optional[float] = None,
-                    state_cache_bytes: Optional[int] = None, flames: Optional[Path] = None, **options) -> dict:
+                    state_cache_bytes: Optional[int] = None, flames: Optional[Path] = None, words: str = "python",
+                    **options) -> dict:
     """The index flow over ``docs`` already in a Kafka topic, exactly-once; figures and the check.
     ``options``: more run options (e.g. ``source_alignment``); ``flames``: a directory for a
     py-spy flame graph of each actor of the run (:mod:`driftstream.examples.benchmarks.flames`).
@@ -171,7 +172,7 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
     recorders = None
     try:
         start = time.time()
-        handle = kafka_flow(bootstrap, in_topic, out_topic, name=f"throughput-{tag}", state=state).start(
+        handle = kafka_flow(bootstrap, in_topic, out_topic, name=f"throughput-{tag}", state=state, words=words).start(
             parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
             snapshot_dir=str(workdir / f"snapshots-{tag}"),
             **({} if state_cache_bytes is None else {"state_cache_bytes": state_cache_bytes}), **options,
@@ -191,7 +192,7 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
     records = [r for _, r in arrivals]
     truth = GroundTruth(index=reference_index(docs), changes=reference_changes(docs))
     return summary(
-        "driftstream", len(docs), len(records), start, document_completions(docs, arrivals), check(records, truth),
+        ENGINE_LABELS[words], len(docs), len(records), start, document_completions(docs, arrivals), check(records, truth),
         snapshots=result.metrics.snapshots if result else None,
         snapshot_s=_snapshot_durations(result.metrics.snapshot_s) if result else None,
         recoveries=len(status.get("recoveries", [])),
@@ -229,8 +230,12 @@ def run_flink(docs: Sequence[dict], workdir: Path, checkpoint_interval: float = 
     return {**{k: v for k, v in r.items() if k != "completions"}, "output": "one record per change, visible per checkpoint"}
 
 
-#: The engines of a throughput run, in their default order.
-ENGINES = ("driftstream", "spark", "flink")
+#: The engines of a throughput run, in their default order ("driftstream-arrow": the same flow
+#: with its documents' words found by Arrow a batch at a time, ``build(words="arrow")``).
+ENGINES = ("driftstream", "driftstream-arrow", "spark", "flink")
+
+#: The label of driftstream's row, by the flow's form of its first step.
+ENGINE_LABELS = {"python": "driftstream", "arrow": "driftstream (Arrow words)"}
 
 
 def table(rows: Sequence[dict]) -> str:
@@ -308,6 +313,7 @@ def run_all(docs: Sequence[dict], engines: Sequence[str], bootstrap: Optional[st
     (``flames``: py-spy flame graphs of driftstream's actors there)."""
     runs = {
         "driftstream": lambda: run_driftstream(docs, bootstrap, workdir, flames=flames),
+        "driftstream-arrow": lambda: run_driftstream(docs, bootstrap, workdir, flames=flames, words="arrow"),
         "spark": lambda: run_spark(docs, workdir),
         "flink": lambda: run_flink(docs, workdir, python=flink_python),
     }

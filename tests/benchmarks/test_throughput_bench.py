@@ -1,5 +1,5 @@
-"""Backlog throughput, short: driftstream (Kafka input topic, exactly-once, 1 s snapshots)
-and Spark's native streaming SQL (files, exactly-once) over the same 400 documents.
+"""Backlog throughput, short: driftstream (Kafka input topic, exactly-once, 1 s snapshots;
+its documents' words per document and by Arrow a batch at a time) and Spark's native streaming SQL (files, exactly-once) over the same 400 documents.
 Figures are printed and kept in pytest-benchmark's extra_info;
 `driftstream bench inverted-index --throughput` runs the full comparison (Flink too
 where it is installed).
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 DOCS = 400
 
 
-@pytest.mark.parametrize("engine", ["driftstream", "spark"])
+@pytest.mark.parametrize("engine", ["driftstream", "driftstream-arrow", "spark"])
 def test_backlog_throughput(ray_session, kafka_broker, tmp_path, benchmark, engine):
     docs = documents(DOCS)
     rows = benchmark.pedantic(throughput.run_all, args=(docs, [engine], kafka_broker.bootstrap_servers, tmp_path), rounds=1, iterations=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from driftstream.engine.testing import MemorySink, MemorySource
 from driftstream.examples.inverted_index.documents import rebuild_index
 from driftstream.examples.inverted_index.ground_truth import reference_changes, reference_index
-from driftstream.examples.inverted_index.pipeline import build
+from driftstream.examples.inverted_index.arrow_words import document_words_batch
+from driftstream.examples.inverted_index.pipeline import build, document_words
 
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
 
@@ -35,15 +37,30 @@ def _docs(raw: list, edits: bool) -> list:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(raw=documents, edits=st.booleans(), parallelism=st.integers(1, 3), seed=st.integers(0, 10_000), state=st.sampled_from(["entries", "value"]))
-def test_any_arrival_order_gives_the_reference(raw, edits, parallelism, seed, state):
+@given(raw=documents, edits=st.booleans(), parallelism=st.integers(1, 3), seed=st.integers(0, 10_000), state=st.sampled_from(["entries", "value"]),
+       arrow=st.booleans())
+def test_any_arrival_order_gives_the_reference(raw, edits, parallelism, seed, state, arrow):
     docs = _docs(raw, edits)
-    result = build(MemorySource(docs, partitions=2), MemorySink("changes"), edits=edits, state=state).run(
+    words = "arrow" if arrow and not edits else "python"
+    result = build(MemorySource(docs, partitions=2), MemorySink("changes"), edits=edits, state=state, words=words).run(
         runtime="simulator", parallelism=parallelism, seed=seed
     )
     got = result.output("changes")  # merged over sink partitions in t order: send order, then word order
     assert got == reference_changes(docs)
     assert rebuild_index(got) == reference_index(docs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.text(alphabet="ab Z9_,.-'\n\tİÉéßΣΑς日本 \u0301", max_size=20), min_size=1, max_size=12))
+def test_arrow_words_are_pythons_words(texts):
+    # the same words, positions and order as document_words: Python's \w and lower() ("İ"
+    # included; Python's final sigma is the one difference, so no upper-case sigma at a word's end)
+    texts = [t.replace("Σ", "Σa") for t in texts]
+    docs = [{"page_id": i, "text": t} for i, t in enumerate(texts)]
+    rows, parents = document_words_batch(pa.RecordBatch.from_pylist(docs))
+    got = [tuple(r.values()) for r in rows.to_pylist()]
+    assert got == [c for d in docs for c in document_words(d)]
+    assert parents.to_pylist() == [d["page_id"] for d in docs for _ in document_words(d)]
 
 
 def test_a_page_sent_again_yields_removes_and_changed_adds():
