@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from driftstream.engine.control.metrics_export import MAX_OBSERVED_PER_TICK, MetricsExporter, Recorder, collection_enabled, start_export
 from driftstream.engine.model.config import RunConfig
 
-from tests.engine.control.metrics_flow import NAME
+from tests.engine.control.metrics_flow import NAME, RATE
 from tests.ray_head import RayHead
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -185,8 +185,11 @@ def test_a_flow_on_a_cluster_shows_its_figures_on_the_prometheus_endpoint(tmp_pa
                 time.sleep(0.5)
                 samples = _scrape(head.metrics_url)
             v = lambda name, **labels: _value(samples, name, **labels)  # noqa: E731
-            assert v("ray_driftstream_step_elements_total", step="readings") >= v("ray_driftstream_released_total") > 0
-            assert v("ray_driftstream_emitted_total") >= v("ray_driftstream_step_elements_total", step="pairs") > 0
+            # A tick's figures are the actors' answers to one status call, a moment apart: a
+            # sink may answer after a source, with a batch more released than the source had
+            # read when it answered (52 read, 53 released, once). Within a second of input:
+            assert v("ray_driftstream_step_elements_total", step="readings") + RATE >= v("ray_driftstream_released_total") > 0
+            assert v("ray_driftstream_emitted_total") + RATE >= v("ray_driftstream_step_elements_total", step="pairs") > 0
             # every 50th input is poison: its dead letter, counted at its step and in the total
             assert v("ray_driftstream_step_dead_letters_total", step="checked") == v("ray_driftstream_dead_letters_total") >= 1
             assert v("ray_driftstream_snapshots_total") >= 1
