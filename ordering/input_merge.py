@@ -118,6 +118,29 @@ class InputMerge:
             released[entry].sort(key=_meta_of)
         return released, done
 
+    def partly_released(self) -> list:
+        """``(token, meta of its first held item)`` for each offer some of whose items are
+        released and some held (only a sender's oldest offer can be). O(senders).
+
+        A caller that acknowledges per offer can move the offer's hold on the watermark up
+        to what it still holds: its released part is done, and an item held for another
+        sender must not keep the watermark below that sender's own items (whose source waits
+        for the watermark to read on).
+
+        >>> m = InputMerge(quiet_s=0.002, max_hold_s=1.0)
+        >>> m.offer("A", 0, [((1,), "a1"), ((5,), "a5")], "batch-A", now=0.0)
+        >>> m.offer("B", 0, [((3,), "b3")], "batch-B", now=0.0, more=True)
+        >>> _ = m.take(now=0.0); m.partly_released()
+        [('batch-A', (5,))]
+        """
+        out = []
+        for s in self._senders.values():
+            if s.held:
+                _, items, i, token = s.held[0]
+                if i:
+                    out.append((token, items[i][0]))
+        return out
+
     def take_all(self) -> tuple:
         """Everything held, as :meth:`take` returns it (a stop, a drain)."""
         return self.take(now=float("inf"))

@@ -739,10 +739,11 @@ class StageActor:
                 return
             if items and not self._guarded(self.rt.process_source, items):
                 return
-            # Records left to read (a full read, or a known lag) and the credit to read them mean
-            # the receivers' input merge waits for this instance's next batch (ordering/input_merge.py);
-            # out of credit, the next batch waits for the watermark, which may wait for them.
-            self.rt.more = bool(items) and reader.has_credit() and (len(items) >= self.batch_size or bool(reader.lag()))
+            # Records left to read (a full read, or a known lag) mean the receivers' input merge
+            # waits for this instance's next batch (ordering/input_merge.py), even out of credit:
+            # the items they hold for it do not hold the watermark (StageRuntime._hold_at_held),
+            # so its credit comes back.
+            self.rt.more = bool(items) and (len(items) >= self.batch_size or bool(reader.lag()))
             sent = self._flush()
             if items:
                 reader.made(len(items), sent)

@@ -226,6 +226,24 @@ class StageRuntime:
             bid = batch.batch_id
             for t in batch.times:
                 acks[t] = acks.get(t, 0) ^ bid
+        if self.merge.holding:
+            self._hold_at_held(acks)
+
+    def _hold_at_held(self, acks: dict) -> None:
+        """A batch partly released holds the watermark only at its first held item: its
+        entry moves there, as a sender's ``_OutBuffer`` moves one (the XORs go to the
+        acker in one message with those of the outputs just made). Held at its first
+        item, it kept the watermark below the other senders' items, and a source
+        waiting for the watermark to return credit stayed silent until the merge gave
+        up on it: its next batch then landed behind the held ones, out of order."""
+        for batch, meta in self.merge.partly_released():
+            times = batch.times
+            t = meta[:4]
+            if len(times) == 1 and times[0] < t:
+                bid, old = batch.batch_id, times[0]
+                acks[old] = acks.get(old, 0) ^ bid
+                acks[t] = acks.get(t, 0) ^ bid
+                batch.times = [t]
 
     def process(self, entry: int, items: list) -> None:
         """Run ``items`` from step ``entry`` through the rest of the stage."""

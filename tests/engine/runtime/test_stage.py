@@ -81,3 +81,31 @@ def test_every_key_goes_to_the_owner_of_its_group_whether_its_owner_was_remember
         rt.process_source([(Meta(0, 0, 0, round_ * 1000 + i), k) for i, k in enumerate(keys)])
         routed = {(dst, key) for _, dst, batch in rt.take_batches() for _, _, key in batch.items}
         assert routed == {(router[plan.key_groups.group_of(k)], k) for k in keys}
+
+
+def test_a_batch_partly_released_by_the_merge_holds_the_watermark_only_at_what_it_still_holds():
+    """Sender A's batch runs ahead of sender B's: the merge releases A's items up to B's last
+    and holds the rest. The watermark then passes what was released (so B's source, waiting
+    for it to return credit, reads on), never an item still held, and passes everything once
+    the batch is done."""
+    from driftstream.engine.runtime.stage import Batch
+    from driftstream.ordering.acker import Acker
+
+    flow = Flow("merge")
+    flow.source(MemorySource([]), name="s").key_by(lambda x: x, name="k").stateful_map(lambda s, x: (x, x), name="keep").sink(MemorySink("out"))
+    plan = flow.plan(1)
+    stage = next(i for i, s in enumerate(plan.stages) if s.source_id < 0)
+    entry = plan.stages[stage].step_ids[0]
+    rt = StageRuntime(plan, stage_index=stage, instance=0, seed=1)
+    acker = Acker(sources=1)
+    a_items = [((t, 0, 0, t, (), False), f"a{t}", f"a{t}") for t in (1, 5, 9)]
+    b_items = [((t, 0, 1, t, (), False), f"b{t}", f"b{t}") for t in (2, 3)]
+    batches = [Batch(entry, 0xA, [(1, 0, 0, 1)], a_items, sender="A"), Batch(entry, 0xB, [(2, 0, 1, 2)], b_items, sender="B", more=True)]
+    acker.update({(1, 0, 0, 1): 0xA, (2, 0, 1, 2): 0xB}, source=0, bound=TOP)  # the senders' XORs; all is sent
+    rt.receive_many(batches)
+    assert rt.holding  # a5 and a9 wait: B said more is coming
+    acker.update(rt.take_acks())
+    assert acker.watermark == (5, 0, 0, 5)  # a1, b2, b3 done; a5 still held
+    rt.release_held(everything=True)
+    acker.update(rt.take_acks())
+    assert acker.watermark == TOP and not rt.holding
