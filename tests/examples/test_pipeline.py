@@ -132,8 +132,8 @@ def test_the_index_within_a_small_state_budget_survives_crashes_on_the_simulator
     from driftstream.engine.runtime.simulator import Simulation
 
     docs = _many_docs(200)
-    read_back = []
-    for seed in range(5):  # whether a schedule reads entries back depends on it: some must
+    read_back, crashed = [], []
+    for seed in range(8):  # whether a schedule reads entries back, or crashes at all, depends on it: some must
         flow = build(MemorySource(docs, partitions=2), MemorySink("changes"))
         config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=0.02, state_cache_bytes=10_000)
         sim = Simulation(flow.plan(2), config, crashes=2)
@@ -141,9 +141,11 @@ def test_the_index_within_a_small_state_budget_survives_crashes_on_the_simulator
         assert result.output("changes") == reference_changes(docs), seed
         cache = result.metrics.state_cache["index"]
         assert cache["budget"] == 10_000 and cache["bytes"] <= 2 * 10_000  # two instances
-        assert cache["evicted"] + cache["spilled"] > 0 and sim.crash_points
+        assert cache["evicted"] + cache["spilled"] > 0
         read_back.append(cache["read_back"])
+        crashed.append(len(sim.crash_points))
     assert sum(n > 0 for n in read_back) >= 2, read_back
+    assert sum(n > 0 for n in crashed) >= 4, crashed
 
 
 @pytest.mark.ray
