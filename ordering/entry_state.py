@@ -121,23 +121,15 @@ class MapState:
         return 0 if size is DELETED else size
 
     def put(self, entry: Hashable, value: Any) -> None:
-        if entry == SIZE:
-            raise ValueError(f"{SIZE!r} is reserved")
         if value is None:
             raise ValueError(f"MapState.put({entry!r}, None): an entry's value cannot be None; remove(entry) deletes it")
-        if self._owner._read(self._key, entry) is DELETED:
-            self._write(SIZE, len(self) + 1)
-        self._write(entry, value)
+        if entry == SIZE:
+            raise ValueError(f"{SIZE!r} is reserved")
+        self._owner._write(self._key, entry, value, self._journal)
 
     def remove(self, entry: Hashable) -> None:
         """Remove ``entry`` if present."""
-        if self._owner._read(self._key, entry) is not DELETED:
-            self._write(SIZE, len(self) - 1)
-            self._write(entry, DELETED)
-
-    def _write(self, entry: Hashable, value: Any) -> None:
-        self._owner._push(self._key, entry, value)
-        self._journal.append(entry)
+        self._owner._write(self._key, entry, DELETED, self._journal)
 
 
 class EntryKeyedState(DriftingLogs):
@@ -157,11 +149,30 @@ class EntryKeyedState(DriftingLogs):
         stack = self.overlay.get((key, entry))
         return stack[-1] if stack else self.backend.get(key, entry)
 
-    def _push(self, key: Hashable, entry: Hashable, value: Any) -> None:
-        stack = self.overlay.get((key, entry))
-        if stack is None:
-            stack = self.overlay[(key, entry)] = deque()
-        stack.append(value)
+    def _write(self, key: Hashable, entry: Hashable, value: Any, journal: list) -> None:
+        """Write ``value`` (DELETED: remove) over the entry and journal it, keeping the key's
+        size entry; removing a missing entry writes nothing. One function for the in-order
+        path of every element: the index's put was six calls deep through the handle."""
+        overlay = self.overlay
+        stack = overlay.get((key, entry))  # never empty: an emptied stack leaves the overlay
+        old = stack[-1] if stack else self.backend.get(key, entry)
+        if (old is DELETED) is (value is DELETED):  # present -> present, or missing -> missing
+            if value is DELETED:
+                return
+        else:
+            sizes = overlay.get((key, SIZE))
+            size = sizes[-1] if sizes else self.backend.get(key, SIZE)
+            size = (0 if size is DELETED else size) + (-1 if value is DELETED else 1)
+            if sizes:
+                sizes.append(size)
+            else:
+                overlay[(key, SIZE)] = deque((size,))
+            journal.append(SIZE)
+        if stack:
+            stack.append(value)
+        else:
+            overlay[(key, entry)] = deque((value,))
+        journal.append(entry)
 
     def _undo(self, key: Hashable, journal: Optional[list]) -> None:
         """Pop what one element wrote (it is the newest applied element of its key)."""
