@@ -119,8 +119,10 @@ class InputMerge:
         return released, done
 
     def partly_released(self) -> list:
-        """``(token, meta of its first held item)`` for each offer some of whose items are
-        released and some held (only a sender's oldest offer can be). O(senders).
+        """``(token, least meta of its held items)`` for each offer some of whose items are
+        released and some held (only a sender's oldest offer can be). O(senders + held items
+        of those offers): a batch is not always in t order (a stateful step emits key by
+        key), so the least held item is looked for, not taken to be the first.
 
         A caller that acknowledges per offer can move the offer's hold on the watermark up
         to what it still holds: its released part is done, and an item held for another
@@ -138,7 +140,7 @@ class InputMerge:
             if s.held:
                 _, items, i, token = s.held[0]
                 if i:
-                    out.append((token, items[i][0]))
+                    out.append((token, min(items[i:], key=_meta_of)[0]))
         return out
 
     def take_all(self) -> tuple:

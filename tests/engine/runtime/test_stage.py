@@ -98,14 +98,14 @@ def test_a_batch_partly_released_by_the_merge_holds_the_watermark_only_at_what_i
     entry = plan.stages[stage].step_ids[0]
     rt = StageRuntime(plan, stage_index=stage, instance=0, seed=1)
     acker = Acker(sources=1)
-    a_items = [((t, 0, 0, t, (), False), f"a{t}", f"a{t}") for t in (1, 5, 9)]
+    a_items = [((t, 0, 0, t, (), False), f"a{t}", f"a{t}") for t in (1, 9, 5)]  # not in t order: a stateful step emits key by key
     b_items = [((t, 0, 1, t, (), False), f"b{t}", f"b{t}") for t in (2, 3)]
     batches = [Batch(entry, 0xA, [(1, 0, 0, 1)], a_items, sender="A"), Batch(entry, 0xB, [(2, 0, 1, 2)], b_items, sender="B", more=True)]
     acker.update({(1, 0, 0, 1): 0xA, (2, 0, 1, 2): 0xB}, source=0, bound=TOP)  # the senders' XORs; all is sent
     rt.receive_many(batches)
-    assert rt.holding  # a5 and a9 wait: B said more is coming
+    assert rt.holding  # a9 and a5 wait: B said more is coming
     acker.update(rt.take_acks())
-    assert acker.watermark == (5, 0, 0, 5)  # a1, b2, b3 done; a5 still held
+    assert acker.watermark == (5, 0, 0, 5)  # a1, b2, b3 done; a5 still held (behind a9 in its batch)
     rt.release_held(everything=True)
     acker.update(rt.take_acks())
     assert acker.watermark == TOP and not rt.holding
