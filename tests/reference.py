@@ -323,10 +323,11 @@ class _Entries:
         return len(self.data)
 
 
-def crashed_runs_differing(flow: Flow, expected: dict, seeds: int) -> tuple:
+def crashed_runs_differing(flow: Flow, expected: dict, seeds: int, enough=None) -> tuple:
     """Exactly-once runs of ``flow`` on the simulator for seeds 0..seeds-1 (parallelism 1-3,
     snapshots every 5, 10 or 20 ms, one or two crashes each): ``(seeds whose output of a sink
-    of expected differs, with their crash points; recoveries that restored a committed snapshot)``."""
+    of expected differs, with their crash points; recoveries that restored a committed snapshot)``.
+    ``enough(seeds run, restored)``: stop before ``seeds`` once it holds."""
     from driftstream.engine.model.config import RunConfig
     from driftstream.engine.runtime.simulator import Simulation
 
@@ -338,4 +339,6 @@ def crashed_runs_differing(flow: Flow, expected: dict, seeds: int) -> tuple:
         if any(result.output(sink) != want for sink, want in expected.items()):
             wrong.append((seed, sim.crash_points))
         restored += sum(sid is not None for sid in sim.recoveries)
+        if enough is not None and enough(seed + 1, restored):
+            break
     return wrong, restored

@@ -17,16 +17,15 @@ from driftstream.barriers.file_sink import read_file_sink
 from driftstream.engine.model.config import COORDINATOR_NICENESS
 from driftstream.snapshots.store import SnapshotStore
 
-from tests.engine.api.resume_flow import N, build
+from tests.engine.api.resume_flow import N, build, failure_free_output
 
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_driver_killed_with_sigkill_then_resumed(ray_session, tmp_path):
-    build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+def test_driver_killed_with_sigkill_then_resumed(ray_session, tmp_path, tmp_path_factory):
+    expected = failure_free_output(tmp_path_factory)
     out, snaps = tmp_path / "out", tmp_path / "snaps"
 
     address = ray.get_runtime_context().gcs_address
@@ -57,7 +56,8 @@ def _niceness() -> int:
     return os.nice(0)
 
 
-def test_start_status_stop_then_resume(ray_session, tmp_path):
+def test_start_status_stop_then_resume(ray_session, tmp_path, tmp_path_factory):
+    expected = failure_free_output(tmp_path_factory)
     out, snaps = tmp_path / "out", tmp_path / "snaps"
     flow = build(str(out))
     handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps))
@@ -81,15 +81,15 @@ def test_start_status_stop_then_resume(ray_session, tmp_path):
 
     resumed = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps), resume=True)
     resumed.wait(timeout=120)
-    build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
-    assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")
+    assert read_file_sink(out, "out") == expected
 
 
-def test_detached_flow_survives_its_coordinator_process(ray_session, tmp_path):
+def test_detached_flow_survives_its_coordinator_process(ray_session, tmp_path, tmp_path_factory):
     """A detached flow's coordinator dies (its process killed): Ray restarts it, the new
     incarnation resumes from the newest snapshot, and the output is a failure-free run's."""
     from driftstream.engine import attach, list_flows
 
+    expected = failure_free_output(tmp_path_factory)
     out, snaps = tmp_path / "out", tmp_path / "snaps"
     handle = build(str(out)).start(parallelism=2, detached=True, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps))
     assert [f["state"] for f in list_flows() if f["name"] == "resume"] == ["running"]
@@ -103,8 +103,7 @@ def test_detached_flow_survives_its_coordinator_process(ray_session, tmp_path):
     assert attach("resume").describe()["restarts"] == 1
     handle.stop(timeout=60)  # removes the finished flow: its name is free again
     assert "resume" not in [f["name"] for f in list_flows()]
-    build(str(tmp_path / "ref"), paced=False).run(parallelism=2)
-    assert read_file_sink(out, "out") == read_file_sink(tmp_path / "ref", "out")
+    assert read_file_sink(out, "out") == expected
 
 
 def test_attach_to_a_flow_a_driver_runs(ray_session, tmp_path):

@@ -1,8 +1,9 @@
 """Exactly-once when a whole Ray node goes away: a helper run in its own process.
 
-``python cluster_run.py RESULT.json [WORKDIR] [--hard]`` starts a Ray cluster of a head
-and two worker nodes on this machine (``ray.cluster_utils.Cluster``), runs the
-pipeline of ``test_exactly_once.py`` once without failures (MemorySource) and
+``python cluster_run.py RESULT.json [WORKDIR] [--hard] [--expected=OUTPUT.pickle]`` starts a Ray
+cluster of a head and two worker nodes on this machine (``ray.cluster_utils.Cluster``), runs the
+pipeline of ``test_exactly_once.py`` once without failures (MemorySource; or takes that run's
+sink content, pickled, from ``--expected``: the test passes the one its session already has) and
 once paced under exactly-once while a background thread removes a worker node
 that hosts at least one of the run's actors (Ray's SPREAD is best-effort: if
 every actor landed on the head, nothing is removed and the run is repeated),
@@ -30,12 +31,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
 import threading
 import time
 import traceback
+from typing import Optional
 
 from driftstream.engine.runtime.ray_session import LEAN_RAY_ENV, NAMESPACE
 
@@ -146,7 +149,7 @@ def remover(cluster: Cluster, workers: list, names: list, report: dict, deadline
     return thread
 
 
-def main(result_path: str, workdir: str, graceful: bool = True) -> int:
+def main(result_path: str, workdir: str, graceful: bool = True, expected_path: Optional[str] = None) -> int:
     own_tmpdir = "RAY_TMPDIR" not in os.environ
     if own_tmpdir:  # short: Ray's unix socket paths live under it (limit ~107 characters)
         os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="dsr-", dir="/tmp")
@@ -163,10 +166,14 @@ def main(result_path: str, workdir: str, graceful: bool = True) -> int:
         report["nodes"] = {"head": cluster.head_node.node_id, "workers": [w.node_id for w in workers]}
         report["cluster_up_s"] = time.time() - t0
 
-        # Failure-free reference on the same cluster.
+        # Failure-free reference: given (the same flow's output from the test session), or run on this cluster.
         t = time.time()
-        build("cl-ref", FileSink(os.path.join(workdir, "ref"), name="out"), paced=False).run(parallelism=PARALLELISM)
-        expected = read_file_sink(os.path.join(workdir, "ref"), "out")
+        if expected_path:
+            with open(expected_path, "rb") as f:
+                expected = pickle.load(f)
+        else:
+            build("cl-ref", FileSink(os.path.join(workdir, "ref"), name="out"), paced=False).run(parallelism=PARALLELISM)
+            expected = read_file_sink(os.path.join(workdir, "ref"), "out")
         report["reference_s"] = time.time() - t
 
         # The same input, paced, exactly-once; a worker node is removed mid-stream. Ray's
@@ -229,9 +236,10 @@ def main(result_path: str, workdir: str, graceful: bool = True) -> int:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--hard"]
+    args = [a for a in sys.argv[1:] if a != "--hard" and not a.startswith("--expected=")]
     graceful = "--hard" not in sys.argv[1:]
+    expected_path = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--expected=")), None)
     if len(args) > 1:
-        sys.exit(main(args[0], args[1], graceful))
+        sys.exit(main(args[0], args[1], graceful, expected_path))
     with tempfile.TemporaryDirectory(prefix="driftstream-cluster-") as d:
-        sys.exit(main(args[0], d, graceful))
+        sys.exit(main(args[0], d, graceful, expected_path))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.engine.control.test_exactly_once import failure_free_output
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -45,14 +48,18 @@ def processes_with(marker: str) -> list:
     return pids
 
 
-def run_cluster(tmp_path: Path, hard: bool) -> tuple:
-    """Run ``cluster_run.py`` (``--hard``: the node removed without a graceful shutdown);
+def run_cluster(tmp_path: Path, hard: bool, expected: list) -> tuple:
+    """Run ``cluster_run.py`` (``--hard``: the node removed without a graceful shutdown) against
+    ``expected``, a failure-free run's output of its flow (the flow of ``test_exactly_once.py``);
     returns its report, the tail of its output, and the cluster's processes left running."""
     result_path = tmp_path / "result.json"
+    expected_path = tmp_path / "expected.pickle"
+    expected_path.write_bytes(pickle.dumps(expected))
     ray_tmp = tempfile.mkdtemp(prefix="dsr-", dir="/tmp")  # short: Ray's socket paths live under it
     env = dict(os.environ, RAY_TMPDIR=ray_tmp)
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(result_path), str(tmp_path / "work")] + (["--hard"] if hard else []),
+        [sys.executable, str(SCRIPT), str(result_path), str(tmp_path / "work"), f"--expected={expected_path}"]
+        + (["--hard"] if hard else []),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -94,16 +101,16 @@ def run_cluster(tmp_path: Path, hard: bool) -> tuple:
     return report, tail
 
 
-def test_worker_node_removed_mid_stream(tmp_path):
-    report, _ = run_cluster(tmp_path, hard=False)
+def test_worker_node_removed_mid_stream(ray_session, tmp_path, tmp_path_factory):
+    report, _ = run_cluster(tmp_path, hard=False, expected=failure_free_output(tmp_path_factory))
     assert report["removed_node"] not in report["nodes_alive_after"]
 
 
-def test_worker_node_lost_without_shutdown_recovers_in_seconds(tmp_path):
+def test_worker_node_lost_without_shutdown_recovers_in_seconds(ray_session, tmp_path, tmp_path_factory):
     """The node's processes killed at once (as when a machine dies): its actors' peers see
     their connections end, the supervisor finds the node's raylet gone, and the replacements
     go to the other nodes, all before Ray's health check (~14 s) declares the node dead."""
-    report, tail = run_cluster(tmp_path, hard=True)
+    report, tail = run_cluster(tmp_path, hard=True, expected=failure_free_output(tmp_path_factory))
     # One recovery: a replacement placed on the lost node would fail once Ray declares it
     # dead, and the launch would start over (a second recovery, ~14 s later).
     assert report["recoveries"] == 1, f"{report['recovery_s']}\n{tail}"

@@ -13,7 +13,7 @@ from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.engine.model.errors import FlowError
 from driftstream.snapshots.store import QUARANTINED, SnapshotStore
 
-from tests.engine.control.test_exactly_once import N, build
+from tests.engine.control.test_exactly_once import N, build, failure_free_output
 
 pytestmark = pytest.mark.ray
 
@@ -46,9 +46,9 @@ def damage(store: SnapshotStore, snapshot_id: int, required: bool = True) -> Opt
     return files[0]
 
 
-def test_a_damaged_snapshot_falls_back_to_the_one_before_and_with_none_left_the_error_says_what_to_do(ray_session, tmp_path):
-    build("cs-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+def test_a_damaged_snapshot_falls_back_to_the_one_before_and_with_none_left_the_error_says_what_to_do(ray_session, tmp_path,
+                                                                                                       tmp_path_factory):
+    expected = failure_free_output(tmp_path_factory)  # a failure-free run's output
     flow = build("cs", FileSink(tmp_path / "out", name="out"), paced=True)
     store = run_then_stop(flow, tmp_path)
     newest = store.committed_ids()[-1]

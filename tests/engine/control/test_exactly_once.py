@@ -35,6 +35,22 @@ def build(name: str, sink, paced: bool, rate: float = 3000) -> Flow:
     return flow
 
 
+#: the failure-free output of ``build``'s flow, once per session (see failure_free_output)
+_FAILURE_FREE: list = []
+
+
+def failure_free_output(tmp_path_factory) -> list:
+    """The FileSink content (payloads and Metas) of a failure-free run of ``build``'s flow on
+    Ray (MemorySource, parallelism 2): what every exactly-once run of that flow must equal.
+    It depends on the flow alone (an element's Meta is its source, partition and index, not
+    its timing), so one run serves every test of the session that compares with it."""
+    if not _FAILURE_FREE:
+        out = tmp_path_factory.mktemp("eo-ref")
+        build("eo-ref", FileSink(out, name="out"), paced=False).run(parallelism=2)
+        _FAILURE_FREE.append(read_file_sink(out, "out"))
+    return list(_FAILURE_FREE[0])
+
+
 def kill_when(progress, victims: list) -> threading.Thread:
     """Kill ``victims`` (actor names) one after another, each once output has grown past a step."""
 
@@ -72,9 +88,8 @@ def kill_after(victims: list, delay: float) -> threading.Thread:
     return thread
 
 
-def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path):
-    build("eo-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path, tmp_path_factory):
+    expected = failure_free_output(tmp_path_factory)
     assert len(expected) == N
 
     out = tmp_path / "eo"
@@ -89,12 +104,11 @@ def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path):
     assert got == expected  # same payloads, same Metas, same order: no duplicate, no loss
 
 
-def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path):
+def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path, tmp_path_factory):
     """With standbys=1 a recovery resets a started spare actor in the lost instance's place (no
     new process), and a new standby is started a little later. Killed three times: the output is
     a failure-free run's, and every actor, standbys included, is gone with the run."""
-    build("eo-sb-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+    expected = failure_free_output(tmp_path_factory)
     out = tmp_path / "eo"
     played_by: list = []  # at each kill: the name of the actor playing eo-sb/by_key/0
 
@@ -132,12 +146,11 @@ def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path):
     assert all(set(t) == {"tear_down", "setup", "restore"} and t["restore"] <= t["setup"] for t in first.values())
 
 
-def test_streamed_snapshots_survive_kills(ray_session, tmp_path):
+def test_streamed_snapshots_survive_kills(ray_session, tmp_path, tmp_path_factory):
     """At 50 ms the acker streams its snapshots to the supervisor, which commits each as it
     comes: a kill abandons the stream (and the snapshot it was taking), recovery starts
     from the last committed manifest, and a new stream goes on past the abandoned ids."""
-    build("eo-stream-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+    expected = failure_free_output(tmp_path_factory)
 
     out = tmp_path / "eo"
     killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["eo-stream/by_key/1", "eo-stream/acker"])
@@ -165,12 +178,11 @@ def cut_snapshot_link(acker_name: str) -> None:
         ray.get(call, timeout=30)
 
 
-def test_an_acker_whose_snapshots_stop_arriving_is_replaced(ray_session, tmp_path):
+def test_an_acker_whose_snapshots_stop_arriving_is_replaced(ray_session, tmp_path, tmp_path_factory):
     """The acker answers pings but its snapshots no longer reach the supervisor: past the
     schedule's patience (interval + snapshot timeout + 5 s) it is taken for hung,
     killed and replaced, and the output is still exactly-once."""
-    build("eo-mute-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+    expected = failure_free_output(tmp_path_factory)
 
     out = tmp_path / "eo"
     progress = lambda: len(read_file_sink(out, "out")) if out.exists() else 0  # noqa: E731
@@ -215,11 +227,10 @@ def test_source_and_acker_killed_kafka_sink(ray_session, kafka_broker, tmp_path)
     assert got == expected
 
 
-def killed_run(tmp_path, name: str, victims: list, guarantee: str) -> tuple:
-    """A failure-free reference run, then the same flow with ``victims`` killed mid-run:
+def killed_run(tmp_path, tmp_path_factory, name: str, victims: list, guarantee: str) -> tuple:
+    """The failure-free output, then the same flow with ``victims`` killed mid-run:
     ``(expected, got, result)`` as FileSink contents and the killed run's RunResult."""
-    build(f"{name}-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+    expected = failure_free_output(tmp_path_factory)
     out = tmp_path / name
     killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [f"{name}/{v}" for v in victims])
     result = build(name, FileSink(out, name="out"), paced=True).run(
@@ -230,8 +241,8 @@ def killed_run(tmp_path, name: str, victims: list, guarantee: str) -> tuple:
     return expected, read_file_sink(out, "out"), result
 
 
-def test_at_least_once_loses_nothing(ray_session, tmp_path):
-    expected, got, result = killed_run(tmp_path, "alo", ["by_key/1"], "at-least-once")
+def test_at_least_once_loses_nothing(ray_session, tmp_path, tmp_path_factory):
+    expected, got, result = killed_run(tmp_path, tmp_path_factory, "alo", ["by_key/1"], "at-least-once")
     # Messages that say which part failed: this test failed once (2026-11-26) without one.
     assert result.metrics.recoveries == 1, result.metrics.recovery_s
     counts = collections.Counter((m, tuple(v)) for m, v in got)
@@ -258,9 +269,8 @@ def test_guarantee_none_takes_no_snapshot(ray_session, tmp_path):
     ],
     ids=["during-snapshot", "during-recovery"],
 )
-def test_killed_during_snapshot_or_recovery(ray_session, tmp_path, faults):
-    build("faults-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
-    expected = read_file_sink(tmp_path / "ref", "out")
+def test_killed_during_snapshot_or_recovery(ray_session, tmp_path, tmp_path_factory, faults):
+    expected = failure_free_output(tmp_path_factory)
     out = tmp_path / "out"
     if "after_restore" in faults:  # the first failure, so that there is a recovery to interrupt
         kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, ["faults/src/0"])
@@ -271,7 +281,7 @@ def test_killed_during_snapshot_or_recovery(ray_session, tmp_path, faults):
     assert result.metrics.recoveries >= (2 if "after_restore" in faults else 1)
 
 
-def test_a_hung_actor_misses_heartbeats_and_is_replaced(ray_session, tmp_path):
+def test_a_hung_actor_misses_heartbeats_and_is_replaced(ray_session, tmp_path, tmp_path_factory):
     marker = tmp_path / "hung-once"
 
     def hang_once(state, x):
@@ -280,7 +290,7 @@ def test_a_hung_actor_misses_heartbeats_and_is_replaced(ray_session, tmp_path):
             time.sleep(120)
         return checksum(state, x)
 
-    build("hb-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
+    expected = failure_free_output(tmp_path_factory)
     items = [("k%d" % (i % 7), i) for i in range(N)]
     flow = Flow("hb")
     flow.source(PacedSource(items, rate=3000, partitions=3)).key_by(lambda x: x[0], name="by_key").stateful_map(hang_once).sink(
@@ -290,7 +300,7 @@ def test_a_hung_actor_misses_heartbeats_and_is_replaced(ray_session, tmp_path):
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"), heartbeat_timeout=2.0
     )
     assert marker.exists() and result.metrics.recoveries >= 1
-    assert read_file_sink(tmp_path / "out", "out") == read_file_sink(tmp_path / "ref", "out")
+    assert read_file_sink(tmp_path / "out", "out") == expected
 
 
 def count_per_key(n, x):
@@ -365,8 +375,8 @@ def test_at_most_once_skips_the_backlog_and_never_duplicates(ray_session, kafka_
         assert missing == list(range(missing[0], missing[-1] + 1, 2)) if missing else True
 
 
-def test_coordinator_killed_a_new_one_resumes(ray_session, tmp_path):
-    expected, got, result = killed_run(tmp_path, "co-file", ["coordinator"], "exactly-once")
+def test_coordinator_killed_a_new_one_resumes(ray_session, tmp_path, tmp_path_factory):
+    expected, got, result = killed_run(tmp_path, tmp_path_factory, "co-file", ["coordinator"], "exactly-once")
     assert got == expected
     assert result.metrics.elements["src"] < N  # the new coordinator resumed from a snapshot
     assert result.metrics.recoveries == 1  # the restart of the coordinator

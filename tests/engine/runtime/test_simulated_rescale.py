@@ -69,6 +69,11 @@ def test_seeded_rescales_happen_and_crashes_strike_during_them():
     flow, _ = FLOWS["stateful_map"]()
     expected = _reference("stateful_map")["out"]
     done, points, wrong = Counter(), Counter(), []
+
+    def reached() -> bool:  # what the asserts below ask of the seeds
+        return done["up"] > 20 and done["down"] > 20 and any("draining" in p for p in points) and any("snapshot" in p for p in points)
+
+    # At least 75 seeds, then on (up to 150) only until the seeds have done what is asserted below.
     for seed in range(150):
         config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=0.01)
         sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2, rescales=[1 + (seed // 3) % 4, 1 + seed % 3])
@@ -76,6 +81,8 @@ def test_seeded_rescales_happen_and_crashes_strike_during_them():
             wrong.append((seed, sim.rescaled, sim.crash_points))
         done.update("up" if n > m else "down" for (n, _), m in zip(sim.rescaled, [1 + seed % 3] + [n for n, _ in sim.rescaled]) if n != m)
         points.update(p for p in sim.crash_points if "rescale" in p)
+        if seed + 1 >= 75 and reached():
+            break
     assert not wrong, wrong[:5]
     assert done["up"] > 20 and done["down"] > 20, done
     assert any("draining" in p for p in points) and any("snapshot" in p for p in points), points
@@ -87,3 +94,16 @@ def test_rescales_need_a_guarantee_and_a_parallelism_within_max_parallelism():
         Simulation(flow.plan(1), RunConfig(seed=1), rescales=[2])
     with pytest.raises(FlowError, match="above the flow's max_parallelism"):
         Simulation(flow.plan(1), RunConfig(seed=1, guarantee="exactly-once"), rescales=[129])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known bug (issue 28's eighth-session note): a snapshot taken in a new incarnation before its "
+    "watermark climbs back to the restored T is committed at T=BOTTOM; a restore from it sets the "
+    "timers of windows emitted before the restored T, and the window [0.005, 0.025) of 'a' is emitted twice"))
+def test_a_crash_after_a_commit_while_a_rescale_drains_emits_no_window_twice():
+    flow, _ = FLOWS["sliding panes"]()
+    config = RunConfig(seed=10992713, guarantee="exactly-once", snapshot_interval=0.02)
+    sim = Simulation(flow.plan(4), config, crashes=1, rescales=[2, 1])
+    result = sim.run()
+    assert sim.crash_points == ["after a commit (rescale draining)"]
+    assert result.output("out") == _reference("sliding panes")["out"]

@@ -128,7 +128,14 @@ def test_an_empty_sink_partition_has_no_t_last(kafka_broker):
     assert sink.open(0, 1).t_last() is None
 
 
-def test_a_missing_input_topic_fails_with_what_to_do(kafka_broker):
+def test_a_missing_input_topic_fails_with_what_to_do(kafka_broker, monkeypatch):
+    import functools
+
+    from driftstream.engine.connectors.kafka import source as kafka_source
+
+    # The source waits up to partition_count's timeout (10 s) for the topic's metadata before it
+    # calls the topic missing; 1 s here: the same answer, sooner.
+    monkeypatch.setattr(kafka_source, "partition_count", functools.partial(partition_count, timeout=1.0))
     flow = Flow("missing")
     flow.source(KafkaSource("no-such-topic-" + uuid.uuid4().hex[:6], kafka_broker.bootstrap_servers)).sink(MemorySink("o"))
     with pytest.raises(Exception, match="does not exist .* create it first"):
