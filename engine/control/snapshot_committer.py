@@ -25,7 +25,7 @@ import ray
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
-from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, manifest_of
+from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, committed_t, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.private_dir import data_dir
 from driftstream.engine.control.failover import Hung
@@ -69,6 +69,9 @@ class SnapshotCommitter:
             # Pruning lists the store: about once a second, whatever the snapshot interval.
             self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)))
         self.log = SnapshotLog()  # committed and failed snapshots
+        #: the manifest the running incarnation was restored from (None: the beginning); the
+        #: supervisor sets it at each launch (see committed_t)
+        self.restored: Optional[Manifest] = None
         self.next_snapshot_id = 1
         self.inbox: Optional[SnapshotInbox] = None  # where the acker sends snapshots, once a schedule started
         self.streams = 0  # schedules started: each stream's number
@@ -243,7 +246,7 @@ class SnapshotCommitter:
         sid, t, parts, missing, started, took_s = item
         plan = self.plan
         try:
-            manifest = manifest_of(plan, sid, t, parts, missing)
+            manifest = manifest_of(plan, sid, committed_t(t, self.restored), parts, missing)
         except MissingParts as exc:
             raise Hung({plan.actor_name(i) for i in exc.instances}) from None
         self.before_commit()

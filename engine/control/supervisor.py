@@ -182,6 +182,7 @@ class RaySupervisor:
             try:
                 run.launch(self.plan, manifest, recovering, survivors if attempt == 0 else None,
                            renamed=failover.take_renames(), avoid_nodes=failover.avoid_nodes)
+                self.committer.restored = manifest
                 return manifest
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
                 corrupt = corrupt_cause(exc)

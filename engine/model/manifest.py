@@ -191,6 +191,20 @@ class PartCollector:
         return [i for i in self.instances if i not in self.parts]
 
 
+def committed_t(t: tuple, restored: Optional["Manifest"]) -> tuple:
+    """The T a snapshot at watermark ``t`` is committed at, in an incarnation restored from
+    ``restored``: at least the restored T. A new incarnation's acker starts again from the
+    bottom, so a snapshot taken before its watermark climbs back holds the restored state and
+    nothing more, which is the restored snapshot's, at its T; committed at ``t`` instead, a
+    restore from it set the timers of windows emitted below that T again (a window emitted
+    twice after a crash while a rescale drained).
+
+    >>> committed_t((3,), None), committed_t((float("-inf"),), Manifest(1, "f", 2, (7,), {})), committed_t((9,), Manifest(1, "f", 2, (7,), {}))
+    ((3,), (7,), (9,))
+    """
+    return tuple(t) if restored is None else max(tuple(t), tuple(restored.t))
+
+
 def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance, SnapshotPart], missing: Iterable) -> Manifest:
     """The manifest of snapshot ``snapshot_id`` of a run of ``plan`` at ``t`` from every instance's part.
 

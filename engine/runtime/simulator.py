@@ -55,7 +55,7 @@ from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig, aligned_sources, plan_alignment
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.model.manifest import Manifest, PartCollector, manifest_of
+from driftstream.engine.model.manifest import committed_t, Manifest, PartCollector, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
@@ -420,7 +420,7 @@ class Simulation:
         c, self.collector = self.collector, None
         if self._maybe_crash("between prepared and commit"):
             return
-        manifest = manifest_of(self.plan, c.snapshot_id, c.t, c.parts, c.missing)
+        manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing)
         self.store.write_manifest(c.snapshot_id, manifest.to_json())
         self.commits += 1
         if self._maybe_crash("after a commit"):

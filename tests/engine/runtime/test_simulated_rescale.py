@@ -96,11 +96,12 @@ def test_rescales_need_a_guarantee_and_a_parallelism_within_max_parallelism():
         Simulation(flow.plan(1), RunConfig(seed=1, guarantee="exactly-once"), rescales=[129])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug (issue 28's eighth-session note): a snapshot taken in a new incarnation before its "
-    "watermark climbs back to the restored T is committed at T=BOTTOM; a restore from it sets the "
-    "timers of windows emitted before the restored T, and the window [0.005, 0.025) of 'a' is emitted twice"))
 def test_a_crash_after_a_commit_while_a_rescale_drains_emits_no_window_twice():
+    """The case the property above found (seed 10992713): the incarnation after the first
+    rescale took a snapshot before its watermark climbed back to the restored T; committed at
+    the bottom, a restore from it set the timers of windows emitted before T again, and the
+    window [0.005, 0.025) of 'a' left twice (2, then 4). A snapshot is now committed at
+    least at the T its incarnation was restored from (``manifest.committed_t``)."""
     flow, _ = FLOWS["sliding panes"]()
     config = RunConfig(seed=10992713, guarantee="exactly-once", snapshot_interval=0.02)
     sim = Simulation(flow.plan(4), config, crashes=1, rescales=[2, 1])
