@@ -1,7 +1,8 @@
 """Input merge: a stage instance takes what several senders send in t order, not in arrival order.
 
-Each sender's items arrive in t order (one connection is FIFO, and a sender emits in
-t order), but two senders interleave: in a backlog, sender A's batch covering
+Each sender's items arrive mostly in t order (one connection is FIFO, and a sender
+emits in t order, but for a stateful step's batch, made key by key: an item out of
+order is only released later or earlier than it could be), but two senders interleave: in a backlog, sender A's batch covering
 documents 100-104 lands before sender B's covering 101-105, and a stateful step
 after the entry repairs every key of B's batch that A's already touched (the
 inverted index: a third of its elements, from a 2-partition topic). So items are
@@ -76,7 +77,7 @@ class InputMerge:
         if s is None:
             s = self._senders[sender] = _Sender()
         s.seen, s.more = now, more
-        s.held.append([entry, items, 0, token])
+        s.held.append([entry, items, 0, token, 0])  # the last: how far partly_released reported it
         if not items:
             return
         self._held += len(items)
@@ -99,7 +100,7 @@ class InputMerge:
             held = s.held
             while held:
                 offer = held[0]
-                entry, items, i, token = offer
+                entry, items, i, token, _ = offer
                 j = len(items) if frontier is None else _upto(items, i, frontier)
                 if j > i:
                     out = released.get(entry)
@@ -120,9 +121,11 @@ class InputMerge:
 
     def partly_released(self) -> list:
         """``(token, least meta of its held items)`` for each offer some of whose items are
-        released and some held (only a sender's oldest offer can be). O(senders + held items
-        of those offers): a batch is not always in t order (a stateful step emits key by
-        key), so the least held item is looked for, not taken to be the first.
+        released and some held (only a sender's oldest offer can be), once per release:
+        an offer whose release did not move since the last call is not reported again.
+        O(senders + held items of the offers reported): a batch is not always in t order
+        (a stateful step emits key by key), so the least held item is looked for, not
+        taken to be the first.
 
         A caller that acknowledges per offer can move the offer's hold on the watermark up
         to what it still holds: its released part is done, and an item held for another
@@ -132,14 +135,16 @@ class InputMerge:
         >>> m = InputMerge(quiet_s=0.002, max_hold_s=1.0)
         >>> m.offer("A", 0, [((1,), "a1"), ((5,), "a5")], "batch-A", now=0.0)
         >>> m.offer("B", 0, [((3,), "b3")], "batch-B", now=0.0, more=True)
-        >>> _ = m.take(now=0.0); m.partly_released()
-        [('batch-A', (5,))]
+        >>> _ = m.take(now=0.0); m.partly_released(), m.partly_released()
+        ([('batch-A', (5,))], [])
         """
         out = []
         for s in self._senders.values():
             if s.held:
-                _, items, i, token = s.held[0]
-                if i:
+                offer = s.held[0]
+                _, items, i, token, reported = offer
+                if i != reported:
+                    offer[4] = i
                     out.append((token, min(items[i:], key=_meta_of)[0]))
         return out
 

@@ -55,7 +55,7 @@ from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig, aligned_sources, plan_alignment
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.model.manifest import committed_t, Manifest, PartCollector, manifest_of
+from driftstream.engine.model.manifest import Manifest, PartCollector, committed_t, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
