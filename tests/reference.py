@@ -342,3 +342,22 @@ def crashed_runs_differing(flow: Flow, expected: dict, seeds: int, enough=None) 
         if enough is not None and enough(seed + 1, restored):
             break
     return wrong, restored
+
+
+#: flow name -> the FileSink content of its failure-free run, once per test session
+_FAILURE_FREE: dict = {}
+
+
+def failure_free_output(name: str, tmp_path_factory, run) -> list:
+    """The FileSink content (payloads and Metas) that ``run(out_dir)``, a failure-free run of
+    the flow ``name`` into a FileSink named "out" in ``out_dir``, writes: what every
+    exactly-once run of that flow must equal. It depends on the flow alone (an element's
+    Meta is its source, partition and index, not its timing), so it runs once per session
+    and every test that compares with it gets a copy."""
+    if name not in _FAILURE_FREE:
+        from driftstream.barriers.file_sink import read_file_sink
+
+        out = tmp_path_factory.mktemp(f"{name}-ref")
+        run(out)
+        _FAILURE_FREE[name] = read_file_sink(out, "out")
+    return list(_FAILURE_FREE[name])

@@ -166,9 +166,8 @@ def test_the_index_over_a_kafka_backlog_with_spilled_state_survives_kills(ray_se
     import time
 
     import ray
-    from kafka import TopicPartition
 
-    from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, true_end
+    from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, topic_end
     from driftstream.engine.connectors.kafka.sink import read_kafka_sink
     from driftstream.engine.testing import wait_for_actor
     from driftstream.examples.benchmarks.backlog import documents
@@ -185,7 +184,7 @@ def test_the_index_over_a_kafka_backlog_with_spilled_state_survives_kills(ray_se
     c = consumer(bs)
 
     def written() -> int:
-        return sum(true_end(c, TopicPartition(out, p)) for p in range(2))
+        return topic_end(c, out, 2)
 
     handle = kafka_flow(bs, src, out, name=name).start(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, snapshot_dir=str(tmp_path / "snaps"),

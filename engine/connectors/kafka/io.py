@@ -108,3 +108,9 @@ def true_end(c: KafkaConsumer, tp: TopicPartition) -> int:
     """The offset after the last record of ``tp`` (0 for an empty partition)."""
     rec = last_record(c, tp)
     return 0 if rec is None else rec.offset + 1
+
+
+def topic_end(c: KafkaConsumer, topic: str, partitions: int) -> int:
+    """The sum of the true ends of ``topic``'s ``partitions`` first partitions: the records a
+    non-transactional writer put there, counted without reading them all."""
+    return sum(true_end(c, TopicPartition(topic, p)) for p in range(partitions))

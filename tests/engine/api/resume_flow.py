@@ -29,22 +29,13 @@ def build(out_dir: str, paced: bool = True) -> Flow:
     return flow
 
 
-#: the failure-free output of ``build``'s flow, once per session (see failure_free_output)
-_FAILURE_FREE: list = []
-
-
 def failure_free_output(tmp_path_factory) -> list:
-    """The FileSink content (payloads and Metas) of a failure-free run of ``build``'s flow on
-    Ray (MemorySource, parallelism 2), what a resumed or recovered run must equal. It depends
-    on the flow alone, so one run serves every test of the session that compares with it.
-    (Runs a flow named "resume": call it while no other one runs.)"""
-    if not _FAILURE_FREE:
-        from driftstream.barriers.file_sink import read_file_sink
+    """What a resumed or recovered run of ``build``'s flow must equal (a failure-free run on
+    Ray, parallelism 2; once per session, see tests/reference.py). It runs a flow named
+    "resume": call it while no other one runs."""
+    from tests.reference import failure_free_output as once
 
-        out = tmp_path_factory.mktemp("resume-ref")
-        build(str(out), paced=False).run(parallelism=2)
-        _FAILURE_FREE.append(read_file_sink(out, "out"))
-    return list(_FAILURE_FREE[0])
+    return once("resume", tmp_path_factory, lambda out: build(str(out), paced=False).run(parallelism=2))
 
 
 if __name__ == "__main__":

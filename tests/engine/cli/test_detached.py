@@ -14,9 +14,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
-from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, true_end
+from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, topic_end
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
 from driftstream.snapshots.store import SnapshotStore
 
@@ -76,7 +76,7 @@ class Setup:
         partitions' true ends (read_kafka_sink waits 300 ms of silence per partition)."""
         c = consumer(self.bootstrap)
         try:
-            return sum(true_end(c, TopicPartition(self.topic_out, p)) for p in range(3))
+            return topic_end(c, self.topic_out, 3)
         finally:
             c.close()
 

@@ -17,6 +17,8 @@ from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.testing import MemorySource, PacedSource, wait_for_actor
 
+from tests import reference
+
 pytestmark = pytest.mark.ray
 
 N = 6000
@@ -35,20 +37,11 @@ def build(name: str, sink, paced: bool, rate: float = 3000) -> Flow:
     return flow
 
 
-#: the failure-free output of ``build``'s flow, once per session (see failure_free_output)
-_FAILURE_FREE: list = []
-
-
 def failure_free_output(tmp_path_factory) -> list:
-    """The FileSink content (payloads and Metas) of a failure-free run of ``build``'s flow on
-    Ray (MemorySource, parallelism 2): what every exactly-once run of that flow must equal.
-    It depends on the flow alone (an element's Meta is its source, partition and index, not
-    its timing), so one run serves every test of the session that compares with it."""
-    if not _FAILURE_FREE:
-        out = tmp_path_factory.mktemp("eo-ref")
-        build("eo-ref", FileSink(out, name="out"), paced=False).run(parallelism=2)
-        _FAILURE_FREE.append(read_file_sink(out, "out"))
-    return list(_FAILURE_FREE[0])
+    """What every exactly-once run of ``build``'s flow must equal (a failure-free run on Ray,
+    MemorySource, parallelism 2; once per session, see tests/reference.py)."""
+    return reference.failure_free_output(
+        "eo", tmp_path_factory, lambda out: build("eo-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
 
 
 def kill_when(progress, victims: list) -> threading.Thread:

@@ -86,13 +86,11 @@ def written(bs: str, dst: str) -> int:
     """Records in the sink topic (each an output: the sink writes no other record): the sum of
     its partitions' true ends, without reading them all (read_kafka_sink waits 300 ms of
     silence per partition)."""
-    from kafka import TopicPartition
-
-    from driftstream.engine.connectors.kafka.io import consumer, true_end
+    from driftstream.engine.connectors.kafka.io import consumer, topic_end
 
     c = consumer(bs)
     try:
-        return sum(true_end(c, TopicPartition(dst, p)) for p in range(4))
+        return topic_end(c, dst, 4)
     finally:
         c.close()
 

@@ -12,10 +12,9 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from kafka import TopicPartition
 
 from driftstream.barriers.file_sink import FileSink, read_file_sink
-from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, true_end
+from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, topic_end
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
 from driftstream.engine.windows import Session
 from driftstream.examples.benchmarks.backlog import documents
@@ -81,7 +80,7 @@ def test_the_inverted_index_rescaled_2_4_2_through_a_kafka_backlog(ray_session, 
     c = consumer(bs)
 
     def written() -> int:
-        return sum(true_end(c, TopicPartition(out, p)) for p in range(4))
+        return topic_end(c, out, 4)
 
     # Sources read at most 10 documents past the watermark: the backlog is read as it is
     # processed, so a rescale's drain leaves most of it in the topic.
