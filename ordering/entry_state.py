@@ -68,9 +68,10 @@ class DictEntryBackend:
     """Base entries in a dict: the backend for unit tests and the simulator.
 
     The protocol: ``get(key, entry)`` (``DELETED`` when missing), ``put(key, entry, value)``,
-    ``delete(key, entry)``, ``fold(key, inputs)`` (the inputs whose writes were just put:
-    a snapshotting backend records them for a delta), ``entries(key)`` (every entry,
-    O(entries): for inspection and tests).
+    ``delete(key, entry)``, ``fold(key, writes, inputs)`` (the ``(entry, value or DELETED)``
+    writes of ``inputs``, elements the watermark passed, to store in order: one call per
+    key and advance, not one per write), ``entries(key)`` (every entry, O(entries): for
+    inspection and tests).
 
     >>> b = DictEntryBackend(); b.put("k", "a", 1); b.get("k", "a"), b.get("k", "b")
     (1, DELETED)
@@ -88,8 +89,13 @@ class DictEntryBackend:
     def delete(self, key: Hashable, entry: Hashable) -> None:
         self._data.pop((key, entry), None)
 
-    def fold(self, key: Hashable, inputs: list) -> None:
-        pass
+    def fold(self, key: Hashable, writes: list, inputs: list) -> None:
+        data = self._data
+        for entry, value in writes:
+            if value is DELETED:
+                data.pop((key, entry), None)
+            else:
+                data[(key, entry)] = value
 
     def entries(self, key: Hashable) -> Iterator[tuple]:
         return ((e, v) for (k, e), v in self._data.items() if k == key and e != SIZE)
@@ -209,15 +215,12 @@ class EntryKeyedState(DriftingLogs):
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
         """Move the writes of the first n entries into the backend, in log order. O(writes)."""
-        overlay, backend = self.overlay, self.backend
+        overlay = self.overlay
+        writes = []
         for journal in log.after[:n]:
             for entry in journal:
                 stack = overlay[(key, entry)]
-                value = stack.popleft()
+                writes.append((entry, stack.popleft()))
                 if not stack:
                     del overlay[(key, entry)]
-                if value is DELETED:
-                    backend.delete(key, entry)
-                else:
-                    backend.put(key, entry, value)
-        backend.fold(key, log.payloads[:n])
+        self.backend.fold(key, writes, log.payloads[:n])

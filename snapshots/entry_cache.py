@@ -24,6 +24,7 @@ from typing import Any, Hashable, Iterator
 
 from driftstream.ordering.entry_state import DELETED, SIZE
 
+from .changelog import REMOVED
 from .state_cache import StateCache
 
 
@@ -48,8 +49,10 @@ class CachedEntries:
     def delete(self, key: Hashable, entry: Hashable) -> None:
         self.cache.remove((key, entry))
 
-    def fold(self, key: Hashable, inputs: list) -> None:
-        """Nothing to add: the entries' puts and deletes are the delta."""
+    def fold(self, key: Hashable, writes: list, inputs: list) -> None:
+        """Store ``writes`` (``(entry, value or DELETED)``, in order): the entries' puts and
+        deletes are the delta, ``inputs`` add nothing. One budget check for them all."""
+        self.cache.put_many([((key, entry), REMOVED if value is DELETED else value) for entry, value in writes])
 
     def entries(self, key: Hashable) -> Iterator[tuple]:
         return ((k[1], v) for k, v in self.cache.items() if type(k) is tuple and len(k) == 2 and k[0] == key and k[1] != SIZE)

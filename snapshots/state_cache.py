@@ -135,6 +135,33 @@ class StateCache:
                 self._changed = None
         self._set(key, state)
 
+    def put_many(self, pairs: list) -> None:
+        """:meth:`put` of each ``(key, state)`` (REMOVED: removed), with one budget check
+        after them all: entry state folds an element's entries (the index: a page and the
+        word's size) together. O(pairs).
+
+        >>> import tempfile
+        >>> from driftstream.snapshots.backend import RocksDBBackend
+        >>> cache = StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db"))
+        >>> cache.put_many([("a", 1), ("b", 2), ("a", REMOVED)]); cache.get("a"), cache.get("b"), cache.take_changes()
+        (None, 2, {'a': (REMOVED, None), 'b': (2, None)})
+        >>> cache.close()
+        """
+        changed, states, unwritten, clean = self._changed, self._states, self._unwritten, self._clean
+        for key, state in pairs:
+            if changed is not None:
+                changed[key] = None
+            states[key] = state
+            unwritten.add(key)
+            if self._sized < MEASURE_FIRST:
+                self._measure(state)
+            size = clean.pop(key, None)
+            if size is not None:
+                self._clean_bytes -= size
+        if changed is not None and len(changed) > self.max_delta_keys:
+            self._changed = None
+        self._evict()
+
     def remove(self, key: Hashable) -> None:
         """The key has no state any more; RocksDB deletes it at the next :meth:`write`. O(1)."""
         self.put(key, REMOVED)

@@ -392,12 +392,14 @@ class PartitionAnswer:
     """One partition of a fetch answer: its batches from the offset asked for on (control
     batches included), the high watermark, the last stable offset (the high watermark when
     the broker does not say) and the aborted transactions it listed, ``(producer id, first
-    offset)``."""
+    offset)``. ``data``: the partition's record bytes as fetched, for a reader that reads
+    headers now and decodes later (:func:`batches_from`)."""
 
     batches: list
     high_watermark: int
     last_stable_offset: int
     aborted: tuple = ()
+    data: bytes = b""
 
     def end(self, isolation_level: int) -> int:
         """Where a reader at ``isolation_level`` can read up to, as the broker reports it."""
@@ -503,11 +505,13 @@ def partition_answer(part: Any, offset: int, decode: bool = True, where: str = "
     """A decoded FetchResponse partition (kafka-python's ``PartitionData``) fetched at
     ``offset``, as a :class:`PartitionAnswer`."""
     lso = part.last_stable_offset
+    data = bytes(part.records) if part.records else b""
     return PartitionAnswer(
-        batches_from(bytes(part.records), offset, decode, where) if part.records else [],
+        batches_from(data, offset, decode, where) if data else [],
         part.high_watermark,
         part.high_watermark if lso is None or lso < 0 else lso,
         tuple((a.producer_id, a.first_offset) for a in part.aborted_transactions or ()),
+        data,
     )
 
 
