@@ -273,7 +273,10 @@ class DriftingLogs:
                 self._emit_diff(log.metas[j], old, new, out)
             elif flat:  # first application: nothing to invalidate
                 m0, m1, m2, m3, ids, m5 = log.metas[j]
-                out.extend([((m0, m1, m2, m3, ids + (k,), m5), value) for k, value in enumerate(new)])
+                if len(new) == 1:  # the common case (the index: one change record), without a comprehension's frame
+                    out.append(((m0, m1, m2, m3, ids + (0,), m5), new[0]))
+                else:
+                    out.extend([((m0, m1, m2, m3, ids + (k,), m5), value) for k, value in enumerate(new)])
             else:
                 out.append((log.metas[j], result))
             log.outputs[j] = new

@@ -64,6 +64,19 @@ class Batch:
     more: bool = False
 
 
+
+def _sample(samples: dict, elements: list, every: int, now: float) -> None:
+    """Latency samples: ``now`` for the time of each ``(meta, payload)`` whose offset is a
+    multiple of ``every`` (the same elements at their emit and at their release). One
+    comprehension over a bundle: q1's release loop was 7% of its instances' time.
+
+    >>> s = {}; _sample(s, [((1, 0, 0, 4, (), False), "a"), ((2, 0, 0, 5, (), False), "b")], 2, 9.0); s
+    {(1, 0, 0, 4): 9.0}
+    """
+    hits = [meta[:4] for meta, _ in elements if meta[3] % every == 0]
+    if hits:
+        samples.update(dict.fromkeys(hits, now))
+
 def _tagged(items: list, tag: int) -> list:
     """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
     return [(child_of(m, tag), p, k) for m, p, k in items]
@@ -182,10 +195,8 @@ class StageRuntime:
 
     def process_source(self, items: list) -> None:
         """Run elements read by this stage's source, ``(meta, payload)`` pairs, through the chain."""
-        now, every, emit = self.clock(), self._emit_every, self.emit_times
-        for meta, _ in items:
-            if meta[3] % every == 0:
-                emit[meta[:4]] = now
+        every, emit = self._emit_every, self.emit_times
+        _sample(emit, items, every, self.clock())
         if len(emit) > self.max_samples:
             self._emit_every = self._thin(emit, every)
         self.process(self.stage.source_id, [(m, p, None) for m, p in items])
@@ -365,10 +376,7 @@ class StageRuntime:
             if fired:
                 # A result's latency sample starts when its window closed: the time the
                 # watermark reached its close (its elements' own samples end in the window).
-                now, every = self.clock(), self._emit_every
-                for meta, _ in fired:
-                    if meta[3] % every == 0:
-                        self.emit_times[meta[:4]] = now
+                _sample(self.emit_times, fired, self._emit_every, self.clock())
                 pending: dict = {}
                 self._pass_on(sid, [(m, p, None) for m, p in fired], pending)
                 self._run(pending)
@@ -403,10 +411,8 @@ class StageRuntime:
         released_at = self.writing.pop(sid, None)
         if error is not None:
             raise step_error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
-        now, every, rel = self.clock(), self._release_every, self.release_times
-        for meta, _ in bundle.elements:
-            if meta[3] % every == 0:
-                rel[meta[:4]] = now
+        every, rel = self._release_every, self.release_times
+        _sample(rel, bundle.elements, every, self.clock())
         if len(rel) > self.max_samples:
             self._release_every = self._thin(rel, every)
         if released_at is not None:
