@@ -45,6 +45,7 @@ from driftstream.engine.control.snapshot_committer import SnapshotCommitter
 from driftstream.engine.control.snapshot_log import SnapshotRecord
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
+from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 
 class RaySupervisor:
     """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
@@ -244,4 +245,7 @@ class RaySupervisor:
         """Kill the run's actors and standbys; close the snapshot inbox and commit hooks."""
         handles, names = self.standbys.release()
         kill_actors(self.launcher.handles + handles, self.launcher.actor_names(self.launcher.names) + names)
+        # Instances killed before they reported left their RocksDB files (on this node: a
+        # cluster's other nodes clean up when an instance of the same name starts there).
+        remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
         self.committer.close()

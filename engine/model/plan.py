@@ -136,7 +136,11 @@ class Plan:
 
     def participant(self, instance: Instance) -> str:
         """``instance``'s name in the snapshot store, where '/' cannot be: ``flow-stage-index``."""
-        return f"{self.flow_name}-{self.stages[instance.stage].name}-{instance.index}"
+        return f"{self.stage_participant(instance.stage)}-{instance.index}"
+
+    def stage_participant(self, stage: int) -> str:
+        """The participant names of stage ``stage``'s instances without their index: ``flow-stage``."""
+        return f"{self.flow_name}-{self.stages[stage].name}"
 
     def describe(self) -> str:
         lines = [f"flow {self.flow_name!r}, parallelism {self.parallelism}"]

@@ -387,6 +387,42 @@ def _remove_stale_workdirs(scratch: str, participant_prefix: str) -> None:
             shutil.rmtree(stale, ignore_errors=True)
 
 
+def remove_dead_workdirs(stage_prefixes: Iterable[str], scratch: Optional[str] = None, wait_s: float = 3.0) -> int:
+    """Delete what killed instances left on this node: the working directories (RocksDB
+    files, checkpoints) of the instances of stages ``stage_prefixes`` (``flow-stage``, a
+    participant without its index) whose processes are gone. A killed process cannot clean
+    up, and a flow not started again under its name sends no incarnation to do it
+    (:func:`_remove_stale_workdirs`); the supervisor calls this once it killed a run's
+    actors, and waits up to ``wait_s`` for their processes to exit (``ray.kill`` does not
+    wait). A directory whose process lives on is kept. Returns how many went.
+
+    >>> import subprocess, sys
+    >>> gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    >>> d = tempfile.mkdtemp(); dead = Path(d, f"driftstream-f-s-0-{gone.stdout.strip()}-abcdefgh")
+    >>> live = Path(d, f"driftstream-f-s-1-{os.getpid()}-abcdefgh"); dead.mkdir(); live.mkdir()
+    >>> remove_dead_workdirs(["f-s"], d, wait_s=0.1), dead.exists(), live.exists()
+    (1, False, True)
+    """
+    candidates: dict = {}  # workdir -> the pid that made it
+    for prefix in stage_prefixes:
+        head = f"driftstream-{prefix}-"
+        for workdir in Path(scratch or tempfile.gettempdir()).glob(f"{head}*"):
+            match = re.fullmatch(r"\d+-(\d+)-[a-z0-9_]{8}", workdir.name[len(head):])  # <index>-<pid>-<mkdtemp's 8>
+            if match is not None and workdir.is_dir():
+                candidates[workdir] = int(match.group(1))
+    removed, deadline = 0, time.monotonic() + wait_s
+    while candidates:
+        for workdir, pid in list(candidates.items()):
+            if not _alive(pid):
+                shutil.rmtree(workdir, ignore_errors=True)
+                del candidates[workdir]
+                removed += 1
+        if not candidates or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return removed
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
