@@ -49,7 +49,7 @@ The first drop ends this for the cache's life (:attr:`StateCache.complete`).
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterator, Optional
+from typing import Any, Hashable, Iterable, Iterator, Optional
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
@@ -128,17 +128,12 @@ class StateCache:
 
     def put(self, key: Hashable, state: Any) -> None:
         """Set the settled state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
-        changed = self._changed
-        if changed is not None:
-            changed[key] = None
-            if len(changed) > self.max_delta_keys:
-                self._changed = None
-        self._set(key, state)
+        self.put_many(((key, state),))
 
-    def put_many(self, pairs: list) -> None:
-        """:meth:`put` of each ``(key, state)`` (REMOVED: removed), with one budget check
-        after them all: entry state folds an element's entries (the index: a page and the
-        word's size) together. O(pairs).
+    def put_many(self, pairs: Iterable[tuple]) -> None:
+        """:meth:`put` of each ``(key, state)`` (REMOVED: removed), with one budget check after
+        them all: entry state folds a key's writes (the index: a page and the word's size)
+        together. O(pairs).
 
         >>> import tempfile
         >>> from driftstream.snapshots.backend import RocksDBBackend
@@ -147,17 +142,11 @@ class StateCache:
         (None, 2, {'a': (REMOVED, None), 'b': (2, None)})
         >>> cache.close()
         """
-        changed, states, unwritten, clean = self._changed, self._states, self._unwritten, self._clean
+        changed = self._changed
         for key, state in pairs:
             if changed is not None:
                 changed[key] = None
-            states[key] = state
-            unwritten.add(key)
-            if self._sized < MEASURE_FIRST:
-                self._measure(state)
-            size = clean.pop(key, None)
-            if size is not None:
-                self._clean_bytes -= size
+            self._set(key, state)
         if changed is not None and len(changed) > self.max_delta_keys:
             self._changed = None
         self._evict()
@@ -178,9 +167,10 @@ class StateCache:
             elif changed[key] is not None:
                 changed[key].extend(inputs)
         self._set(key, state)
+        self._evict()
 
     def _set(self, key: Hashable, state: Any) -> None:
-        """Set a dirty state (the caller has recorded the change for deltas)."""
+        """Set a dirty state (the caller has recorded the change for deltas, and checks the budget)."""
         self._states[key] = state
         self._unwritten.add(key)
         if self._sized < MEASURE_FIRST:
@@ -188,7 +178,6 @@ class StateCache:
         size = self._clean.pop(key, None)
         if size is not None:
             self._clean_bytes -= size
-        self._evict()
 
     # -- snapshots --------------------------------------------------------------------------
 

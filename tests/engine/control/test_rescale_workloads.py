@@ -30,7 +30,7 @@ from tests.reference import reference_outputs
 
 pytestmark = pytest.mark.ray
 
-DOCS = 400  # article leads; every 4th page is sent again, edited, 5 sends later
+DOCS = 800  # article leads; every 4th page is sent again, edited, 5 sends later (enough that a rescale finds some unread)
 
 
 def wait_until(count, n: int, what: str, timeout: float = 120.0) -> int:
