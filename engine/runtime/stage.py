@@ -64,7 +64,6 @@ class Batch:
     more: bool = False
 
 
-
 def _sample(samples: dict, elements: list, every: int, now: float) -> None:
     """Latency samples: ``now`` for the time of each ``(meta, payload)`` whose offset is a
     multiple of ``every`` (the same elements at their emit and at their release). One
@@ -76,6 +75,7 @@ def _sample(samples: dict, elements: list, every: int, now: float) -> None:
     hits = [meta[:4] for meta, _ in elements if meta[3] % every == 0]
     if hits:
         samples.update(dict.fromkeys(hits, now))
+
 
 def _tagged(items: list, tag: int) -> list:
     """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
