@@ -104,12 +104,12 @@ class RocksDBBackend:
         ([1], None)
         >>> b.close()
         """
-        batch, encode_key = WriteBatch(raw_mode=True), self._encode_key
-        for key, state in items:
+        batch = WriteBatch(raw_mode=True)
+        for raw, (_, state) in zip(self.keys.encode_many([key for key, _ in items]), items):
             if state is REMOVED:
-                batch.delete(encode_key(key))
+                batch.delete(raw)
             else:
-                batch.put(encode_key(key), encode(state))
+                batch.put(raw, encode(state))
         self._db.write(batch, self._write_options)
 
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:

@@ -40,11 +40,11 @@ because a snapshot encodes every state that changed since the last one.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Iterable
 
 import msgpack
 
-__all__ = ["encode", "decode", "encode_key", "DecodeError", "SUPPORTED_TYPES"]
+__all__ = ["encode", "decode", "encode_key", "encode_keys", "DecodeError", "SUPPORTED_TYPES"]
 
 #: The types ``encode`` accepts (exactly these types, not subclasses).
 SUPPORTED_TYPES = (type(None), bool, int, float, str, bytes, list, tuple, dict, set, frozenset)
@@ -151,16 +151,42 @@ def encode_key(key: Any) -> bytes:
     return encode(_canonical_key(key))
 
 
+def encode_keys(keys: Iterable) -> list:
+    """:func:`encode_key` of each of ``keys``, in one call: a base encodes a key per entry
+    it writes, and a pair of a str and an int (entry state's ``(key, entry)``) is packed
+    here without the calls of :func:`encode_key` (200k entry keys with their groups:
+    1.6 -> 1.1 us a key).
+
+    >>> keys = [("the", 7), ("a", 2**70), "x", (1.0, "b"), ("b", True)]
+    >>> encode_keys(keys) == [encode_key(k) for k in keys]
+    True
+    """
+    pack, heads = _flat_packer().pack, _TUPLE_HEADS
+    out = []
+    for key in keys:
+        if type(key) is tuple and len(key) == 2 and type(key[0]) is str and type(key[1]) is int:
+            payload = pack(list(key))
+            out.append(heads[len(payload)] + payload if len(payload) < 256 else _encode_tuple(key))
+        else:
+            out.append(encode_key(key))
+    return out
+
+
+def _flat_packer() -> msgpack.Packer:
+    """This thread's packer for payloads that hold no tuple or set (see :func:`_encode_tuple`)."""
+    packer = getattr(_local, "flat", None)
+    if packer is None:
+        packer = _local.flat = _new_packer()
+    return packer
+
+
 def _encode_tuple(key: tuple) -> bytes:
     """``encode(key)`` for a tuple of str and int, without MessagePack's Python ``default``
     callback and the ``ExtType`` it builds: the same bytes, the extension header written
     here (2.1 us -> 0.6 us for ``(word, page)``; a snapshot encodes one per entry). The
     payload is packed as :func:`_extension` packs it, by a packer of its own: it holds no
     tuple or set, so only a big int re-enters the codec (through ``_pack``'s packers)."""
-    packer = getattr(_local, "flat", None)
-    if packer is None:
-        packer = _local.flat = _new_packer()
-    payload = packer.pack(list(key))
+    payload = _flat_packer().pack(list(key))
     n = len(payload)
     return (_TUPLE_HEADS[n] if n < 256 else _HEADER + _ext_header(_TUPLE, n)) + payload
 

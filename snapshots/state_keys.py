@@ -36,7 +36,7 @@ from typing import Any, Callable, Hashable, Optional
 
 from driftstream.ordering.key_groups import GroupRange, KeyGroups
 
-from .codec import decode, encode_key
+from .codec import decode, encode_key, encode_keys
 
 _GROUP = struct.Struct(">H")
 
@@ -75,6 +75,16 @@ class StateKeys:
     def encode(self, key: Hashable) -> bytes:
         """The stored form of ``key``: its group, then ``encode_key(key)``."""
         return _GROUP.pack(self._group_of(key)) + encode_key(key)
+
+    def encode_many(self, keys: list) -> list:
+        """:meth:`encode` of each of ``keys`` (a slice of a base), the keys by :func:`~.codec.encode_keys`.
+
+        >>> keys = StateKeys(KeyGroups(8), routing_key=first)
+        >>> keys.encode_many([("a", 1), ("b", 2)]) == [keys.encode(("a", 1)), keys.encode(("b", 2))]
+        True
+        """
+        pack, group_of = _GROUP.pack, self._group_of
+        return [pack(group_of(key)) + raw for key, raw in zip(keys, encode_keys(keys))]
 
     @staticmethod
     def decode(raw: bytes) -> Any:

@@ -14,7 +14,7 @@ from collections import defaultdict, namedtuple
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key
+from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key, encode_keys
 
 # -- strategies ---------------------------------------------------------------------------
 
@@ -96,6 +96,13 @@ def test_a_key_tuple_of_str_and_int_encodes_as_messagepack_does(key):
     # keys); encode goes through MessagePack's own default callback
     assert encode_key(key) == encode(key)
     assert decode(encode_key(key)) == key
+
+
+@given(st.lists(st.one_of(hashables, st.tuples(st.text(max_size=300), st.one_of(st.integers(), st.booleans())),
+                         st.tuples(st.sampled_from(["x" * n for n in (1, 13, 14, 240, 250, 254, 260)]), st.integers(0, 2**64)))))
+def test_keys_encoded_together_are_the_keys_encoded_one_by_one(keys):
+    # encode_keys packs (str, int) pairs itself, a base's keys in one call
+    assert encode_keys(keys) == [encode_key(k) for k in keys]
 
 
 def _has_nan(x) -> bool:
