@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple, Optional
 
@@ -260,7 +261,7 @@ class StageSnapshots:
             try:
                 if kind == "base":
                     cache = self.backends[step_name]
-                    yield from self._in_slices(_chunks(list(batch.items()), WRITE_CHUNK), cache.write_items)
+                    yield from self._in_slices(_chunks(batch.items(), WRITE_CHUNK), cache.write_items)
                     yield from _flushed(cache)
                     local = cache.checkpoint(self.workdir / f"ckpt-{snapshot_id}-{step_name}")
                     yield from self._io_call(self.store.upload, snapshot_id, self.participant(step_name), local)
@@ -280,7 +281,7 @@ class StageSnapshots:
         # a base's rows clean is O(rows), ~12 ms in one callback for 12k rows.
         for step_name, (kind, batch) in jobs.items():
             if kind == "base":
-                yield from self._in_slices(batch.items(), self.backends[step_name].mark_item_written)
+                yield from self._in_slices(_chunks(batch.items(), WRITE_CHUNK), self.backends[step_name].mark_items_written)
 
     def _in_slices(self, items: Iterable, fn: Callable[[Any], Any]) -> Generator:
         """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each
@@ -329,13 +330,17 @@ class _Io(NamedTuple):
     args: tuple
 
 
-def _chunks(items: list, size: int) -> Iterator[list]:
-    """``items`` in consecutive lists of ``size`` (the last may be shorter).
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in consecutive lists of ``size`` (the last may be shorter), made as they are
+    taken: a base's items listed whole lived as long as its writes (a tuple an entry), and
+    the collector went over them again and again.
 
-    >>> list(_chunks([1, 2, 3], 2))
-    [[1, 2], [3]]
+    >>> list(_chunks({1: "a", 2: "b", 3: "c"}.items(), 2))
+    [[(1, 'a'), (2, 'b')], [(3, 'c')]]
     """
-    return (items[i : i + size] for i in range(0, len(items), size))
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
 
 
 def _resume(steps: Generator, reply: Any) -> Any:

@@ -224,7 +224,8 @@ def test_a_base_marks_its_rows_clean_in_slices_and_a_row_changed_meanwhile_stays
     older state), so the next base writes it again."""
     import driftstream.engine.runtime.stage_snapshots as stage_snapshots
 
-    monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every row
+    monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every chunk of rows,
+    monkeypatch.setattr(stage_snapshots, "WRITE_CHUNK", 1)  # of one row
     snaps = StageSnapshots(str(tmp_path / "store"), "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     keys = list(range(40))
