@@ -67,11 +67,11 @@ SIZE = ("__driftstream_size__",)
 class DictEntryBackend:
     """Base entries in a dict: the backend for unit tests and the simulator.
 
-    The protocol: ``get(key, entry)`` (``DELETED`` when missing), ``put(key, entry, value)``,
-    ``delete(key, entry)``, ``fold(key, writes, inputs)`` (the ``(entry, value or DELETED)``
-    writes of ``inputs``, elements the watermark passed, to store in order: one call per
-    key and advance, not one per write), ``entries(key)`` (every entry, O(entries): for
-    inspection and tests).
+    The protocol: ``get(key, entry)`` (``DELETED`` when missing), ``fold(key, writes,
+    inputs)`` (the ``(entry, value or DELETED)`` writes of ``inputs``, elements the watermark
+    passed, to store in order: one call per key and advance, not one per write),
+    ``entries(key)`` (every entry, O(entries): for inspection and tests). ``put`` and
+    ``delete`` are this backend's own, to fill it by hand.
 
     >>> b = DictEntryBackend(); b.put("k", "a", 1); b.get("k", "a"), b.get("k", "b")
     (1, DELETED)
@@ -90,12 +90,11 @@ class DictEntryBackend:
         self._data.pop((key, entry), None)
 
     def fold(self, key: Hashable, writes: list, inputs: list) -> None:
-        data = self._data
         for entry, value in writes:
             if value is DELETED:
-                data.pop((key, entry), None)
+                self.delete(key, entry)
             else:
-                data[(key, entry)] = value
+                self.put(key, entry, value)
 
     def entries(self, key: Hashable) -> Iterator[tuple]:
         return ((e, v) for (k, e), v in self._data.items() if k == key and e != SIZE)

@@ -7,14 +7,14 @@ them to RocksDB entry by entry, and the cache bounds how many stay decoded in me
 >>> from driftstream.snapshots.backend import RocksDBBackend
 >>> from driftstream.snapshots.state_cache import StateCache
 >>> entries = CachedEntries(StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db")))
->>> entries.put("the", 7, [0, 4]); entries.put("the", 9, [2]); entries.delete("the", 9)
+>>> entries.fold("the", [(7, [0, 4]), (9, [2]), (9, DELETED)], [])   # writes the watermark passed
 >>> entries.get("the", 7), entries.get("the", 9), sorted(entries.entries("the"))
 ([0, 4], DELETED, [(7, [0, 4])])
 >>> sorted(entries.cache.take_changes())            # a delta holds each changed entry
 [('the', 7), ('the', 9)]
 >>> entries.cache.close()
 
-Costs: ``get``/``put``/``delete`` O(1) (a cache miss: one RocksDB read); ``entries``
+Costs: ``get`` O(1) (a cache miss: one RocksDB read), ``fold`` O(writes); ``entries``
 O(records): for inspection and tests only.
 """
 
@@ -42,12 +42,6 @@ class CachedEntries:
     def get(self, key: Hashable, entry: Hashable) -> Any:
         value = self.cache.get((key, entry))
         return DELETED if value is None else value
-
-    def put(self, key: Hashable, entry: Hashable, value: Any) -> None:
-        self.cache.put((key, entry), value)
-
-    def delete(self, key: Hashable, entry: Hashable) -> None:
-        self.cache.remove((key, entry))
 
     def fold(self, key: Hashable, writes: list, inputs: list) -> None:
         """Store ``writes`` (``(entry, value or DELETED)``, in order): the entries' puts and

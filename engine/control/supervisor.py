@@ -47,6 +47,7 @@ from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
 from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 
+
 class RaySupervisor:
     """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
 

@@ -381,13 +381,9 @@ def _remove_stale_workdirs(scratch: str, participant_prefix: str) -> None:
     recovery two incarnations may both be alive, and the older one's open database
     must not vanish under it.
     """
-    for stale in Path(scratch).glob(f"driftstream-{participant_prefix}-*"):
-        # <pid>-<mkdtemp's 8 characters>; anything else is another instance whose prefix
-        # extends this one ("...-1" and "...-12-<pid>-...").
-        match = re.fullmatch(r"(\d+)-[a-z0-9_]{8}", stale.name[len(f"driftstream-{participant_prefix}-") :])
-        if match is None:
-            continue
-        pid = int(match.group(1))
+    # <pid>-<mkdtemp's 8 characters>; anything else is another instance whose prefix
+    # extends this one ("...-1" and "...-12-<pid>-...").
+    for stale, pid in _workdirs(scratch, participant_prefix, r"(\d+)-[a-z0-9_]{8}").items():
         if pid == os.getpid() or not _alive(pid):
             shutil.rmtree(stale, ignore_errors=True)
 
@@ -410,11 +406,7 @@ def remove_dead_workdirs(stage_prefixes: Iterable[str], scratch: Optional[str] =
     """
     candidates: dict = {}  # workdir -> the pid that made it
     for prefix in stage_prefixes:
-        head = f"driftstream-{prefix}-"
-        for workdir in Path(scratch or tempfile.gettempdir()).glob(f"{head}*"):
-            match = re.fullmatch(r"\d+-(\d+)-[a-z0-9_]{8}", workdir.name[len(head):])  # <index>-<pid>-<mkdtemp's 8>
-            if match is not None and workdir.is_dir():
-                candidates[workdir] = int(match.group(1))
+        candidates.update(_workdirs(scratch or tempfile.gettempdir(), prefix, r"\d+-(\d+)-[a-z0-9_]{8}"))  # <index>-<pid>-<8>
     removed, deadline = 0, time.monotonic() + wait_s
     while candidates:
         for workdir, pid in list(candidates.items()):
@@ -426,6 +418,18 @@ def remove_dead_workdirs(stage_prefixes: Iterable[str], scratch: Optional[str] =
             break
         time.sleep(0.05)
     return removed
+
+
+def _workdirs(scratch: str, prefix: str, rest: str) -> dict:
+    """``{directory: the pid that made it}`` of the working directories ``driftstream-<prefix>-<rest>``
+    under ``scratch``, ``rest`` a pattern whose one group is the pid."""
+    head = f"driftstream-{prefix}-"
+    found = {}
+    for workdir in Path(scratch).glob(f"{head}*"):
+        match = re.fullmatch(rest, workdir.name[len(head) :])
+        if match is not None and workdir.is_dir():
+            found[workdir] = int(match.group(1))
+    return found
 
 
 def _alive(pid: int) -> bool:
