@@ -32,12 +32,13 @@ from driftstream.snapshots.state_keys import StateKeys
 
 from driftstream.engine.model.errors import StepError, dead_letter
 from driftstream.engine.model.plan import Plan
+from driftstream.engine.runtime.latency_samples import LatencySamples
 from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for, step_error  # noqa: F401  (TIMED_KINDS: re-exported)
 
 
 #: Keys whose owner a stage instance remembers per keyed step it routes to (cleared when full).
 OWNERS_CACHED = 1 << 16
-#: Latency samples one instance keeps per kind (emit, release) before it thins them.
+#: Latency samples one instance keeps per point (emit, release) before it thins them.
 MAX_SAMPLES = 1 << 16
 #: How long a sender may stay silent before the input merge stops holding the others back
 #: for it (see ordering/input_merge.py), and how long if it said it had more to send.
@@ -62,19 +63,6 @@ class Batch:
     items: list
     sender: Any = None
     more: bool = False
-
-
-def _sample(samples: dict, elements: list, every: int, now: float) -> None:
-    """Latency samples: ``now`` for the time of each ``(meta, payload)`` whose offset is a
-    multiple of ``every`` (the same elements at their emit and at their release). One
-    comprehension over a bundle: q1's release loop was 7% of its instances' time.
-
-    >>> s = {}; _sample(s, [((1, 0, 0, 4, (), False), "a"), ((2, 0, 0, 5, (), False), "b")], 2, 9.0); s
-    {(1, 0, 0, 4): 9.0}
-    """
-    hits = [meta[:4] for meta, _ in elements if meta[3] % every == 0]
-    if hits:
-        samples.update(dict.fromkeys(hits, now))
 
 
 def _tagged(items: list, tag: int) -> list:
@@ -132,11 +120,8 @@ class StageRuntime:
         restarted instance the partition its predecessor wrote, as a durable sink would.
 
         Latency samples (``emit_times``, ``release_times``: time -> wall clock) are kept
-        for the elements whose offset is a multiple of ``sample_every``; when either holds
-        more than ``max_samples``, its stride doubles and it keeps every other sample
-        (:meth:`_thin`), so a flow that runs for days keeps a bounded, evenly spread
-        sample. Strides are powers of two times ``sample_every`` on both sides, so the
-        samples of the coarser side are all in the finer one and the two still join."""
+        for the elements whose offset is a multiple of ``sample_every``, at most
+        ``max_samples`` of each (:class:`.latency_samples.LatencySamples`)."""
         self.plan = plan
         self.write_bundle = bundle_writer or self._write_now
         # Sink steps with a bundle not yet acknowledged -> the watermark it was released at.
@@ -153,17 +138,17 @@ class StageRuntime:
         self.more = False
         self.rng = random.Random(seed)
         self.clock = clock
-        self.sample_every = max(1, sample_every)
-        self.max_samples = max_samples
         self.watermark: tuple = BOTTOM
         self.acks: dict = {}
         # The timers of restored windows: XORs the acker must hold before any source starts,
         # apart from ``acks`` (which any flush may send) until the runtime takes them (take_seed).
         self.seed_acks: dict = {}
         self.out: dict = {}
-        self.emit_times: dict = {}
-        self.release_times: dict = {}
-        self._emit_every = self._release_every = self.sample_every
+        # Emits: read by a source, or fired by a window (a window's result is timed from its close).
+        self.emits = LatencySamples(sample_every, max_samples)
+        self.releases = LatencySamples(sample_every, max_samples)
+        self.emit_times: dict = self.emits.times
+        self.release_times: dict = self.releases.times
         self.peak_log_entries = 0
         #: per step with on_error="dead-letter": its dead letters (less their tombstones)
         self.dead_letters: dict = {}
@@ -195,10 +180,7 @@ class StageRuntime:
 
     def process_source(self, items: list) -> None:
         """Run elements read by this stage's source, ``(meta, payload)`` pairs, through the chain."""
-        every, emit = self._emit_every, self.emit_times
-        _sample(emit, items, every, self.clock())
-        if len(emit) > self.max_samples:
-            self._emit_every = self._thin(emit, every)
+        self.emits.add(items, self.clock())
         self.process(self.stage.source_id, [(m, p, None) for m, p in items])
 
     def receive(self, batch: Batch) -> None:
@@ -376,7 +358,7 @@ class StageRuntime:
             if fired:
                 # A result's latency sample starts when its window closed: the time the
                 # watermark reached its close (its elements' own samples end in the window).
-                _sample(self.emit_times, fired, self._emit_every, self.clock())
+                self.emits.add(fired, self.clock())
                 pending: dict = {}
                 self._pass_on(sid, [(m, p, None) for m, p in fired], pending)
                 self._run(pending)
@@ -411,24 +393,12 @@ class StageRuntime:
         released_at = self.writing.pop(sid, None)
         if error is not None:
             raise step_error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
-        every, rel = self._release_every, self.release_times
-        _sample(rel, bundle.elements, every, self.clock())
-        if len(rel) > self.max_samples:
-            self._release_every = self._thin(rel, every)
+        self.releases.add(bundle.elements, self.clock())
         if released_at is not None:
             # A watermark W means every element below W has arrived, and the bundle released
             # at W held every one of them not released before: below W this sink is durable.
             self.durable[sid] = released_at
         self._release(sid)
-
-    @staticmethod
-    def _thin(samples: dict, every: int) -> int:
-        """Keep the samples whose offset is a multiple of ``2 * every``; returns that stride.
-        O(samples), once per doubling: amortised O(1) per sample."""
-        every *= 2
-        for t in [t for t in samples if t[3] % every]:
-            del samples[t]
-        return every
 
     def output_durable_through(self) -> tuple:
         """A watermark below which every sink of this instance has acknowledged all its output

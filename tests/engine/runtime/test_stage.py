@@ -64,6 +64,28 @@ def test_latency_samples_stay_bounded_and_still_join():
     assert offsets[0] < 500 and offsets[-1] > 4500
 
 
+def test_a_window_stage_keeps_its_results_samples_bounded():
+    """A window's results are sampled when it fires (their latency starts at its close): a
+    window stage of a long run keeps at most ``max_samples`` of them, as a source does."""
+    from driftstream.engine.runtime.stage import Batch
+    from driftstream.engine.windows import Tumbling
+
+    flow = Flow("windows")
+    flow.source(MemorySource([]), name="s").key_by(lambda x: x % 7, name="k").window(Tumbling(1)).count().sink(MemorySink("out"))
+    plan = flow.plan(1)
+    stage = next(i for i, s in enumerate(plan.stages) if s.source_id < 0)
+    rt = StageRuntime(plan, stage_index=stage, instance=0, seed=1, max_samples=64, merging=False)
+    entry = plan.stages[stage].step_ids[0]
+    for second in range(300):  # 7 keys a second: 2,100 results
+        items = [((1000 * second + k, 0, 0, 7 * second + k, (), False), k, k) for k in range(7)]
+        rt.receive(Batch(entry, second + 1, [items[0][0][:4]], items, sender="s"))
+        rt.on_watermark((1000 * (second + 1),))
+    assert rt.counts["out"] == 7 * 299  # the last close's results wait for a watermark past it
+    assert 0 < len(rt.emit_times) <= 64 and 0 < len(rt.release_times) <= 64
+    late = [t for t in rt.emit_times.keys() & rt.release_times.keys() if t[0] > 150_000]
+    assert late  # samples of the run's second half still join: thinning did not drop every result
+
+
 def test_every_key_goes_to_the_owner_of_its_group_whether_its_owner_was_remembered_or_not(monkeypatch):
     """Routing remembers the owners of str and int keys; a key routed from memory, after the
     memory was cleared, or of another type (a float equal to an int, a tuple) goes to the
