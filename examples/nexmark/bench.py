@@ -1,10 +1,11 @@
 """``driftstream bench nexmark``: each query on Ray, exactly-once with 1 s snapshots,
-parallelism 2: events/s over a backlog (every event in place at the start), and release
-latency at a fixed rate: source emit -> sink acknowledged for a result of the event
-itself (q1, q2, q3), and for a window's result (q5, q7, q8) from the moment its window
-closed (the watermark reached its close time) -> sink acknowledged.
+parallelism 2: events/s over a backlog (every event in place at the start), and latency
+at a fixed rate, end to end for both engines the same way: from the input that released
+a result arriving (for a window's result, the first event past its end) to the result
+visible in the output files (:mod:`.kafka_latency`; ours also reports its own, source emit
+-> sink acknowledged).
 
-    driftstream bench nexmark --events 1000000 [--no-latency] [--queries q1,q7] [--no-flink]
+    driftstream bench nexmark --events 1000000 [--no-latency] [--queries q1,q7] [--no-flink] [--bootstrap HOST:PORT]
 
 **Backlogs, both engines from the same bytes:** the events are written once as JSON lines,
 two files (:func:`.flink_queries.write_event_files`); driftstream reads them with a
@@ -18,8 +19,11 @@ log). Ours: one local Ray session serves every query (started once, its start ti
 and a query's launch figures add that start to ``flow.run``'s time, the actors' start
 included, as if each query started its own Ray (a fresh session's first seconds of
 background work would otherwise slow the reading it is measured by); its first read is
-the first element a source instance read (``Metrics.first_read_at``). The latency runs feed Python objects to ours (a paced in-memory
-source) and timed files to Flink (see below): they are not yet on one basis.
+the first element a source instance read (``Metrics.first_read_at``).
+
+**Latency runs, from the same bytes:** the events in chunks of 0.1 s, each at its due time:
+into a Kafka topic for ours (the local Tansu, or ``--bootstrap``), as files renamed into
+a directory for Flink (no Kafka jar here); what each engine's reader adds is in its figures.
 
 Flink's figures come beside ours (``--flink``, the default where an interpreter with
 pyflink is found, :func:`driftstream.examples.flink_job.flink_python`; ``--no-flink``):
@@ -48,28 +52,24 @@ import orjson
 from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.barriers.json_payloads import json_bytes
 from driftstream.engine.connectors.file_source import FileSource
-from driftstream.engine.testing import PacedSource
 
 from .direct import direct_results
 from .flink_queries import check_results, write_event_files
 from .generator import event_time, events
+from .kafka_latency import run_kafka_latency
 from .queries import QUERIES, build, q1_euros, q2_selected
 
 
-def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None, parallelism: int = 2,
-              expected: Optional[list] = None, input_dir: Optional[Path] = None, ray_start_s: float = 0.0) -> dict:
-    """One run: ``rate`` None for the backlog, read from the JSON-lines files in ``input_dir``
-    (default: ``evs`` written there first), else ``evs`` paced at ``rate`` per second;
-    checked against ``expected`` (default: :func:`.direct.direct_results`). ``ray_start_s``:
-    the Ray session's start, added to the figures from launch."""
-    tag = f"{query}-{'backlog' if rate is None else 'paced'}-{time.time_ns()}"
-    if rate is None:
-        if input_dir is None:
-            input_dir = workdir / f"events-{tag}"
-            write_event_files(evs, input_dir, parallelism)
-        source = FileSource(sorted(str(p) for p in Path(input_dir).glob("events-*.json")), timestamp=event_time)
-    else:
-        source = PacedSource(evs, rate, partitions=2, timestamp=event_time)
+def run_query(query: str, evs: list, workdir: Path, parallelism: int = 2, expected: Optional[list] = None,
+              input_dir: Optional[Path] = None, ray_start_s: float = 0.0) -> dict:
+    """The backlog run: ``evs`` read from the JSON-lines files in ``input_dir`` (default:
+    written there first), checked against ``expected`` (default: :func:`.direct.direct_results`).
+    ``ray_start_s``: the Ray session's start, added to the figures from launch."""
+    tag = f"{query}-backlog-{time.time_ns()}"
+    if input_dir is None:
+        input_dir = workdir / f"events-{tag}"
+        write_event_files(evs, input_dir, parallelism)
+    source = FileSource(sorted(str(p) for p in Path(input_dir).glob("events-*.json")), timestamp=event_time)
     flow = build(query, source, FileSink(workdir / tag, name=query), name=f"nexmark-{tag}")
     flow.dead_letters(FileSink(workdir / tag, name="dead-letters"))
     launched = time.time() - ray_start_s
@@ -79,13 +79,13 @@ def run_query(query: str, evs: list, workdir: Path, rate: Optional[float] = None
     problems = check_results(got, direct_results(query, evs) if expected is None else expected)
     if result.metrics.dead_letters:
         problems.append(f"{result.metrics.dead_letters} dead letter(s)")
-    lat, reading = result.metrics.latency_ms, result.metrics.first_read_at
+    reading = result.metrics.first_read_at
     return {
-        "engine": "driftstream", "query": query, "events": len(evs), "mode": "backlog" if rate is None else f"{rate:g} events/s",
+        "engine": "driftstream", "query": query, "events": len(evs), "mode": "backlog",
         "seconds": round(end - launched, 2), "events_per_s": round(len(evs) / (end - launched), 1),
         "events_per_s_from_reading": round(len(evs) / (end - reading), 1) if reading and end > reading else None,
         "reading_after_s": round(reading - launched, 2) if reading else None, "results": len(got),
-        "p50_ms": _ms(lat.get("p50")), "p99_ms": _ms(lat.get("p99")), "snapshots": result.metrics.snapshots,
+        "p50_ms": None, "p99_ms": None, "snapshots": result.metrics.snapshots,
         "correct": not problems, "problems": problems[:10],
     }
 
@@ -200,6 +200,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--flink", action=argparse.BooleanOptionalAction, default=None,
                         help="also run Flink's SQL over the same events (default: where an interpreter with pyflink is found)")
     parser.add_argument("--latency", action=argparse.BooleanOptionalAction, default=True, help="the paced latency runs (--no-latency: backlogs only)")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers of the latency runs' input (default: start a local broker)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     queries = [q for q in args.queries.split(",") if q]
@@ -218,21 +219,35 @@ def main(argv: Optional[list] = None) -> int:
         print(json.dumps(row), flush=True)
         rows.append(row)
 
-    with tempfile.TemporaryDirectory(prefix="nexmark-") as tmp:
-        input_dir = Path(tmp) / "events"  # the backlog's bytes, read by both engines
-        write_event_files(backlog, input_dir, args.parallelism)
-        for query in queries:
-            for evs, rate in ((backlog, None), (paced, args.rate))[: 2 if args.latency else 1]:
-                expected = direct_results(query, evs)  # one computation checks both engines
-                row = run_query(query, evs, Path(tmp), rate, args.parallelism, expected, input_dir, ray_start_s)
-                if rate is None:
-                    loop = plain_loop(query, input_dir, Path(tmp) / f"loop-{query}.jsonl")
-                    # the engine overhead ratio: the engine's events/s once reading over the loop's
-                    row["overhead_ratio"] = round(row["events_per_s_from_reading"] / loop["events_per_s"], 3) if row["events_per_s_from_reading"] else None
-                    report(loop)
+    broker = None
+    if args.latency and not args.bootstrap:
+        from driftstream.engine.connectors.local_kafka import start_local_kafka
+
+        broker = start_local_kafka()
+    bootstrap = args.bootstrap or (broker.bootstrap_servers if broker else None)
+    try:
+        with tempfile.TemporaryDirectory(prefix="nexmark-") as tmp:
+            input_dir = Path(tmp) / "events"  # the backlog's bytes, read by both engines
+            write_event_files(backlog, input_dir, args.parallelism)
+            for query in queries:
+                expected = direct_results(query, backlog)  # one computation checks both engines
+                row = run_query(query, backlog, Path(tmp), args.parallelism, expected, input_dir, ray_start_s)
+                loop = plain_loop(query, input_dir, Path(tmp) / f"loop-{query}.jsonl")
+                # the engine overhead ratio: the engine's events/s once reading over the loop's
+                row["overhead_ratio"] = round(row["events_per_s_from_reading"] / loop["events_per_s"], 3) if row["events_per_s_from_reading"] else None
+                report(loop)
                 report(row)
                 if python:
-                    report(run_flink(query, evs, Path(tmp), rate, expected, python, args.parallelism, input_dir))
+                    report(run_flink(query, backlog, Path(tmp), None, expected, python, args.parallelism, input_dir))
+                if args.latency:
+                    expected = direct_results(query, paced)
+                    report(run_kafka_latency(query, paced, Path(tmp), rate=args.rate, bootstrap_servers=bootstrap, expected=expected,
+                                             parallelism=args.parallelism))
+                    if python:
+                        report(run_flink(query, paced, Path(tmp), args.rate, expected, python, args.parallelism))
+    finally:
+        if broker is not None:
+            broker.stop()
     print(table(rows))
     if started_here:
         import ray

@@ -458,20 +458,66 @@ def run_flink_backlog(
     return rows
 
 
+def feed_chunks(evs: Sequence[dict], rate: float, interval: float) -> list[tuple]:
+    """A latency run's input as ``(events, due)`` per ``interval`` s of events at ``rate``
+    events/s, due when its last event's time comes (from the first event's): a file
+    renamed in for Flink, a batch of records for ours (:mod:`.kafka_latency`).
+
+    >>> [(len(c), d) for c, d in feed_chunks([{"time": i / 10} for i in range(5)], 10.0, 0.2)]
+    [(2, 0.1), (2, 0.3), (1, 0.4)]
+    """
+    per_chunk = max(1, round(rate * interval))
+    return [(list(evs[i : i + per_chunk]), (min(i + per_chunk, len(evs)) - 1) / rate) for i in range(0, len(evs), per_chunk)]
+
+
 def feed_files(evs: Sequence[dict], rate: float, file_interval: float) -> list[tuple]:
-    """The latency run's input: ``(name, text, due)`` per file of ``file_interval`` s of events
-    at ``rate`` events/s, due when its last event's time comes (from the first event's);
-    then two flush records (one per reader) an hour of event time ahead.
+    """The latency run's input: ``(name, text, due)`` per file of :func:`feed_chunks`; then
+    two flush records (one per reader) an hour of event time ahead.
 
     >>> [(n, t.count(chr(10)), d) for n, t, d in feed_files([{"time": i / 10} for i in range(5)], 10.0, 0.2)][:3]
     [('events-000000.json', 2, 0.1), ('events-000001.json', 2, 0.3), ('events-000002.json', 1, 0.4)]
     """
-    per_file = max(1, round(rate * file_interval))
-    files = [(f"events-{k:06d}.json", "".join(_dumps(e) + "\n" for e in evs[i : i + per_file]), (min(i + per_file, len(evs)) - 1) / rate)
-             for k, i in enumerate(range(0, len(evs), per_file))]  # fmt: skip
-    flush = _dumps({"kind": "flush", "time": (evs[-1]["time"] if evs else 0.0) + FLUSH_AHEAD}) + "\n"
+    files = [(f"events-{k:06d}.json", "".join(_dumps(e) + "\n" for e in chunk), due) for k, (chunk, due) in enumerate(feed_chunks(evs, rate, file_interval))]
+    flush = _dumps(flush_record(evs)) + "\n"
     last = files[-1][2] if files else 0.0
     return files + [(f"flush-{p}.json", flush, last) for p in range(PARALLELISM)]
+
+
+def flush_record(evs: Sequence[dict]) -> dict:
+    """The record that closes a latency run's last windows: an hour of event time past its last event."""
+    return {"kind": "flush", "time": (evs[-1]["time"] if evs else 0.0) + FLUSH_AHEAD}
+
+
+def result_latencies(query: str, expected: Sequence[dict], evs: Sequence[dict], rows: Sequence[dict], visible: Sequence[float],
+                     arrived: Sequence[Optional[float]], per_chunk: int, flushed: Optional[float], delay: float = 0.0) -> list[float]:
+    """Milliseconds from the input that released each result to the result visible, the same
+    for every engine: ``rows`` seen at ``visible``; ``arrived[k]``: when chunk ``k`` of
+    :func:`feed_chunks` (``per_chunk`` events) went in, ``flushed``: the flush records. A
+    result's releasing event (:func:`release_times`, ``delay`` later for a window: a
+    watermark's delay) is the first at or past that time; its chunk's arrival starts the
+    clock. Equal rows take their anchors in order.
+
+    >>> evs = [{"time": 0.0}, {"time": 0.5}, {"time": 1.0}]
+    >>> result_latencies("q1", [{"time": 0.5}], evs, [{"time": 0.5}], [10.25], [10.0, 10.2], 2, 11.0)
+    [250.0]
+    """
+    times = [e["time"] for e in evs]
+
+    def released_at(t: float) -> Optional[float]:
+        i = bisect.bisect_left(times, t)
+        return arrived[i // per_chunk] if i < len(times) else flushed
+
+    anchors: dict[str, list] = defaultdict(list)
+    for row, t in zip(expected, release_times(query, expected, evs)):
+        anchors[row_key(row)].append(released_at(t + delay))
+    lat = []
+    for row, seen in sorted(zip(rows, visible), key=lambda rv: rv[1]):
+        waiting = anchors.get(row_key(row))
+        if waiting:
+            start = waiting.pop(0)
+            if start is not None:
+                lat.append(1000 * (seen - start))
+    return lat
 
 
 def run_flink_latency(
@@ -512,31 +558,14 @@ def run_flink_latency(
                                      feeder, warmup_timeout, len(evs) / rate + 60 + 10 * checkpoint_interval)  # fmt: skip
     fed = [t for t in feeder.renamed if t is not None]
     if not fed:
-        return _row(query, f"{rate:g} events/s", len(evs), 0.0, len(out.rows[query]), problems, p50_ms=None, p99_ms=None)
-    # The file each event went in with: the file holding the first event at or past a release time releases it.
-    per_file = max(1, round(rate * o["file_interval"]))
-    times = [e["time"] for e in evs]
+        return _row(query, f"{rate:g} events/s via files", len(evs), 0.0, len(out.rows[query]), problems, p50_ms=None, p99_ms=None)
     renamed = feeder.renamed[: len(files) - PARALLELISM]
     flushed = max((t for t in feeder.renamed[len(files) - PARALLELISM :] if t is not None), default=None)
-
-    def released_at(t: float) -> Optional[float]:
-        i = bisect.bisect_left(times, t)
-        return renamed[i // per_file] if i < len(times) else flushed
-
-    delay = {"q5": o["watermark_delay"], "q7": o["watermark_delay"], "q8": o["watermark_delay"]}.get(query, 0.0)
-    anchors: dict[str, list] = defaultdict(list)
-    for row, t in zip(expected, release_times(query, expected, evs)):
-        anchors[row_key(row)].append(released_at(t + delay))
-    lat = []
-    for row, seen in sorted(zip(out.rows[query], out.visible[query]), key=lambda rv: rv[1]):
-        waiting = anchors.get(row_key(row))
-        if waiting:
-            start = waiting.pop(0)
-            if start is not None:
-                lat.append(1000 * (seen - start))
+    delay = o["watermark_delay"] if query in ("q5", "q7", "q8") else 0.0
+    lat = result_latencies(query, expected, evs, out.rows[query], out.visible[query], renamed, max(1, round(rate * o["file_interval"])), flushed, delay)
     p = percentiles(lat)
     end = out.last if out.rows[query] else time.time()
-    return _row(query, f"{rate:g} events/s", len(evs), end - fed[0], len(out.rows[query]), problems + check_results(out.rows[query], expected),
+    return _row(query, f"{rate:g} events/s via files", len(evs), end - fed[0], len(out.rows[query]), problems + check_results(out.rows[query], expected),
                 p50_ms=_ms(p.get("p50")), p99_ms=_ms(p.get("p99")), max_ms=_ms(p.get("max")),
                 achieved_rate=round((len(evs) - 1) / (fed[-1] - fed[0]), 1) if len(fed) > 1 and fed[-1] > fed[0] else None,
                 ready_after_s=None if ready is None else round(ready, 1), cpu_seconds=job.cpu_seconds,
