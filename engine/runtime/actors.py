@@ -627,7 +627,7 @@ class StageActor:
 
     def _apply_watermark(self, w: tuple) -> None:
         ok = self._guarded(self.rt.on_watermark, w)
-        if ok and (self.rt.out or self.rt.acks):
+        if ok and (self.rt.outbound or self.rt.acks):
             self._flush()  # windows the watermark closed, and their timers
         if ok and self.reader is not None:
             self.reader.on_watermark(w)

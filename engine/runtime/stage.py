@@ -23,75 +23,25 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from driftstream.ordering.input_merge import InputMerge
-from driftstream.ordering.meta import BOTTOM, TOP, Meta, child_of  # noqa: F401  (TOP: the doctest)
+from driftstream.ordering.meta import BOTTOM, TOP, Meta  # noqa: F401  (TOP: the doctest)
 from driftstream.snapshots.state_keys import StateKeys
 
-from driftstream.engine.model.errors import StepError, dead_letter
+from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.latency_samples import LatencySamples
+from driftstream.engine.runtime.outbound import Batch, Outbound, tagged  # noqa: F401  (Batch: re-exported)
 from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for, step_error  # noqa: F401  (TIMED_KINDS: re-exported)
 
 
-#: Keys whose owner a stage instance remembers per keyed step it routes to (cleared when full).
-OWNERS_CACHED = 1 << 16
 #: Latency samples one instance keeps per point (emit, release) before it thins them.
 MAX_SAMPLES = 1 << 16
 #: How long a sender may stay silent before the input merge stops holding the others back
 #: for it (see ordering/input_merge.py), and how long if it said it had more to send.
 MERGE_QUIET_S = 0.002
 MERGE_MAX_HOLD_S = 1.0
-
-
-@dataclass
-class Batch:
-    """Elements sent from one stage instance to another: ``(meta, payload, key)`` triples.
-
-    ``batch_id`` was XORed by the sender into the acker entry of every time in
-    ``times`` (one: its items' least, see ``_OutBuffer``); the receiver XORs it again
-    once the batch is processed. ``sender``: the
-    sending instance, ``(stage index, instance)`` (the input merge's channel); ``more``:
-    the sender's input is backlogged, its next batch follows at once.
-    """
-
-    entry: int
-    batch_id: int
-    times: list
-    items: list
-    sender: Any = None
-    more: bool = False
-
-
-def _tagged(items: list, tag: int) -> list:
-    """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
-    return [(child_of(m, tag), p, k) for m, p, k in items]
-
-
-class _OutBuffer:
-    """A batch being filled. It holds the acker's watermark at the least time of its items
-    (``first``), the one entry its id is XORed into: every item is at or after it, so the
-    watermark cannot pass one in flight. An entry per item's time (as before) cost the
-    acker and both ends a dict update per element, 9 µs an event of Nexmark q5 in the
-    acker alone; the watermark now trails by at most a batch's span, which in a backlog
-    is far inside the credit window and at the live edge (batches of one) nothing."""
-
-    __slots__ = ("batch_id", "items", "first")
-
-    def __init__(self, batch_id: int) -> None:
-        self.batch_id = batch_id
-        self.items: list = []
-        self.first: Optional[tuple] = None
-
-    def hold(self, t: tuple, acks: dict) -> None:
-        """Hold the watermark at ``t`` if it is before every item so far (O(1))."""
-        first, bid = self.first, self.batch_id
-        if first is not None:
-            acks[first] = acks.get(first, 0) ^ bid  # XORed out again: the entry moves to t
-        acks[t] = acks.get(t, 0) ^ bid
-        self.first = t
 
 
 class StageRuntime:
@@ -143,7 +93,6 @@ class StageRuntime:
         # The timers of restored windows: XORs the acker must hold before any source starts,
         # apart from ``acks`` (which any flush may send) until the runtime takes them (take_seed).
         self.seed_acks: dict = {}
-        self.out: dict = {}
         # Emits: read by a source, or fired by a window (a window's result is timed from its close).
         self.emits = LatencySamples(sample_every, max_samples)
         self.releases = LatencySamples(sample_every, max_samples)
@@ -156,12 +105,8 @@ class StageRuntime:
         # Snapshot parts, (T, part message), durable but waiting for the sinks to acknowledge
         # the output below T (see part_prepared).
         self.parts_waiting: deque = deque()
-        # Key group -> the instance owning it at this parallelism (see ordering/key_groups.py).
-        self._router = plan.key_groups.router(plan.parallelism)
-        # Per keyed step routed to: str and int keys -> their owner (hashing a key costs more
-        # than a dict lookup; other types may equal one of these without hashing alike, or
-        # have no stable hash at all, and are hashed every time).
-        self._owners: dict = {}
+        #: what leaves the stage, in a batch per destination instance and step
+        self.outbound = Outbound(plan, instance, lambda: self.rng.getrandbits(64) or 1)
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
                           lambda: self.acks, self.seed_acks, self.dead_letters, restore_t)
         #: step id -> its operator, for the steps of this stage
@@ -262,76 +207,20 @@ class StageRuntime:
     def _pass_on(self, sid: int, outs: list, pending: dict) -> None:
         """Step ``sid``'s outputs to its successors in this stage (``pending``) and to its channels."""
         for succ, tag in self.plan.successors[sid]:
-            items_in = outs if tag is None else _tagged(outs, tag)
+            items_in = outs if tag is None else tagged(outs, tag)
             if succ in pending:
                 pending[succ] = pending[succ] + items_in
             else:
                 pending[succ] = items_in
+        route, acks = self.outbound.route, self.acks
         for ch in self.plan.channels[sid]:
-            self._route(ch, outs)
+            route(ch, outs, acks)
 
     # -- data out -----------------------------------------------------------------------
 
-    def _buffer(self, dest: tuple) -> _OutBuffer:
-        buf = self.out.get(dest)
-        if buf is None:
-            buf = self.out[dest] = _OutBuffer(self.rng.getrandbits(64) or 1)
-        return buf
-
-    def _route(self, ch, outs: list) -> None:
-        acks = self.acks
-        if ch.tag is not None:
-            outs = _tagged(outs, ch.tag)
-        if ch.keyed:
-            step = self.plan.steps[ch.dst]
-            fn, divert = step.fn, step.on_error == "dead-letter"
-            router, m, hash_of = self._router, len(self._router), self.plan.key_groups.hash_of
-            owners = self._owners.get(ch.dst)
-            if owners is None or len(owners) > OWNERS_CACHED:
-                owners = self._owners[ch.dst] = {}
-            bufs: dict = {}
-            try:
-                for item in outs:
-                    meta, payload = item[0], item[1]
-                    try:
-                        key = fn(payload)
-                    except Exception as exc:
-                        if not divert:
-                            raise
-                        # its dead letter goes on, keyed by the step's name, to the split after it
-                        payload, key = dead_letter(step.name, meta, payload, exc), step.name
-                    kind = type(key)
-                    if kind is str or kind is int:
-                        dst = owners.get(key)
-                        if dst is None:
-                            dst = owners[key] = router[hash_of(key) % m]  # the owner of the key's group
-                    else:
-                        dst = router[hash_of(key) % m]
-                    buf = bufs.get(dst)
-                    if buf is None:
-                        buf = bufs[dst] = self._buffer((ch.dst_stage, dst, ch.dst))
-                    buf.items.append((meta, payload, key))
-                    first = buf.first
-                    if first is None or meta < first:
-                        buf.hold(meta[:4], acks)
-            except Exception as exc:
-                raise step_error(step.name, meta, payload, exc) from exc
-        else:
-            buf = self._buffer((ch.dst_stage, self.instance, ch.dst))
-            append = buf.items.append
-            for item in outs:
-                append((item[0], item[1], item[2]))  # a key_by's key: the other side of a join needs it
-                first = buf.first
-                if first is None or item[0] < first:
-                    buf.hold(item[0][:4], acks)
-
     def take_batches(self) -> list:
         """``(stage index, instance, Batch)`` for every non-empty output buffer; empties them."""
-        if not self.out:
-            return []
-        out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, [buf.first], buf.items, self.key, self.more)) for dest, buf in self.out.items()]
-        self.out = {}
-        return out
+        return self.outbound.take(self.key, self.more)
 
     def take_seed(self) -> dict:
         """The XORs of the timers of restored windows (see ``seed_acks``), once."""

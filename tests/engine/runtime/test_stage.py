@@ -90,9 +90,9 @@ def test_every_key_goes_to_the_owner_of_its_group_whether_its_owner_was_remember
     """Routing remembers the owners of str and int keys; a key routed from memory, after the
     memory was cleared, or of another type (a float equal to an int, a tuple) goes to the
     owner of its key group all the same."""
-    import driftstream.engine.runtime.stage as stage_module
+    import driftstream.engine.runtime.outbound as outbound_module
 
-    monkeypatch.setattr(stage_module, "OWNERS_CACHED", 16)  # cleared every few batches
+    monkeypatch.setattr(outbound_module, "OWNERS_CACHED", 16)  # cleared every few batches
     keys = [f"k{i}" for i in range(40)] + list(range(40)) + [float(i) for i in range(10)] + [("a", i) for i in range(10)] + [True]
     flow = Flow("routing")
     flow.source(MemorySource([])).key_by(lambda x: x).stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
