@@ -338,6 +338,12 @@ class KafkaPartitionReader(SourcePartition):
                 if len(fetched) >= PREFETCH_BATCHES:
                     time.sleep(0.002)  # the event loop has not caught up: fetch no further ahead
                     continue
+                if log_.caught_up and (fetched or self._buffer):
+                    # At the log's end with records still to hand out: nothing new is needed
+                    # yet. Long polls every FETCH_WAIT_MS (~150 a second) cost the source and
+                    # the broker CPU for the rest of a backlog once its tail was prefetched.
+                    time.sleep(0.001)
+                    continue
                 jump = self._jump
                 if jump is not None and log_.next_offset >= jump[0]:
                     self._jump = None

@@ -299,3 +299,35 @@ def test_a_far_future_last_record_on_a_live_partition_is_judged_by_the_next_tick
 def test_max_time_jump_s_must_be_positive(kafka_broker):
     with pytest.raises(FlowError, match="max_time_jump_s must be a positive"):
         KafkaSource("t", kafka_broker.bootstrap_servers, max_time_jump_s=0)
+
+
+def test_a_reader_with_the_logs_tail_in_hand_does_not_poll_the_broker(kafka_broker, monkeypatch):
+    """Once the fetcher has read to the log's end, it waits for the reader to hand out what
+    it holds before it asks the broker again: in a backlog, long polls every few ms cost
+    the source and the broker CPU for the rest of the run. New records still come."""
+    from driftstream.engine.connectors.kafka import wire
+
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("tail")
+    ensure_topic(bs, topic, 1)
+    produce(bs, topic, [(0, 1000 + i, json.dumps(i).encode()) for i in range(2000)])
+    fetches = []
+    fetch = wire.TopicFetcher.fetch_answers
+    monkeypatch.setattr(wire.TopicFetcher, "fetch_answers", lambda self, *a, **k: fetches.append(1) or fetch(self, *a, **k))
+    src = KafkaSource(topic, bs, tick_interval=None)
+    src.step_name = "tail"
+    part = src.open(0, source_id=0)
+    try:
+        got = []
+        while len(got) < 2000:  # 50 records every 10 ms: the whole log is fetched long before
+            got += part.read(50)
+            time.sleep(0.01)
+        assert [v for _, v in got] == list(range(2000))
+        assert len(fetches) <= 10  # a few reads of the log and its end (it was ~60 over these 0.4 s)
+        produce(bs, topic, [(0, 5000, b"2000")])
+        deadline = time.time() + 10
+        while not (more := part.read(50)) and time.time() < deadline:
+            time.sleep(0.01)
+        assert [v for _, v in more] == [2000]
+    finally:
+        part.close()
