@@ -14,6 +14,7 @@ fields (what orjson does natively).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from typing import Any
@@ -38,7 +39,19 @@ def as_fields(value: Any) -> Any:
 
 def json_default(value: Any) -> Any:
     """The ``default=`` of ``json.dumps``: a dataclass instance becomes the dict of its fields
-    (one level: the encoder calls it again for nested ones); anything else is refused."""
+    (one level: the encoder calls it again for nested ones); bytes (a dead letter of a record's
+    raw value) ``{"encoding": "utf-8", "data": text}``, or base64 when they are not UTF-8, as
+    a :class:`~driftstream.engine.connectors.bad_record.BadRecord` holds them; anything else
+    is refused.
+
+    >>> json.dumps([b'{"id": 1}', b"\\xff"], default=json_default)
+    '[{"encoding": "utf-8", "data": "{\\\\"id\\\\": 1}"}, {"encoding": "base64", "data": "/w=="}]'
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return {"encoding": "utf-8", "data": bytes(value).decode("utf-8")}
+        except UnicodeDecodeError:
+            return {"encoding": "base64", "data": base64.b64encode(value).decode("ascii")}
     fields = as_fields(value)
     if fields is value:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")

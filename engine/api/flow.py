@@ -73,6 +73,21 @@ class Step:
     #: what an element the step's function raises on does: "fail" the run, or leave as a
     #: DeadLetter for the flow's dead-letter sink ("dead-letter")
     on_error: str = "fail"
+    #: batch steps: the ``pyarrow.Schema`` of their rows (elements that are JSON bytes are
+    #: parsed with it, in Arrow), or None (dict elements, types inferred per batch)
+    schema: Any = None
+
+
+def _schema(schema: Any, step: str) -> Any:
+    """``schema`` if it is None or a ``pyarrow.Schema``; else a FlowError that says what to give."""
+    if schema is None:
+        return None
+    import pyarrow as pa
+
+    if not isinstance(schema, pa.Schema):
+        raise FlowError(f"step {step!r}: schema= takes a pyarrow.Schema (e.g. pa.schema([('page_id', pa.int64()), "
+                        f"('text', pa.string())])), not {type(schema).__name__}")
+    return schema
 
 
 def _check_name(what: str, name: str) -> None:
@@ -303,11 +318,18 @@ class Stream:
         """Zero or more outputs per element: the items of ``fn(x)``."""
         return self._then("flat_map", fn, name, on_error)
 
-    def map_batches(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
+    def map_batches(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail", schema: Any = None) -> "Stream":
         """One output per element, computed over a batch of them in Arrow: ``fn`` takes a
-        ``pyarrow.RecordBatch`` with a row per element (elements are dicts) and returns one
-        with a row per row; output row i (a dict) is element i's output. A row's output must
-        depend on that row alone (a replay batches elements differently).
+        ``pyarrow.RecordBatch`` with a row per element and returns one with a row per row;
+        output row i (a dict) is element i's output. A row's output must depend on that row
+        alone (a replay batches elements differently).
+
+        Elements are dicts, or with ``schema`` (a ``pyarrow.Schema``) also JSON documents as
+        bytes, as ``KafkaSource(value_format="bytes")`` hands them out: a batch's are parsed
+        together by Arrow's JSON reader into that schema. Its fields that are not nullable
+        must be there; an element that does not parse, or lacks one, fails alone (with
+        ``on_error="dead-letter"`` it becomes a dead letter and the others go on). A schema
+        also fixes the types of dict rows, which Arrow otherwise infers per batch.
 
         >>> import pyarrow.compute as pc
         >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -316,13 +338,20 @@ class Stream:
         ...  .map_batches(lambda b: b.set_column(0, "w", pc.utf8_upper(b["w"]))).sink(MemorySink("out")))
         >>> flow.run(runtime="simulator").output("out")
         [{'w': 'A'}, {'w': 'B'}]
+        >>> import pyarrow as pa
+        >>> flow = Flow("parsed")
+        >>> (flow.source(MemorySource([b'{"w": "a", "n": 1}', b'{"w": "b"}']))
+        ...  .map_batches(lambda b: b, schema=pa.schema([("w", pa.string()), ("n", pa.int64())])).sink(MemorySink("out")))
+        >>> flow.run(runtime="simulator").output("out")
+        [{'w': 'a', 'n': 1}, {'w': 'b', 'n': None}]
         """
-        return self._then("map_batches", fn, name, on_error)
+        return self._then("map_batches", fn, name, on_error, schema=_schema(schema, name or "map_batches"))
 
-    def flat_map_batches(self, fn: Callable[[Any], tuple], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
+    def flat_map_batches(self, fn: Callable[[Any], tuple], name: Optional[str] = None, on_error: str = "fail", schema: Any = None) -> "Stream":
         """Zero or more outputs per element, computed over a batch in Arrow: ``fn(batch)``
         returns ``(record batch, parents)``, where output row j comes from input row
         ``parents[j]`` (``pyarrow.compute.list_parent_indices`` of a split gives them).
+        ``schema``: as :meth:`map_batches`'.
 
         >>> import pyarrow as pa, pyarrow.compute as pc
         >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -334,7 +363,7 @@ class Stream:
         >>> flow.run(runtime="simulator").output("out")
         [{'word': 'to'}, {'word': 'be'}, {'word': 'or'}]
         """
-        return self._then("flat_map_batches", fn, name, on_error)
+        return self._then("flat_map_batches", fn, name, on_error, schema=_schema(schema, name or "flat_map_batches"))
 
     def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keep the elements for which ``fn(x)`` is true."""

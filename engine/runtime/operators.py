@@ -348,9 +348,11 @@ def _timed(step: Any, ctx: StepContext) -> Operator:
     return Timed(step.name, state, ctx.acks)
 
 
-def _stateless(cls: type) -> Callable[[Any, StepContext], Operator]:
+def _stateless(cls: type, *fields: str) -> Callable[[Any, StepContext], Operator]:
+    """The builder of ``cls(name, fn, *the step's fields)``, wrapped for dead letters if it diverts them."""
+
     def build(step: Any, ctx: StepContext) -> Operator:
-        op = cls(step.name, step.fn)
+        op = cls(step.name, step.fn, *(getattr(step, f) for f in fields))
         return DeadLettering(op) if step.on_error == "dead-letter" else op
 
     return build
@@ -372,7 +374,7 @@ def _arrow(pick: Callable[[Any], type]) -> Callable[[Any, StepContext], Operator
     def build(step: Any, ctx: StepContext) -> Operator:
         from driftstream.engine.runtime import arrow_operators
 
-        return _stateless(pick(arrow_operators))(step, ctx)
+        return _stateless(pick(arrow_operators), "schema")(step, ctx)
 
     return build
 

@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+#: A document's row: what :func:`.pipeline._document` checks, as the schema Arrow parses JSON documents into.
+DOCUMENT = pa.schema([pa.field("page_id", pa.int64(), nullable=False), pa.field("text", pa.string(), nullable=False)])
 #: What separates words: anything but Python's ``\\w`` (RE2's ``\\w`` is ASCII only).
 NOT_WORD = r"[^\p{L}\p{N}_]+"
 

@@ -94,13 +94,14 @@ def index_update_copying(postings: Optional[dict], change: tuple) -> tuple:
 
 
 def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool = False, state: str = "entries",
-          words: str = "python") -> Flow:
+          words: str = "python", bad_documents: str = "fail") -> Flow:
     """The index flow from ``source`` (documents as dicts) to ``sink`` (change records).
 
     ``state``: ``"entries"`` (:func:`index_update`, the posting list as MapState entries) or
     ``"value"`` (:func:`index_update_copying`, the posting list a dict copied per change).
     ``words``: ``"python"`` (:func:`document_words` per document) or ``"arrow"`` (a batch of
-    documents at a time, :func:`.arrow_words.document_words_batch`; without ``edits``)."""
+    documents at a time, :func:`.arrow_words.document_words_batch`, from dicts or JSON bytes;
+    without ``edits``; ``bad_documents``: its ``on_error``)."""
     if words not in ("python", "arrow") or (words == "arrow" and edits):
         raise ValueError(f"words is 'python' or 'arrow' (without edits), not {words!r}")
     f = Flow(name)
@@ -108,9 +109,13 @@ def build(source: Source, sink: Sink, name: str = "inverted_index", edits: bool 
     if edits:
         changes = docs.key_by(_page_id, name="by_page").stateful_flat_map(page_words, name="page_words")
     elif words == "arrow":
-        from .arrow_words import document_words_batch
+        from .arrow_words import DOCUMENT, document_words_batch
 
-        changes = docs.flat_map_batches(document_words_batch, name="words").map(_as_change, name="as_change")
+        # Documents as dicts, or as the JSON bytes a KafkaSource(value_format="bytes") hands
+        # out, parsed by Arrow; one that does not fit DOCUMENT fails the run, or with
+        # bad_documents="dead-letter" becomes a dead letter
+        changes = (docs.flat_map_batches(document_words_batch, name="words", schema=DOCUMENT, on_error=bad_documents)
+                   .map(_as_change, name="as_change"))
     else:
         changes = docs.flat_map(document_words, name="words")
     by_word = changes.key_by(_word, name="by_word")
@@ -128,11 +133,14 @@ def kafka_flow(
     bootstrap_servers: str, input_topic: str, output_topic: str, name: str = "inverted_index", edits: bool = False, state: str = "entries",
     words: str = "python",
 ) -> Flow:
-    """The index flow between two Kafka topics; malformed documents go to ``<input_topic>.dlq``."""
+    """The index flow between two Kafka topics; malformed documents go to ``<input_topic>.dlq``.
+    With ``words="arrow"`` the source hands out the records' bytes and Arrow parses them a
+    batch at a time."""
     from driftstream.engine import KafkaSink, KafkaSource
 
-    source = KafkaSource(input_topic, bootstrap_servers, value_format=_document)
-    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits, state=state, words=words)
+    source = KafkaSource(input_topic, bootstrap_servers, value_format="bytes" if words == "arrow" else _document)
+    return build(source, KafkaSink(output_topic, bootstrap_servers), name=name, edits=edits, state=state, words=words,
+                 bad_documents="dead-letter")
 
 
 def _as_change(row: dict) -> tuple:

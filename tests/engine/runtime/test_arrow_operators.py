@@ -3,6 +3,7 @@ however the elements are cut into batches; a failing element is found and named.
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pyarrow as pa
@@ -120,6 +121,55 @@ def test_elements_that_are_not_rows_are_named():
     with pytest.raises(StepError, match="takes elements that are dicts") as err:
         MapBatches("rows", doubled_batch).run(_items(["not a dict"], [False]))
     assert "not a dict" in err.value.element
+
+
+DOC = pa.schema([pa.field("text", pa.string(), nullable=False), pa.field("page", pa.int64(), nullable=False)])
+
+
+@settings(max_examples=50, deadline=None)
+@given(texts=texts, cuts=st.lists(st.integers(0, 40), max_size=5))
+def test_json_documents_are_parsed_by_arrow_into_the_schema_as_dicts_are_taken(texts, cuts):
+    """Bytes (a KafkaSource's values) and dicts give the same rows however they are cut:
+    with a schema, no type depends on the batch's other rows."""
+    docs = [{"text": t, "page": i, "extra": [i]} for i, t in enumerate(texts)]
+    as_json = _items([json.dumps(d, indent=1 if i % 2 else None).encode() for i, d in enumerate(docs)], [False] * len(docs))
+    as_dicts = _items(docs, [False] * len(docs))
+    assert _in_batches(FlatMapBatches("w", words_batch, DOC), as_json, cuts) == FlatMap("w", words_one).run(as_dicts)
+
+
+def test_a_json_document_that_does_not_fit_the_schema_is_a_dead_letter_and_the_others_go_on():
+    good = [json.dumps({"text": f"a{i} b", "page": i}).encode() for i in range(4)]
+    bad = [b"not json", b'{"text": "no page"}', b'{"text": "x", "page": "seven"}', b'{"text": "two"} {"text": "rows"}']
+    flow = Flow("parsed")
+    (flow.source(MemorySource(good[:2] + bad + good[2:]), name="docs")
+     .flat_map_batches(words_batch, name="words", schema=DOC, on_error="dead-letter").sink(MemorySink("out")))
+    flow.dead_letters(MemorySink("dead"))
+    result = flow.run(runtime="simulator", seed=1)
+    assert [(w["word"], w["page"]) for w in result.output("out")] == [(w, i) for i in range(4) for w in (f"a{i}", "b")]
+    letters = result.output("dead")
+    assert [d.step for d in letters] == ["words"] * 4 and [d.element for d in letters] == bad
+    assert "required field was absent" in letters[1].error and "/page" in letters[2].error
+
+
+def test_the_dead_letters_of_raw_documents_are_written_by_a_json_sink(tmp_path):
+    """A dead letter's element is the record's bytes: a FileSink (or KafkaSink) writes it
+    as its text, with its encoding."""
+    flow = Flow("parsed-file")
+    (flow.source(MemorySource([b'{"text": "a", "page": 1}', b"not json", b"\xff"]), name="docs")
+     .flat_map_batches(words_batch, name="words", schema=DOC, on_error="dead-letter").sink(MemorySink("out")))
+    flow.dead_letters(FileSink(tmp_path, name="dead"))
+    flow.run(runtime="simulator", seed=1)
+    letters = [v for _, v in read_file_sink(tmp_path, "dead")]
+    assert [d["element"] for d in letters] == [{"encoding": "utf-8", "data": "not json"}, {"encoding": "base64", "data": "/w=="}]
+
+
+def test_a_schema_must_be_an_arrow_schema_and_bytes_need_one():
+    from driftstream.engine.model.errors import FlowError
+
+    with pytest.raises(FlowError, match="schema= takes a pyarrow.Schema"):
+        Flow("f").source(MemorySource([])).map_batches(doubled_batch, schema={"n": "int"})
+    with pytest.raises(StepError, match="given the step's schema="):
+        MapBatches("rows", doubled_batch).run(_items([b'{"n": 1}'], [False]))
 
 
 def test_a_flow_of_batch_steps_on_the_simulator_equals_the_per_element_flow():
