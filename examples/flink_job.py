@@ -228,34 +228,32 @@ class PartFiles:
         return records
 
 
-class Feeder:
-    """Renames ``files`` ``(name, text, due)`` into ``directory`` from a thread, each ``due`` s
-    after :meth:`start` (or as soon as it can when late); ``renamed[i]``: when file ``i`` went in.
+class Scheduled:
+    """Hands ``items`` (each a tuple ending with its ``due``) over from a thread, each ``due`` s
+    after :meth:`start` (or as soon as it can when late), by :meth:`deliver`; ``handed[i]``:
+    when item ``i`` had gone. :meth:`finish` runs after the last."""
 
-    >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp())
-    >>> f = Feeder(d, [("a.json", "1\\n", 0.0), ("b.json", "2\\n", 0.01)])
-    >>> f.start(); f.join(); sorted(os.listdir(d)), all(f.renamed)
-    (['a.json', 'b.json'], True)
-    """
-
-    def __init__(self, directory: Path, files: Sequence[tuple]) -> None:
-        self.directory = Path(directory)
-        self.files = list(files)
-        self.renamed: list[Optional[float]] = [None] * len(self.files)
+    def __init__(self, items: Sequence[tuple], name: str) -> None:
+        self.items = list(items)
+        self.handed: list[Optional[float]] = [None] * len(self.items)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._feed, name="flink-feeder", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def _feed(self) -> None:
+    def deliver(self, i: int, item: tuple) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """After the last item (nothing by default)."""
+
+    def _run(self) -> None:
         start = time.time()
-        for i, (name, text, due) in enumerate(self.files):
-            delay = start + due - time.time()
+        for i, item in enumerate(self.items):
+            delay = start + item[-1] - time.time()
             if delay > 0 and self._stop.wait(delay):
                 return
-            hidden = self.directory / f".{name}.tmp"
-            hidden.write_text(text)
-            os.rename(hidden, self.directory / name)  # atomic: the source never lists a half-written file
-            self.renamed[i] = time.time()
+            self.deliver(i, item)
+            self.handed[i] = time.time()
+        self.finish()
 
     def start(self) -> None:
         self._thread.start()
@@ -267,6 +265,29 @@ class Feeder:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+
+class Feeder(Scheduled):
+    """Renames ``files`` ``(name, text, due)`` into ``directory`` at their due times;
+    ``renamed[i]``: when file ``i`` went in.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> f = Feeder(d, [("a.json", "1\\n", 0.0), ("b.json", "2\\n", 0.01)])
+    >>> f.start(); f.join(); sorted(os.listdir(d)), all(f.renamed)
+    (['a.json', 'b.json'], True)
+    """
+
+    def __init__(self, directory: Path, files: Sequence[tuple]) -> None:
+        super().__init__(files, "flink-feeder")
+        self.directory = Path(directory)
+        self.renamed = self.handed
+
+    def deliver(self, i: int, item: tuple) -> None:
+        name, text, _ = item
+        hidden = self.directory / f".{name}.tmp"
+        hidden.write_text(text)
+        os.rename(hidden, self.directory / name)  # atomic: the source never lists a half-written file
 
 
 def feed_when_warm(job: FlinkJob, poll: Callable[[], object], warm: Callable[[], bool], done: Callable[[], bool],

@@ -30,7 +30,6 @@ from __future__ import annotations
 import glob
 import math
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -38,6 +37,7 @@ from typing import Optional, Sequence
 import orjson
 
 from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.examples.flink_job import Scheduled
 
 from .direct import direct_results
 from .flink_queries import LATENCY_DEFAULTS, PARALLELISM, WARMUP, _dumps, check_results, feed_chunks, flush_record, result_latencies
@@ -47,20 +47,20 @@ from .queries import build
 POLL_S = 0.01
 
 
-class KafkaFeeder:
-    """Produces ``chunks`` ``(events, due)`` into ``topic`` from a thread, each ``due`` s after
-    :meth:`start`; ``arrived[k]``: when the broker had acknowledged chunk ``k``, ``flushed``:
-    the flush records (one per partition) after the last."""
+class KafkaFeeder(Scheduled):
+    """Produces ``chunks`` ``(events, due)`` into ``topic`` at their due times; ``arrived[k]``:
+    when the broker had acknowledged chunk ``k``, ``flushed``: the flush records (one per
+    partition) after the last."""
 
     def __init__(self, bootstrap_servers: str, topic: str, chunks: Sequence[tuple], flush: dict, partitions: int = PARALLELISM) -> None:
         from kafka import KafkaProducer
 
-        self.topic, self.chunks, self.flush, self.partitions = topic, list(chunks), flush, partitions
+        super().__init__(chunks, "nexmark-kafka-feeder")
+        self.topic, self.flush, self.partitions = topic, flush, partitions
         self.producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, acks=1)
-        self.arrived: list[Optional[float]] = [None] * len(self.chunks)
+        self.arrived = self.handed
         self.flushed: Optional[float] = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._feed, name="nexmark-kafka-feeder", daemon=True)
+        self._first = 0  # the index of the next chunk's first event
 
     def send(self, events: Sequence[dict], first: int = 0) -> None:
         """Events ``first, first + 1, ...`` to their partitions, acknowledged when this returns."""
@@ -68,25 +68,16 @@ class KafkaFeeder:
             self.producer.send(self.topic, _dumps(e).encode(), partition=i % self.partitions, timestamp_ms=math.floor(e["time"] * 1000))
         self.producer.flush()
 
-    def _feed(self) -> None:
-        start, first = time.time(), 0
-        for k, (chunk, due) in enumerate(self.chunks):
-            delay = start + due - time.time()
-            if delay > 0 and self._stop.wait(delay):
-                return
-            self.send(chunk, first)
-            first += len(chunk)
-            self.arrived[k] = time.time()
+    def deliver(self, i: int, item: tuple) -> None:
+        self.send(item[0], self._first)
+        self._first += len(item[0])
+
+    def finish(self) -> None:
         self.send([self.flush] * self.partitions)
         self.flushed = time.time()
 
-    def start(self) -> None:
-        self._thread.start()
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        super().stop()
         self.producer.close()
 
 
