@@ -124,10 +124,6 @@ def plain_loop(query: str, input_dir: Path, out: Path) -> dict:
             "correct": not check_results(rows, direct_results(query, evs))}  # fmt: skip
 
 
-def _ms(value: Optional[float]) -> Optional[float]:
-    return None if value is None else round(value, 1)
-
-
 def run_flink(query: str, evs: list, workdir: Path, rate: Optional[float], expected: list, python: str, parallelism: int = 2,
               input_dir: Optional[Path] = None) -> dict:
     """Flink's run of ``query`` (:mod:`.flink_queries`), a job of its own: the backlog (``rate``

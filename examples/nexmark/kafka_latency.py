@@ -40,7 +40,7 @@ from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.examples.flink_job import Scheduled
 
 from .direct import direct_results
-from .flink_queries import LATENCY_DEFAULTS, PARALLELISM, WARMUP, _dumps, check_results, feed_chunks, flush_record, result_latencies
+from .flink_queries import LATENCY_DEFAULTS, PARALLELISM, WARMUP, _dumps, _ms, check_results, feed_chunks, flush_record, result_latencies
 from .queries import build
 
 #: How often the output files are read for new rows (Flink's part files: as often).
@@ -129,7 +129,11 @@ def run_kafka_latency(query: str, evs: list, workdir: Path, *, rate: float, boot
     feeder = KafkaFeeder(bootstrap_servers, topic, chunks, flush_record(evs), parallelism)
     tail, problems, ready = SinkTail(out_dir, query), [], None
     launched = time.time()
-    handle = flow.start(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"{topic}-snaps"))
+    try:
+        handle = flow.start(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"{topic}-snaps"))
+    except BaseException:
+        feeder.stop()
+        raise
     try:
         # Two per partition: a partition's first record waits for the next to confirm its
         # timestamp (:mod:`driftstream.engine.connectors.partition_clock`).
@@ -175,7 +179,3 @@ def _read(handle) -> int:
         return int(handle.status().get("emitted") or 0)
     except Exception:  # the coordinator not answering yet
         return 0
-
-
-def _ms(value: Optional[float]) -> Optional[float]:
-    return None if value is None else round(value, 1)
