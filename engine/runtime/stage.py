@@ -169,7 +169,7 @@ class StageRuntime:
 
     def _hold_at_held(self, acks: dict) -> None:
         """A batch partly released holds the watermark only at its least held item: its
-        entry moves there, as a sender's ``_OutBuffer`` moves one (the XORs go to the
+        entry moves there, as a sender's ``outbound._OutBuffer`` moves one (the XORs go to the
         acker in one message with those of the outputs just made). Held at its first
         item, it kept the watermark below the other senders' items, and a source
         waiting for the watermark to return credit stayed silent until the merge gave

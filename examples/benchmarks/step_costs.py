@@ -114,7 +114,7 @@ def measure(elements: int, lag: int = 2_000) -> dict:
     stages = [StageRuntime(plan, i, 0, seed=1) for i in range(len(plan.stages))]
     for rt in stages:
         rt.operators = {sid: _TimedOperator(op, clock) for sid, op in rt.operators.items()}
-        rt._route = clock.timed("routing (key_by)", rt._route)
+        rt.outbound.route = clock.timed("routing (key_by)", rt.outbound.route)
         for sid, state in (*rt.keyed.items(), *rt.windows.items()):
             name = plan.steps[sid].name
             state.advance = clock.timed(f"{name}: fold below the watermark", state.advance)

@@ -67,7 +67,7 @@ def test_the_generator_gives_the_spec_proportions_and_ids():
 def test_the_bench_runs_a_query_exactly_once_on_ray(ray_session, tmp_path, query):
     from driftstream.examples.nexmark.bench import run_query
 
-    row = run_query(query, events(4000, rate=400), tmp_path, rate=None)
+    row = run_query(query, events(4000, rate=400), tmp_path)
     assert row["correct"] and row["results"] > 0 and row["events_per_s"] > 0
 
 
