@@ -96,8 +96,6 @@ class StageRuntime:
         # Emits: read by a source, or fired by a window (a window's result is timed from its close).
         self.emits = LatencySamples(sample_every, max_samples)
         self.releases = LatencySamples(sample_every, max_samples)
-        self.emit_times: dict = self.emits.times
-        self.release_times: dict = self.releases.times
         self.peak_log_entries = 0
         #: per step with on_error="dead-letter": its dead letters (less their tombstones)
         self.dead_letters: dict = {}
@@ -115,6 +113,16 @@ class StageRuntime:
         self.keyed: dict = {sid: op.state for sid, op in ops if isinstance(op, Keyed)}
         self.windows: dict = {sid: op.state for sid, op in ops if isinstance(op, Timed)}  # window step id -> WindowedState
         self.barriers: dict = {sid: (op.barrier, op.sink) for sid, op in ops if isinstance(op, SinkStep)}
+
+    @property
+    def emit_times(self) -> dict:
+        """Sampled emits: ``t[:4]`` -> wall clock (see ``emits``)."""
+        return self.emits.times
+
+    @property
+    def release_times(self) -> dict:
+        """Sampled releases: ``t[:4]`` -> wall clock (see ``releases``)."""
+        return self.releases.times
 
     @property
     def counts(self) -> dict:
