@@ -89,7 +89,8 @@ class StateCache:
         self.track_changes = track_changes
         self.max_delta_keys = max_delta_keys
         self._states: dict = {}
-        self._unwritten: set = set()  # changed since the last write to RocksDB
+        # Changed since the last write to RocksDB, with their states: a base takes it whole.
+        self._unwritten: dict = {}
         # Changed since the last snapshot: key -> the inputs folded since, or None (unknown).
         # None instead of the dict: not recorded (no snapshots, or too many changed for a delta).
         self._changed: Optional[dict] = {} if track_changes else None
@@ -172,7 +173,7 @@ class StateCache:
     def _set(self, key: Hashable, state: Any) -> None:
         """Set a dirty state (the caller has recorded the change for deltas, and checks the budget)."""
         self._states[key] = state
-        self._unwritten.add(key)
+        self._unwritten[key] = state
         if self._sized < MEASURE_FIRST:
             self._measure(state)
         size = self._clean.pop(key, None)
@@ -212,17 +213,18 @@ class StateCache:
 
     def take_unwritten(self) -> dict:
         """The states changed since the last :meth:`take_unwritten`, as ``{key: state}``, to
-        :meth:`write`; O(changed keys). No state spills until :meth:`mark_written` (or :meth:`end_write`) or
+        :meth:`write`; O(1). No state spills until :meth:`mark_written` (or :meth:`end_write`) or
         :meth:`unwritten_again` says the batch is done."""
-        states = self._states
-        batch = {k: states[k] for k in self._unwritten}
-        self._unwritten = set()
+        batch, self._unwritten = self._unwritten, {}
         self._bases_pending += 1
         return batch
 
     def unwritten_again(self, batch: dict) -> None:
         """A :meth:`write` of ``batch`` failed: its keys go into the next :meth:`take_unwritten`."""
-        self._unwritten.update(batch)
+        unwritten, states = self._unwritten, self._states
+        for key, state in batch.items():
+            if key not in unwritten:  # else set again since: the newer state is the one to write
+                unwritten[key] = states.get(key, state)
         self._written_sizes.clear()
         self._bases_pending = max(0, self._bases_pending - 1)
 
@@ -342,7 +344,7 @@ class StateCache:
             self.complete = False  # RocksDB now holds states the cache does not
         for key in victims:
             self.db.put(key, states.pop(key))
-            self._unwritten.discard(key)
+            del self._unwritten[key]
         self.spilled += len(victims)
 
     def stats(self) -> dict:

@@ -36,12 +36,15 @@ from typing import Any, Callable, Hashable, Optional
 
 from driftstream.ordering.key_groups import GroupRange, KeyGroups
 
-from .codec import decode, encode_key, encode_keys
+from .codec import decode, encode_key, encode_keys, encode_pairs, pair_start
 
 _GROUP = struct.Struct(">H")
 
 #: Bytes of the key-group prefix of every stored state key.
 PREFIX_BYTES = _GROUP.size
+
+#: Routing keys whose packed start :meth:`StateKeys.encode_many` keeps.
+STARTS_KEPT = 1 << 16
 
 #: The routing key of a state key of windows ``(key, start, end)`` and of entries ``(key, entry)``.
 first = itemgetter(0)
@@ -54,7 +57,7 @@ class StateKeys:
     state key itself).
     """
 
-    __slots__ = ("key_groups", "routing_key", "_group_of")
+    __slots__ = ("key_groups", "routing_key", "_group_of", "_starts")
 
     def __init__(self, key_groups: Optional[KeyGroups] = None, routing_key: Optional[Callable[[Hashable], Any]] = None) -> None:
         self.key_groups = key_groups or KeyGroups()
@@ -67,6 +70,10 @@ class StateKeys:
             # share one, and a base encodes a key per entry (a crc32 each: 0.6 us of 2.5)
             recent = functools.lru_cache(maxsize=1 << 16)(group_of)
             self._group_of = lambda key: recent(routing_key(key))
+        # Entries route by their first item: a base's keys of one word share its group and
+        # its packed form (up to STARTS_KEPT words, then forgotten at once: a dict's get is
+        # half an lru_cache's call).
+        self._starts: Optional[dict] = {} if routing_key is first else None
 
     def group_of(self, key: Hashable) -> int:
         """The key group of a state key."""
@@ -80,11 +87,22 @@ class StateKeys:
         """:meth:`encode` of each of ``keys`` (a slice of a base), the keys by :func:`~.codec.encode_keys`.
 
         >>> keys = StateKeys(KeyGroups(8), routing_key=first)
-        >>> keys.encode_many([("a", 1), ("b", 2)]) == [keys.encode(("a", 1)), keys.encode(("b", 2))]
+        >>> some = [("a", 1), ("b", 2**70), ("c", "d"), ("é" * 300, 4)]
+        >>> keys.encode_many(some) == [keys.encode(k) for k in some]
         True
         """
+        if self._starts is not None:
+            return encode_pairs(keys, self._starts, self._start_of, self.encode)
         pack, group_of = _GROUP.pack, self._group_of
         return [pack(group_of(key)) + raw for key, raw in zip(keys, encode_keys(keys))]
+
+    def _start_of(self, first_item: str) -> tuple:
+        """``(group prefix, pair_start)`` of a routing key, kept in ``_starts``."""
+        starts = self._starts
+        if len(starts) >= STARTS_KEPT:
+            starts.clear()
+        start = starts[first_item] = (_GROUP.pack(self.key_groups.group_of(first_item)), pair_start(first_item))
+        return start
 
     @staticmethod
     def decode(raw: bytes) -> Any:

@@ -14,7 +14,7 @@ from collections import defaultdict, namedtuple
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key, encode_keys
+from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key, encode_keys, encode_pairs, pair_start
 
 # -- strategies ---------------------------------------------------------------------------
 
@@ -103,6 +103,20 @@ def test_a_key_tuple_of_str_and_int_encodes_as_messagepack_does(key):
 def test_keys_encoded_together_are_the_keys_encoded_one_by_one(keys):
     # encode_keys packs (str, int) pairs itself, a base's keys in one call
     assert encode_keys(keys) == [encode_key(k) for k in keys]
+
+
+@given(st.lists(st.one_of(hashables, st.tuples(st.text(max_size=300), st.one_of(st.integers(), st.booleans())),
+                         st.tuples(st.sampled_from(["x" * n for n in (1, 13, 14, 240, 250, 254, 260)]), st.integers(-2**70, 2**70)))))
+def test_pairs_encoded_from_a_cache_of_their_starts_are_the_keys_encoded_one_by_one(keys):
+    # a base's entry keys: the packed str comes from the caller's cache, only the int is packed
+    starts: dict = {}
+
+    def start_of(s):
+        starts[s] = (b"P", pair_start(s))
+        return starts[s]
+
+    twice = keys + keys  # the second time every start comes from the cache
+    assert encode_pairs(twice, starts, start_of, lambda k: b"P" + encode_key(k)) == [b"P" + encode_key(k) for k in twice]
 
 
 def _has_nan(x) -> bool:

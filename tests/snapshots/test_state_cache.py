@@ -159,6 +159,17 @@ def test_a_failed_write_puts_its_keys_back_for_the_next_base(tmp_path):
     cache.close()
 
 
+def test_a_failed_write_does_not_put_back_a_state_older_than_the_key_s_newest(tmp_path):
+    cache = StateCache(RocksDBBackend(tmp_path / "db"))
+    cache.put("a", 1)
+    cache.put("b", 1)
+    batch = cache.take_unwritten()
+    cache.put("a", 2)  # set again while the base was being written
+    cache.unwritten_again(batch)
+    assert cache.take_unwritten() == {"a": 2, "b": 1}
+    cache.close()
+
+
 # -- a miss without a RocksDB read: only while RocksDB holds nothing the cache has not seen --
 
 
