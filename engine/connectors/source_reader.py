@@ -20,7 +20,8 @@ from typing import Any, Optional
 from driftstream.ordering.meta import BOTTOM, TOP, Time
 
 from driftstream.engine.connectors.alignment import Alignment, HeldPartition
-from driftstream.engine.model.config import source_slack
+from driftstream.engine.model.config import InstanceConfig, plan_alignment, source_slack
+from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.connectors.source import Source
 
 
@@ -72,6 +73,17 @@ class SourceReader:
     @property
     def done(self) -> bool:
         return all(p.done for p in self.parts)
+
+    @classmethod
+    def of_instance(cls, plan: Plan, key: Instance, config: InstanceConfig) -> Optional["SourceReader"]:
+        """The reader of instance ``key`` of ``plan`` (None if its stage has no source): its
+        partitions, from the positions ``config`` restores, aligned as ``config`` says."""
+        stage = plan.stages[key.stage]
+        if stage.source_id < 0:
+            return None
+        step = plan.steps[stage.source_id]
+        return cls(step.source, step.id, key.index, stage.parallelism, config.max_inflight, config.batch_size,
+                   starts=config.restore.positions(), alignment_slack=plan_alignment(plan, config.source_alignment))
 
     def has_credit(self) -> bool:
         return self._in_flight < self.max_inflight

@@ -1,8 +1,10 @@
 """The Ray actors of a run: one async actor per stage instance, one acker actor.
 
 Each is a thin shell over a pure object: :class:`StageActor` hosts a
-:class:`~driftstream.engine.runtime.stage.StageRuntime` (and its snapshots, its
-source reader and its sinks' writer threads), :class:`AckerActor` hosts
+:class:`~driftstream.engine.runtime.stage.StageRuntime`, wired to its snapshots
+(:mod:`.stage_snapshots`), the queue of its incoming batches (:mod:`.batch_drain`), its
+source's reading task (:mod:`.source_pump`) and its sinks' writer threads
+(:mod:`.sink_writers`); :class:`AckerActor` hosts
 :class:`~driftstream.ordering.acker.Acker`. Ray places, starts and kills them
 (the supervisor decides when); batches, acks and watermarks travel on the data
 plane (:mod:`.transport`, TCP between the actors). Every stage actor flushes its
@@ -12,12 +14,10 @@ XOR acks to the acker; the acker pushes watermarks to every stage actor.
 from __future__ import annotations
 
 import asyncio
-import gc
 import random
 import resource
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import ray
@@ -27,7 +27,7 @@ from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.snapshots.checksums import CorruptSnapshot
 
 from driftstream.engine.connectors.source_reader import SourceReader
-from driftstream.engine.model.config import InstanceConfig, plan_alignment
+from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.errors import DataPlaneError, StepError
 from driftstream.engine.model.live_figures import emit_samples, recent_samples
@@ -36,8 +36,11 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime import gc_policy
 from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
+from driftstream.engine.runtime.batch_drain import BatchDrain
 from driftstream.engine.runtime.stage import StageRuntime
-from driftstream.engine.runtime.stage_snapshots import SLICE_S, StageSnapshots
+from driftstream.engine.runtime.sink_writers import SinkWriters
+from driftstream.engine.runtime.source_pump import SourcePump
+from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 from driftstream.engine.runtime.transport import Endpoint
 
 
@@ -62,17 +65,9 @@ class LostPeers:
 #: The interpreter's thread switch interval in stage actors (see StageActor.__init__).
 SWITCH_INTERVAL_S = 0.001
 
-#: Seconds between ``gc.freeze()`` calls in stage actors (see StageActor._freeze_survivors).
+#: Seconds between ``gc.freeze()`` calls in stage actors (see :func:`.gc_policy.freeze_survivors`).
 FREEZE_EVERY_S = 1.0
 
-#: Elements of queued batches processed in one event-loop callback (see StageActor._drain).
-DRAIN_CHUNK = 4096
-
-#: The longest turn the snapshot writer gets when the loop is busy (see StageActor._drain).
-MAX_WRITER_SLICE_S = 0.25
-
-#: Seconds between looks at a state cache over its budget, waiting for a base (see StageActor._drain).
-BUDGET_WAIT_S = 0.002
 
 
 @ray.remote(num_cpus=0)
@@ -317,7 +312,7 @@ class StageActor:
         # to a switch interval (5 ms by default) per hand-off. At 1 ms, exactly-once at
         # 50 ms snapshots measured ~2 ms closer to none at p50 (inverted index, 50 docs/s).
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        self.source_task: Optional[asyncio.Task] = None
+        self.pump: Optional[SourcePump] = None
         self.gc_task: Optional[asyncio.Task] = None
         # A damaged snapshot file is reported by listen(), the launch's first call, as itself:
         # raised here it would reach the coordinator only as the text of a dead actor's error.
@@ -354,43 +349,34 @@ class StageActor:
         return None if self.key is None else self.plan.actor_name(self.key)
 
     async def _tear_down(self) -> None:
-        if self.source_task is not None:
-            self.source_task.cancel()
-            self.source_task = None
+        self.drain.close()
+        if self.pump is not None:
+            self.pump.stop()
         await self.endpoint.close()
-        self._stop_sink_threads()
+        self.writers.close()
         self.rt.close()
         self.snapshots.close()
         if self.reader is not None:
             self.reader.close()
 
-    def _stop_sink_threads(self) -> None:
-        for pool in self.sink_threads.values():
-            pool.shutdown(wait=True, cancel_futures=True)
-
     def _write_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
-        self.writes_idle.clear()
-        future = asyncio.get_running_loop().run_in_executor(self.sink_threads[sid], sink.write, bundle)
         rt = self.rt
-        future.add_done_callback(lambda f: self._bundle_written(rt, sid, bundle, f))
+        self.writers.write(sid, sink, bundle, lambda error: self._bundle_written(rt, sid, bundle, error))
 
-    def _bundle_written(self, rt: StageRuntime, sid: int, bundle: Any, future: Any) -> None:
-        if future.cancelled() or rt is not self.rt:
+    def _bundle_written(self, rt: StageRuntime, sid: int, bundle: Any, error: Optional[BaseException]) -> None:
+        if rt is not self.rt:
             return  # written for an incarnation that was reset since
-        error = future.exception()
         if self._guarded(self.rt.bundle_written, sid, bundle, error):
             if self.first_release_at is None:
                 self.first_release_at = time.time()
                 self.released.set()
             self._send_parts()
         if not self.rt.writing or self.failed:
-            self.writes_idle.set()
+            self.writers.idle.set()
 
     def _setup(self, config: InstanceConfig, plane: PlaneKey) -> None:
         plan, (stage_index, instance) = self.plan, self.key
-        stage = plan.stages[stage_index]
-        restore = config.restore
-        self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), restore, cache_bytes=config.state_cache_bytes)
+        self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), config.restore, cache_bytes=config.state_cache_bytes)
         self.rt = StageRuntime(
             plan,
             stage_index,
@@ -401,41 +387,21 @@ class StageActor:
             merging=config.input_merge,
             restore_t=config.restore_t,
         )
-        # One thread per sink partition: its bundles are written in order, and the event
-        # loop goes on while the broker acknowledges one.
-        self.sink_threads = {sid: ThreadPoolExecutor(max_workers=1, thread_name_prefix="sink") for sid in self.rt.barriers}
-        self.writes_idle = asyncio.Event()
-        self.writes_idle.set()
+        self.writers = SinkWriters(self.rt.barriers)
         if config.skip_released:
             self.rt.skip_released()
-        self.reader: Optional[SourceReader] = None
-        self.source_index: Optional[int] = None
-        if stage.source_id >= 0:
-            step = plan.steps[stage.source_id]
-            self.reader = SourceReader(
-                step.source,
-                step.id,
-                instance,
-                stage.parallelism,
-                config.max_inflight,
-                config.batch_size,
-                starts=restore.positions(),
-                alignment_slack=plan_alignment(plan, config.source_alignment),
-            )
-            self.source_index = plan.source_instances.index(self.key)
-        self.batch_size = config.batch_size
+        self.failed = False
+        rt = self.rt
+        self.pump = SourcePump.of_instance(plan, self.key, config, process=lambda items: self._guarded(rt.process_source, items),
+                                           flush=self._flush_read, fail=self._fail, alive=lambda: not self.failed)
+        self.reader: Optional[SourceReader] = None if self.pump is None else self.pump.reader
         self.chaos = config.chaos
         self.rng = random.Random(config.seed)
-        self.last_bound = None
-        self.inbox: list = []
-        self.drain_scheduled = False
-        self.release_scheduled = False
-        self.failed = False
+        self.drain = BatchDrain(self.rt, self.snapshots, self._guarded, self._flush)
         self.acker = None
         self.lost = LostPeers()
         self.endpoint = Endpoint(plane, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add,
                                  on_error=self._on_plane_error)
-        self.credit: Optional[asyncio.Event] = None
         self.first_release_at: Optional[float] = None
         self.released: Optional[asyncio.Event] = None
 
@@ -444,35 +410,12 @@ class StageActor:
         await self.released.wait()
         return self.first_release_at
 
-    async def _freeze_survivors(self) -> None:
-        """Every FREEZE_EVERY_S, move the objects that survived until now out of the cyclic
-        garbage collector's reach (``gc.freeze``).
-
-        A stateful actor's settled states are millions of long-lived containers (an inverted
-        index's posting lists); one full collection over them paused the event loop for
-        100+ ms, the tail of every latency figure. States are acyclic values, freed by
-        reference counting when replaced, frozen or not; what freezing gives up is only
-        cyclic garbage older than FREEZE_EVERY_S, which young collections have long
-        since found.
-
-        A backlog still made full collections within the second (a stateful instance
-        allocates states faster than that), each over everything since the last freeze:
-        16% of a stateful instance's CPU over a 6,000-document backlog, pauses up to
-        150 ms. Survivors of a full collection are frozen as well
-        (:mod:`.gc_policy`): 6%, pauses under 50 ms.
-        """
-        gc_policy.install()
-        while True:
-            await asyncio.sleep(FREEZE_EVERY_S)
-            gc.freeze()
-
     async def listen(self) -> tuple:
         if self.setup_error is not None:
             raise self.setup_error
         if self.gc_task is None:  # once per process: listen() runs again after a reset
-            self.gc_task = asyncio.get_running_loop().create_task(self._freeze_survivors())
+            self.gc_task = asyncio.get_running_loop().create_task(gc_policy.freeze_survivors(FREEZE_EVERY_S))
         self.released = asyncio.Event()
-        self.credit = asyncio.Event()
         return await self.endpoint.listen(node_ip())
 
     async def connect(self, acker, addresses: dict) -> None:
@@ -497,44 +440,32 @@ class StageActor:
     async def start(self, skip_after: Optional[tuple] = None) -> int:
         """Start reading. ``skip_after`` (at-most-once recovery): replay only up to that
         time, then skip to the live end; returns the number of records skipped."""
-        skipped = 0
-        if self.reader is not None:
-            if skip_after is not None:
-                skipped = self.reader.skip_after(skip_after)
-            self.source_task = asyncio.get_running_loop().create_task(self._source_loop())
-        return skipped
+        return 0 if self.pump is None else self.pump.start(skip_after)
 
     async def pause_reading(self) -> Optional[tuple]:
         """Stop reading the source (a rescale's drain), once the reads in progress are sent with
         the bound that covers them; returns ``(source index, that bound)``: the acker has settled
         for the drain only once it holds it (the Ray call may overtake the data plane's message).
         None for a stage without a source."""
-        if self.source_task is not None:
-            self.source_task.cancel()
-            try:
-                await self.source_task
-            except asyncio.CancelledError:
-                pass
-            self.source_task = None
+        if self.pump is None:
+            return None
+        if self.pump.task is not None:
+            await self.pump.pause()
             if not self.failed:
                 self._flush()
-        return None if self.reader is None else (self.source_index, self.last_bound)
+        return self.pump.source_index, self.pump.last_bound
 
     async def resume_reading(self) -> None:
         """Read again after :meth:`pause_reading` (a drain given up on: the sinks held output past it)."""
-        if self.reader is not None and self.source_task is None and not self.failed:
-            self.source_task = asyncio.get_running_loop().create_task(self._source_loop())
+        if self.pump is not None:
+            self.pump.resume()
 
     def _on_message(self, message: Any) -> None:
         if type(message) is Push:
-            # Batches queued behind each other are processed together (see StageRuntime.receive_many).
-            self.inbox.append(message.batch)
-            if not self.drain_scheduled:
-                self.drain_scheduled = True
-                asyncio.get_running_loop().call_soon(self._drain, self.rt)
+            self.drain.push(message.batch)
         elif type(message) is Align:
             self.reader.align(message.frontier)
-            self.credit.set()  # a source loop waiting for the frontier reads on
+            self.pump.wake()  # a source loop waiting for the frontier reads on
         else:
             self._apply_watermark(message.t)
             if message.snapshot_id is not None:
@@ -561,88 +492,28 @@ class StageActor:
         for message in self.rt.ready_parts():
             self.endpoint.send("acker", message)
 
-    def _drain(self, rt: StageRuntime) -> None:
-        """Process the queued batches together, :data:`DRAIN_CHUNK` elements per callback.
-
-        Batches queue up while the loop is busy; in a backlog, thousands of them. Taken
-        at once they held the loop for seconds (a stateful step re-applying its keys),
-        pings went unanswered and the supervisor replaced the actor as hung, over and
-        over. In chunks, pings, watermarks and sink acknowledgements get a turn between.
-
-        A state cache over its budget while a base is written (it may spill nothing
-        until the base is durable) holds processing back until the writer is done:
-        memory stays within the budget instead of growing with the backlog.
-
-        ``rt``: the incarnation the callback was scheduled for; one scheduled before a
-        reset does nothing (it would flush the new incarnation before it is connected)."""
-        if rt is not self.rt:
-            return
-        if self.snapshots.over_budget():
-            self.snapshots.slice_s = MAX_WRITER_SLICE_S
-            asyncio.get_running_loop().call_later(BUDGET_WAIT_S, self._drain, rt)
-            return
-        inbox, n, size = self.inbox, 0, 0
-        while n < len(inbox) and size < DRAIN_CHUNK:
-            size += len(inbox[n].items)
-            n += 1
-        batches, self.inbox = inbox[:n], inbox[n:]
-        backlogged = bool(self.inbox)
-        if backlogged:
-            asyncio.get_running_loop().call_soon(self._drain, rt)
-        else:
-            self.drain_scheduled = False
-        started = time.perf_counter()
-        if self._guarded(self.rt.receive_many, batches):
-            rt.more = backlogged
-            self._flush()
-        self._release_later(rt)
-        # The snapshot writer's next turn lasts as long as this callback did (within bounds): a
-        # snapshot gets about half of a busy loop. With 1 ms turns behind each 50-100 ms of
-        # processing, a base of 17k entries (~0.1 s of work) took 15 s in a backlog, and the
-        # changes waiting for it grew past the budget. At low rates a callback takes well
-        # under a millisecond, so turns stay short: every element in flight waits behind each.
-        took = time.perf_counter() - started
-        self.snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
-
-    def _release_later(self, rt: StageRuntime) -> None:
-        """The input merge holds items for a sender that may have gone quiet: look again
-        once it has been quiet long enough (the most any item is held)."""
-        if rt.holding and not self.release_scheduled:
-            self.release_scheduled = True
-            asyncio.get_running_loop().call_later(rt.merge.quiet_s, self._release_held, rt)
-
-    def _release_held(self, rt: StageRuntime) -> None:
-        if rt is not self.rt:
-            return  # scheduled for an incarnation that was reset since
-        self.release_scheduled = False
-        if self._guarded(rt.release_held):
-            rt.more = bool(self.inbox)
-            self._flush()
-        self._release_later(rt)
-
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
         self._apply_watermark(w)
-        await self.writes_idle.wait()
+        await self.writers.idle.wait()
 
     def _apply_watermark(self, w: tuple) -> None:
         ok = self._guarded(self.rt.on_watermark, w)
         if ok and (self.rt.outbound or self.rt.acks):
             self._flush()  # windows the watermark closed, and their timers
-        if ok and self.reader is not None:
+        if ok and self.pump is not None:
             self.reader.on_watermark(w)
-            self.credit.set()
+            self.pump.wake()
 
     async def report(self) -> dict:
         """Stop, close sinks and backends, and hand back outputs and metrics (copies: Ray
         serialises the result outside the event loop)."""
-        if self.source_task is not None:
-            self.source_task.cancel()
-            self.source_task = None
+        if self.pump is not None:
+            self.pump.stop()
         if not self.failed:
-            await self.writes_idle.wait()
+            await self.writers.idle.wait()
         self.failed = True  # nothing more is processed in this incarnation
-        self._stop_sink_threads()
+        self.writers.close()
         self.rt.close()
         self.snapshots.close()
         await self.endpoint.close()
@@ -696,9 +567,13 @@ class StageActor:
             fn(*args)
             return True
         except StepError as exc:
-            self.failed = True
-            self.acker.fail.remote(exc)
+            self._fail(exc)
             return False
+
+    def _fail(self, exc: BaseException) -> None:
+        """The run fails with ``exc``: the acker tells the supervisor; this incarnation stops."""
+        self.failed = True
+        self.acker.fail.remote(exc)
 
     def _flush(self) -> int:
         """Send what the stage has for others, its acks and its source's bound; returns the
@@ -711,53 +586,12 @@ class StageActor:
             else:
                 send((stage, inst), Push(batch))
         acks = self.rt.take_acks()
-        bound = None
-        if self.reader is not None:
-            bound = self.reader.bound()
-            if bound == self.last_bound:
-                bound = None
-            else:
-                self.last_bound = bound
+        bound = None if self.pump is None else self.pump.new_bound()
         if acks or bound is not None:
-            send("acker", Ack(acks, self.source_index, bound))
+            send("acker", Ack(acks, None if self.pump is None else self.pump.source_index, bound))
         return sent
 
-    async def _source_loop(self) -> None:
-        reader = self.reader
-        while not reader.done and not self.failed:
-            if not reader.has_credit():
-                self.credit.clear()
-                await self.credit.wait()
-                continue
-            try:
-                items = reader.poll(self.batch_size)
-            except Exception as exc:
-                # A source that cannot read on (a codec not installed, a broker gone for its
-                # broker_timeout_s) would fail the same way after a recovery: the run fails.
-                self.failed = True
-                self.acker.fail.remote(exc)
-                return
-            if items and not self._guarded(self.rt.process_source, items):
-                return
-            # Records left to read (a full read, or a known lag) mean the receivers' input merge
-            # waits for this instance's next batch (ordering/input_merge.py), even out of credit:
-            # the items they hold for it do not hold the watermark (StageRuntime._hold_at_held),
-            # so its credit comes back.
-            self.rt.more = bool(items) and (len(items) >= self.batch_size or bool(reader.lag()))
-            sent = self._flush()
-            if items:
-                reader.made(len(items), sent)
-            if items:
-                await asyncio.sleep(0)
-            elif reader.waiting():
-                # Every partition with data waits for the frontier: the next Align wakes it.
-                self.credit.clear()
-                try:
-                    await asyncio.wait_for(self.credit.wait(), 0.01)
-                except asyncio.TimeoutError:
-                    pass
-            else:
-                wait = reader.next_ready_in()
-                await asyncio.sleep(min(wait if wait is not None else 0.001, 0.01))
-        if not self.failed:
-            self._flush()
+    def _flush_read(self, more: bool) -> int:
+        """:meth:`_flush` after a source read; ``more``: records are left to read (see :class:`.SourcePump`)."""
+        self.rt.more = more
+        return self._flush()

@@ -23,6 +23,7 @@ element). A young collection over 50,000 objects takes a few milliseconds.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 #: the collector's thresholds while installed (allocations per young collection, young
@@ -54,3 +55,25 @@ def uninstall() -> None:
     if _before:
         gc.set_threshold(*_before)
         _before.clear()
+
+
+async def freeze_survivors(every_s: float) -> None:
+    """Install the hook, then every ``every_s`` move the objects that survived until now out
+    of the collector's reach (``gc.freeze``): a stage actor's task, for its process's life.
+
+    A stateful actor's settled states are millions of long-lived containers (an inverted
+    index's posting lists); one full collection over them paused the event loop for
+    100+ ms, the tail of every latency figure. States are acyclic values, freed by
+    reference counting when replaced, frozen or not; what freezing gives up is only
+    cyclic garbage older than ``every_s``, which young collections have long since found.
+
+    A backlog still made full collections within the second (a stateful instance
+    allocates states faster than that), each over everything since the last freeze:
+    16% of a stateful instance's CPU over a 6,000-document backlog, pauses up to
+    150 ms. Survivors of a full collection are frozen as well
+    (:func:`freeze_after_full_collection`): 6%, pauses under 50 ms.
+    """
+    install()
+    while True:
+        await asyncio.sleep(every_s)
+        gc.freeze()

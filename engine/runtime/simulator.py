@@ -53,7 +53,7 @@ from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import RunConfig, aligned_sources, plan_alignment
+from driftstream.engine.model.config import RunConfig, aligned_sources
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, PartCollector, committed_t, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
@@ -185,12 +185,9 @@ class Simulation:
         seed = rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
             self.acker.update(seed)
-        if instance in self.source_keys:
-            step = self.plan.steps[self.plan.stages[instance.stage].source_id]
-            self.readers[instance] = SourceReader(
-                step.source, step.id, instance.index, self.plan.stages[instance.stage].parallelism, config.max_inflight, config.batch_size,
-                starts=config.restore.positions(), alignment_slack=plan_alignment(self.plan, config.source_alignment),
-            )
+        reader = SourceReader.of_instance(self.plan, instance, config)
+        if reader is not None:
+            self.readers[instance] = reader
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
             self.skipped += sum(r.skip_after(limit) for r in self.readers.values())

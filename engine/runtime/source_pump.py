@@ -1,0 +1,139 @@
+"""The task that drives a source instance's reader inside its stage actor's event loop.
+
+:class:`~driftstream.engine.connectors.source_reader.SourceReader` knows what may be read
+(credit, alignment, partitions); the pump decides when: it polls while there is credit,
+hands each batch to the stage, flushes what the stage made, and sleeps while the reader
+waits (for the watermark to return credit, or the frontier to let an aligned partition
+read on). A watermark or an ``Align`` message wakes it.
+
+>>> import asyncio
+>>> from driftstream.engine.connectors.source_reader import SourceReader
+>>> from driftstream.engine.testing import MemorySource
+>>> reader = SourceReader(MemorySource([1, 2, 3]), source_id=0, instance=0, instances=1, max_inflight=10, batch_size=2)
+>>> got = []
+>>> async def main():
+...     pump = SourcePump(reader, 0, batch_size=2, process=lambda items: got.extend(p for _, p in items) is None,
+...                       flush=lambda more: 0, fail=print)
+...     pump.start()
+...     await pump.task
+>>> asyncio.run(main()); got
+[1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Optional
+
+from driftstream.engine.connectors.source_reader import SourceReader
+from driftstream.engine.model.config import InstanceConfig
+from driftstream.engine.model.plan import Instance, Plan
+
+#: Seconds the pump sleeps at most while its partitions have nothing to read.
+IDLE_WAIT_S = 0.01
+
+
+class SourcePump:
+    """Reads ``reader`` in batches of ``batch_size`` while it has credit.
+
+    ``process(items) -> bool``: the stage takes a batch (False: the run has failed, stop);
+    ``flush(more) -> int``: send what the stage made (``more``: records are left to read, so
+    receivers should wait for this instance's next batch), returns the elements sent;
+    ``fail(exc)``: the reader raised (the run must fail: a recovery would fail the same way);
+    ``alive() -> bool``: False once the run has failed (the pump then stops).
+    """
+
+    def __init__(self, reader: SourceReader, source_index: int, batch_size: int, process: Callable[[list], bool],
+                 flush: Callable[[bool], int], fail: Callable[[BaseException], None],
+                 alive: Callable[[], bool] = lambda: True) -> None:
+        self.reader = reader
+        self.source_index = source_index
+        self.batch_size = batch_size
+        self._process, self._flush, self._fail, self._alive = process, flush, fail, alive
+        self.task: Optional[asyncio.Task] = None
+        self.credit = asyncio.Event()
+        self.last_bound: Any = None
+
+    @classmethod
+    def of_instance(cls, plan: Plan, key: Instance, config: InstanceConfig, **callbacks: Any) -> Optional["SourcePump"]:
+        """The pump of instance ``key`` of ``plan`` over :meth:`SourceReader.of_instance` (None if
+        its stage has no source); ``callbacks``: the constructor's."""
+        reader = SourceReader.of_instance(plan, key, config)
+        return None if reader is None else cls(reader, plan.source_instances.index(key), config.batch_size, **callbacks)
+
+    def start(self, skip_after: Optional[tuple] = None) -> int:
+        """Start reading (in the running loop). ``skip_after`` (at-most-once recovery): replay
+        only up to that time, then skip to the live end; returns the records skipped."""
+        skipped = self.reader.skip_after(skip_after) if skip_after is not None else 0
+        self.task = asyncio.get_running_loop().create_task(self._run())
+        return skipped
+
+    def resume(self) -> None:
+        """Read again after :meth:`pause` (a drain given up on), unless the run has failed."""
+        if self.task is None and self._alive():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def pause(self) -> None:
+        """Stop reading once the read in progress is handed over."""
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+            self.task = None
+
+    def stop(self) -> None:
+        """Stop reading (the incarnation ends); the read in progress is dropped."""
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    def wake(self) -> None:
+        """Credit came back (a watermark) or the frontier moved (an ``Align``): read on."""
+        self.credit.set()
+
+    def new_bound(self) -> Any:
+        """The reader's bound if it moved since the last call (the acker's to know), else None. O(partitions)."""
+        bound = self.reader.bound()
+        if bound == self.last_bound:
+            return None
+        self.last_bound = bound
+        return bound
+
+    async def _run(self) -> None:
+        reader, credit = self.reader, self.credit
+        while not reader.done and self._alive():
+            if not reader.has_credit():
+                credit.clear()
+                await credit.wait()
+                continue
+            try:
+                items = reader.poll(self.batch_size)
+            except Exception as exc:
+                # A source that cannot read on (a codec not installed, a broker gone for its
+                # broker_timeout_s) would fail the same way after a recovery: the run fails.
+                self._fail(exc)
+                return
+            if items and not self._process(items):
+                return
+            # Records left to read (a full read, or a known lag) mean the receivers' input merge
+            # waits for this instance's next batch (ordering/input_merge.py), even out of credit:
+            # the items they hold for it do not hold the watermark (StageRuntime._hold_at_held),
+            # so its credit comes back.
+            sent = self._flush(bool(items) and (len(items) >= self.batch_size or bool(reader.lag())))
+            if items:
+                reader.made(len(items), sent)
+                await asyncio.sleep(0)
+            elif reader.waiting():
+                # Every partition with data waits for the frontier: the next Align wakes it.
+                credit.clear()
+                try:
+                    await asyncio.wait_for(credit.wait(), IDLE_WAIT_S)
+                except asyncio.TimeoutError:
+                    pass
+            else:
+                wait = reader.next_ready_in()
+                await asyncio.sleep(min(wait if wait is not None else 0.001, IDLE_WAIT_S))
+        if self._alive():
+            self._flush(False)

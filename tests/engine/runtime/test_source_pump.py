@@ -1,0 +1,166 @@
+"""SourcePump: reads while its reader has credit, hands batches over, flushes, waits and wakes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from driftstream.engine.connectors.source_reader import SourceReader
+from driftstream.engine.testing import MemorySource
+from driftstream.ordering.meta import TOP
+
+
+class Stage:
+    """What the pump drives: records the batches and the flushes' ``more``."""
+
+    def __init__(self, ok: bool = True) -> None:
+        self.got: list = []
+        self.flushes: list = []
+        self.failures: list = []
+        self.ok = ok
+
+    def process(self, items: list) -> bool:
+        self.got.extend(p for _, p in items)
+        return self.ok
+
+    def flush(self, more: bool) -> int:
+        self.flushes.append(more)
+        return 0
+
+
+def pump_of(reader: SourceReader, stage: Stage, batch_size: int = 2, alive=lambda: True):
+    from driftstream.engine.runtime.source_pump import SourcePump
+
+    return SourcePump(reader, 0, batch_size, process=stage.process, flush=stage.flush, fail=stage.failures.append, alive=alive)
+
+
+def reader_of(items, max_inflight: int = 100, batch_size: int = 2) -> SourceReader:
+    return SourceReader(MemorySource(items), source_id=0, instance=0, instances=1, max_inflight=max_inflight, batch_size=batch_size)
+
+
+def test_a_bounded_source_is_read_to_its_end_and_the_last_flush_says_nothing_more_comes():
+    stage = Stage()
+
+    async def main():
+        pump = pump_of(reader_of(range(5)), stage)
+        pump.start()
+        await asyncio.wait_for(pump.task, 5)
+
+    asyncio.run(main())
+    assert stage.got == [0, 1, 2, 3, 4]
+    assert stage.flushes[0] is True  # a full batch: receivers wait for the next one
+    assert stage.flushes[-1] is False
+
+
+def test_out_of_credit_it_waits_until_a_watermark_returns_credit_and_wakes_it():
+    stage = Stage()
+
+    async def main():
+        reader = reader_of(range(10), max_inflight=3, batch_size=1)
+        pump = pump_of(reader, stage, batch_size=1)
+        pump.start()
+        await asyncio.sleep(0.05)
+        held = list(stage.got)
+        reader.on_watermark(TOP)  # everything emitted so far settled
+        pump.wake()
+        await asyncio.sleep(0.05)
+        pump.stop()
+        return held
+
+    held = asyncio.run(main())
+    assert held == [0, 1, 2]
+    assert stage.got[:4] == [0, 1, 2, 3]
+
+
+def test_a_reader_that_raises_fails_the_run_and_stops_the_pump():
+    stage = Stage()
+    boom = RuntimeError("broker gone")
+
+    async def main():
+        reader = reader_of(range(5))
+        reader.poll = lambda n: (_ for _ in ()).throw(boom)
+        pump = pump_of(reader, stage)
+        pump.start()
+        await asyncio.wait_for(pump.task, 5)
+
+    asyncio.run(main())
+    assert stage.failures == [boom] and stage.got == []
+
+
+def test_a_failed_run_stops_it_and_no_resume_starts_it_again():
+    stage = Stage()
+    failed = []
+
+    async def main():
+        pump = pump_of(reader_of(range(100)), stage, batch_size=1, alive=lambda: not failed)
+        pump.start()
+        await asyncio.sleep(0)
+        failed.append(True)
+        await asyncio.wait_for(pump.task, 5)
+        pump.task = None
+        pump.resume()
+        return pump.task
+
+    assert asyncio.run(main()) is None
+    assert len(stage.got) < 100
+    assert stage.flushes[-1] is not False  # no final flush for a failed run
+
+
+def test_paused_it_reads_nothing_and_resumed_it_reads_on():
+    stage = Stage()
+
+    async def main():
+        pump = pump_of(reader_of(range(50)), stage, batch_size=1)
+        pump.start()
+        await asyncio.sleep(0)
+        await pump.pause()
+        seen = len(stage.got)
+        await asyncio.sleep(0.02)
+        still = len(stage.got)
+        pump.resume()
+        await asyncio.wait_for(pump.task, 5)
+        return seen, still
+
+    seen, still = asyncio.run(main())
+    assert seen == still < 50
+    assert stage.got == list(range(50))
+
+
+def test_the_bound_is_told_once_per_move():
+    stage = Stage()
+
+    async def main():
+        pump = pump_of(reader_of(range(3)), stage)
+        first = pump.new_bound()
+        return first, pump.new_bound()
+
+    first, again = asyncio.run(main())
+    assert first is not None and again is None
+
+
+def test_an_instance_of_a_source_stage_gets_a_pump_over_its_own_partitions_and_others_none():
+    from driftstream.engine import Flow
+    from driftstream.engine.model.config import InstanceConfig
+    from driftstream.engine.model.plan import Instance
+    from driftstream.engine.runtime.source_pump import SourcePump
+    from driftstream.engine.testing import MemorySink
+
+    f = Flow("pumped")
+    f.source(MemorySource(list(range(8)), partitions=4), name="src").key_by(lambda x: x % 2).map(lambda x: x).sink(MemorySink("out"))
+    plan = f.plan(2)
+    stage = Stage()
+
+    async def main():
+        pumps = {key: SourcePump.of_instance(plan, key, InstanceConfig(batch_size=8), process=stage.process, flush=stage.flush,
+                                             fail=stage.failures.append) for key in plan.instances}
+        sources = {key: p for key, p in pumps.items() if p is not None}
+        for p in sources.values():
+            p.start()
+            await asyncio.wait_for(p.task, 5)
+        return pumps, sources
+
+    pumps, sources = asyncio.run(main())
+    assert sorted(sources) == [Instance(0, 0), Instance(0, 1)]
+    assert all(pumps[k] is None for k in plan.instances if k.stage != 0)
+    assert [sources[k].reader.numbers for k in sorted(sources)] == [[0, 2], [1, 3]]
+    assert [sources[k].source_index for k in sorted(sources)] == [0, 1]
+    assert sorted(stage.got) == list(range(8))
