@@ -187,7 +187,7 @@ def encode_pairs(keys: Iterable, starts: dict, start_of: Callable[[str], tuple],
     str's ``(prefix, pair_start(str))`` from ``starts`` (a caller's cache: a word's entries
     share them), else from ``start_of(str)``, and only the int is packed here; any other key
     is ``other(key)``. A base writes a key per entry (200k entry keys of 1,000 words with
-    their groups: 1.0 -> 0.35 us a key).
+    their groups: 0.61 -> 0.37 us a key, through :meth:`.StateKeys.encode_many`).
 
     >>> start_of = lambda s: (b"G", pair_start(s))
     >>> keys = [("the", 7), ("a", 2**70), ("b", -3), "x"]
