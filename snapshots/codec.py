@@ -154,22 +154,19 @@ def encode_key(key: Any) -> bytes:
 def encode_keys(keys: Iterable) -> list:
     """:func:`encode_key` of each of ``keys``, in one call: a base encodes a key per entry
     it writes, and a pair of a str and an int (entry state's ``(key, entry)``) is packed
-    here without the calls of :func:`encode_key` (200k entry keys with their groups:
-    1.6 -> 1.1 us a key).
+    without the calls of :func:`encode_key`, its str once per call (:func:`encode_pairs`).
 
-    >>> keys = [("the", 7), ("a", 2**70), "x", (1.0, "b"), ("b", True)]
+    >>> keys = [("the", 7), ("a", 2**70), "x", (1.0, "b"), ("b", True), ("the", 8)]
     >>> encode_keys(keys) == [encode_key(k) for k in keys]
     True
     """
-    pack, heads = _flat_packer().pack, _TUPLE_HEADS
-    out = []
-    for key in keys:
-        if type(key) is tuple and len(key) == 2 and type(key[0]) is str and type(key[1]) is int:
-            payload = pack(list(key))
-            out.append(heads[len(payload)] + payload if len(payload) < 256 else _tuple_bytes(payload))
-        else:
-            out.append(encode_key(key))
-    return out
+    starts: dict = {}
+
+    def start_of(first: str) -> tuple:
+        start = starts[first] = (b"", pair_start(first))
+        return start
+
+    return encode_pairs(keys, starts, start_of, encode_key)
 
 
 def pair_start(first: str) -> bytes:

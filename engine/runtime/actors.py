@@ -394,7 +394,6 @@ class StageActor:
         rt = self.rt
         self.pump = SourcePump.of_instance(plan, self.key, config, process=lambda items: self._guarded(rt.process_source, items),
                                            flush=self._flush_read, fail=self._fail, alive=lambda: not self.failed)
-        self.reader: Optional[SourceReader] = None if self.pump is None else self.pump.reader
         self.chaos = config.chaos
         self.rng = random.Random(config.seed)
         self.drain = BatchDrain(self.rt, self.snapshots, self._guarded, self._flush)
@@ -404,6 +403,11 @@ class StageActor:
                                  on_error=self._on_plane_error)
         self.first_release_at: Optional[float] = None
         self.released: Optional[asyncio.Event] = None
+
+    @property
+    def reader(self) -> Optional[SourceReader]:
+        """This instance's source reader (None: its stage has no source)."""
+        return None if self.pump is None else self.pump.reader
 
     async def first_release(self) -> float:
         """Wall time of this actor's first release to a sink (waits for it): recovery timing."""
@@ -464,8 +468,7 @@ class StageActor:
         if type(message) is Push:
             self.drain.push(message.batch)
         elif type(message) is Align:
-            self.reader.align(message.frontier)
-            self.pump.wake()  # a source loop waiting for the frontier reads on
+            self.pump.align(message.frontier)
         else:
             self._apply_watermark(message.t)
             if message.snapshot_id is not None:
@@ -502,8 +505,7 @@ class StageActor:
         if ok and (self.rt.outbound or self.rt.acks):
             self._flush()  # windows the watermark closed, and their timers
         if ok and self.pump is not None:
-            self.reader.on_watermark(w)
-            self.pump.wake()
+            self.pump.on_watermark(w)
 
     async def report(self) -> dict:
         """Stop, close sinks and backends, and hand back outputs and metrics (copies: Ray

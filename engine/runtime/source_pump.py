@@ -89,8 +89,15 @@ class SourcePump:
             self.task.cancel()
             self.task = None
 
-    def wake(self) -> None:
-        """Credit came back (a watermark) or the frontier moved (an ``Align``): read on."""
+    def on_watermark(self, watermark: tuple) -> None:
+        """The reader's elements below ``watermark`` settled: their credit comes back; read on."""
+        self.reader.on_watermark(watermark)
+        self.credit.set()
+
+    def align(self, frontier: Any) -> None:
+        """The frontier of the aligned sources moved (an ``Align``): an aligned partition
+        waiting for it reads on."""
+        self.reader.align(frontier)
         self.credit.set()
 
     def new_bound(self) -> Any:

@@ -60,8 +60,7 @@ def test_out_of_credit_it_waits_until_a_watermark_returns_credit_and_wakes_it():
         pump.start()
         await asyncio.sleep(0.05)
         held = list(stage.got)
-        reader.on_watermark(TOP)  # everything emitted so far settled
-        pump.wake()
+        pump.on_watermark(TOP)  # everything emitted so far settled
         await asyncio.sleep(0.05)
         pump.stop()
         return held
