@@ -43,7 +43,7 @@ from rocksdict import Checkpoint, Options, Rdict, WriteBatch, WriteOptions
 from driftstream.ordering.key_groups import GroupRange
 
 from .changelog import REMOVED
-from .codec import decode, encode
+from .codec import decode, encode, encode_many
 from .state_keys import StateKeys
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -105,11 +105,17 @@ class RocksDBBackend:
         >>> b.close()
         """
         batch = WriteBatch(raw_mode=True)
-        for raw, (_, state) in zip(self.keys.encode_many([key for key, _ in items]), items):
-            if state is REMOVED:
-                batch.delete(raw)
-            else:
-                batch.put(raw, encode(state))
+        put, delete = batch.put, batch.delete
+        keys = self.keys.encode_many([key for key, _ in items])
+        if any(state is REMOVED for _, state in items):
+            for raw, (_, state) in zip(keys, items):
+                if state is REMOVED:
+                    delete(raw)
+                else:
+                    put(raw, encode(state))
+        else:
+            for raw, value in zip(keys, encode_many([state for _, state in items])):
+                put(raw, value)
         self._db.write(batch, self._write_options)
 
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:

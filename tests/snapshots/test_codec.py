@@ -14,7 +14,7 @@ from collections import defaultdict, namedtuple
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key, encode_keys, encode_pairs, pair_start
+from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key, encode_keys, encode_many, encode_pairs, pair_start
 
 # -- strategies ---------------------------------------------------------------------------
 
@@ -105,10 +105,17 @@ def test_keys_encoded_together_are_the_keys_encoded_one_by_one(keys):
     assert encode_keys(keys) == [encode_key(k) for k in keys]
 
 
-@given(st.lists(st.one_of(hashables, st.tuples(st.text(max_size=300), st.one_of(st.integers(), st.booleans())),
-                         st.tuples(st.sampled_from(["x" * n for n in (1, 13, 14, 240, 250, 254, 260)]), st.integers(-2**70, 2**70)))))
+@given(st.lists(values, max_size=8))
+def test_values_encoded_together_are_the_values_encoded_one_by_one(vals):
+    assert encode_many(vals) == [encode(v) for v in vals]
+
+
+@given(st.lists(st.one_of(hashables, st.tuples(st.text(max_size=300), st.one_of(st.integers(), st.booleans(), hashables)),
+                         st.tuples(st.sampled_from(["x" * n for n in (1, 13, 14, 240, 250, 254, 260)]),
+                                   st.one_of(st.integers(-2**70, 2**70), st.just(("__driftstream_size__",)))))))
 def test_pairs_encoded_from_a_cache_of_their_starts_are_the_keys_encoded_one_by_one(keys):
-    # a base's entry keys: the packed str comes from the caller's cache, only the int is packed
+    # a base's entry keys: the packed str comes from the caller's cache, only the second item
+    # is packed (entry state's size entry, a tuple, once per call)
     starts: dict = {}
 
     def start_of(s):

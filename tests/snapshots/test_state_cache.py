@@ -352,3 +352,26 @@ def test_dirty_states_count_at_a_measured_size_before_any_is_written(tmp_path):
     assert cache.cached_bytes == MEASURE_FIRST * 2 * (RECORD_OVERHEAD + approx_size(big))
     assert cache._sized == MEASURE_FIRST
     cache.close()
+
+
+def test_a_base_measures_a_sample_and_every_long_container(tmp_path):
+    """Past MEASURE_FIRST a base measures one written state in MEASURE_EVERY; a container longer
+    than approx_size's sample is always measured, so a large state off the stride does not
+    count at the mean of small ones once clean."""
+    from driftstream.snapshots.state_cache import MEASURE_EVERY, MEASURE_FIRST
+
+    cache = StateCache(RocksDBBackend(tmp_path / "db"))
+    for k in range(MEASURE_FIRST):
+        cache.put(k, [k])
+    written_base(cache)
+    small = RECORD_OVERHEAD + approx_size([0])
+    assert cache.cached_bytes == MEASURE_FIRST * small
+    big = list(range(10_000))
+    keys = [("w", i) for i in range(MEASURE_EVERY * 4)]
+    for key in keys:
+        cache.put(key, big if key == keys[3] else [1])  # off the stride (index 3 of each chunk)
+    sized = cache._sized
+    written_base(cache)
+    assert cache._sized == sized + 4 + 1  # every MEASURE_EVERY-th state, and the big one
+    assert cache.cached_bytes >= (MEASURE_FIRST + len(keys) - 1) * small + RECORD_OVERHEAD + approx_size(big)
+    cache.close()
