@@ -67,21 +67,22 @@ SIZE = ("__driftstream_size__",)
 class DictEntryBackend:
     """Base entries in a dict: the backend for unit tests and the simulator.
 
-    The protocol: ``get(key, entry)`` (``DELETED`` when missing), ``fold(key, writes,
-    inputs)`` (the ``(entry, value or DELETED)`` writes of ``inputs``, elements the watermark
-    passed, to store in order: one call per key and advance, not one per write),
-    ``entries(key)`` (every entry, O(entries): for inspection and tests). ``put`` and
-    ``delete`` are this backend's own, to fill it by hand.
+    The protocol, over records ``(key, entry)``: ``get(record)`` (``DELETED`` when missing),
+    ``fold(key, writes, inputs)`` (the ``(record, value or DELETED)`` writes of ``inputs``,
+    elements the watermark passed, to store in order: one call per key and advance, not one
+    per write), ``entries(key)`` (every entry, O(entries): for inspection and tests). Records
+    are the tuples the overlay holds (a backend keyed by them makes none of its own). ``put``
+    and ``delete`` are this backend's own, to fill it by hand.
 
-    >>> b = DictEntryBackend(); b.put("k", "a", 1); b.get("k", "a"), b.get("k", "b")
+    >>> b = DictEntryBackend(); b.put("k", "a", 1); b.get(("k", "a")), b.get(("k", "b"))
     (1, DELETED)
     """
 
     def __init__(self) -> None:
         self._data: dict = {}
 
-    def get(self, key: Hashable, entry: Hashable) -> Any:
-        return self._data.get((key, entry), DELETED)
+    def get(self, record: tuple) -> Any:
+        return self._data.get(record, DELETED)
 
     def put(self, key: Hashable, entry: Hashable, value: Any) -> None:
         self._data[(key, entry)] = value
@@ -90,11 +91,12 @@ class DictEntryBackend:
         self._data.pop((key, entry), None)
 
     def fold(self, key: Hashable, writes: list, inputs: list) -> None:
-        for entry, value in writes:
+        data = self._data
+        for record, value in writes:
             if value is DELETED:
-                self.delete(key, entry)
+                data.pop(record, None)
             else:
-                self.put(key, entry, value)
+                data[record] = value
 
     def entries(self, key: Hashable) -> Iterator[tuple]:
         return ((e, v) for (k, e), v in self._data.items() if k == key and e != SIZE)
@@ -151,32 +153,34 @@ class EntryKeyedState(DriftingLogs):
         self.overlay: dict = {}  # (key, entry) -> deque of values written by elements in the log, in log order
 
     def _read(self, key: Hashable, entry: Hashable) -> Any:
-        stack = self.overlay.get((key, entry))
-        return stack[-1] if stack else self.backend.get(key, entry)
+        record = (key, entry)
+        stack = self.overlay.get(record)
+        return stack[-1] if stack else self.backend.get(record)
 
     def _write(self, key: Hashable, entry: Hashable, value: Any, journal: list) -> None:
         """Write ``value`` (DELETED: remove) over the entry and journal it, keeping the key's
         size entry; removing a missing entry writes nothing. One function for the in-order
         path of every element: the index's put was six calls deep through the handle."""
-        overlay = self.overlay
-        stack = overlay.get((key, entry))  # never empty: an emptied stack leaves the overlay
-        old = stack[-1] if stack else self.backend.get(key, entry)
+        overlay, record = self.overlay, (key, entry)
+        stack = overlay.get(record)  # never empty: an emptied stack leaves the overlay
+        old = stack[-1] if stack else self.backend.get(record)
         if (old is DELETED) is (value is DELETED):  # present -> present, or missing -> missing
             if value is DELETED:
                 return
         else:
-            sizes = overlay.get((key, SIZE))
-            size = sizes[-1] if sizes else self.backend.get(key, SIZE)
+            size_record = (key, SIZE)
+            sizes = overlay.get(size_record)
+            size = sizes[-1] if sizes else self.backend.get(size_record)
             size = (0 if size is DELETED else size) + (-1 if value is DELETED else 1)
             if sizes:
                 sizes.append(size)
             else:
-                overlay[(key, SIZE)] = deque((size,))
+                overlay[size_record] = deque((size,))
             journal.append(SIZE)
         if stack:
             stack.append(value)
         else:
-            overlay[(key, entry)] = deque((value,))
+            overlay[record] = deque((value,))
         journal.append(entry)
 
     def _undo(self, key: Hashable, journal: Optional[list]) -> None:
@@ -214,12 +218,16 @@ class EntryKeyedState(DriftingLogs):
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
         """Move the writes of the first n entries into the backend, in log order. O(writes)."""
-        overlay = self.overlay
+        pop, overlay = self.overlay.pop, self.overlay
         writes = []
+        append = writes.append
         for journal in log.after[:n]:
             for entry in journal:
-                stack = overlay[(key, entry)]
-                writes.append((entry, stack.popleft()))
-                if not stack:
-                    del overlay[(key, entry)]
+                record = (key, entry)
+                stack = pop(record)  # one lookup: an entry written once in the log (the common case) leaves
+                if len(stack) == 1:
+                    append((record, stack[0]))
+                else:
+                    append((record, stack.popleft()))
+                    overlay[record] = stack
         self.backend.fold(key, writes, log.payloads[:n])

@@ -91,6 +91,13 @@ class KeyLog:
         self.after: list = []
         self.outputs: list = []  # per entry: the list of payloads it emitted
 
+    @classmethod
+    def of(cls, meta: tuple, payload: Any) -> "KeyLog":
+        """A log of one element (a key's first in the log: most of a backlog's keys). O(1)."""
+        log = cls.__new__(cls)
+        log.metas, log.payloads, log.after, log.outputs = [meta], [payload], [None], [NO_OUTPUT]
+        return log
+
     def insert(self, meta: tuple, payload: Any) -> int:
         """Insert after any equal Meta; returns the index. O(1) at the tail, else O(n)."""
         metas = self.metas
@@ -222,7 +229,10 @@ class DriftingLogs:
                     del self.pending_tombstones[key]
                 return -1
         if log is None:
-            log = self.logs[key] = KeyLog()
+            self.logs[key] = KeyLog.of(meta, payload)
+            self._size += 1
+            self._heads.push(meta, key)
+            return 0
         i = log.insert(meta, payload)
         if i < len(log.metas) - 1:
             self.out_of_order += 1

@@ -7,8 +7,8 @@ them to RocksDB entry by entry, and the cache bounds how many stay decoded in me
 >>> from driftstream.snapshots.backend import RocksDBBackend
 >>> from driftstream.snapshots.state_cache import StateCache
 >>> entries = CachedEntries(StateCache(RocksDBBackend(tempfile.mkdtemp() + "/db")))
->>> entries.fold("the", [(7, [0, 4]), (9, [2]), (9, DELETED)], [])   # writes the watermark passed
->>> entries.get("the", 7), entries.get("the", 9), sorted(entries.entries("the"))
+>>> entries.fold("the", [(("the", 7), [0, 4]), (("the", 9), [2]), (("the", 9), DELETED)], [])   # writes the watermark passed
+>>> entries.get(("the", 7)), entries.get(("the", 9)), sorted(entries.entries("the"))
 ([0, 4], DELETED, [(7, [0, 4])])
 >>> sorted(entries.cache.take_changes())            # a delta holds each changed entry
 [('the', 7), ('the', 9)]
@@ -24,7 +24,6 @@ from typing import Any, Hashable, Iterator
 
 from driftstream.ordering.entry_state import DELETED, SIZE
 
-from .changelog import REMOVED
 from .state_cache import StateCache
 
 
@@ -39,14 +38,14 @@ class CachedEntries:
     def __init__(self, cache: StateCache) -> None:
         self.cache = cache
 
-    def get(self, key: Hashable, entry: Hashable) -> Any:
-        value = self.cache.get((key, entry))
+    def get(self, record: tuple) -> Any:
+        value = self.cache.get(record)
         return DELETED if value is None else value
 
     def fold(self, key: Hashable, writes: list, inputs: list) -> None:
-        """Store ``writes`` (``(entry, value or DELETED)``, in order): the entries' puts and
+        """Store ``writes`` (``((key, entry), value or DELETED)``, in order): the entries' puts and
         deletes are the delta, ``inputs`` add nothing. One budget check for them all."""
-        self.cache.put_many([((key, entry), REMOVED if value is DELETED else value) for entry, value in writes])
+        self.cache.put_many(writes, deleted=DELETED)
 
     def entries(self, key: Hashable) -> Iterator[tuple]:
         return ((k[1], v) for k, v in self.cache.items() if type(k) is tuple and len(k) == 2 and k[0] == key and k[1] != SIZE)

@@ -136,10 +136,10 @@ class StateCache:
         """Set the settled state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
         self.put_many(((key, state),))
 
-    def put_many(self, pairs: Iterable[tuple]) -> None:
-        """:meth:`put` of each ``(key, state)`` (REMOVED: removed), with one budget check after
-        them all: entry state folds a key's writes (the index: a page and the word's size)
-        together. O(pairs).
+    def put_many(self, pairs: Iterable[tuple], deleted: Any = REMOVED) -> None:
+        """:meth:`put` of each ``(key, state)`` (``deleted``, the caller's mark of a removed key,
+        REMOVED by default: removed), with one budget check after them all: entry state folds
+        a key's writes (the index: a page and the word's size) together. O(pairs).
 
         >>> import tempfile
         >>> from driftstream.snapshots.backend import RocksDBBackend
@@ -151,6 +151,8 @@ class StateCache:
         changed, states, unwritten, pop_clean = self._changed, self._states, self._unwritten, self._clean.pop
         measure, freed = self._sized < MEASURE_FIRST, 0
         for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
+            if state is deleted:
+                state = REMOVED
             if changed is not None:
                 changed[key] = None
             states[key] = state
