@@ -40,7 +40,6 @@ of the elements it folds. ``len`` is kept as a counter, O(1).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Callable, Hashable, Iterator, Optional
 
 from .keyed_state import DriftingLogs, KeyLog, StateFnError
@@ -150,7 +149,7 @@ class EntryKeyedState(DriftingLogs):
 
     def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Any = None, on_error: Optional[Callable] = None) -> None:
         super().__init__(fn, flat, backend if backend is not None else DictEntryBackend(), on_error)
-        self.overlay: dict = {}  # (key, entry) -> deque of values written by elements in the log, in log order
+        self.overlay: dict = {}  # (key, entry) -> list of values written by elements in the log, in log order
 
     def _read(self, key: Hashable, entry: Hashable) -> Any:
         record = (key, entry)
@@ -175,12 +174,12 @@ class EntryKeyedState(DriftingLogs):
             if sizes:
                 sizes.append(size)
             else:
-                overlay[size_record] = deque((size,))
+                overlay[size_record] = [size]
             journal.append(SIZE)
         if stack:
             stack.append(value)
         else:
-            overlay[record] = deque((value,))
+            overlay[record] = [value]
         journal.append(entry)
 
     def _undo(self, key: Hashable, journal: Optional[list]) -> None:
@@ -225,9 +224,8 @@ class EntryKeyedState(DriftingLogs):
             for entry in journal:
                 record = (key, entry)
                 stack = pop(record)  # one lookup: an entry written once in the log (the common case) leaves
-                if len(stack) == 1:
-                    append((record, stack[0]))
-                else:
-                    append((record, stack.popleft()))
-                    overlay[record] = stack
+                append((record, stack[0]))
+                if len(stack) > 1:
+                    del stack[0]  # a list, not a deque: stacks hold a value or a few, and a
+                    overlay[record] = stack  # deque costs 760 bytes (two per element in flight)
         self.backend.fold(key, writes, log.payloads[:n])
