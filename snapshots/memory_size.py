@@ -15,6 +15,9 @@ True
 
 Costs: O(SAMPLE ** DEPTH) at most, whatever the size of the value; exact for flat
 values, an estimate (from the first items) for containers longer than SAMPLE.
+
+A state cache counts a state it has not measured at :class:`MeanSize` ``.mean``, the mean
+of those it has.
 Shared objects (small ints, interned strings) are counted at each reference, so
 it errs on the large side, which is the safe side for a budget.
 """
@@ -29,6 +32,17 @@ DEFAULT_BUDGET_BYTES = 256 << 20
 
 #: Items of a container looked at; longer containers are extrapolated from them.
 SAMPLE = 16
+
+#: Bytes counted per cached state beyond its own: its key and the cache's slots for it (measured with
+#: tracemalloc, keys (str, int): the slots 140-147 bytes, the key tuple and its int 88).
+RECORD_OVERHEAD = 256
+
+#: States measured as they are set until this many have been measured, so that the mean they
+#: count at is a real one before the first base writes any.
+MEASURE_FIRST = 64
+
+#: A base measures one state in this many of those it writes (see :meth:`MeanSize.sample`).
+MEASURE_EVERY = 8
 
 #: Levels of nesting looked into; deeper values count at their own size only.
 DEPTH = 3
@@ -73,3 +87,58 @@ def approx_size(value: Any, depth: int = DEPTH) -> int:
 _FLAT = frozenset({int, float, str, bytes, bool, type(None)})
 
 _SEQUENCES = frozenset({list, tuple, set, frozenset})
+
+
+_CONTAINERS = frozenset({list, tuple, dict, set, frozenset, str, bytes})
+
+
+class MeanSize:
+    """The mean size of the states measured so far (:func:`approx_size` plus
+    :data:`RECORD_OVERHEAD` each): what a state cache counts a state it has not measured at.
+
+    >>> sizes = MeanSize(); sizes.mean == RECORD_OVERHEAD
+    True
+    >>> sizes.measure([1, 2]) == sizes.mean == RECORD_OVERHEAD + approx_size([1, 2])
+    True
+
+    Costs: :meth:`measure` one :func:`approx_size`; ``mean`` O(1).
+    """
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+
+    @property
+    def mean(self) -> int:
+        return self.total // self.count if self.count else RECORD_OVERHEAD
+
+    def measure(self, state: Any) -> int:
+        """The bytes ``state`` holds in a cache (counted in the mean)."""
+        size = approx_size(state) + RECORD_OVERHEAD
+        self.count += 1
+        self.total += size
+        return size
+
+    def sample(self, items: list, sizes: dict) -> None:
+        """Measure some of a base's ``(key, state)`` into ``sizes`` (key -> bytes): every one
+        until :data:`MEASURE_FIRST` are, then one in :data:`MEASURE_EVERY` and every container
+        longer than the :data:`SAMPLE` items :func:`approx_size` looks at (measuring each was a
+        fifth of a base row's cost). O(items), the sampled ones measured.
+
+        >>> sizes, got = MeanSize(), {}
+        >>> sizes.count = MEASURE_FIRST
+        >>> sizes.sample([(k, [k]) for k in range(16)] + [("big", list(range(100)))], got)
+        >>> sorted(got, key=str)
+        [0, 8, 'big']
+        """
+        every = 1 if self.count < MEASURE_FIRST else MEASURE_EVERY
+        count, total = 0, 0
+        for i, (key, state) in enumerate(items):
+            if i % every == 0 or (type(state) in _CONTAINERS and len(state) > SAMPLE):
+                size = sizes[key] = approx_size(state) + RECORD_OVERHEAD
+                count += 1
+                total += size
+        self.count += count
+        self.total += total

@@ -29,7 +29,7 @@ taken batch is a consistent view of the states at T.
 >>> cache.close()
 
 The budget (``budget_bytes``, :func:`~driftstream.snapshots.memory_size.approx_size`
-of the cached states plus :data:`RECORD_OVERHEAD` each) bounds the memory the
+of the cached states plus :data:`~.memory_size.RECORD_OVERHEAD` each) bounds the memory the
 cached states hold. Over it, the cache drops clean states (RocksDB holds them),
 oldest written first; if that is not enough, it writes dirty states to RocksDB
 and drops them too ("spills"), but none while a base is being written (its
@@ -53,13 +53,9 @@ from typing import Any, Hashable, Iterable, Iterator, Optional
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
-from .memory_size import DEFAULT_BUDGET_BYTES, SAMPLE, approx_size
+from .memory_size import DEFAULT_BUDGET_BYTES, MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, MeanSize  # noqa: F401 (re-exported)
 
 _MISSING = object()
-
-#: Bytes counted per cached state beyond its own: its key and the cache's slots for it (measured with
-#: tracemalloc, keys (str, int): the slots 140-147 bytes, the key tuple and its int 88).
-RECORD_OVERHEAD = 256
 
 #: Over budget, the cache drops states until it holds this fraction of the budget.
 LOW_WATER = 0.9
@@ -69,15 +65,6 @@ LOW_WATER = 0.9
 #: plus 15-20 ms of flush and checkpoint: at this size a base is no dearer than the delta
 #: and the later base it saves.
 MAX_DELTA_KEYS = 4096
-
-#: Dirty states measured as they are set until this many states have been measured, so that
-#: the mean they count at is a real one before the first base writes any.
-MEASURE_FIRST = 64
-
-#: A base measures one state in this many of those it writes (see :meth:`StateCache.write_items`).
-MEASURE_EVERY = 8
-
-_CONTAINERS = frozenset({list, tuple, dict, set, frozenset, str, bytes})
 
 
 class StateCache:
@@ -105,8 +92,8 @@ class StateCache:
         self._dropped = 0  # keys dropped from _clean since it was last compacted
         # Sizes measured by write_items, taken by mark_items_written.
         self._written_sizes: dict = {}
-        # A dirty state counts at the mean size of the states measured so far.
-        self._sized, self._sized_bytes = 0, 0
+        # A dirty state (and a clean one not measured) counts at the mean size of those measured.
+        self._sizes = MeanSize()
         # Bases taken and not yet written or given back: no spill while one is pending. A count,
         # as a base may be taken while the one before is still being written (a backlog).
         self._bases_pending = 0
@@ -128,7 +115,7 @@ class StateCache:
             if state is not None:
                 self.read_back += 1
                 self._states[key] = state
-                self._add_clean(key, self._measure(state))
+                self._add_clean(key, self._sizes.measure(state))
                 self._evict()
         return None if state is REMOVED else state
 
@@ -149,7 +136,8 @@ class StateCache:
         >>> cache.close()
         """
         changed, states, unwritten, pop_clean = self._changed, self._states, self._unwritten, self._clean.pop
-        measure, freed = self._sized < MEASURE_FIRST, 0
+        measured, freed = self._sizes, 0
+        measure = measured.count < MEASURE_FIRST
         for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
             if state is deleted:
                 state = REMOVED
@@ -158,7 +146,7 @@ class StateCache:
             states[key] = state
             unwritten[key] = state
             if measure:
-                self._measure(state)
+                measured.measure(state)
             size = pop_clean(key, None)
             if size is not None:
                 freed += size
@@ -189,8 +177,8 @@ class StateCache:
         """Set a dirty state (the caller has recorded the change for deltas, and checks the budget)."""
         self._states[key] = state
         self._unwritten[key] = state
-        if self._sized < MEASURE_FIRST:
-            self._measure(state)
+        if self._sizes.count < MEASURE_FIRST:
+            self._sizes.measure(state)
         size = self._clean.pop(key, None)
         if size is not None:
             self._clean_bytes -= size
@@ -251,19 +239,10 @@ class StateCache:
 
     def write_items(self, items: list) -> None:
         """Encode and store some ``(key, state)`` of a batch in one RocksDB write, and measure
-        them: one state in :data:`MEASURE_EVERY`, and every container longer than the few
-        items :func:`.approx_size` looks at (the rest count at the mean when they are marked
-        clean: measuring each cost a fifth of a base's row). O(size of the states)."""
+        a sample of them (:meth:`.MeanSize.sample`: the rest count at the mean once clean).
+        O(size of the states)."""
         self.db.put_many(items)
-        sizes, every = self._written_sizes, 1 if self._sized < MEASURE_FIRST else MEASURE_EVERY
-        sized, total = 0, 0
-        for i, (key, state) in enumerate(items):
-            if i % every == 0 or (type(state) in _CONTAINERS and len(state) > SAMPLE):
-                size = sizes[key] = approx_size(state) + RECORD_OVERHEAD
-                sized += 1
-                total += size
-        self._sized += sized
-        self._sized_bytes += total
+        self._sizes.sample(items, self._written_sizes)
 
     def mark_written(self, batch: dict) -> None:
         """After :meth:`write` of ``batch`` finished: its keys not changed since are clean (they
@@ -277,7 +256,7 @@ class StateCache:
         """Some ``(key, state)`` of a written batch: each clean unless changed since it was
         taken. The owner may go on with ``get``/``put`` between calls (12k rows: ~12 ms in one go)."""
         sizes, unwritten, states, clean = self._written_sizes, self._unwritten, self._states, self._clean
-        mean, added = self._mean(), 0
+        mean, added = self._sizes.mean, 0
         for key, state in items:
             size = sizes.pop(key, mean) if sizes else mean
             if key not in unwritten and states.get(key, _MISSING) is state and key not in clean:
@@ -298,18 +277,6 @@ class StateCache:
 
     # -- the budget -------------------------------------------------------------------------
 
-    def _measure(self, state: Any) -> int:
-        size = approx_size(state) + RECORD_OVERHEAD
-        self._note(size)
-        return size
-
-    def _note(self, size: int) -> None:
-        self._sized += 1
-        self._sized_bytes += size
-
-    def _mean(self) -> int:
-        return self._sized_bytes // self._sized if self._sized else RECORD_OVERHEAD
-
     def _add_clean(self, key: Hashable, size: int) -> None:
         self._clean[key] = size
         self._clean_bytes += size
@@ -317,7 +284,7 @@ class StateCache:
     @property
     def cached_bytes(self) -> int:
         """Bytes the cached states hold: measured for clean ones, the mean size for dirty ones. O(1)."""
-        return self._clean_bytes + (len(self._states) - len(self._clean)) * self._mean()
+        return self._clean_bytes + (len(self._states) - len(self._clean)) * self._sizes.mean
 
     @property
     def over_budget(self) -> bool:
@@ -358,7 +325,7 @@ class StateCache:
 
     def _spill(self, excess: int) -> None:
         """Write dirty states to RocksDB and drop them, about ``excess`` bytes."""
-        mean, states = self._mean(), self._states
+        mean, states = self._sizes.mean, self._states
         victims = []
         for key in self._unwritten:
             if len(victims) * mean >= excess:

@@ -6,7 +6,7 @@ import sys
 
 from hypothesis import given, strategies as st
 
-from driftstream.snapshots.memory_size import DEPTH, SAMPLE, approx_size
+from driftstream.snapshots.memory_size import DEPTH, MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, SAMPLE, MeanSize, approx_size
 
 
 def walk(value, depth: int = DEPTH) -> int:
@@ -44,3 +44,18 @@ values = st.recursive(
 def test_approx_size_is_the_bounded_walk(value):
     assert approx_size(value) == walk(value)
     assert approx_size(value, 1) == walk(value, 1)
+
+
+@given(st.lists(st.one_of(st.integers(), st.lists(st.integers(), max_size=3 * SAMPLE), st.text(max_size=40)), max_size=60),
+       st.integers(0, 2 * MEASURE_FIRST))
+def test_a_sample_measures_the_stride_and_every_long_container(states, measured_before):
+    sizes, got = MeanSize(), {}
+    sizes.count, sizes.total = measured_before, measured_before * RECORD_OVERHEAD
+    items = list(enumerate(states))
+    sizes.sample(items, got)
+    every = 1 if measured_before < MEASURE_FIRST else MEASURE_EVERY
+    expected = {i for i, s in items if i % every == 0 or (type(s) in (list, str) and len(s) > SAMPLE)}
+    assert set(got) == expected
+    assert all(got[i] == RECORD_OVERHEAD + approx_size(states[i]) for i in got)
+    assert sizes.count == measured_before + len(expected)
+    assert sizes.total == measured_before * RECORD_OVERHEAD + sum(got.values())

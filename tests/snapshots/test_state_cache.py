@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import REMOVED
-from driftstream.snapshots.memory_size import approx_size
-from driftstream.snapshots.state_cache import RECORD_OVERHEAD, StateCache
+from driftstream.snapshots.memory_size import MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, approx_size
+from driftstream.snapshots.state_cache import StateCache
 
 
 
@@ -343,14 +343,13 @@ def test_over_budget_while_a_base_is_pending_a_put_does_not_walk_the_dropped_slo
 def test_dirty_states_count_at_a_measured_size_before_any_is_written(tmp_path):
     """Before the first base writes (and measures) any state, dirty states counted at
     RECORD_OVERHEAD alone; the first MEASURE_FIRST are measured as they are set."""
-    from driftstream.snapshots.state_cache import MEASURE_FIRST
 
     cache = StateCache(RocksDBBackend(tmp_path / "db"))
     big = list(range(100))
     for k in range(MEASURE_FIRST * 2):
         cache.put(k, big)
     assert cache.cached_bytes == MEASURE_FIRST * 2 * (RECORD_OVERHEAD + approx_size(big))
-    assert cache._sized == MEASURE_FIRST
+    assert cache._sizes.count == MEASURE_FIRST
     cache.close()
 
 
@@ -358,7 +357,6 @@ def test_a_base_measures_a_sample_and_every_long_container(tmp_path):
     """Past MEASURE_FIRST a base measures one written state in MEASURE_EVERY; a container longer
     than approx_size's sample is always measured, so a large state off the stride does not
     count at the mean of small ones once clean."""
-    from driftstream.snapshots.state_cache import MEASURE_EVERY, MEASURE_FIRST
 
     cache = StateCache(RocksDBBackend(tmp_path / "db"))
     for k in range(MEASURE_FIRST):
@@ -370,8 +368,8 @@ def test_a_base_measures_a_sample_and_every_long_container(tmp_path):
     keys = [("w", i) for i in range(MEASURE_EVERY * 4)]
     for key in keys:
         cache.put(key, big if key == keys[3] else [1])  # off the stride (index 3 of each chunk)
-    sized = cache._sized
+    measured = cache._sizes.count
     written_base(cache)
-    assert cache._sized == sized + 4 + 1  # every MEASURE_EVERY-th state, and the big one
+    assert cache._sizes.count == measured + 4 + 1  # every MEASURE_EVERY-th state, and the big one
     assert cache.cached_bytes >= (MEASURE_FIRST + len(keys) - 1) * small + RECORD_OVERHEAD + approx_size(big)
     cache.close()
