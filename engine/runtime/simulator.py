@@ -49,19 +49,19 @@ import time
 from collections import deque
 from typing import Optional, Sequence
 
-from driftstream.ordering.acker import Acker
-from driftstream.ordering.meta import BOTTOM, TOP
+from driftstream.ordering.meta import TOP
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig, aligned_sources
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.model.manifest import Manifest, PartCollector, committed_t, manifest_of
+from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult, merge_instances
 from driftstream.engine.connectors.source_reader import SourceReader
-from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Watermark
+from driftstream.engine.runtime.protocol import Ack, Align, Prepared
+from driftstream.engine.runtime.simulated_acker import SimulatedAcker
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 
@@ -151,14 +151,11 @@ class Simulation:
         """Forget everything in flight; instances are then restored one per step."""
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
-        self.acker = Acker(sources=len(self.source_keys))
-        self.watermark = self.acker.watermark
-        self.frontier_told: dict = {}
+        self.acker = SimulatedAcker(len(self.source_keys), self.aligned, lambda to, message: self._send_control(ACKER, to, message))
         self.bound_sent: dict = {}
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
         self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
-        self.collector: Optional[PartCollector] = None
 
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
@@ -184,7 +181,7 @@ class Simulation:
             rt.skip_released()
         seed = rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
-            self.acker.update(seed)
+            self.acker.seed(seed)
         reader = SourceReader.of_instance(self.plan, instance, config)
         if reader is not None:
             self.readers[instance] = reader
@@ -267,25 +264,6 @@ class Simulation:
             self._send_control(instance, ACKER, message)
         return sum(len(batch.items) for _, _, batch in batches)
 
-    def _to_acker(self, message) -> None:
-        if type(message) is Prepared:
-            if self.collector is not None and self.collector.snapshot_id == message.snapshot_id:
-                self.collector.add(message.instance, message.part)
-            return
-        w = self.acker.update(message.xors, message.source_index, message.bound)
-        if w != self.watermark:
-            self.watermark = w
-            for instance in self.stages:
-                self._send_control(ACKER, instance, Watermark(w))
-        if message.bound is not None and self.aligned is not None:
-            for group in dict.fromkeys(g for _, g in self.aligned):
-                frontier = self.acker.frontier(group)
-                if frontier > self.frontier_told.get(group, BOTTOM):
-                    self.frontier_told[group] = frontier
-                    for instance, g in self.aligned:
-                        if g == group:
-                            self._send_control(ACKER, instance, Align(frontier))
-
     def _to_stage(self, instance: Instance, message) -> None:
         if type(message) is Align:
             self.readers[instance].align(message.frontier)
@@ -312,7 +290,7 @@ class Simulation:
             kinds.append("control")
         if self.rescale_phase is None and any(self._source_ready(k) for k in self.readers):
             kinds.append("source")
-        if self.rescale_phase == "draining" and not kinds and not self.writes and self.collector is None:
+        if self.rescale_phase == "draining" and not kinds and not self.writes and self.acker.collector is None:
             return ["rescale snapshot"]  # nothing in flight: the watermark stays where it is
         if any(rt.holding for rt in self.stages.values()):
             kinds.append("release held")
@@ -320,9 +298,9 @@ class Simulation:
             kinds.append("write")
         if any(s.pending_writes() for s in self.snapshots.values()):
             kinds.append("persist")
-        if self.collector is not None and not self.collector.missing:
+        if self.acker.collector is not None and not self.acker.collector.missing:
             kinds.append("commit")
-        elif (self.store is not None and self.collector is None and self.watermark != TOP and self.clock_value >= self.next_snapshot_at
+        elif (self.store is not None and self.acker.collector is None and self.acker.watermark != TOP and self.clock_value >= self.next_snapshot_at
               and self.rescale_phase is None):
             kinds.append("snapshot")
         return kinds
@@ -340,7 +318,7 @@ class Simulation:
         self.clock_value += 0.001
         if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
             return True
-        if self.rescales and self.rescale_phase is None and not self.restoring and self.watermark != TOP and self.rng.random() < RESCALE_AT:
+        if self.rescales and self.rescale_phase is None and not self.restoring and self.acker.watermark != TOP and self.rng.random() < RESCALE_AT:
             self.rescale_phase = "draining"
             # The sources stop reading, each once what it read is sent with its bound (Ray's
             # pause_reading): a bound sent later (a source with nothing left to read) would
@@ -361,7 +339,7 @@ class Simulation:
             sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
             message = self.control[(sender, receiver)].popleft()
             if receiver == ACKER:
-                self._to_acker(message)
+                self.acker.receive(message, self.stages)
             else:
                 self._to_stage(receiver, message)
                 if receiver in self.stages:  # else: a crash at the marker
@@ -394,7 +372,7 @@ class Simulation:
         elif kind == "snapshot":
             self._begin_snapshot()
         elif kind == "rescale snapshot":
-            if self.acker.settled() and drained(self.watermark, (rt.t_last() for rt in self.stages.values())):
+            if self.acker.table.settled() and drained(self.acker.watermark, (rt.t_last() for rt in self.stages.values())):
                 self.rescale_phase = "snapshot"
                 self._begin_snapshot()
             else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
@@ -404,17 +382,14 @@ class Simulation:
         return True
 
     def _begin_snapshot(self) -> None:
-        """The acker's side: the marker of a new snapshot at the current watermark, to every instance."""
-        sid, w = self.next_snapshot_id, self.watermark
+        sid = self.next_snapshot_id
         self.next_snapshot_id += 1
         self.next_snapshot_at = self.clock_value + self.config.snapshot_interval
-        self.collector = PartCollector(sid, w, self.plan.instances)
-        for instance in self.plan.instances:
-            self._send_control(ACKER, instance, Watermark(w, sid))
+        self.acker.begin_snapshot(sid, self.plan.instances)
 
     def _commit(self) -> None:
         """The supervisor's side: every part is in; the manifest is committed."""
-        c, self.collector = self.collector, None
+        c = self.acker.take_collected()
         if self._maybe_crash("between prepared and commit"):
             return
         manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing)
@@ -430,23 +405,8 @@ class Simulation:
             while self.step():
                 pass
             if self.acker.watermark != TOP:
-                raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.in_flight()} times in flight")
-            reports = [
-                {
-                    "collected": {},
-                    "metrics": dict(s.metrics(), state_cache=self.snapshots[i].cache_stats()),
-                    "emit_times": s.emit_times,
-                    "release_times": s.release_times,
-                }
-                for i, s in self.stages.items()
-            ]
-            # Every partition ever written (a rescale to fewer instances leaves some unopened now).
-            for (sid, _), partition in self.sinks.items():
-                got = partition.collected()
-                if got is not None:
-                    reports[0]["collected"].setdefault(self.plan.steps[sid].name, []).extend(got)
-            sinks = [s.name for s in self.plan.steps if s.kind == "sink"]
-            result = merge_instances(reports, self.clock_value, sinks)
+                raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.table.in_flight()} times in flight")
+            result = simulated_result(self.plan, self.stages, self.snapshots, self.sinks, self.clock_value)
             result.metrics.snapshots = self.commits
             result.metrics.recoveries = len(self.crash_points)
             result.metrics.skipped = self.skipped
@@ -463,6 +423,27 @@ class Simulation:
             s.close()
         self.readers, self.stages, self.snapshots = {}, {}, {}
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def simulated_result(plan: Plan, stages: dict, snapshots: dict, sinks: dict, seconds: float) -> RunResult:
+    """The result of a simulated run: the metrics and latency samples of its last
+    incarnation's ``stages`` (with their ``snapshots``' cache figures) and the output of
+    every sink partition ever written (``sinks``: (sink step, instance) -> partition; a
+    rescale to fewer instances leaves some unopened at the end)."""
+    reports = [
+        {
+            "collected": {},
+            "metrics": dict(rt.metrics(), state_cache=snapshots[i].cache_stats()),
+            "emit_times": rt.emit_times,
+            "release_times": rt.release_times,
+        }
+        for i, rt in stages.items()
+    ]
+    for (sid, _), partition in sinks.items():
+        got = partition.collected()
+        if got is not None:
+            reports[0]["collected"].setdefault(plan.steps[sid].name, []).extend(got)
+    return merge_instances(reports, seconds, [s.name for s in plan.steps if s.kind == "sink"])
 
 
 def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = ()) -> RunResult:
