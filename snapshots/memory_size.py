@@ -15,11 +15,11 @@ True
 
 Costs: O(SAMPLE ** DEPTH) at most, whatever the size of the value; exact for flat
 values, an estimate (from the first items) for containers longer than SAMPLE.
+Shared objects (small ints, interned strings) are counted at each reference, so
+it errs on the large side, which is the safe side for a budget.
 
 A state cache counts a state it has not measured at :class:`MeanSize` ``.mean``, the mean
 of those it has.
-Shared objects (small ints, interned strings) are counted at each reference, so
-it errs on the large side, which is the safe side for a budget.
 """
 
 from __future__ import annotations
