@@ -371,7 +371,7 @@ class StageActor:
                 self.first_release_at = time.time()
                 self.released.set()
             self._send_parts()
-        if not self.rt.writing or self.failed:
+        if not self.rt.sinks.writing or self.failed:
             self.writers.idle.set()
 
     def _setup(self, config: InstanceConfig, plane: PlaneKey) -> None:

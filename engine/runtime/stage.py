@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import deque
 from typing import Any, Callable, Optional
 
 from driftstream.ordering.input_merge import InputMerge
@@ -32,8 +31,9 @@ from driftstream.snapshots.state_keys import StateKeys
 from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.latency_samples import LatencySamples
+from driftstream.engine.runtime.sink_release import SinkRelease
 from driftstream.engine.runtime.outbound import Batch, Outbound, tagged  # noqa: F401  (Batch: re-exported)
-from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for, step_error  # noqa: F401  (TIMED_KINDS: re-exported)
+from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for  # noqa: F401  (TIMED_KINDS: re-exported)
 
 
 #: Latency samples one instance keeps per point (emit, release) before it thins them.
@@ -73,11 +73,6 @@ class StageRuntime:
         for the elements whose offset is a multiple of ``sample_every``, at most
         ``max_samples`` of each (:class:`.latency_samples.LatencySamples`)."""
         self.plan = plan
-        self.write_bundle = bundle_writer or self._write_now
-        # Sink steps with a bundle not yet acknowledged -> the watermark it was released at.
-        self.writing: dict = {}
-        # Sink step -> a watermark below which all its output is acknowledged (see output_durable_through).
-        self.durable: dict = {}
         self.stage = plan.stages[stage_index]
         self.instance = instance
         self.key = (stage_index, instance)
@@ -100,9 +95,6 @@ class StageRuntime:
         #: per step with on_error="dead-letter": its dead letters (less their tombstones)
         self.dead_letters: dict = {}
         self.failure: Optional[StepError] = None
-        # Snapshot parts, (T, part message), durable but waiting for the sinks to acknowledge
-        # the output below T (see part_prepared).
-        self.parts_waiting: deque = deque()
         #: what leaves the stage, in a batch per destination instance and step
         self.outbound = Outbound(plan, instance, lambda: self.rng.getrandbits(64) or 1)
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
@@ -113,6 +105,12 @@ class StageRuntime:
         self.keyed: dict = {sid: op.state for sid, op in ops if isinstance(op, Keyed)}
         self.windows: dict = {sid: op.state for sid, op in ops if isinstance(op, Timed)}  # window step id -> WindowedState
         self.barriers: dict = {sid: (op.barrier, op.sink) for sid, op in ops if isinstance(op, SinkStep)}
+        #: the barriers' releases, the bundles in flight and the snapshot parts waiting for them
+        self.sinks = sinks = SinkRelease(self.barriers, bundle_writer, self.releases, clock, lambda sid: plan.steps[sid].name)
+        # The sinks' side of this instance's API (see SinkRelease).
+        self.bundle_written, self.part_prepared, self.ready_parts = sinks.bundle_written, sinks.part_prepared, sinks.ready_parts
+        self.t_last, self.skip_released, self.released_total = sinks.t_last, sinks.skip_released, sinks.released_total
+        self.output_durable_through, self.collected = sinks.output_durable_through, sinks.collected
 
     @property
     def emit_times(self) -> dict:
@@ -259,94 +257,9 @@ class StageRuntime:
                 pending: dict = {}
                 self._pass_on(sid, [(m, p, None) for m, p in fired], pending)
                 self._run(pending)
-        for sid in self.barriers:
-            self._release(sid)
-
-    def _release(self, sid: int) -> None:
-        """Release what the watermark settled, unless the sink still has a bundle to
-        acknowledge: the bundle protocol keeps one bundle in flight per sink partition,
-        and what settles meanwhile leaves in the next one."""
-        if sid in self.writing:
-            return
-        barrier, sink = self.barriers[sid]
-        bundle = barrier.release(self.watermark)
-        if bundle:
-            self.writing[sid] = self.watermark
-            self.write_bundle(sid, sink, bundle)
-        else:
-            self.durable[sid] = self.watermark
-
-    def _write_now(self, sid: int, sink: Any, bundle: Any) -> None:
-        try:
-            sink.write(bundle)
-        except Exception as exc:
-            self.bundle_written(sid, bundle, exc)
-        else:
-            self.bundle_written(sid, bundle)
-
-    def bundle_written(self, sid: int, bundle: Any, error: Optional[BaseException] = None) -> None:
-        """The sink acknowledged ``bundle`` (or failed with ``error``: a StepError naming the
-        sink and the bundle); then releases what settled while it was in flight."""
-        released_at = self.writing.pop(sid, None)
-        if error is not None:
-            raise step_error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error) from error
-        self.releases.add(bundle.elements, self.clock())
-        if released_at is not None:
-            # A watermark W means every element below W has arrived, and the bundle released
-            # at W held every one of them not released before: below W this sink is durable.
-            self.durable[sid] = released_at
-        self._release(sid)
-
-    def output_durable_through(self) -> tuple:
-        """A watermark below which every sink of this instance has acknowledged all its output
-        (TOP without sinks). A snapshot at T may only be answered once this reaches T: a
-        replay restarts at T, so output below T that was released but never acknowledged
-        (in flight when the actor was killed) would be lost. O(sinks)."""
-        durable = self.durable
-        return min((durable.get(sid, BOTTOM) for sid in self.barriers), default=TOP)
-
-    def skip_released(self) -> None:
-        """After a failure (exactly-once, at-most-once): each barrier drops replayed output up
-        to the last bundle its sink already holds."""
-        for barrier, sink in self.barriers.values():
-            barrier.skip_through(sink.t_last())
-
-    def t_last(self) -> Optional[tuple]:
-        """The latest ``t_last`` over this instance's barriers: the last output any of its sinks
-        holds (None: nothing yet)."""
-        lasts = [b.t_last for b, _ in self.barriers.values() if b.t_last is not None]
-        return max(lasts) if lasts else None
-
-    def part_prepared(self, t: tuple, message: Any) -> None:
-        """This instance's part of the snapshot at ``t`` is durable; ``message`` goes to the
-        acker once the sinks have acknowledged every output below ``t`` (:meth:`ready_parts`):
-        a replay from ``t`` would not produce that output again."""
-        self.parts_waiting.append((t, message))
-
-    def ready_parts(self) -> list:
-        """The part messages whose T the sinks' acknowledged output has reached, oldest first;
-        they leave the waiting queue. O(1) when none is ready."""
-        waiting, ready = self.parts_waiting, []
-        if waiting:
-            durable = self.output_durable_through()
-            while waiting and waiting[0][0] <= durable:
-                ready.append(waiting.popleft()[1])
-        return ready
-
-    def released_total(self) -> int:
-        """Elements released to sinks so far, over all this instance's barriers (O(sinks))."""
-        return sum(b.released for b, _ in self.barriers.values())
+        self.sinks.release_all(watermark)
 
     # -- results ------------------------------------------------------------------------
-
-    def collected(self) -> dict:
-        """Per sink name: the ``(meta, payload)`` pairs an in-memory sink partition holds."""
-        out = {}
-        for sid, (_, sink) in self.barriers.items():
-            got = sink.collected()
-            if got is not None:
-                out[self.plan.steps[sid].name] = got
-        return out
 
     def late_elements(self) -> dict:
         """Per window step: the elements that reached a window after it closed."""
@@ -378,5 +291,4 @@ class StageRuntime:
         }
 
     def close(self) -> None:
-        for _, sink in self.barriers.values():
-            sink.close()
+        self.sinks.close()
