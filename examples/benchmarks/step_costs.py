@@ -120,7 +120,7 @@ def measure(elements: int, lag: int = 2_000) -> dict:
             state.advance = clock.timed(f"{name}: fold below the watermark", state.advance)
             if sid in rt.windows:
                 state.fire = clock.timed(f"{name}: fire closed windows", state.fire)
-        rt._release = clock.timed("barrier: release into the sink", rt._release)
+        rt.sinks._release = clock.timed("barrier: release into the sink", rt.sinks._release)
     began = time.perf_counter()
     for start in range(0, elements, CHUNK):
         stages[0].process_source([((o, 0, 0, o, (), False), o) for o in range(start, min(elements, start + CHUNK))])
