@@ -382,6 +382,7 @@ class Simulation:
         return True
 
     def _begin_snapshot(self) -> None:
+        """The supervisor's side: a new snapshot, its marker sent by the acker (see SimulatedAcker.begin_snapshot)."""
         sid = self.next_snapshot_id
         self.next_snapshot_id += 1
         self.next_snapshot_at = self.clock_value + self.config.snapshot_interval
