@@ -107,14 +107,11 @@ class RocksDBBackend:
         batch = WriteBatch(raw_mode=True)
         put, delete = batch.put, batch.delete
         keys = self.keys.encode_many([key for key, _ in items])
-        if any(state is REMOVED for _, state in items):
-            for raw, (_, state) in zip(keys, items):
-                if state is REMOVED:
-                    delete(raw)
-                else:
-                    put(raw, encode(state))
-        else:
-            for raw, value in zip(keys, encode_many([state for _, state in items])):
+        values = encode_many([None if state is REMOVED else state for _, state in items])  # a deletion's None goes unused
+        for raw, value, (_, state) in zip(keys, values, items):
+            if state is REMOVED:
+                delete(raw)
+            else:
                 put(raw, value)
         self._db.write(batch, self._write_options)
 

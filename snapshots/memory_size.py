@@ -114,6 +114,12 @@ class MeanSize:
     def mean(self) -> int:
         return self.total // self.count if self.count else RECORD_OVERHEAD
 
+    @property
+    def measuring_all(self) -> bool:
+        """True until :data:`MEASURE_FIRST` states are measured: until then every state set is,
+        so that the mean a state counts at is a real one before the first base."""
+        return self.count < MEASURE_FIRST
+
     def measure(self, state: Any) -> int:
         """The bytes ``state`` holds in a cache (counted in the mean)."""
         size = approx_size(state) + RECORD_OVERHEAD
@@ -133,7 +139,7 @@ class MeanSize:
         >>> sorted(got, key=str)
         [0, 8, 'big']
         """
-        every = 1 if self.count < MEASURE_FIRST else MEASURE_EVERY
+        every = 1 if self.measuring_all else MEASURE_EVERY
         count, total = 0, 0
         for i, (key, state) in enumerate(items):
             if i % every == 0 or (type(state) in _CONTAINERS and len(state) > SAMPLE):

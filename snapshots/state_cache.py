@@ -53,7 +53,7 @@ from typing import Any, Hashable, Iterable, Iterator, Optional
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
-from .memory_size import DEFAULT_BUDGET_BYTES, MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, MeanSize  # noqa: F401 (re-exported)
+from .memory_size import DEFAULT_BUDGET_BYTES, MeanSize
 
 _MISSING = object()
 
@@ -137,7 +137,7 @@ class StateCache:
         """
         changed, states, unwritten, pop_clean = self._changed, self._states, self._unwritten, self._clean.pop
         measured, freed = self._sizes, 0
-        measure = measured.count < MEASURE_FIRST
+        measure = measured.measuring_all
         for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
             if state is deleted:
                 state = REMOVED
@@ -177,7 +177,7 @@ class StateCache:
         """Set a dirty state (the caller has recorded the change for deltas, and checks the budget)."""
         self._states[key] = state
         self._unwritten[key] = state
-        if self._sizes.count < MEASURE_FIRST:
+        if self._sizes.measuring_all:
             self._sizes.measure(state)
         size = self._clean.pop(key, None)
         if size is not None:

@@ -41,7 +41,7 @@ class SinkRelease:
                  step_name: Callable[[int], str] = str) -> None:
         self.barriers = barriers
         self.write_bundle = write_bundle or self._write_now
-        self.releases = releases if releases is not None else LatencySamples(1, 1 << 16)
+        self.releases = releases if releases is not None else LatencySamples()
         self.clock = clock
         self.step_name = step_name
         self.watermark: tuple = BOTTOM
