@@ -35,8 +35,8 @@ def _collections_during(fn) -> list:
 
 
 def test_elements_in_flight_between_freezes_meet_no_collection(policy):
-    # A second of an index instance's backlog: ~150k containers that live until the
-    # watermark passes them, frozen once a second. At CPython's 700 (or the 50,000 this
+    # About a second of an index instance's backlog: 150,000 elements (450,000 containers)
+    # that live until the watermark passes them, frozen once a second. At CPython's 700 (or the 50,000 this
     # policy had) they met young collections that traversed each of them and freed nothing.
     held: list = []
 
