@@ -9,14 +9,12 @@ full collection; in-process benchmarks install the same hook, so they measure th
 engine.
 
 Young collections come every :data:`THRESHOLDS` ``[0]`` allocations, more than a stage
-makes between two freezes, so in practice the freeze is the only collection: in a backlog
-every element outlives a young collection (it stays in a log, an overlay, a barrier until
-the watermark passes it), so each young collection traversed only objects the next freeze
-would take anyway, and found no garbage. With a young collection every 50,000 allocations
-(CPython's is 700) an index instance over a 10,000-document backlog ran 45-52 of them,
-0.1-0.35 s each (their referents are scattered over a heap of 300+ MB), 3.0-3.4 s in all,
-and collected 0 objects; without them the run's docs/s rose 24-27%. Only a burst past
-:data:`THRESHOLDS` ``[0]`` allocations within one freeze interval still triggers one.
+makes between two freezes (and the freeze resets the count), so in practice the freeze is
+the only collection. In a backlog every element outlives a young collection (it stays in a
+log, an overlay, a barrier until the watermark passes it): each one traversed only what the
+next freeze takes anyway and freed nothing, at a cost that grows with the heap its
+referents are spread over (figures: docs/architecture.md). A burst past ``THRESHOLDS[0]``
+allocations within one freeze interval still meets a young collection.
 
 >>> import gc
 >>> install(); freeze_after_full_collection in gc.callbacks, gc.get_threshold() == THRESHOLDS
