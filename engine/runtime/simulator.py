@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections import deque
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from driftstream.ordering.meta import TOP
 from driftstream.snapshots.store import SnapshotStore
@@ -58,21 +56,16 @@ from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
-from driftstream.engine.model.result import RunResult, merge_instances
-from driftstream.engine.connectors.source_reader import SourceReader
-from driftstream.engine.runtime.protocol import Ack, Align, Prepared
+from driftstream.engine.model.result import RunResult
+from driftstream.engine.runtime.protocol import Align, Prepared
 from driftstream.engine.runtime.simulated_acker import SimulatedAcker
-from driftstream.engine.runtime.stage import StageRuntime
-from driftstream.engine.runtime.stage_snapshots import StageSnapshots
+from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
 ACKER = "acker"
 
 #: What the simulator's scheduler gets when the run does not say: small batches and credit,
 #: so that there are many interleavings for it to choose from.
 SIMULATOR_BATCH_SIZE, SIMULATOR_MAX_INFLIGHT = 8, 64
-
-#: A memory-backed directory for the run's scratch files, where the machine has one.
-MEMORY_DIR = "/dev/shm"
 
 #: Where a seeded crash may strike: at any step, or right at a moment of the protocol
 #: where a wrong rule would lose or duplicate output.
@@ -118,23 +111,17 @@ class Simulation:
         self.recoveries: list = []  # per crash: the snapshot id its restart restored (None: the beginning)
         self.snapshot_dir: Optional[str] = None
         self.store: Optional[SnapshotStore] = None
-        # This run's own scratch directory (working databases, and the store unless one is
-        # given), in memory where the machine has a tmpfs: thrown away after the run.
-        self.scratch = tempfile.mkdtemp(prefix="driftstream-sim-", dir=MEMORY_DIR if os.access(MEMORY_DIR, os.W_OK) else None)
+        self.live = SimulatedInstances(clock=self._clock)
         if config.takes_snapshots:
-            self.snapshot_dir = config.snapshot_dir or os.path.join(self.scratch, "store")
+            self.snapshot_dir = config.snapshot_dir or os.path.join(self.live.scratch, "store")
             self.store = SnapshotStore(self.snapshot_dir)
             for sid in self.store.snapshot_ids():  # a run starts afresh, as on Ray without resume
                 self.store.delete_snapshot(sid)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
         self.base_every_s = self.rng.choice([0.0, 3600.0])
-        self.sinks: dict = {}  # (sink step, instance) -> the partition every incarnation writes
         self.next_snapshot_id = 1
         self.next_snapshot_at = config.snapshot_interval
-        self.stages: dict = {}
-        self.snapshots: dict = {}
-        self.readers: dict = {}
         self.source_keys = plan.source_instances
         self.aligned = aligned_sources(plan, config.source_alignment)  # (instance, group) told frontiers
         try:
@@ -145,6 +132,14 @@ class Simulation:
             self.close()  # e.g. a source that cannot open: nothing is left in the scratch directory
             raise
 
+    @property
+    def stages(self) -> dict:
+        return self.live.stages
+
+    @property
+    def readers(self) -> dict:
+        return self.live.readers
+
     # -- incarnations ---------------------------------------------------------------------
 
     def _start_incarnation(self, manifest: Optional[Manifest], recovering: bool) -> None:
@@ -152,7 +147,6 @@ class Simulation:
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
         self.acker = SimulatedAcker(len(self.source_keys), self.aligned, lambda to, message: self._send_control(ACKER, to, message))
-        self.bound_sent: dict = {}
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
         self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
@@ -162,63 +156,32 @@ class Simulation:
         instance = self.restoring.pop(0)
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, self.manifest, self.recovering)
-        snaps = StageSnapshots(
-            config.snapshot_dir, self.plan.participant(instance), config.restore, self.base_every_s, deferred=True, scratch=self.scratch, cache_bytes=config.state_cache_bytes
-        )
-        self.snapshots[instance] = snaps
-        self.stages[instance] = rt = StageRuntime(
-            self.plan,
-            *instance,
-            seed=self.rng.getrandbits(32),
-            clock=self._clock,
-            merging=self.config.input_merge,
-            backend_factory=snaps.backend,
-            bundle_writer=lambda sid, sink, bundle, instance=instance: self.writes.append((instance, sid, sink, bundle)),
-            sink_opener=self._open_sink,
-            restore_t=config.restore_t,
-        )
-        if config.skip_released:
-            rt.skip_released()
+        rt = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s, self.config.input_merge,
+                             lambda sid, sink, bundle: self.writes.append((instance, sid, sink, bundle)))
         seed = rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
             self.acker.seed(seed)
-        reader = SourceReader.of_instance(self.plan, instance, config)
-        if reader is not None:
-            self.readers[instance] = reader
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
             self.skipped += sum(r.skip_after(limit) for r in self.readers.values())
-
-    def _open_sink(self, sid: int, instance: int):
-        key = (sid, instance)
-        if key not in self.sinks:
-            self.sinks[key] = self.plan.steps[sid].sink.open(instance, self.plan.parallelism)
-        return self.sinks[key]
 
     def _crash(self, point: str) -> None:
         """Every instance and message in flight is lost; restart from the newest manifest."""
         self.crashes_left -= 1
         self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
-        self._stop_instances()
+        self.live.stop()
         self.rescale_phase = None  # a pending rescale begins again later
         data = self.store.read_latest_manifest()
         manifest = None if data is None else Manifest.from_json(data)
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         self._start_incarnation(manifest, recovering=True)
 
-    def _stop_instances(self) -> None:
-        for snaps in self.snapshots.values():
-            snaps.close()
-        for reader in self.readers.values():
-            reader.close()
-        self.stages, self.snapshots, self.readers = {}, {}, {}  # their sink partitions live on, as a topic's do
-
     def _rescale(self, manifest: Manifest) -> None:
         """The rescale's snapshot is committed: restart at the next parallelism from it. The
         reassigned manifest is committed first, so a crash from here on restores at the new
         parallelism, whose routing wrote any output past the snapshot."""
         plan = self.plan.with_parallelism(self.rescales.pop(0))
-        self._stop_instances()
+        self.live.stop()
         self.plan, self.source_keys, self.rescale_phase = plan, plan.source_instances, None
         self.aligned = aligned_sources(plan, self.config.source_alignment)
         sid = self.next_snapshot_id
@@ -243,24 +206,10 @@ class Simulation:
         self.control.setdefault((sender, receiver), deque()).append(message)
 
     def _flush(self, instance: Instance) -> int:
-        """What ``instance`` has to send: batches, then one Ack (XORs and a new bound), then
-        the snapshot parts its sinks' acknowledged output allows; returns the elements sent."""
-        rt = self.stages[instance]
-        batches = rt.take_batches()
+        """Send what ``instance`` has to send (see :meth:`SimulatedInstances.outbox`); returns the elements sent."""
+        batches, messages = self.live.outbox(instance, self.source_keys)
         self.data.extend(batches)
-        acks = rt.take_acks()
-        reader = self.readers.get(instance)
-        bound = None
-        if reader is not None:
-            bound = reader.bound()
-            if bound == self.bound_sent.get(instance):
-                bound = None
-            else:
-                self.bound_sent[instance] = bound
-        if acks or bound is not None:
-            index = self.source_keys.index(instance) if reader is not None else None
-            self._send_control(instance, ACKER, Ack(acks, index, bound))
-        for message in rt.ready_parts():
+        for message in messages:
             self._send_control(instance, ACKER, message)
         return sum(len(batch.items) for _, _, batch in batches)
 
@@ -275,39 +224,35 @@ class Simulation:
             reader.on_watermark(message.t)
         if message.snapshot_id is not None:
             sid, t = message.snapshot_id, message.t
-            self.snapshots[instance].take(sid, t, reader, lambda part: rt.part_prepared(t, Prepared(sid, instance, part)))
+            self.live.snapshots[instance].take(sid, t, reader, lambda part: rt.part_prepared(t, Prepared(sid, instance, part)))
             self._maybe_crash("after a marker", CRASH_AT_POINT / len(self.plan.instances))
 
-    # -- scheduling -----------------------------------------------------------------------
+    # -- scheduling: each choice is one of the methods below ---------------------------------
 
     def _choices(self) -> list:
         if self.restoring:
-            return ["restore"]
-        kinds = []
+            return [self._restore_one]
+        kinds: list = []
         if self.data:
-            kinds.append("data")
+            kinds.append(self._deliver_data)
         if any(self.control.values()):
-            kinds.append("control")
-        if self.rescale_phase is None and any(self._source_ready(k) for k in self.readers):
-            kinds.append("source")
+            kinds.append(self._deliver_control)
+        if self.rescale_phase is None and any(self.live.source_ready(k) for k in self.readers):
+            kinds.append(self._read_source)
         if self.rescale_phase == "draining" and not kinds and not self.writes and self.acker.collector is None:
-            return ["rescale snapshot"]  # nothing in flight: the watermark stays where it is
+            return [self._rescale_snapshot]  # nothing in flight: the watermark stays where it is
         if any(rt.holding for rt in self.stages.values()):
-            kinds.append("release held")
+            kinds.append(self._release_held)
         if self.writes:
-            kinds.append("write")
-        if any(s.pending_writes() for s in self.snapshots.values()):
-            kinds.append("persist")
+            kinds.append(self._write_bundle)
+        if any(s.pending_writes() for s in self.live.snapshots.values()):
+            kinds.append(self._persist)
         if self.acker.collector is not None and not self.acker.collector.missing:
-            kinds.append("commit")
+            kinds.append(self._commit)
         elif (self.store is not None and self.acker.collector is None and self.acker.watermark != TOP and self.clock_value >= self.next_snapshot_at
               and self.rescale_phase is None):
-            kinds.append("snapshot")
+            kinds.append(self._begin_snapshot)
         return kinds
-
-    def _source_ready(self, instance: Instance) -> bool:
-        r = self.readers[instance]
-        return (not r.done and r.has_credit()) or (r.done and self.bound_sent.get(instance) != TOP)
 
     def step(self) -> bool:
         """Take one scheduling decision; False when nothing is left to do."""
@@ -326,60 +271,62 @@ class Simulation:
             for instance in self.readers:
                 self._flush(instance)
             return True
-        kind = self.rng.choice(kinds)
-        if kind == "restore":
-            self._restore_one()
-        elif kind == "data":
-            i = self.rng.randrange(len(self.data))
-            self.data[i], self.data[-1] = self.data[-1], self.data[i]
-            stage, index, batch = self.data.pop()
-            self.stages[(stage, index)].receive(batch)
-            self._flush(Instance(stage, index))
-        elif kind == "control":
-            sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
-            message = self.control[(sender, receiver)].popleft()
-            if receiver == ACKER:
-                self.acker.receive(message, self.stages)
-            else:
-                self._to_stage(receiver, message)
-                if receiver in self.stages:  # else: a crash at the marker
-                    self._flush(receiver)
-        elif kind == "source":
-            instance = self.rng.choice([k for k in self.readers if self._source_ready(k)])
-            budget = self.rng.randint(1, self.rules.settings["batch_size"])
-            items = self.readers[instance].poll(budget)
-            if items:
-                self.stages[instance].process_source(items)
-            # Senders never say more is coming here: a sender that did would hold the others for
-            # MERGE_MAX_HOLD_S of simulated time (a thousand steps), and the scheduler's random
-            # "release held" steps already give the merge every interleaving.
-            sent = self._flush(instance)
-            if items:
-                self.readers[instance].made(len(items), sent)
-        elif kind == "release held":
-            instance = self.rng.choice([k for k, rt in self.stages.items() if rt.holding])
-            self.stages[instance].release_held(everything=self.rng.random() < 0.5)
-            self._flush(instance)
-        elif kind == "write":
-            instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))
-            sink.write(bundle)
-            self.stages[instance].bundle_written(sid, bundle)
-            self._flush(instance)
-        elif kind == "persist":
-            instance = self.rng.choice([k for k, s in self.snapshots.items() if s.pending_writes()])
-            self.snapshots[instance].write_next()
-            self._flush(instance)
-        elif kind == "snapshot":
-            self._begin_snapshot()
-        elif kind == "rescale snapshot":
-            if self.acker.table.settled() and drained(self.acker.watermark, (rt.t_last() for rt in self.stages.values())):
-                self.rescale_phase = "snapshot"
-                self._begin_snapshot()
-            else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
-                self.rescale_phase = None
-        else:
-            self._commit()
+        choice: Callable[[], None] = self.rng.choice(kinds)
+        choice()
         return True
+
+    def _deliver_data(self) -> None:
+        i = self.rng.randrange(len(self.data))
+        self.data[i], self.data[-1] = self.data[-1], self.data[i]
+        stage, index, batch = self.data.pop()
+        self.stages[(stage, index)].receive(batch)
+        self._flush(Instance(stage, index))
+
+    def _deliver_control(self) -> None:
+        sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
+        message = self.control[(sender, receiver)].popleft()
+        if receiver == ACKER:
+            self.acker.receive(message, self.stages)
+        else:
+            self._to_stage(receiver, message)
+            if receiver in self.stages:  # else: a crash at the marker
+                self._flush(receiver)
+
+    def _read_source(self) -> None:
+        instance = self.rng.choice([k for k in self.readers if self.live.source_ready(k)])
+        budget = self.rng.randint(1, self.rules.settings["batch_size"])
+        items = self.readers[instance].poll(budget)
+        if items:
+            self.stages[instance].process_source(items)
+        # Senders never say more is coming here: a sender that did would hold the others for
+        # MERGE_MAX_HOLD_S of simulated time (a thousand steps), and the scheduler's random
+        # "release held" steps already give the merge every interleaving.
+        sent = self._flush(instance)
+        if items:
+            self.readers[instance].made(len(items), sent)
+
+    def _release_held(self) -> None:
+        instance = self.rng.choice([k for k, rt in self.stages.items() if rt.holding])
+        self.stages[instance].release_held(everything=self.rng.random() < 0.5)
+        self._flush(instance)
+
+    def _write_bundle(self) -> None:
+        instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))
+        sink.write(bundle)
+        self.stages[instance].bundle_written(sid, bundle)
+        self._flush(instance)
+
+    def _persist(self) -> None:
+        instance = self.rng.choice([k for k, s in self.live.snapshots.items() if s.pending_writes()])
+        self.live.snapshots[instance].write_next()
+        self._flush(instance)
+
+    def _rescale_snapshot(self) -> None:
+        if self.acker.table.settled() and drained(self.acker.watermark, (rt.t_last() for rt in self.stages.values())):
+            self.rescale_phase = "snapshot"
+            self._begin_snapshot()
+        else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
+            self.rescale_phase = None
 
     def _begin_snapshot(self) -> None:
         """The supervisor's side: a new snapshot, its marker sent by the acker (see SimulatedAcker.begin_snapshot)."""
@@ -407,7 +354,7 @@ class Simulation:
                 pass
             if self.acker.watermark != TOP:
                 raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.table.in_flight()} times in flight")
-            result = simulated_result(self.plan, self.stages, self.snapshots, self.sinks, self.clock_value)
+            result = self.live.result(self.plan, self.clock_value)
             result.metrics.snapshots = self.commits
             result.metrics.recoveries = len(self.crash_points)
             result.metrics.skipped = self.skipped
@@ -416,35 +363,7 @@ class Simulation:
             self.close()
 
     def close(self) -> None:
-        for r in self.readers.values():
-            r.close()
-        for s in self.stages.values():
-            s.close()
-        for s in self.snapshots.values():
-            s.close()
-        self.readers, self.stages, self.snapshots = {}, {}, {}
-        shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def simulated_result(plan: Plan, stages: dict, snapshots: dict, sinks: dict, seconds: float) -> RunResult:
-    """The result of a simulated run: the metrics and latency samples of its last
-    incarnation's ``stages`` (with their ``snapshots``' cache figures) and the output of
-    every sink partition ever written (``sinks``: (sink step, instance) -> partition; a
-    rescale to fewer instances leaves some unopened at the end)."""
-    reports = [
-        {
-            "collected": {},
-            "metrics": dict(rt.metrics(), state_cache=snapshots[i].cache_stats()),
-            "emit_times": rt.emit_times,
-            "release_times": rt.release_times,
-        }
-        for i, rt in stages.items()
-    ]
-    for (sid, _), partition in sinks.items():
-        got = partition.collected()
-        if got is not None:
-            reports[0]["collected"].setdefault(plan.steps[sid].name, []).extend(got)
-    return merge_instances(reports, seconds, [s.name for s in plan.steps if s.kind == "sink"])
+        self.live.close()
 
 
 def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = ()) -> RunResult:
