@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterator, Optional
 
-from .keyed_state import DriftingLogs, KeyLog, StateFnError
+from .keyed_state import NO_OUTPUT, DriftingLogs, KeyLog, StateFnError, _drifting
 from .meta import Meta  # noqa: F401  (used by the doctest)
 
 #: ``fn(state_handle, element) -> output``; for flat: an iterable of outputs. None: no output.
@@ -209,11 +209,16 @@ class EntryKeyedState(DriftingLogs):
             try:
                 self._record(log, j, fn(MapState(self, key, journal), payloads[j]), out)
             except Exception as exc:
-                self._roll_back(key, log, j)
-                if self.on_error is None:
-                    raise StateFnError(metas[j], payloads[j]) from exc
-                journals[j] = []  # its writes undone: the entries as if it had not come
-                self._record(log, j, self._diverted(metas[j], payloads[j], exc), out)
+                self._replay_failed(key, log, j, exc, out)
+
+    def _replay_failed(self, key: Hashable, log: KeyLog, j: int, exc: Exception, out: list) -> None:
+        """Entry j's function (or recording its output) raised ``exc``: StateFnError, or with
+        ``on_error`` its dead letter, its writes undone (the entries as if it had not come)."""
+        self._roll_back(key, log, j)
+        if self.on_error is None:
+            raise StateFnError(log.metas[j], log.payloads[j]) from exc
+        log.after[j] = []
+        self._record(log, j, self._diverted(log.metas[j], log.payloads[j], exc), out)
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
         """Move the writes of the first n entries into the backend, in log order. O(writes)."""
@@ -229,3 +234,7 @@ class EntryKeyedState(DriftingLogs):
                     del stack[0]  # a list, not a deque: stacks hold a value or a few, and a
                     overlay[record] = stack  # deque costs 760 bytes (two per element in flight)
         self.backend.fold(key, writes, log.payloads[:n])
+
+
+if _drifting is not None:
+    EntryKeyedState._path = _drifting.InOrderPath(KeyLog, NO_OUTPUT, DELETED, SIZE)

@@ -28,11 +28,23 @@ calls; ``advance`` is O(1) per log entry it folds, O(log n) per key whose head c
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable, Hashable, Iterable, Optional
 
 from .meta import Meta, child_of, invalidee_of, tombstone_of
 from .sorted_queue import SortedQueue
+
+try:  # the in-order path in C (ordering/_drifting.c), built at install where a C compiler is
+    if os.environ.get("DRIFTSTREAM_PURE_PYTHON") == "1":  # the reference alone: to compare, or to debug
+        raise ImportError("DRIFTSTREAM_PURE_PYTHON=1")
+    from . import _drifting
+    from ._drifting import LogFields as _LogFields
+except ImportError:  # not built: the Python below is the whole implementation
+    _drifting = None
+
+    class _LogFields:  # type: ignore[no-redef]
+        __slots__ = ("metas", "payloads", "after", "outputs")
 
 #: ``fn(state, element) -> (new_state, output)``; for flat: ``(new_state, iterable_of_outputs)``.
 StateFn = Callable[[Any, Any], tuple]
@@ -78,12 +90,13 @@ class DictBackend:
         return self._data.items()
 
 
-class KeyLog:
+class KeyLog(_LogFields):
     """The elements of one key at or above the watermark, sorted by Meta, each with what
     applying it left (``after``: the state after it, or the journal of its writes; None
-    while it is not applied) and the outputs it produced."""
+    while it is not applied) and the outputs it produced. Its four lists are fields of a
+    C type where the in-order path is built, which builds logs itself."""
 
-    __slots__ = ("metas", "payloads", "after", "outputs")
+    __slots__ = ()
 
     def __init__(self) -> None:
         self.metas: list = []
@@ -147,7 +160,18 @@ class DriftingLogs:
 
     ``on_error(meta, payload, exc)``, when given, is what an element whose function raised
     outputs instead of failing (a dead letter); the key's state is as if it had not come.
+
+    ``_path``, where the C accelerator is built, runs ``apply_batch`` and ``advance`` of the two
+    forms below for the common case (an element at the tail of its key's log) and calls back
+    ``_land``, ``_replay_failed``, ``_emit_diff`` and ``_check_pending`` for the rest. A subclass
+    gets the Python: it may change any step the accelerator runs.
     """
+
+    _path: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._path = None
 
     def __init__(self, fn: Callable, flat: bool, backend: Any, on_error: Optional[Callable] = None) -> None:
         self.fn = fn
@@ -184,6 +208,8 @@ class DriftingLogs:
         once from its earliest change: a tombstone and its replacement arriving
         together cost one re-application, not two.
         """
+        if self._path is not None:
+            return self._path.apply_batch(self, items)
         out: list = []
         touched: dict = {}  # key -> earliest log index changed
         for meta, payload, key in items:
@@ -244,6 +270,9 @@ class DriftingLogs:
 
     def advance(self, watermark: tuple) -> None:
         """Fold every entry below ``watermark`` into the backend and forget it."""
+        if self._path is not None:
+            self._path.advance(self, watermark)
+            return
         heads, logs = self._heads, self.logs
         for key in heads.pop_below(watermark):
             log = logs.get(key)
@@ -264,11 +293,14 @@ class DriftingLogs:
             del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
             heads.push(metas[0], key)
         if self.pending_tombstones:
-            for key, pending in self.pending_tombstones.items():
-                for invalidee, _ in pending:  # any of them, not only the first to arrive
-                    if invalidee < watermark:
-                        # An unmatched tombstone below the watermark would mean its invalidee was lost.
-                        raise AssertionError(f"tombstone for {invalidee} below the watermark never met its element")
+            self._check_pending(watermark)
+
+    def _check_pending(self, watermark: tuple) -> None:
+        """An unmatched tombstone below the watermark would mean its invalidee was lost."""
+        for key, pending in self.pending_tombstones.items():
+            for invalidee, _ in pending:  # any of them, not only the first to arrive
+                if invalidee < watermark:
+                    raise AssertionError(f"tombstone for {invalidee} below the watermark never met its element")
 
     def _record(self, log: KeyLog, j: int, result: Any, out: list) -> None:
         """Entry j produced ``result``: emit what changed against its previous outputs."""
@@ -340,12 +372,21 @@ class DriftingKeyedState(DriftingLogs):
                 new, result = fn(state, payloads[j])
                 self._record(log, j, result, out)  # a flat result that is not iterable raises here
             except Exception as exc:
-                if self.on_error is None:
-                    raise StateFnError(metas[j], payloads[j]) from exc
-                self._record(log, j, self._diverted(metas[j], payloads[j], exc), out)
-                self.diverted.add(metas[j])
+                self._replay_failed(key, log, j, exc, out)
             else:
                 state = new
                 if self.diverted:
                     self.diverted.discard(metas[j])  # a late arrival before it changed its state
             states[j] = state
+
+    def _replay_failed(self, key: Hashable, log: KeyLog, j: int, exc: Exception, out: list) -> None:
+        """Entry j's function (or recording its output) raised ``exc``: StateFnError, or with
+        ``on_error`` its dead letter, the key's state left as before it."""
+        if self.on_error is None:
+            raise StateFnError(log.metas[j], log.payloads[j]) from exc
+        self._record(log, j, self._diverted(log.metas[j], log.payloads[j], exc), out)
+        self.diverted.add(log.metas[j])
+
+
+if _drifting is not None:
+    DriftingKeyedState._path = _drifting.InOrderPath(KeyLog, NO_OUTPUT)

@@ -1,0 +1,195 @@
+"""The in-order path in C (``ordering/_drifting.c``): for any arrival order, batch split and
+watermark, both forms of drifting keyed state give exactly what their Python gives (the
+same outputs in the same order, the same backend, logs and counters, the same errors),
+dead letters and tombstones included; the entry handle keeps MapState's contract."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from driftstream.ordering import keyed_state
+from driftstream.ordering.entry_state import DictEntryBackend, EntryKeyedState, MapState
+from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.ordering.meta import TOP, Meta
+
+from tests.ordering.test_entry_state import flat_on_map, on_map
+from tests.ordering.test_keyed_state import scenarios
+
+PURE = os.environ.get("DRIFTSTREAM_PURE_PYTHON") == "1"
+native = pytest.mark.skipif(keyed_state._drifting is None, reason="the C path is not built (test_the_accelerator_is_built says why)")
+
+
+def test_the_accelerator_is_built():
+    """Without it the engine is correct but slower; a build that lost it must say so."""
+    if PURE:
+        pytest.skip("DRIFTSTREAM_PURE_PYTHON=1")
+    assert keyed_state._drifting is not None, (
+        "driftstream.ordering._drifting was not built: install with a C compiler (pip install -e .), "
+        "or set DRIFTSTREAM_PURE_PYTHON=1 to run the tests on the Python alone")
+    assert DriftingKeyedState._path is not None and EntryKeyedState._path is not None
+
+
+def _raising(fn):
+    """``fn``, raising on a payload with a 'w' (the earlier versions of corrected elements)."""
+
+    def step(state, payload):
+        if "w" in payload:
+            raise ValueError(f"bad {payload}")
+        return fn(state, payload)
+
+    return step
+
+
+def _concat(state, x):
+    new = (state or "") + x
+    return new, new
+
+
+def _flat_concat(state, x):
+    new = (state or "") + x
+    return new, [new] * (len(new) % 3)
+
+
+def _letter(meta, payload, exc):
+    return ("dead", payload, type(exc).__name__)
+
+
+def _make(form: str, on_error, python: bool):
+    fns = {
+        "values": (DriftingKeyedState, _raising(_concat), False),
+        "values-flat": (DriftingKeyedState, _raising(_flat_concat), True),
+        "entries": (EntryKeyedState, _raising(on_map), False),
+        "entries-flat": (EntryKeyedState, _raising(flat_on_map), True),
+    }
+    cls, fn, flat = fns[form]
+    ks = cls(fn, flat=flat, on_error=on_error)
+    if python:
+        ks._path = None  # this instance runs the reference
+    return ks
+
+
+def _run(ks, batches: list, advance: bool) -> list:
+    """Every call's outcome: outputs, or the error's type and element."""
+    seen = []
+    undelivered = [d for b in batches for d in b]
+    try:
+        for batch in batches:
+            seen.append(("out", ks.apply_batch(list(batch))))
+            for d in batch:
+                undelivered.remove(d)
+            if advance and undelivered:
+                ks.advance(min(m.time for m, _, _ in undelivered))
+                seen.append(("sizes", ks.log_size(), len(ks.logs)))
+        ks.advance(TOP)
+    except StateFnError as exc:
+        seen.append(("error", exc.meta, exc.payload, type(exc.__cause__).__name__))
+    return seen
+
+
+def _state(ks) -> tuple:
+    backend = sorted(ks.backend._data.items(), key=repr)
+    overlay = sorted(getattr(ks, "overlay", {}).items(), key=repr)
+    return (backend, overlay, ks.log_size(), sorted(ks.logs, key=repr), ks.tombstones_emitted, ks.out_of_order,
+            sorted(ks.diverted, key=repr), sorted(ks.pending_tombstones.items(), key=repr))
+
+
+@native
+@pytest.mark.parametrize("form", ["values", "values-flat", "entries", "entries-flat"])
+@pytest.mark.parametrize("dead_letters", [False, True])
+@settings(max_examples=150, deadline=None)
+@given(scenario=scenarios(), advance=st.booleans())
+def test_the_c_path_does_what_the_python_does(form, dead_letters, scenario, advance):
+    _, batches = scenario
+    on_error = _letter if dead_letters else None
+    fast, reference = _make(form, on_error, python=False), _make(form, on_error, python=True)
+    assert _run(fast, batches, advance) == _run(reference, batches, advance)
+    assert _state(fast) == _state(reference)
+
+
+@native
+def test_a_late_element_goes_through_the_python_and_the_tail_is_repaired():
+    ks = DriftingKeyedState(_concat)
+    assert ks.apply(Meta(2, 0, 0, 2), "b", "k") == [((2, 0, 0, 2, (), False), "b")]
+    out = ks.apply(Meta(1, 0, 0, 1), "a", "k")
+    assert [(m[0], m[5], p) for m, p in out] == [(1, False, "a"), (2, True, "b"), (2, False, "ab")]
+    assert ks.out_of_order == 1 and ks.tombstones_emitted == 1
+    ks.advance((3,))
+    assert ks.log_size() == 0 and ks.backend.get("k") == "ab"
+
+
+@native
+def test_flat_outputs_get_child_metas_past_the_cached_ids():
+    ks = DriftingKeyedState(lambda s, x: (s, list(range(x))), flat=True)
+    out = ks.apply(Meta(1, 0, 0, 1, (3,)), 10, "k")
+    assert [m for m, _ in out] == [(1, 0, 0, 1, (3, k), False) for k in range(10)]
+    assert [p for _, p in out] == list(range(10))
+
+
+@native
+def test_the_entry_handle_keeps_mapstates_contract():
+    seen = {}
+
+    def fn(state, x):
+        seen["handle"] = type(state).__name__
+        if x == "put-none":
+            state.put("a", None)
+        if x == "put-size":
+            state.put(("__driftstream_size__",), 1)
+        state.put("a", 1)
+        state.remove("missing")  # removing a missing entry writes nothing
+        return (state.get("a"), state.get("b"), state.get("b", "dflt"), "a" in state, "b" in state, len(state))
+
+    ks = EntryKeyedState(fn)
+    assert ks.apply(Meta(1, 0, 0, 1), "x", "k")[0][1] == (1, None, "dflt", True, False, 1)
+    assert seen["handle"] == "EntryHandle"
+    assert ks.overlay[("k", "a")] == [1] and ("k", "missing") not in ks.overlay
+    with pytest.raises(StateFnError) as info:
+        ks.apply(Meta(2, 0, 0, 2), "put-none", "k")
+    assert "cannot be None" in str(info.value.__cause__)
+    with pytest.raises(StateFnError) as info:
+        ks.apply(Meta(3, 0, 0, 3), "put-size", "j")
+    assert "is reserved" in str(info.value.__cause__)
+
+
+@native
+def test_entries_fold_into_any_backend_with_the_protocol():
+    class Recording(DictEntryBackend):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def fold(self, key, writes, inputs):
+            self.calls.append((key, list(writes), list(inputs)))
+            super().fold(key, writes, inputs)
+
+    backend = Recording()
+    ks = EntryKeyedState(lambda m, x: m.put(x, x) or len(m), backend=backend)
+    ks.apply_batch([(Meta(1, 0, 0, 1), "p", "k"), (Meta(2, 0, 0, 2), "q", "k"), (Meta(3, 0, 0, 3), "p", "j")])
+    ks.advance((3,))
+    size = ("__driftstream_size__",)  # a write that changes the count journals the size first
+    assert backend.calls == [("k", [(("k", size), 1), (("k", "p"), "p"), (("k", size), 2), (("k", "q"), "q")], ["p", "q"])]
+    assert ks.log_size() == 1 and set(ks.overlay) == {("j", "p"), ("j", ("__driftstream_size__",))}
+
+
+def test_a_subclass_runs_the_python():
+    class Logged(DriftingKeyedState):
+        def _replay(self, key, log, i, out):
+            self.replayed = key
+            super()._replay(key, log, i, out)
+
+    ks = Logged(_concat)
+    assert ks._path is None
+    ks.apply(Meta(1, 0, 0, 1), "a", "k")
+    assert ks.replayed == "k"
+
+
+def test_mapstate_is_what_a_step_declares_and_the_handle_what_it_gets():
+    """``state=MapState`` stays the public marker; the handle a function sees has its methods."""
+    if keyed_state._drifting is None:
+        pytest.skip("no C path")
+    handle = keyed_state._drifting.EntryHandle
+    assert all(hasattr(handle, name) for name in ("get", "put", "remove", "__contains__", "__len__"))
+    assert all(hasattr(MapState, name) for name in ("get", "put", "remove", "__contains__", "__len__"))
