@@ -1,10 +1,15 @@
-"""The one part of the build pyproject.toml cannot say: the ordering core's C accelerator.
+"""The one part of the build pyproject.toml cannot say: the pure core's C accelerators.
 
-It is optional: where it does not compile (no C compiler), the install goes on and the
-engine runs the same logic in Python (``driftstream.ordering.native.ACCELERATED`` says which).
+They are optional: where they do not compile (no C compiler), the install goes on and the
+engine runs the same logic in Python (``tests/ordering/test_in_order_path.py`` says which).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("driftstream.ordering._drifting", ["ordering/_drifting.c"], optional=True,
-                             extra_compile_args=["-O2", "-Werror=implicit-function-declaration", "-Werror=int-conversion"])])
+#: a C function the compiler does not know is an error, not a warning: it would crash at run time
+FLAGS = ["-O2", "-Werror=implicit-function-declaration", "-Werror=int-conversion"]
+
+setup(ext_modules=[
+    Extension("driftstream.ordering._drifting", ["ordering/_drifting.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("driftstream.snapshots._written", ["snapshots/_written.c"], optional=True, extra_compile_args=FLAGS),
+])

@@ -35,8 +35,11 @@ from typing import Any, Callable, Hashable, Iterable, Optional
 from .meta import Meta, child_of, invalidee_of, tombstone_of
 from .sorted_queue import SortedQueue
 
+#: The Python alone, where the C accelerators are built: to compare, or to debug.
+PURE_PYTHON = os.environ.get("DRIFTSTREAM_PURE_PYTHON") == "1"
+
 try:  # the in-order path in C (ordering/_drifting.c), built at install where a C compiler is
-    if os.environ.get("DRIFTSTREAM_PURE_PYTHON") == "1":  # the reference alone: to compare, or to debug
+    if PURE_PYTHON:
         raise ImportError("DRIFTSTREAM_PURE_PYTHON=1")
     from . import _drifting
     from ._drifting import LogFields as _LogFields

@@ -30,6 +30,9 @@ def test_the_accelerator_is_built():
         "driftstream.ordering._drifting was not built: install with a C compiler (pip install -e .), "
         "or set DRIFTSTREAM_PURE_PYTHON=1 to run the tests on the Python alone")
     assert DriftingKeyedState._path is not None and EntryKeyedState._path is not None
+    from driftstream.snapshots import state_cache
+
+    assert state_cache._mark_clean is not None, "driftstream.snapshots._written was not built: as above"
 
 
 def _raising(fn):

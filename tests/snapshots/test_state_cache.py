@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import REMOVED
 from driftstream.snapshots.memory_size import MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, approx_size
-from driftstream.snapshots.state_cache import StateCache
+from driftstream.snapshots.state_cache import StateCache, _mark_clean
 
 
 
@@ -373,3 +374,42 @@ def test_a_base_measures_a_sample_and_every_long_container(tmp_path):
     assert cache._sizes.count == measured + 4 + 1  # every MEASURE_EVERY-th state, and the big one
     assert cache.cached_bytes >= (MEASURE_FIRST + len(keys) - 1) * small + RECORD_OVERHEAD + approx_size(big)
     cache.close()
+
+
+_mark_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), _keys, st.integers(0, 10**6)),
+        st.tuples(st.just("remove"), _keys),
+        st.tuples(st.just("take")),  # a base taken and written, marked later: keys may change meanwhile
+        st.tuples(st.just("mark")),
+    ),
+    max_size=60,
+)
+
+
+@pytest.mark.skipif(_mark_clean is None, reason="snapshots._written is not built (test_the_accelerator_is_built says why)")
+@settings(max_examples=150, deadline=None)
+@given(ops=_mark_ops, records=st.integers(1, 8))
+def test_marking_a_base_clean_in_c_does_what_the_python_does(tmp_path_factory, ops, records):
+    budget = records * (RECORD_OVERHEAD + approx_size(10**6))
+    caches = [StateCache(RocksDBBackend(tmp_path_factory.mktemp("db") / "db"), budget_bytes=budget) for _ in range(2)]
+    caches[1].native_marks = False  # the reference
+    pending: list = [[], []]
+    for op in ops:
+        for cache, taken in zip(caches, pending):
+            if op[0] == "put":
+                cache.put(op[1], op[2])
+            elif op[0] == "remove":
+                cache.remove(op[1])
+            elif op[0] == "take":
+                batch = cache.take_unwritten()
+                cache.write(batch)
+                taken.append(batch)
+            elif taken:
+                cache.mark_written(taken.pop(0))
+        fast, reference = caches
+        assert list(fast._clean.items()) == list(reference._clean.items())
+        assert fast._states == reference._states and fast._clean_bytes == reference._clean_bytes
+        assert fast.evicted == reference.evicted and fast.spilled == reference.spilled
+    for cache in caches:
+        cache.close()
