@@ -568,10 +568,12 @@ static PyTypeObject EntryHandleType = {
 
 /* ---- the two forms: replay (apply entries i.. of a log) and fold (the first n leave) ---- */
 
+/* What a form's steps read from the state, loaded once per apply_batch or advance call. */
 typedef struct {
     InOrderPath *path;                          /* borrowed: the caller holds it */
     PyObject *fn, *backend, *getter, *overlay;  /* getter, overlay: entries only */
-    int flat, entries;
+    PyObject *diverted;                         /* values only: the set of dead-lettered metas */
+    int flat;
 } Form;
 
 static void form_release(Form *f) {
@@ -579,13 +581,12 @@ static void form_release(Form *f) {
     Py_CLEAR(f->backend);
     Py_CLEAR(f->getter);
     Py_CLEAR(f->overlay);
+    Py_CLEAR(f->diverted);
 }
 
 static int form_load(PyObject *state, InOrderPath *path, Form *f) {
-    int entries = path->entries;
     memset(f, 0, sizeof(*f));
     f->path = path;
-    f->entries = entries;
     f->fn = PyObject_GetAttr(state, s_fn);
     f->backend = f->fn ? PyObject_GetAttr(state, s_backend) : NULL;
     PyObject *flat = f->backend ? PyObject_GetAttr(state, s_flat) : NULL;
@@ -595,7 +596,15 @@ static int form_load(PyObject *state, InOrderPath *path, Form *f) {
     Py_DECREF(flat);
     if (f->flat < 0)
         goto fail;
-    if (entries) {
+    if (!path->entries) {
+        f->diverted = PyObject_GetAttr(state, s_diverted);
+        if (f->diverted == NULL)
+            goto fail;
+        if (!PySet_Check(f->diverted)) {
+            PyErr_SetString(PyExc_TypeError, "DriftingKeyedState.diverted must be a set");
+            goto fail;
+        }
+    } else {
         f->overlay = PyObject_GetAttr(state, s_overlay);
         if (f->overlay == NULL)
             goto fail;
@@ -650,14 +659,7 @@ static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logo
     } else if ((current = PyObject_CallMethodOneArg(f->backend, s_get, key)) == NULL) {
         return -1;
     }
-    PyObject *diverted = PyObject_GetAttr(state, s_diverted);
-    if (diverted == NULL || !PySet_Check(diverted)) {
-        if (diverted != NULL)
-            PyErr_SetString(PyExc_TypeError, "DriftingKeyedState.diverted must be a set");
-        Py_XDECREF(diverted);
-        Py_DECREF(current);
-        return -1;
-    }
+    PyObject *diverted = f->diverted;
     int rc = -1;
     Py_ssize_t n = PyList_GET_SIZE(log->metas);
     for (Py_ssize_t j = i; j < n && j < PyList_GET_SIZE(log->after); j++) {
@@ -707,7 +709,6 @@ static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logo
     rc = 0;
 done:
     Py_DECREF(current);
-    Py_DECREF(diverted);
     return rc;
 }
 
@@ -765,11 +766,8 @@ done:
 
 /* DriftingKeyedState._fold, without dead letters among the n (those go to the class's). */
 static int fold_values(PyObject *state, Form *f, PyObject *key, LogFields *log, Py_ssize_t n) {
-    PyObject *diverted = PyObject_GetAttr(state, s_diverted);
-    if (diverted == NULL)
-        return -1;
     PyObject *res;
-    if (PyObject_IsTrue(diverted)) {
+    if (PySet_GET_SIZE(f->diverted) > 0) {
         PyObject *nn = PyLong_FromSsize_t(n);
         res = nn ? PyObject_CallMethodObjArgs(state, s__fold, key, (PyObject *)log, nn, NULL) : NULL;
         Py_XDECREF(nn);
@@ -779,7 +777,6 @@ static int fold_values(PyObject *state, Form *f, PyObject *key, LogFields *log, 
                      : NULL;
         Py_XDECREF(inputs);
     }
-    Py_DECREF(diverted);
     if (res == NULL)
         return -1;
     Py_DECREF(res);
@@ -968,8 +965,7 @@ static PyObject *path_apply_batch(InOrderPath *self, PyObject *const *args, Py_s
     Py_DECREF(pending);
     return out;
 fail:
-    if (state != NULL)
-        add_size(state, delta);
+    add_size(state, delta);
     if (loaded)
         form_release(&form);
     Py_DECREF(items);

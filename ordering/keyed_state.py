@@ -28,24 +28,19 @@ calls; ``advance`` is O(1) per log entry it folds, O(log n) per key whose head c
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left, bisect_right
 from typing import Any, Callable, Hashable, Iterable, Optional
 
+from .accelerators import accelerator
 from .meta import Meta, child_of, invalidee_of, tombstone_of
 from .sorted_queue import SortedQueue
 
-#: The Python alone, where the C accelerators are built: to compare, or to debug.
-PURE_PYTHON = os.environ.get("DRIFTSTREAM_PURE_PYTHON") == "1"
+#: the in-order path in C (ordering/_drifting.c), or None: the Python below is the whole implementation
+_drifting = accelerator("driftstream.ordering._drifting")
 
-try:  # the in-order path in C (ordering/_drifting.c), built at install where a C compiler is
-    if PURE_PYTHON:
-        raise ImportError("DRIFTSTREAM_PURE_PYTHON=1")
-    from . import _drifting
-    from ._drifting import LogFields as _LogFields
-except ImportError:  # not built: the Python below is the whole implementation
-    _drifting = None
-
+if _drifting is not None:
+    _LogFields = _drifting.LogFields
+else:
     class _LogFields:  # type: ignore[no-redef]
         __slots__ = ("metas", "payloads", "after", "outputs")
 

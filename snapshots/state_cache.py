@@ -51,18 +51,15 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Iterator, Optional
 
-from driftstream.ordering.keyed_state import PURE_PYTHON
+from driftstream.ordering.accelerators import accelerator
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
 from .memory_size import DEFAULT_BUDGET_BYTES, MeanSize
 
-try:  # mark_items_written's loop in C (snapshots/_written.c), built where a C compiler is
-    if PURE_PYTHON:
-        raise ImportError("DRIFTSTREAM_PURE_PYTHON=1")
-    from ._written import mark_clean as _mark_clean
-except ImportError:  # the loop below alone
-    _mark_clean = None
+_written = accelerator("driftstream.snapshots._written")
+#: mark_items_written's loop in C (snapshots/_written.c), or None: the loop below alone
+_mark_clean = None if _written is None else _written.mark_clean
 
 _MISSING = object()
 

@@ -5,12 +5,11 @@ dead letters and tombstones included; the entry handle keeps MapState's contract
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from driftstream.ordering import keyed_state
+from driftstream.ordering.accelerators import PURE_PYTHON as PURE
 from driftstream.ordering.entry_state import DictEntryBackend, EntryKeyedState, MapState
 from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
 from driftstream.ordering.meta import TOP, Meta
@@ -18,7 +17,6 @@ from driftstream.ordering.meta import TOP, Meta
 from tests.ordering.test_entry_state import flat_on_map, on_map
 from tests.ordering.test_keyed_state import scenarios
 
-PURE = os.environ.get("DRIFTSTREAM_PURE_PYTHON") == "1"
 native = pytest.mark.skipif(keyed_state._drifting is None, reason="the C path is not built (test_the_accelerator_is_built says why)")
 
 
