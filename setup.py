@@ -1,6 +1,6 @@
 """The one part of the build pyproject.toml cannot say: the pure core's C accelerators.
 
-They are optional: where they do not compile (no C compiler), the install goes on and the
+The Kafka sink's encoding is one too. They are optional: where they do not compile (no C compiler), the install goes on and the
 engine runs the same logic in Python (``tests/ordering/test_in_order_path.py`` says which).
 """
 
@@ -12,4 +12,6 @@ FLAGS = ["-O2", "-Werror=implicit-function-declaration", "-Werror=int-conversion
 setup(ext_modules=[
     Extension("driftstream.ordering._drifting", ["ordering/_drifting.c"], optional=True, extra_compile_args=FLAGS),
     Extension("driftstream.snapshots._written", ["snapshots/_written.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("driftstream.engine.connectors.kafka._record_batch", ["engine/connectors/kafka/_record_batch.c"], optional=True,
+              extra_compile_args=FLAGS),
 ])

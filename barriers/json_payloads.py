@@ -58,6 +58,9 @@ def json_default(value: Any) -> Any:
     return fields
 
 
+#: orjson's options for json_bytes (a C caller that calls orjson itself passes them)
+ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
 _strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=json_default).encode
 
 
@@ -80,7 +83,7 @@ def json_bytes(value: Any) -> bytes:
     ValueError: Out of range float values are not JSON compliant
     """
     try:
-        data = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        data = orjson.dumps(value, option=ORJSON_OPTIONS)
     except TypeError:
         return _strict(value).encode()
     if b"null" in data:

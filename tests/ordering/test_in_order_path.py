@@ -31,6 +31,9 @@ def test_the_accelerator_is_built():
     from driftstream.snapshots import state_cache
 
     assert state_cache._mark_clean is not None, "driftstream.snapshots._written was not built: as above"
+    from driftstream.engine.connectors.kafka import record_batch
+
+    assert record_batch._native is not None, "driftstream.engine.connectors.kafka._record_batch was not built: as above"
 
 
 def _raising(fn):

@@ -1,13 +1,18 @@
 """Record batches encoded in one pass: what kafka-python's reader (the broker's format)
-reads back is what was written, with a valid CRC, for any values and headers."""
+reads back is what was written, with a valid CRC, for any values and headers; the C
+batches (``_record_batch.c``) are the Python's bytes."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
-from driftstream.engine.connectors.kafka.record_batch import EncodedBatch, encoded_batches
+from driftstream.engine.connectors.kafka import record_batch
+from driftstream.engine.connectors.kafka.record_batch import EncodedBatch, encoded_batches, python_batches
+
+native = pytest.mark.skipif(record_batch._native is None, reason="the C batches are not built (tests/ordering/test_in_order_path.py says why)")
 
 headers = st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=300)), max_size=3)
 records = st.lists(st.tuples(st.binary(max_size=2_000), headers), min_size=1, max_size=30)
@@ -38,3 +43,24 @@ def test_batches_split_by_size_keep_every_record_in_order(records, max_bytes):
     values = [v for b in batches for _, _, _, v, _ in read_back(b.buffer())]
     assert values == [v for v, _ in records]
     assert all(len(b.buffer()) <= max_bytes or b.count == 1 for b in batches)  # only a lone record may exceed it
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(records=records, max_bytes=st.integers(60, 50_000), ts=st.integers(0, 2**41))
+def test_the_c_batches_are_the_pythons_bytes(records, max_bytes, ts):
+    c = [(b.buffer(), b.count) for b in encoded_batches(records, max_bytes, clock=lambda: ts / 1000)]
+    assert all(type(data) is bytes for data, _ in c)
+    assert c == [(b.buffer(), b.count) for b in python_batches(records, max_bytes, int(ts / 1000 * 1000))]  # the clock's ms
+
+
+@native
+def test_the_c_batches_take_any_bytes_like_value_and_refuse_what_the_python_refuses():
+    like = [(bytearray(b"ab"), [("h", memoryview(b"v"))]), (b"", [])]
+    assert [b.buffer() for b in encoded_batches(like, 1000, clock=lambda: 1.0)] == [b.buffer() for b in python_batches(like, 1000, 1000)]
+    many = [(b"v", [(str(i), b"x") for i in range(20)])]  # past the C's 16 headers: the Python encodes it
+    assert [b.buffer() for b in encoded_batches(many, 1000, clock=lambda: 1.0)] == [b.buffer() for b in python_batches(many, 1000, 1000)]
+    with pytest.raises(TypeError):  # a str value: both refuse it
+        list(encoded_batches([("text", [])], 1000))
+    with pytest.raises(AttributeError):  # a header name that is not a str: the Python's own error
+        list(encoded_batches([(b"v", [(1, b"x")])], 1000))
