@@ -58,8 +58,9 @@ from .changelog import REMOVED
 from .memory_size import DEFAULT_BUDGET_BYTES, MeanSize
 
 _written = accelerator("driftstream.snapshots._written")
-#: mark_items_written's loop in C (snapshots/_written.c), or None: the loop below alone
+#: mark_items_written's and put_many's loops in C (snapshots/_written.c), or None: the loops below alone
 _mark_clean = None if _written is None else _written.mark_clean
+_put_all = None if _written is None else _written.put_all
 
 _MISSING = object()
 
@@ -104,8 +105,9 @@ class StateCache:
         # as a base may be taken while the one before is still being written (a backlog).
         self._bases_pending = 0
         self.evicted = self.spilled = self.read_back = 0
-        #: whether :meth:`mark_items_written` runs its loop in C (False: the Python, the reference)
-        self.native_marks = _mark_clean is not None
+        #: whether :meth:`mark_items_written` and :meth:`put_many` run their loops in C (False:
+        #: the Python, the reference)
+        self.native = _written is not None
         #: True while every record RocksDB holds has its key in the cache (see the module doc):
         #: a miss is then a key with no state. An empty database opens complete; a drop
         #: (eviction or spill) ends it.
@@ -146,6 +148,9 @@ class StateCache:
         changed, states, unwritten, pop_clean = self._changed, self._states, self._unwritten, self._clean.pop
         measured, freed = self._sizes, 0
         measure = measured.measuring_all
+        if self.native and not measure:
+            freed = _put_all(pairs if type(pairs) is list else list(pairs), deleted, REMOVED, changed, states, unwritten, self._clean)
+            pairs = ()
         for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
             if state is deleted:
                 state = REMOVED
@@ -264,7 +269,7 @@ class StateCache:
         """Some ``(key, state)`` of a written batch: each clean unless changed since it was
         taken. The owner may go on with ``get``/``put`` between calls (12k rows: ~12 ms in one go)."""
         sizes, unwritten, states, clean = self._written_sizes, self._unwritten, self._states, self._clean
-        if self.native_marks:
+        if self.native:
             self._clean_bytes += _mark_clean(items, sizes, unwritten, states, clean, self._sizes.mean, REMOVED)
             return
         mean, added = self._sizes.mean, 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from driftstream.ordering.entry_state import DELETED
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import REMOVED
 from driftstream.snapshots.memory_size import MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, approx_size
@@ -380,6 +381,7 @@ _mark_ops = st.lists(
     st.one_of(
         st.tuples(st.just("put"), _keys, st.integers(0, 10**6)),
         st.tuples(st.just("remove"), _keys),
+        st.tuples(st.just("fold"), st.lists(st.tuples(_keys, st.one_of(st.integers(0, 10**6), st.just(DELETED))), max_size=4)),
         st.tuples(st.just("take")),  # a base taken and written, marked later: keys may change meanwhile
         st.tuples(st.just("mark")),
     ),
@@ -389,16 +391,22 @@ _mark_ops = st.lists(
 
 @pytest.mark.skipif(_mark_clean is None, reason="snapshots._written is not built (test_the_accelerator_is_built says why)")
 @settings(max_examples=150, deadline=None)
-@given(ops=_mark_ops, records=st.integers(1, 8))
-def test_marking_a_base_clean_in_c_does_what_the_python_does(tmp_path_factory, ops, records):
+@given(ops=_mark_ops, records=st.integers(1, 8), stop_measuring=st.booleans())
+def test_the_caches_loops_in_c_do_what_the_python_does(tmp_path_factory, ops, records, stop_measuring):
     budget = records * (RECORD_OVERHEAD + approx_size(10**6))
     caches = [StateCache(RocksDBBackend(tmp_path_factory.mktemp("db") / "db"), budget_bytes=budget) for _ in range(2)]
-    caches[1].native_marks = False  # the reference
+    caches[1].native = False  # the reference
+    for cache in caches:
+        if stop_measuring:
+            # past the states measured one by one: put_many's loop runs in C too
+            cache._sizes.count, cache._sizes.total = MEASURE_FIRST, MEASURE_FIRST * (RECORD_OVERHEAD + approx_size(10**6))
     pending: list = [[], []]
     for op in ops:
         for cache, taken in zip(caches, pending):
             if op[0] == "put":
                 cache.put(op[1], op[2])
+            elif op[0] == "fold":
+                cache.put_many(op[1], deleted=DELETED)
             elif op[0] == "remove":
                 cache.remove(op[1])
             elif op[0] == "take":
@@ -411,5 +419,6 @@ def test_marking_a_base_clean_in_c_does_what_the_python_does(tmp_path_factory, o
         assert list(fast._clean.items()) == list(reference._clean.items())
         assert fast._states == reference._states and fast._clean_bytes == reference._clean_bytes
         assert fast.evicted == reference.evicted and fast.spilled == reference.spilled
+        assert fast._unwritten == reference._unwritten and fast._changed == reference._changed
     for cache in caches:
         cache.close()
