@@ -11,6 +11,7 @@ FLAGS = ["-O2", "-Werror=implicit-function-declaration", "-Werror=int-conversion
 
 setup(ext_modules=[
     Extension("driftstream.ordering._drifting", ["ordering/_drifting.c"], optional=True, extra_compile_args=FLAGS),
+    Extension("driftstream.ordering._sorted_queue", ["ordering/_sorted_queue.c"], optional=True, extra_compile_args=FLAGS),
     Extension("driftstream.snapshots._written", ["snapshots/_written.c"], optional=True, extra_compile_args=FLAGS),
     Extension("driftstream.engine.connectors.kafka._record_batch", ["engine/connectors/kafka/_record_batch.c"], optional=True,
               extra_compile_args=FLAGS),

@@ -34,6 +34,9 @@ def test_the_accelerator_is_built():
     from driftstream.engine.connectors.kafka import record_batch
 
     assert record_batch._native is not None, "driftstream.engine.connectors.kafka._record_batch was not built: as above"
+    from driftstream.ordering import sorted_queue
+
+    assert sorted_queue._native is not None, "driftstream.ordering._sorted_queue was not built: as above"
 
 
 def _raising(fn):
