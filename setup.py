@@ -1,6 +1,7 @@
-"""The one part of the build pyproject.toml cannot say: the pure core's C accelerators.
+"""The one part of the build pyproject.toml cannot say: the C accelerators (the pure core's,
+and the Kafka sink's encoding).
 
-The Kafka sink's encoding is one too. They are optional: where they do not compile (no C compiler), the install goes on and the
+They are optional: where they do not compile (no C compiler), the install goes on and the
 engine runs the same logic in Python (``tests/ordering/test_in_order_path.py`` says which).
 """
 

@@ -149,20 +149,20 @@ class StateCache:
         measured, freed = self._sizes, 0
         measure = measured.measuring_all
         if self.native and not measure:
-            freed = _put_all(pairs if type(pairs) is list else list(pairs), deleted, REMOVED, changed, states, unwritten, self._clean)
-            pairs = ()
-        for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
-            if state is deleted:
-                state = REMOVED
-            if changed is not None:
-                changed[key] = None
-            states[key] = state
-            unwritten[key] = state
-            if measure:
-                measured.measure(state)
-            size = pop_clean(key, None)
-            if size is not None:
-                freed += size
+            freed = _put_all(pairs, deleted, REMOVED, changed, states, unwritten, self._clean)  # takes any iterable
+        else:
+            for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
+                if state is deleted:
+                    state = REMOVED
+                if changed is not None:
+                    changed[key] = None
+                states[key] = state
+                unwritten[key] = state
+                if measure:
+                    measured.measure(state)
+                size = pop_clean(key, None)
+                if size is not None:
+                    freed += size
         self._clean_bytes -= freed
         if changed is not None and len(changed) > self.max_delta_keys:
             self._changed = None

@@ -33,7 +33,7 @@ def test_the_accelerator_is_built():
     assert state_cache._mark_clean is not None, "driftstream.snapshots._written was not built: as above"
     from driftstream.engine.connectors.kafka import record_batch
 
-    assert record_batch._native is not None, "driftstream.engine.connectors.kafka._record_batch was not built: as above"
+    assert record_batch.NATIVE is not None, "driftstream.engine.connectors.kafka._record_batch was not built: as above"
     from driftstream.ordering import sorted_queue
 
     assert sorted_queue._native is not None, "driftstream.ordering._sorted_queue was not built: as above"

@@ -33,8 +33,9 @@ from kafka.record.util import calc_crc32c
 
 from driftstream.ordering.accelerators import accelerator
 
-#: the C batches (None: not built, or DRIFTSTREAM_PURE_PYTHON)
-_native = accelerator("driftstream.engine.connectors.kafka._record_batch")
+#: the C batches and a sink's records (:func:`.sink.sink_records`); None: not built, or
+#: DRIFTSTREAM_PURE_PYTHON
+NATIVE = accelerator("driftstream.engine.connectors.kafka._record_batch")
 
 #: the batch header up to the CRC, then from the attributes to the record count
 _HEAD = struct.Struct(">qiib")
@@ -133,9 +134,9 @@ def encoded_batches(records: Iterable[tuple], max_bytes: int, clock=time.time) -
     [2, 2, 1]
     """
     now_ms = int(clock() * 1000)
-    if _native is not None and type(records) is list:
+    if NATIVE is not None and type(records) is list:  # the C consumes it: a generator could not go to the Python after
         try:
-            batches = _native.encoded_batches(records, max_bytes, now_ms)
+            batches = NATIVE.encoded_batches(records, max_bytes, now_ms)
         except Exception:  # noqa: BLE001 - the Python raises it again, or encodes what the C does not take
             batches = None
         if batches is not None:

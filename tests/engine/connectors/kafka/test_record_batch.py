@@ -12,7 +12,7 @@ from kafka.record.memory_records import MemoryRecords
 from driftstream.engine.connectors.kafka import record_batch
 from driftstream.engine.connectors.kafka.record_batch import EncodedBatch, encoded_batches, python_batches
 
-native = pytest.mark.skipif(record_batch._native is None, reason="the C batches are not built (tests/ordering/test_in_order_path.py says why)")
+native = pytest.mark.skipif(record_batch.NATIVE is None, reason="the C batches are not built (tests/ordering/test_in_order_path.py says why)")
 
 headers = st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=300)), max_size=3)
 records = st.lists(st.tuples(st.binary(max_size=2_000), headers), min_size=1, max_size=30)

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driftstream.barriers.json_payloads import json_bytes
-from driftstream.engine.connectors.kafka import sink
+from driftstream.engine.connectors.kafka import record_batch
 from driftstream.engine.connectors.kafka.sink import python_sink_records, sink_records
 from driftstream.ordering.meta import Meta
 
-native = pytest.mark.skipif(sink._native is None, reason="the C records are not built (tests/ordering/test_in_order_path.py says why)")
+native = pytest.mark.skipif(record_batch.NATIVE is None, reason="the C records are not built (tests/ordering/test_in_order_path.py says why)")
 
 ints = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**70), 2**70), st.booleans())
 metas = st.one_of(
@@ -60,3 +60,12 @@ def test_a_user_encoder_that_raises_fails_naming_the_element():
     assert sink_records([((1, 0, 0, 1, (), False), "ok")], encode, "out") == [(b"ok", [("driftstream-t", b"[1,0,0,1,[],false]")])]
     with pytest.raises(TypeError, match=r"sink 'out' cannot encode 'bad' at t=.*: no"):
         sink_records([((1, 0, 0, 1, (), False), "bad")], encode, "out")
+
+
+def test_elements_from_a_generator_are_all_encoded_and_a_bad_one_still_named():
+    """The C takes lists only: it consumes what it reads, and a generator it failed on would
+    leave the Python nothing to raise the element's error from."""
+    elements = [((1, 0, 0, 1, (), False), {"fine": 1}), ((2, 0, 0, 2, (), False), {"raw": object()})]
+    assert sink_records(iter(elements[:1])) == sink_records(elements[:1])
+    with pytest.raises(TypeError, match=r"sink 'out' cannot encode .* at t=\(2, 0, 0, 2"):
+        sink_records(iter(elements), json_bytes, "out")
