@@ -35,7 +35,7 @@ for any arrival order.
 Costs: a read is O(1) (the overlay, then the backend); a write is O(1) plus its
 journal record; an element that lands i places before the tail costs the writes
 of those i elements undone and their functions called again; ``advance`` is O(writes)
-of the elements it folds. ``len`` is kept as a counter, O(1).
+of the elements it folds, in one call of the backend's ``fold``. ``len`` is kept as a counter, O(1).
 """
 
 from __future__ import annotations
@@ -67,14 +67,17 @@ class DictEntryBackend:
     """Base entries in a dict: the backend for unit tests and the simulator.
 
     The protocol, over records ``(key, entry)``: ``get(record)`` (``DELETED`` when missing),
-    ``fold(key, writes, inputs)`` (the ``(record, value or DELETED)`` writes of ``inputs``,
-    elements the watermark passed, to store in order: one call per key and advance, not one
-    per write), ``entries(key)`` (every entry, O(entries): for inspection and tests). Records
-    are the tuples the overlay holds (a backend keyed by them makes none of its own). ``put``
-    and ``delete`` are this backend's own, to fill it by hand.
+    ``fold(writes)`` (the ``(record, value or DELETED)`` writes of the elements an advance
+    passed, of every key, to store in order: one call per advance, not one per key or write),
+    ``entries(key)`` (every entry, O(entries): for inspection and tests). Records are the
+    tuples the overlay holds (a backend keyed by them makes none of its own). A backend may
+    also offer ``read_view()`` (see :meth:`.CachedEntries.read_view`): the in-order path in C
+    then reads the records it holds without calling ``get``. ``put`` and ``delete`` are this
+    backend's own, to fill it by hand.
 
-    >>> b = DictEntryBackend(); b.put("k", "a", 1); b.get(("k", "a")), b.get(("k", "b"))
-    (1, DELETED)
+    >>> b = DictEntryBackend(); b.put("k", "a", 1); b.fold([(("k", "b"), 2), (("k", "a"), DELETED)])
+    >>> b.get(("k", "a")), b.get(("k", "b"))
+    (DELETED, 2)
     """
 
     def __init__(self) -> None:
@@ -89,7 +92,7 @@ class DictEntryBackend:
     def delete(self, key: Hashable, entry: Hashable) -> None:
         self._data.pop((key, entry), None)
 
-    def fold(self, key: Hashable, writes: list, inputs: list) -> None:
+    def fold(self, writes: list) -> None:
         data = self._data
         for record, value in writes:
             if value is DELETED:
@@ -150,6 +153,7 @@ class EntryKeyedState(DriftingLogs):
     def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Any = None, on_error: Optional[Callable] = None) -> None:
         super().__init__(fn, flat, backend if backend is not None else DictEntryBackend(), on_error)
         self.overlay: dict = {}  # (key, entry) -> list of values written by elements in the log, in log order
+        self._folding: list = []  # the writes of the keys the advance in progress folded
 
     def _read(self, key: Hashable, entry: Hashable) -> Any:
         record = (key, entry)
@@ -221,10 +225,10 @@ class EntryKeyedState(DriftingLogs):
         self._record(log, j, self._diverted(log.metas[j], log.payloads[j], exc), out)
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
-        """Move the writes of the first n entries into the backend, in log order. O(writes)."""
+        """Move the writes of the first n entries out of the overlay, in log order, to go to the
+        backend with every other key's when the advance ends (:meth:`_folded`). O(writes)."""
         pop, overlay = self.overlay.pop, self.overlay
-        writes = []
-        append = writes.append
+        append = self._folding.append
         for journal in log.after[:n]:
             for entry in journal:
                 record = (key, entry)
@@ -233,7 +237,11 @@ class EntryKeyedState(DriftingLogs):
                 if len(stack) > 1:
                     del stack[0]  # a list, not a deque: stacks hold a value or a few, and a
                     overlay[record] = stack  # deque costs 760 bytes (two per element in flight)
-        self.backend.fold(key, writes, log.payloads[:n])
+
+    def _folded(self) -> None:
+        writes, self._folding = self._folding, []
+        if writes:
+            self.backend.fold(writes)
 
 
 if _drifting is not None:

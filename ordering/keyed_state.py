@@ -154,7 +154,8 @@ class DriftingLogs:
     A form implements ``_replay(key, log, i, out)`` (apply entries i.. of the log,
     every one of them not applied) and ``_fold(key, log, n)`` (the first n entries
     leave the log for the backend), and may implement ``_roll_back(key, log, i)``
-    (entries i.. are about to be applied again: undo what they left).
+    (entries i.. are about to be applied again: undo what they left) and ``_folded()``
+    (an advance has folded every key it passed).
 
     ``on_error(meta, payload, exc)``, when given, is what an element whose function raised
     outputs instead of failing (a dead letter); the key's state is as if it had not come.
@@ -227,6 +228,9 @@ class DriftingLogs:
     def _roll_back(self, key: Hashable, log: KeyLog, i: int) -> None:
         """Entries i.. of the log are about to be re-applied (nothing to undo for values)."""
 
+    def _folded(self) -> None:
+        """An advance has folded every key the watermark passed (values: each went at once)."""
+
     def _land(self, meta: tuple, payload: Any, key: Hashable, out: list) -> int:
         """Put one element into (or a tombstone's invalidee out of) the key's log.
 
@@ -290,6 +294,7 @@ class DriftingLogs:
                 continue
             del metas[:n], log.payloads[:n], log.after[:n], log.outputs[:n]
             heads.push(metas[0], key)
+        self._folded()
         if self.pending_tombstones:
             self._check_pending(watermark)
 

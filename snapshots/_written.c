@@ -10,10 +10,21 @@
  * put_all is put_many's loop: five dict operations a state, 8-9% of an index instance in a
  * backlog (py-spy --gil), where nearly every advance folds one element of a key.
  *
- * Cost: O(rows), no allocation beyond the dicts' growth.
+ * Cost: O(rows), no allocation beyond the dicts' growth, one hash of the key a row.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+/* Each key is hashed once a row, not once per dict it meets: a record of entry state is a
+ * tuple, whose hash CPython does not cache (five dicts a row in put_all and mark_clean). */
+#define GET(d, k, h) _PyDict_GetItem_KnownHash((d), (k), (h))
+#define SET(d, k, v, h) _PyDict_SetItem_KnownHash((d), (k), (v), (h))
+#define DEL(d, k, h) _PyDict_DelItem_KnownHash((d), (k), (h))
+
+/* 1 if d holds k, 0 if not, -1 on error. */
+static int has(PyObject *d, PyObject *k, Py_hash_t h) {
+    return GET(d, k, h) != NULL ? 1 : (PyErr_Occurred() ? -1 : 0);
+}
 
 /* mark_clean(items, sizes, unwritten, states, clean, mean, removed) -> bytes added to clean
  *
@@ -46,12 +57,15 @@ static PyObject *mark_clean(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             goto fail;
         }
         PyObject *key = PyTuple_GET_ITEM(item, 0), *state = PyTuple_GET_ITEM(item, 1);
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1)
+            goto fail;
         PyObject *size = NULL;  /* new ref */
         if (PyDict_GET_SIZE(sizes) > 0) {
-            size = PyDict_GetItemWithError(sizes, key);
+            size = GET(sizes, key, h);
             if (size != NULL) {
                 Py_INCREF(size);
-                if (PyDict_DelItem(sizes, key) < 0) {
+                if (DEL(sizes, key, h) < 0) {
                     Py_DECREF(size);
                     goto fail;
                 }
@@ -63,21 +77,21 @@ static PyObject *mark_clean(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             size = mean;
             Py_INCREF(size);
         }
-        int keep = PyDict_Contains(unwritten, key);
+        int keep = has(unwritten, key, h);
         if (keep == 0) {
-            PyObject *cached = PyDict_GetItemWithError(states, key);
+            PyObject *cached = GET(states, key, h);
             if (cached == NULL && PyErr_Occurred())
                 keep = -1;
             else if (cached != state)
                 keep = 1;
             else
-                keep = PyDict_Contains(clean, key);
+                keep = has(clean, key, h);
         }
         if (keep == 0) {
             if (state == removed) {
                 /* RocksDB deleted it: a miss says the same */
-                keep = PyDict_DelItem(states, key) < 0 ? -1 : 1;
-            } else if (PyDict_SetItem(clean, key, size) < 0) {
+                keep = DEL(states, key, h) < 0 ? -1 : 1;
+            } else if (SET(clean, key, size, h) < 0) {
                 keep = -1;
             } else {
                 PyObject *sum = PyNumber_Add(added, size);
@@ -134,17 +148,18 @@ static PyObject *put_all(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyObject *key = PyTuple_GET_ITEM(pair, 0), *state = PyTuple_GET_ITEM(pair, 1);
         if (state == deleted)
             state = removed;
-        if ((changed != Py_None && PyDict_SetItem(changed, key, Py_None) < 0) || PyDict_SetItem(states, key, state) < 0 ||
-            PyDict_SetItem(unwritten, key, state) < 0)
+        Py_hash_t h = PyObject_Hash(key);
+        if (h == -1 || (changed != Py_None && SET(changed, key, Py_None, h) < 0) || SET(states, key, state, h) < 0 ||
+            SET(unwritten, key, state, h) < 0)
             goto fail;
         if (PyDict_GET_SIZE(clean) > 0) {
-            PyObject *size = PyDict_GetItemWithError(clean, key);
+            PyObject *size = GET(clean, key, h);
             if (size != NULL) {
                 PyObject *sum = PyNumber_Add(freed, size);
                 if (sum == NULL)
                     goto fail;
                 Py_SETREF(freed, sum);
-                if (PyDict_DelItem(clean, key) < 0)
+                if (DEL(clean, key, h) < 0)
                     goto fail;
             } else if (PyErr_Occurred()) {
                 goto fail;

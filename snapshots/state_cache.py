@@ -129,6 +129,12 @@ class StateCache:
                 self._evict()
         return None if state is REMOVED else state
 
+    def read_view(self) -> tuple:
+        """``(states, removed)``: the decoded states by key (for reading only; a removed key's is
+        ``removed``) and the mark of a removed key. A key missing from them has no state while
+        :attr:`complete` holds; else :meth:`get` reads it from RocksDB. O(1)."""
+        return self._states, REMOVED
+
     def put(self, key: Hashable, state: Any) -> None:
         """Set the settled state of ``key`` in memory. O(1); RocksDB sees it at the next :meth:`write`."""
         self.put_many(((key, state),))

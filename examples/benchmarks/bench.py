@@ -846,6 +846,7 @@ DELEGATED = {
     "backlog": "driftstream.examples.benchmarks.backlog",
     "rescale": "driftstream.examples.benchmarks.rescale",
     "step-costs": "driftstream.examples.benchmarks.step_costs",
+    "index-stage": "driftstream.examples.benchmarks.index_stage",
     "nexmark": "driftstream.examples.nexmark.bench",
     "inverted-index": "driftstream.examples.inverted_index.benchmark",
 }
@@ -865,6 +866,8 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("sinks", help="PostgresSink and IcebergSink on the inverted index: rows/s over a backlog and latency at 50 docs/s, against a FileSink (--help for options)")
     sub.add_parser("cdc", help="PostgresSource into an upsert PostgresSink: changes/s over a backlog, commit-to-copy latency at 50 updates/s (--help for options)")
     sub.add_parser("step-costs", help="µs per element of each step kind in one process, the engine's part beside the user's function (--help for options)")
+    sub.add_parser("index-stage", help="the inverted index's stages in one process with their RocksDB state and snapshots: "
+                   "µs a change record per part (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
     sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "
                    "the engine's drain / restart, output checked (--cluster: on two Ray nodes; --help for options)")

@@ -78,8 +78,9 @@ def _make(form: str, on_error, python: bool):
     return ks
 
 
-def _run(ks, batches: list, advance: bool) -> list:
-    """Every call's outcome: outputs, or the error's type and element."""
+def _run(ks, batches: list, advance: bool, after_batch=lambda: None) -> list:
+    """Every call's outcome: outputs, or the error's type and element (``after_batch()`` runs
+    after each batch)."""
     seen = []
     undelivered = [d for b in batches for d in b]
     try:
@@ -90,6 +91,7 @@ def _run(ks, batches: list, advance: bool) -> list:
             if advance and undelivered:
                 ks.advance(min(m.time for m, _, _ in undelivered))
                 seen.append(("sizes", ks.log_size(), len(ks.logs)))
+            after_batch()
         ks.advance(TOP)
     except StateFnError as exc:
         seen.append(("error", exc.meta, exc.payload, type(exc.__cause__).__name__))
@@ -162,23 +164,31 @@ def test_the_entry_handle_keeps_mapstates_contract():
 
 
 @native
-def test_entries_fold_into_any_backend_with_the_protocol():
+@pytest.mark.parametrize("python", [False, True])
+def test_entries_fold_into_any_backend_with_the_protocol(python):
+    """One fold per advance, with every key's writes in log order (the C and the Python)."""
     class Recording(DictEntryBackend):
         def __init__(self):
             super().__init__()
             self.calls = []
 
-        def fold(self, key, writes, inputs):
-            self.calls.append((key, list(writes), list(inputs)))
-            super().fold(key, writes, inputs)
+        def fold(self, writes):
+            self.calls.append(list(writes))
+            super().fold(writes)
 
     backend = Recording()
     ks = EntryKeyedState(lambda m, x: m.put(x, x) or len(m), backend=backend)
-    ks.apply_batch([(Meta(1, 0, 0, 1), "p", "k"), (Meta(2, 0, 0, 2), "q", "k"), (Meta(3, 0, 0, 3), "p", "j")])
-    ks.advance((3,))
+    if python:
+        ks._path = None
+    ks.apply_batch([(Meta(1, 0, 0, 1), "p", "k"), (Meta(2, 0, 0, 2), "q", "k"), (Meta(3, 0, 0, 3), "p", "j"),
+                    (Meta(4, 0, 0, 4), "r", "i")])
+    ks.advance((4,))
     size = ("__driftstream_size__",)  # a write that changes the count journals the size first
-    assert backend.calls == [("k", [(("k", size), 1), (("k", "p"), "p"), (("k", size), 2), (("k", "q"), "q")], ["p", "q"])]
-    assert ks.log_size() == 1 and set(ks.overlay) == {("j", "p"), ("j", ("__driftstream_size__",))}
+    assert backend.calls == [[(("k", size), 1), (("k", "p"), "p"), (("k", size), 2), (("k", "q"), "q"),
+                              (("j", size), 1), (("j", "p"), "p")]]
+    assert ks.log_size() == 1 and set(ks.overlay) == {("i", "r"), ("i", size)}
+    ks.advance((5,))
+    assert len(backend.calls) == 2 and ks.advance((6,)) is None and len(backend.calls) == 2  # nothing folded: no call
 
 
 def test_a_subclass_runs_the_python():
@@ -200,3 +210,41 @@ def test_mapstate_is_what_a_step_declares_and_the_handle_what_it_gets():
     handle = keyed_state._drifting.EntryHandle
     assert all(hasattr(handle, name) for name in ("get", "put", "remove", "__contains__", "__len__"))
     assert all(hasattr(MapState, name) for name in ("get", "put", "remove", "__contains__", "__len__"))
+
+
+def _cached_entries(tmp: str, name: str):
+    """Entry state's backend in a run: a StateCache over RocksDB, with a budget of one byte, so
+    that every base drops what it wrote and later reads miss the cache (it is not complete)."""
+    from driftstream.snapshots.backend import RocksDBBackend
+    from driftstream.snapshots.entry_cache import CachedEntries
+    from driftstream.snapshots.state_cache import StateCache
+
+    return CachedEntries(StateCache(RocksDBBackend(f"{tmp}/{name}"), budget_bytes=1))
+
+
+@native
+@pytest.mark.parametrize("form", ["entries", "entries-flat"])
+@settings(max_examples=60, deadline=None)
+@given(scenario=scenarios(), advance=st.booleans(), bases=st.booleans())
+def test_reads_through_the_caches_view_are_reads_through_its_get(tmp_path_factory, form, scenario, advance, bases):
+    """The C reads a StateCache's decoded states itself (``read_view``), and a miss as no entry
+    only while the cache is complete; the Python calls ``get``. Bases after each batch drop
+    what they wrote, so reads go to RocksDB as well."""
+    _, batches = scenario
+    tmp = str(tmp_path_factory.mktemp("view"))
+    runs = []
+    for python in (False, True):
+        ks = _make(form, None, python)
+        ks.backend = _cached_entries(tmp, f"db-{python}")
+        cache = ks.backend.cache
+
+        def base():
+            if bases:
+                batch = cache.take_unwritten()
+                cache.write(batch)
+                cache.mark_written(batch)
+
+        seen = _run(ks, batches, advance, base)
+        runs.append((seen, sorted(cache.items(), key=repr), cache.complete if not bases else None))
+        cache.close()
+    assert runs[0] == runs[1]
