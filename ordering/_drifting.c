@@ -697,7 +697,7 @@ static PyTypeObject EntryHandleType = {
 typedef struct {
     InOrderPath *path;                          /* borrowed: the caller holds it */
     PyObject *fn, *backend, *overlay;           /* overlay: entries only */
-    BackendReader *reader;                      /* entries only */
+    BackendReader *reader;                      /* entries that apply (not those that fold) only */
     PyObject *diverted;                         /* values only: the set of dead-lettered metas */
     int flat;
 } Form;
@@ -710,7 +710,9 @@ static void form_release(Form *f) {
     Py_CLEAR(f->diverted);
 }
 
-static int form_load(PyObject *state, InOrderPath *path, Form *f) {
+/* ``reads``: the call applies elements, whose functions read settled entries (an advance only
+ * folds: it needs no reader, whose read_view() is two Python frames). */
+static int form_load(PyObject *state, InOrderPath *path, Form *f, int reads) {
     memset(f, 0, sizeof(*f));
     f->path = path;
     f->fn = PyObject_GetAttr(state, s_fn);
@@ -738,8 +740,7 @@ static int form_load(PyObject *state, InOrderPath *path, Form *f) {
             PyErr_SetString(PyExc_TypeError, "EntryKeyedState.overlay must be a dict");
             goto fail;
         }
-        f->reader = (BackendReader *)reader_new(f->backend, path->deleted);
-        if (f->reader == NULL)
+        if (reads && (f->reader = (BackendReader *)reader_new(f->backend, path->deleted)) == NULL)
             goto fail;
     }
     return 0;
@@ -1042,7 +1043,7 @@ static PyObject *path_apply_batch(InOrderPath *self, PyObject *const *args, Py_s
     if (add_size(state, delta) < 0)
         goto fail;
     delta = 0;
-    if (form_load(state, self, &form) < 0)
+    if (form_load(state, self, &form, 1) < 0)
         goto fail;
     loaded = 1;
     Py_ssize_t pos = 0;
@@ -1114,7 +1115,7 @@ static PyObject *path_advance(InOrderPath *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "logs must be a dict");
         goto fail;
     }
-    if (form_load(state, self, &form) < 0)
+    if (form_load(state, self, &form, 0) < 0)
         goto fail;
     loaded = 1;
     PyObject *key;
