@@ -55,6 +55,7 @@ from driftstream.ordering.accelerators import accelerator
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
+from .clean_states import CleanStates
 from .memory_size import DEFAULT_BUDGET_BYTES, MeanSize
 
 _written = accelerator("driftstream.snapshots._written")
@@ -93,10 +94,8 @@ class StateCache:
         # Changed since the last snapshot: key -> the inputs folded since, or None (unknown).
         # None instead of the dict: not recorded (no snapshots, or too many changed for a delta).
         self._changed: Optional[dict] = {} if track_changes else None
-        # Keys whose cached value is what RocksDB holds, oldest write first, with their sizes.
-        self._clean: dict = {}
-        self._clean_bytes = 0
-        self._dropped = 0  # keys dropped from _clean since it was last compacted
+        # Keys whose cached value is what RocksDB holds: what a drop may take.
+        self._clean = CleanStates()
         # Sizes measured by write_items, taken by mark_items_written.
         self._written_sizes: dict = {}
         # A dirty state (and a clean one not measured) counts at the mean size of those measured.
@@ -125,7 +124,7 @@ class StateCache:
             if state is not None:
                 self.read_back += 1
                 self._states[key] = state
-                self._add_clean(key, self._sizes.measure(state))
+                self._clean.add(key, self._sizes.measure(state))
                 self._evict()
         return None if state is REMOVED else state
 
@@ -151,11 +150,11 @@ class StateCache:
         (None, 2, {'a': (REMOVED, None), 'b': (2, None)})
         >>> cache.close()
         """
-        changed, states, unwritten, pop_clean = self._changed, self._states, self._unwritten, self._clean.pop
+        changed, states, unwritten, pop_clean = self._changed, self._states, self._unwritten, self._clean.sizes.pop
         measured, freed = self._sizes, 0
         measure = measured.measuring_all
         if self.native and not measure:
-            freed = _put_all(pairs, deleted, REMOVED, changed, states, unwritten, self._clean)  # takes any iterable
+            freed = _put_all(pairs, deleted, REMOVED, changed, states, unwritten, self._clean.sizes)  # takes any iterable
         else:
             for key, state in pairs:  # _set, inlined: a fold puts every entry the watermark passed
                 if state is deleted:
@@ -169,7 +168,7 @@ class StateCache:
                 size = pop_clean(key, None)
                 if size is not None:
                     freed += size
-        self._clean_bytes -= freed
+        self._clean.changed_by(-freed)
         if changed is not None and len(changed) > self.max_delta_keys:
             self._changed = None
         self._evict()
@@ -198,9 +197,7 @@ class StateCache:
         self._unwritten[key] = state
         if self._sizes.measuring_all:
             self._sizes.measure(state)
-        size = self._clean.pop(key, None)
-        if size is not None:
-            self._clean_bytes -= size
+        self._clean.discard(key)
 
     # -- snapshots --------------------------------------------------------------------------
 
@@ -274,9 +271,9 @@ class StateCache:
     def mark_items_written(self, items: Iterable[tuple]) -> None:
         """Some ``(key, state)`` of a written batch: each clean unless changed since it was
         taken. The owner may go on with ``get``/``put`` between calls (12k rows: ~12 ms in one go)."""
-        sizes, unwritten, states, clean = self._written_sizes, self._unwritten, self._states, self._clean
+        sizes, unwritten, states, clean = self._written_sizes, self._unwritten, self._states, self._clean.sizes
         if self.native:
-            self._clean_bytes += _mark_clean(items, sizes, unwritten, states, clean, self._sizes.mean, REMOVED)
+            self._clean.changed_by(_mark_clean(items, sizes, unwritten, states, clean, self._sizes.mean, REMOVED))
             return
         mean, added = self._sizes.mean, 0
         for key, state in items:
@@ -289,7 +286,7 @@ class StateCache:
                 else:
                     clean[key] = size
                     added += size
-        self._clean_bytes += added
+        self._clean.changed_by(added)
 
     def end_write(self) -> None:
         """After the last :meth:`mark_items_written` of a batch: states may spill again."""
@@ -299,14 +296,10 @@ class StateCache:
 
     # -- the budget -------------------------------------------------------------------------
 
-    def _add_clean(self, key: Hashable, size: int) -> None:
-        self._clean[key] = size
-        self._clean_bytes += size
-
     @property
     def cached_bytes(self) -> int:
         """Bytes the cached states hold: measured for clean ones, the mean size for dirty ones. O(1)."""
-        return self._clean_bytes + (len(self._states) - len(self._clean)) * self._sizes.mean
+        return self._clean.bytes + (len(self._states) - len(self._clean)) * self._sizes.mean
 
     @property
     def over_budget(self) -> bool:
@@ -322,26 +315,15 @@ class StateCache:
         if not self._clean and (self._bases_pending or not self._unwritten):
             return  # nothing may go: not even a walk over the slots of the emptied dict
         excess = self.cached_bytes - int(self.budget * LOW_WATER)
-        victims, freed = [], 0
-        for key, size in self._clean.items():
-            if freed >= excess:
-                break
-            victims.append(key)
-            freed += size
-        states, clean = self._states, self._clean
+        before = self._clean.bytes
+        victims = self._clean.drop_oldest(excess)
+        states = self._states
         for key in victims:
             del states[key]
-            self._clean_bytes -= clean.pop(key)
         if victims:
             self.complete = False  # RocksDB now holds states the cache does not
         self.evicted += len(victims)
-        # A dict keeps the slot of every key dropped from its front until it grows, and each
-        # walk above starts over them: over budget while a base was pending, a put cost
-        # 35 µs instead of 4 with 100k dropped slots (and more with more). Compact it once it
-        # has dropped more keys than it holds: O(1) amortised.
-        self._dropped += len(victims)
-        if self._dropped > len(clean):
-            self._clean, self._dropped = dict(clean), 0
+        freed = before - self._clean.bytes
         if freed < excess and not self._bases_pending:
             self._spill(excess - freed)
 

@@ -22,7 +22,7 @@ figures use; a call costs O(window samples).
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from driftstream.engine.model.result import percentiles
 
@@ -50,6 +50,28 @@ def recent_samples(samples: dict, since: float, limit: int = RECENT_LIMIT) -> li
 def emit_samples(samples: dict, times: Iterable) -> dict:
     """The emit samples of ``times`` this instance holds (O(len(times)))."""
     return {t: samples[t] for t in times if t in samples}
+
+
+def instance_stats(rt: Any, reader: Any, cache_stats: dict, releases_since: Optional[float] = None,
+                   emits_of: Optional[list] = None) -> dict:
+    """What a stage instance (its ``StageRuntime``, its source ``reader`` or None) tells a
+    status call: its counters; with ``releases_since``, the release samples noted since then
+    (:func:`recent_samples`), and with ``emits_of``, the emit samples of those times. O(steps
+    + samples)."""
+    return {
+        "elements": dict(rt.counts),
+        "tombstones": rt.tombstones_emitted(),
+        "out_of_order": rt.out_of_order(),
+        "releases": [] if releases_since is None else recent_samples(rt.release_times, releases_since),
+        "emits": emit_samples(rt.emit_times, emits_of) if emits_of else {},
+        "emitted": 0 if reader is None else reader.emitted,
+        "source_lag": None if reader is None else reader.lag(),
+        "source_partitions": [] if reader is None else reader.fetch_states(),
+        "released": rt.released_total(),
+        "state_cache": cache_stats,
+        "late_elements": rt.late_elements(),
+        "step_dead_letters": dict(rt.dead_letters),
+    }
 
 
 def latencies_ms(releases: Iterable[list], emits: Iterable[dict]) -> list:

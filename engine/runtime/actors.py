@@ -30,7 +30,7 @@ from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.errors import DataPlaneError, StepError
-from driftstream.engine.model.live_figures import emit_samples, recent_samples
+from driftstream.engine.model.live_figures import instance_stats
 from driftstream.engine.model.manifest import Instance, PartCollector, SnapshotPart
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime import gc_policy
@@ -536,24 +536,8 @@ class StageActor:
         return True
 
     async def stats(self, releases_since: Optional[float] = None, emits_of: Optional[list] = None) -> dict:
-        """Progress counters for ``FlowHandle.status()``; with ``releases_since``, the release
-        latency samples noted since then, and with ``emits_of``, the emit samples of those
-        times (:mod:`~driftstream.engine.model.live_figures`)."""
-        reader, rt = self.reader, self.rt
-        return {
-            "elements": dict(rt.counts),
-            "tombstones": rt.tombstones_emitted(),
-            "out_of_order": rt.out_of_order(),
-            "releases": [] if releases_since is None else recent_samples(rt.release_times, releases_since),
-            "emits": emit_samples(rt.emit_times, emits_of) if emits_of else {},
-            "emitted": 0 if reader is None else reader.emitted,
-            "source_lag": None if reader is None else reader.lag(),
-            "source_partitions": [] if reader is None else reader.fetch_states(),
-            "released": self.rt.released_total(),
-            "state_cache": self.snapshots.cache_stats(),
-            "late_elements": self.rt.late_elements(),
-            "step_dead_letters": dict(self.rt.dead_letters),
-        }
+        """Progress counters for ``FlowHandle.status()`` (see :func:`.live_figures.instance_stats`)."""
+        return instance_stats(self.rt, self.reader, self.snapshots.cache_stats(), releases_since, emits_of)
 
     def _on_plane_error(self, peer: str, exc: BaseException) -> None:
         """A message this actor could not load or handle: the run fails with it."""

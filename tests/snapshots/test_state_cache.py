@@ -320,7 +320,7 @@ def test_over_budget_while_a_base_is_pending_a_put_does_not_walk_the_dropped_slo
     batch = cache.take_unwritten()
     cache.write(batch)
     cache.mark_written(batch)  # 200 clean states over a budget of 50: most dropped at once
-    assert len(cache._clean) <= 50 and cache._dropped <= len(cache._clean)  # compacted
+    assert len(cache._clean) <= 50 and cache._clean._dropped <= len(cache._clean)  # compacted
     pending = cache.take_unwritten()  # a base of nothing, pending: no spill
     spilled = cache.spilled
     for k in range(1000, 1100):
@@ -331,9 +331,9 @@ def test_over_budget_while_a_base_is_pending_a_put_does_not_walk_the_dropped_slo
         def items(self):
             raise AssertionError("walked an empty clean dict")
 
-    cache._clean = Walked()
+    cache._clean.sizes = Walked()
     cache.put(2000, 1)  # returns before the walk
-    cache._clean = {}
+    cache._clean.sizes = {}
     cache.write(pending)
     cache.mark_written(pending)
     cache.put(2001, 1)  # the base is done: dirty states spill down to the low-water mark
@@ -416,8 +416,8 @@ def test_the_caches_loops_in_c_do_what_the_python_does(tmp_path_factory, ops, re
             elif taken:
                 cache.mark_written(taken.pop(0))
         fast, reference = caches
-        assert list(fast._clean.items()) == list(reference._clean.items())
-        assert fast._states == reference._states and fast._clean_bytes == reference._clean_bytes
+        assert list(fast._clean.sizes.items()) == list(reference._clean.sizes.items())
+        assert fast._states == reference._states and fast._clean.bytes == reference._clean.bytes
         assert fast.evicted == reference.evicted and fast.spilled == reference.spilled
         assert fast._unwritten == reference._unwritten and fast._changed == reference._changed
     for cache in caches:

@@ -61,3 +61,22 @@ def test_watermark_lag_only_for_sources_with_wall_clock_times():
     assert watermark_lag_s(None, epoch, now=1.0) is None
     indexes = _plan(MemorySource([1.0]))  # ts is an index, not a time: no lag
     assert watermark_lag_s((5, source_id, 0, 5), indexes, now=1_700_000_003.0) is None
+
+
+def test_an_instance_tells_its_counters_and_only_the_samples_asked_for():
+    """instance_stats over a real StageRuntime: the counts per step, and the release and
+    emit samples only when a status call asks for them."""
+    from driftstream.engine.model.live_figures import instance_stats
+    from driftstream.engine.runtime.stage import StageRuntime
+    from driftstream.ordering.meta import Meta
+
+    flow = Flow("stats")
+    flow.source(MemorySource([]), name="s").map(str.upper, name="up").sink(MemorySink("out"))
+    rt = StageRuntime(flow.plan(1), stage_index=0, instance=0, seed=1)
+    rt.process_source([(Meta(i, 0, 0, i), "x") for i in range(3)])
+    rt.on_watermark((3,))
+    quiet = instance_stats(rt, None, {"records": 0})
+    assert quiet["releases"] == [] and quiet["emits"] == {} and quiet["source_lag"] is None
+    assert quiet["elements"] and max(quiet["elements"].values()) == 3 and quiet["state_cache"] == {"records": 0}
+    asked = instance_stats(rt, None, {}, releases_since=0.0, emits_of=list(rt.emit_times))
+    assert asked["releases"] and asked["emits"] == dict(rt.emit_times)

@@ -257,7 +257,7 @@ def test_a_base_marks_its_rows_clean_in_slices_and_a_row_changed_meanwhile_stays
     assert any(0 < n < len(keys) for n in seen)  # other callbacks ran while rows were being marked
     changed = [k for k in keys if cache.get(k) == ("changed",)]
     assert len(changed) == 1
-    assert set(cache._clean) == set(keys) - set(changed)  # every row the base wrote, and only those
+    assert set(cache._clean.sizes) == set(keys) - set(changed)  # every row the base wrote, and only those
     assert cache.take_unwritten() == {changed[0]: ("changed",), "late": ("late",)}
     snaps.close()
 
