@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 FLINK_PYTHON_ENV = "DRIFTSTREAM_FLINK_PYTHON"
 #: Where the setup above puts Flink's interpreter: a venv of its own beside the checkout's.
@@ -40,23 +40,31 @@ FLINK_VENV = Path(__file__).resolve().parents[1] / ".venv-flink"
 POLL_INTERVAL = 0.01
 
 
-def flink_python(python: Optional[str] = None) -> str:
-    """The interpreter that runs a job: ``python``, else this one if it has pyflink, else
-    ``$DRIFTSTREAM_FLINK_PYTHON``, else the checkout's ``.venv-flink``; RuntimeError (with
-    the install line) when there is none."""
+def interpreter_with(module: str, python: Optional[str], env: str, venv: Path, install: str) -> str:
+    """The interpreter that runs a job needing ``module``: ``python``, else this one if it has
+    the module, else ``$env``, else ``venv``'s; RuntimeError naming ``install`` when there is
+    none. Shared by every baseline kept out of driftstream's install (Flink, Bytewax).
+
+    >>> interpreter_with("json", None, "NO_SUCH_VARIABLE", Path("/nowhere"), "pip install it") == sys.executable
+    True
+    """
     if python:
         return python
-    if importlib.util.find_spec("pyflink") is not None:
+    if importlib.util.find_spec(module) is not None:
         return sys.executable
-    env = os.environ.get(FLINK_PYTHON_ENV)
-    if env:
-        return env
-    if (FLINK_VENV / "bin" / "python").exists():
-        return str(FLINK_VENV / "bin" / "python")
-    raise RuntimeError(
-        "no Python with pyflink: apache-flink downgrades driftstream's dependencies, so it gets a venv of its own: "
-        "python3 -m venv .venv-flink && .venv-flink/bin/pip install apache-flink==2.3.0 && .venv-flink/bin/pip install --no-deps -e . "
-        f"(in the checkout), or set {FLINK_PYTHON_ENV} to a Python that has pyflink"
+    if os.environ.get(env):
+        return os.environ[env]
+    if (venv / "bin" / "python").exists():
+        return str(venv / "bin" / "python")
+    raise RuntimeError(f"no Python with {module}: {install} (in the checkout), or set {env} to a Python that has {module}")
+
+
+def flink_python(python: Optional[str] = None) -> str:
+    """The interpreter that runs a Flink job (see :func:`interpreter_with`)."""
+    return interpreter_with(
+        "pyflink", python, FLINK_PYTHON_ENV, FLINK_VENV,
+        "apache-flink downgrades driftstream's dependencies, so it gets a venv of its own: python3 -m venv .venv-flink && "
+        ".venv-flink/bin/pip install apache-flink==2.3.0 && .venv-flink/bin/pip install --no-deps -e .",
     )
 
 
@@ -204,8 +212,9 @@ class PartFiles:
     ([{'a': 1}, {'a': 2}], [])
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, parse: Callable[[bytes], Any] = json.loads) -> None:
         self.directory = Path(directory)
+        self.parse = parse  # of each line (bytes)
         self.seen: set = set()
         self.first_output: Optional[float] = None  # when the first file of any kind (in-progress included) was seen
 
@@ -223,8 +232,8 @@ class PartFiles:
             if e.name.startswith((".", "_")) or e.name in self.seen or not e.is_file():
                 continue
             self.seen.add(e.name)
-            with open(e.path, encoding="utf-8") as f:
-                records += [json.loads(line) for line in f if line.strip()]
+            with open(e.path, "rb") as f:
+                records += [self.parse(line.rstrip(b"\n")) for line in f if line.strip()]
         return records
 
 

@@ -57,6 +57,27 @@ def page_changes(old: Optional[dict[str, list[int]]], new: dict[str, list[int]])
     return removes + adds
 
 
+_PAGE = b'"page_id":'
+
+
+def page_of_line(line: bytes) -> int:
+    """The ``page_id`` of a change record's JSON line (as a file sink wrote it), without decoding
+    the rest. O(1). A driver that follows a job's output decodes its records after the run:
+    decoding them as they came would take the driver's CPU from the job under test (490k
+    records: 2.7 s of ``json.loads``), as driftstream's measuring consumer decodes only after.
+
+    >>> page_of_line(b'{"op":"add","word":"a","page_id":-17,"df":1}'), page_of_line(b'{"page_id": 5}')
+    (-17, 5)
+    """
+    start = line.index(_PAGE) + len(_PAGE)
+    while line[start] == 32:  # a space after the colon
+        start += 1
+    end = start
+    while line[end] in b"-0123456789":
+        end += 1
+    return int(line[start:end])
+
+
 def rebuild_index(records: Iterable[dict]) -> dict[str, dict[int, list[int]]]:
     """The index ``{word: {page_id: positions}}`` that a sequence of change records describes.
 

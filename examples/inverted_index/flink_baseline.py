@@ -100,7 +100,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from driftstream.examples.flink_job import (
     FLINK_PYTHON_ENV,
@@ -113,7 +113,7 @@ from driftstream.examples.flink_job import (
     job_settings,
 )
 from driftstream.examples.inverted_index.document_files import document_line, write_documents
-from driftstream.examples.inverted_index.documents import word_positions
+from driftstream.examples.inverted_index.documents import page_of_line, word_positions
 from driftstream.examples.inverted_index.throughput import summary  # the figures every engine of a throughput run reports
 #: The configuration the measurements chose (module docstring).
 DEFAULTS = dict(state_backend="hashmap", execution_mode="thread", discovery_interval=0.05)
@@ -317,34 +317,58 @@ def _show(key: tuple) -> str:
 # ------------------------------------------------------------------ the driver (no pyflink needed)
 
 
-class _Output:
-    """The change records of finished part files as they appear, and when each document's last one did."""
+class DocumentOutput:
+    """The change records of a job's output ``files`` as they appear, and when each document's
+    last one did. ``files``: :class:`.PartFiles` with ``parse=bytes``, or any object with its
+    ``poll()`` (the JSON lines new since the last call, as bytes) and ``first_output``. Lines
+    are decoded only by :meth:`records`, after the run (see :func:`.documents.page_of_line`)."""
 
-    def __init__(self, directory: Path, docs: Sequence[dict]) -> None:
-        self.files = PartFiles(directory)
+    def __init__(self, files: Any, docs: Sequence[dict]) -> None:
+        self.files = files
         self.want = {int(d["page_id"]): len(word_positions(d.get("text") or "")) for d in docs}
         self.got: Counter = Counter()
         self.visible: dict[int, float] = {}  # page_id -> time its last record became visible
-        self.records: list[dict] = []
+        self.lines: list = []
 
     @property
     def first_output(self) -> Optional[float]:
-        return self.files.first_output  # first file of any kind (in-progress included)
+        return self.files.first_output
 
     def poll(self) -> int:
-        """Read the part files finished since the last call; returns the number of new records."""
+        """Take the lines that appeared since the last call; returns their number."""
         now = time.time()
         new = self.files.poll()
-        self.records += new
-        for r in new:
-            page = int(r["page_id"])
+        self.lines += new
+        for line in new:
+            page = page_of_line(line)
             self.got[page] += 1
             if self.got[page] == self.want.get(page, -1):
                 self.visible[page] = now
         return len(new)
 
+    def records(self) -> list:
+        """Every record seen, decoded. O(records)."""
+        return [json.loads(line) for line in self.lines]
+
     def complete(self) -> bool:
         return len(self.visible) == len(self.want)
+
+    def backlog_figures(self, engine: str, docs: Sequence[dict], job: Any, problems: list, **fields: Any) -> dict:
+        """The figures of a backlog run of ``job`` (a finished :class:`.FlinkJob`) from what this
+        output saw: :func:`.throughput.summary` with the order-free check, ``fields``, the job's
+        CPU, the time after its first output, and each document's completion. O(records)."""
+        first = self.first_output or job.launched
+        completions = [(t, 1) for t in sorted(self.visible.values())]
+        end = completions[-1][0] if completions else job.launched
+        records = self.records()
+        figures = summary(
+            engine, len(docs), len(records), job.launched, completions, problems + check_changes(records, docs),
+            **fields,
+            cpu_seconds=job.cpu_seconds,  # of the job's processes, sampled every 0.5 s: a lower bound
+            seconds_after_first_output=round(end - first, 2),
+            first_output_after_s=round(first - job.launched, 2),
+        )
+        return {**figures, "completions": completions}
 
 
 def _job_args(input_dir: Path, out_dir: Path, workdir: Path, mode: str, checkpoint_interval: float, parallelism: int, options: dict) -> list[str]:
@@ -378,7 +402,7 @@ def run_flink_backlog(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     files = write_documents(docs, workdir / "input")
-    out = _Output(workdir / "output", docs)
+    out = DocumentOutput(PartFiles(workdir / "output", parse=bytes), docs)
     problems: list[str] = []
     job = FlinkJob(python, workdir, MODULE, _job_args(workdir / "input", workdir / "output", workdir, "backlog", checkpoint_interval, parallelism, options))
     deadline = job.launched + (timeout if timeout is not None else 120 + len(docs) / 5)
@@ -391,22 +415,15 @@ def run_flink_backlog(
             problems.append(f"job failed ({rc}): {job.tail()}")
     finally:
         job.stop()
-    first = out.first_output or job.launched
-    completions = [(t, 1) for t in sorted(out.visible.values())]
-    end = completions[-1][0] if completions else job.launched
-    figures = summary(
-        "flink", len(docs), len(out.records), job.launched, completions, problems + check_changes(out.records, docs),
+    return out.backlog_figures(
+        "flink", docs, job, problems,
         mode="backlog",
         files=files,
         parallelism=parallelism,
         checkpoint_interval=checkpoint_interval,
         **{k: options.get(k, v) for k, v in DEFAULTS.items() if k != "discovery_interval"},
         conf=list(options.get("conf", ())),
-        cpu_seconds=job.cpu_seconds,  # of the job's processes, sampled every 0.5 s: a lower bound
-        seconds_after_first_output=round(end - first, 2),
-        first_output_after_s=round(first - job.launched, 2),
     )
-    return {**figures, "completions": completions}
 
 
 def run_flink_latency(
@@ -434,7 +451,7 @@ def run_flink_latency(
     inbox = workdir / "input"
     inbox.mkdir(parents=True, exist_ok=True)
     (inbox / "warmup.json").write_text(document_line(WARMUP))
-    out = _Output(workdir / "output", [WARMUP, *docs])
+    out = DocumentOutput(PartFiles(workdir / "output", parse=bytes), [WARMUP, *docs])
     job = FlinkJob(python, workdir, MODULE, _job_args(inbox, workdir / "output", workdir, "latency", checkpoint_interval, parallelism, options))
     feeder = Feeder(inbox, [(f"doc-{i:06d}.json", document_line(d), i / rate) for i, d in enumerate(docs)])
     problems, ready = feed_when_warm(job, out.poll, lambda: WARMUP["page_id"] in out.visible, out.complete, feeder,
@@ -449,7 +466,7 @@ def run_flink_latency(
     missing = len(docs) - sum(1 for p in order if p in out.visible)
     if missing:
         problems.append(f"{missing} of {len(docs)} documents incomplete")
-    problems += check_changes([r for r in out.records if r["page_id"] != WARMUP["page_id"]], docs)
+    problems += check_changes([r for r in out.records() if r["page_id"] != WARMUP["page_id"]], docs)
     return {
         "engine": "flink",
         "mode": "latency",

@@ -13,6 +13,9 @@ exactly-once, parallelism 2, on this machine, one after the other:
 - **Flink** (optional, ``apache-flink`` is not in the default install): the PyFlink
   job of :mod:`.flink_baseline` over files, checkpoints every second, output visible
   when the file sink commits. Done by checkpoint.
+- **Bytewax** (optional, ``bytewax`` is not in the default install): the job of
+  :mod:`.bytewax_baseline` over the same files, two processes, state snapshots every
+  second; a record counts when its line is written. Done when all its records are.
 
 Figures per engine: documents/s and change records/s over the run (from the
 engine's start to its last output), and the rate of each fifth of the documents
@@ -230,9 +233,18 @@ def run_flink(docs: Sequence[dict], workdir: Path, checkpoint_interval: float = 
     return {**{k: v for k, v in r.items() if k != "completions"}, "output": "one record per change, visible per checkpoint"}
 
 
+def run_bytewax(docs: Sequence[dict], workdir: Path, snapshot_interval: int = 1, python: Optional[str] = None) -> dict:
+    """Bytewax's job over ``docs`` as files, recovery on (:mod:`.bytewax_baseline`)."""
+    from .bytewax_baseline import run_bytewax_backlog
+
+    r = run_bytewax_backlog(list(docs), workdir / f"bytewax-{uuid.uuid4().hex[:8]}", snapshot_interval=snapshot_interval, python=python)
+    return {**{k: v for k, v in r.items() if k != "completions"},
+            "output": "one record per change, counted when written (a resume truncates to the last snapshot)"}
+
+
 #: The engines of a throughput run, in their default order ("driftstream-arrow": the same flow
 #: with its documents' words found by Arrow a batch at a time, ``build(words="arrow")``).
-ENGINES = ("driftstream", "driftstream-arrow", "spark", "flink")
+ENGINES = ("driftstream", "driftstream-arrow", "spark", "flink", "bytewax")
 
 #: The label of driftstream's row, by the flow's form of its first step.
 ENGINE_LABELS = {"python": "driftstream", "arrow": "driftstream (Arrow words)"}
@@ -308,14 +320,17 @@ def overhead_ratio(engine: dict, loop: dict) -> float:
 
 
 def run_all(docs: Sequence[dict], engines: Sequence[str], bootstrap: Optional[str], workdir: Path,
-            report: Callable[[dict], None] = lambda r: None, flink_python: Optional[str] = None, flames: Optional[Path] = None) -> list:
+            report: Callable[[dict], None] = lambda r: None, pythons: Optional[dict] = None, flames: Optional[Path] = None) -> list:
     """Each engine in turn over the same ``docs``; ``report`` sees each engine's figures as they come
-    (``flames``: py-spy flame graphs of driftstream's actors there)."""
+    (``pythons``: the interpreters of the engines kept out of driftstream's install, by name; ``flames``:
+    py-spy flame graphs of driftstream's actors there)."""
+    pythons = pythons or {}
     runs = {
         "driftstream": lambda: run_driftstream(docs, bootstrap, workdir, flames=flames),
         "driftstream-arrow": lambda: run_driftstream(docs, bootstrap, workdir, flames=flames, words="arrow"),
         "spark": lambda: run_spark(docs, workdir),
-        "flink": lambda: run_flink(docs, workdir, python=flink_python),
+        "flink": lambda: run_flink(docs, workdir, python=pythons.get("flink")),
+        "bytewax": lambda: run_bytewax(docs, workdir, python=pythons.get("bytewax")),
     }
     unknown = [e for e in engines if e not in runs]
     if unknown:
