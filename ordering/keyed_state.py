@@ -56,11 +56,17 @@ class StateFnError(Exception):
         self.meta, self.payload = meta, payload
 
 
+#: what no state is: :meth:`DictBackend.read_view`'s mark of a removed key
+_NEVER = object()
+
+
 class DictBackend:
     """Base states in a dict: the backend for unit tests and the simulator.
 
     The backend protocol: ``get(key)`` (None when missing), ``put(key, state)``, ``remove(key)``,
-    ``fold(key, state, inputs)`` (``state`` is what folding ``inputs``, in order, into
+    ``remove_many(keys)``, ``read_view()`` (``(states, removed)``: a dict of the states held
+    in memory, for reading, and the mark of a removed one; a key missing from it needs a
+    ``get``), ``fold(key, state, inputs)`` (``state`` is what folding ``inputs``, in order, into
     the previous state gave: a snapshotting backend may record the inputs instead of
     the state), ``items()``.
 
@@ -83,6 +89,16 @@ class DictBackend:
     def remove(self, key: Hashable) -> None:
         """The key has no state any more (a closed window)."""
         self._data.pop(key, None)
+
+    def remove_many(self, keys: Iterable[Hashable]) -> None:
+        """:meth:`remove` of each key (the windows a watermark passed)."""
+        pop = self._data.pop
+        for key in keys:
+            pop(key, None)
+
+    def read_view(self) -> tuple:
+        """``(states, removed)``: every state, by key; nothing is marked removed here."""
+        return self._data, _NEVER
 
     def items(self) -> Iterable[tuple]:
         return self._data.items()

@@ -43,6 +43,8 @@ import math
 from typing import Any, Callable, Optional
 
 from .meta import BOTTOM
+
+_MISSING = object()
 from .windowed_state import _TimedState
 from .windows import Sliding, WindowResult, WindowSpec, close_time
 
@@ -84,23 +86,25 @@ class PanedWindowState(_TimedState):
     def apply_batch(self, items: list, acks: dict) -> list:
         """As :meth:`~.windowed_state.WindowedState.apply_batch`: returns the ``Late`` records."""
         assign, pane, lateness = self.spec.assigner.assign, self.pane, self.lateness_ms
+        size, slide = self.size, self.slide
         set_timer, timed, feed, out = self._set_timer, self._timed, [], []
         for meta, payload, key in items:
             event = self.event_ms(meta, payload, out)
             if event is None:
                 continue
-            windows = assign(event)
             ts = meta[0]
-            if ts < windows[0][1] + lateness:  # on time for the oldest window: for all of them
+            # The oldest window over ``event`` starts at the first multiple of the slide past
+            # ``event - size`` (assign's first; its list is built only where it is needed).
+            if ts < ((event - size) // slide + 1) * slide + size + lateness:  # on time for the oldest window: for all of them
                 start = event - event % pane
                 pane_key = (key, start, start + pane, PANE)
                 feed.append((meta, payload, pane_key))
                 if meta[5] or pane_key in timed:
                     continue
                 timed.add(pane_key)
-                on_time = windows
+                on_time = assign(event)
             else:
-                on_time = [w for w in windows if ts < w[1] + lateness]
+                on_time = [w for w in assign(event) if ts < w[1] + lateness]
                 for start, end in on_time:
                     window_key = (key, start, end)
                     feed.append((meta, payload, window_key))
@@ -117,18 +121,19 @@ class PanedWindowState(_TimedState):
         """Fold what settled below ``watermark``; forget the panes and windows whose last
         window was emitted below it."""
         self.keyed.advance(watermark)
-        remove, own, timed = self.keyed.backend.remove, self._own, self._timed
-
-        def forget(close: tuple, state_key: tuple) -> None:
-            remove(state_key)
-            own.discard(state_key)
-            timed.discard(state_key)
-
-        self._forget_emitted(watermark, forget)
+        gone = [state_key for _, state_key in self._take_emitted(watermark)]
+        if gone:
+            self.keyed.backend.remove_many(gone)
+            self._own.difference_update(gone)
+            self._timed.difference_update(gone)
 
     def fire(self, watermark: tuple, acks: dict) -> list:
         """As :meth:`~.windowed_state.WindowedState.fire`: each window closing, its panes combined."""
-        out, get = [], self.keyed.backend.get
+        out, backend = [], self.keyed.backend
+        get = backend.get
+        # A window reads size / pane panes: from the backend's dict in memory (a ``get`` call
+        # each was a third of firing), through ``get`` where it misses.
+        cached, removed = backend.read_view()
         combine, result, pane, slide = self.spec.combine, self.spec.result, self.pane, self.slide
         own, emitted = self._own, self._emitted
         for close, window_keys in self._due(watermark, acks):
@@ -137,7 +142,11 @@ class PanedWindowState(_TimedState):
                 state = None
                 for p in range(start, end, pane):
                     pane_key = (key, p, p + pane, PANE)
-                    part = get(pane_key)
+                    part = cached.get(pane_key, _MISSING)
+                    if part is _MISSING:
+                        part = get(pane_key)
+                    elif part is removed:
+                        part = None
                     if part is None:
                         if p < start + slide:
                             self._timed.discard(pane_key)  # its elements were all retracted

@@ -136,16 +136,17 @@ class _TimedState:
         self.late += -1 if meta[5] else 1
         return (meta, Late(key, payload, event / 1000))
 
-    def _forget_emitted(self, watermark: tuple, forget: Callable[[tuple, Hashable], None]) -> None:
-        """``forget(close, state key)`` for what was emitted below ``watermark``."""
-        if self._emitted and self._emitted[0][0] < watermark:
-            keep = []
-            for close, key in self._emitted:
-                if close < watermark:
-                    forget(close, key)
-                else:
-                    keep.append((close, key))
-            self._emitted = keep
+    def _take_emitted(self, watermark: tuple) -> list:
+        """``(close, state key)`` of what was emitted below ``watermark``, for the caller to
+        forget; they leave :attr:`_emitted`. O(emitted)."""
+        emitted = self._emitted
+        if not emitted or emitted[0][0] >= watermark:
+            return []
+        gone, keep = [], []
+        for item in emitted:
+            (gone if item[0] < watermark else keep).append(item)
+        self._emitted = keep
+        return gone
 
 
 class WindowedState(_TimedState):
@@ -161,22 +162,26 @@ class WindowedState(_TimedState):
     def apply_batch(self, items: list, acks: dict) -> list:
         """Take ``(meta, payload, key)`` elements and tombstones; timers go into ``acks``.
         Returns the :class:`Late` records (and their tombstones) to emit."""
-        assign, lateness, pairs = self.spec.assigner.assign, self.spec.allowed_lateness, self.spec.pairs
-        feed, out = [], []
+        assign, pairs = self.spec.assigner.assign, self.spec.pairs
+        lateness_ms = close_time(0, self.spec.allowed_lateness)[0]
+        feed, out, timed = [], [], None
         for meta, payload, key in items:
             event = self.event_ms(meta, payload, out)
             if event is None:
                 continue
             late = False
             for start, end in assign(event):
-                close = close_time(end, lateness)
-                if meta[0] >= close[0]:
+                close_ms = end + lateness_ms
+                if meta[0] >= close_ms:
                     late = True
                     continue
                 window_key = (key, start, end)
                 feed.append((meta, payload if pairs is None else (meta[4][-1], payload), window_key))
-                if not meta[5]:
-                    self._set_timer(close, window_key, acks)
+                # A batch's elements of one window often come together (a key's, or results
+                # keyed by their window): its timer is set once for the run of them.
+                if not meta[5] and window_key != timed:
+                    self._set_timer((close_ms, -1, -1, -1), window_key, acks)
+                    timed = window_key
             if late:
                 out.append(self._late(meta, key, payload, event))
         if feed:
@@ -187,8 +192,9 @@ class WindowedState(_TimedState):
         """Fold what settled below ``watermark`` into the windows' states; forget the windows
         emitted below it."""
         self.keyed.advance(watermark)
-        remove = self.keyed.backend.remove
-        self._forget_emitted(watermark, lambda close, window_key: remove(window_key))
+        gone = self._take_emitted(watermark)
+        if gone:
+            self.keyed.backend.remove_many([window_key for _, window_key in gone])
 
     def fire(self, watermark: tuple, acks: dict) -> list:
         """Emit the windows whose close time the watermark has reached (after :meth:`advance`),
@@ -325,14 +331,12 @@ class SessionState(_TimedState):
         self.keyed.advance(watermark)
         backend = self.keyed.backend
 
-        def forget(close: tuple, key: Hashable) -> None:
+        for close, key in self._take_emitted(watermark):
             sessions = tuple(s for s in backend.get(key) or () if self._close(s[1]) > close[0])
             if sessions:
                 backend.put(key, sessions)
             else:
                 backend.remove(key)
-
-        self._forget_emitted(watermark, forget)
 
     def fire(self, watermark: tuple, acks: dict) -> list:
         """As :meth:`WindowedState.fire`: the sessions whose close time the watermark reached."""
@@ -406,17 +410,15 @@ class IntervalJoinState(_TimedState):
         self.keyed.advance(watermark)
         backend = self.keyed.backend
 
-        def forget(close: tuple, key: Hashable) -> None:
+        for close, key in self._take_emitted(watermark):
             state = backend.get(key)
             if state is None:
-                return
+                continue
             lefts, rights = (tuple(e for e in held if self._expiry(side, e[0]) > close) for side, held in enumerate(state))
             if lefts or rights:
                 backend.put(key, (lefts, rights))
             else:
                 backend.remove(key)
-
-        self._forget_emitted(watermark, forget)
 
     def fire(self, watermark: tuple, acks: dict) -> list:
         """The unmatched elements (left / outer joins) whose expiry the watermark reached."""

@@ -177,6 +177,11 @@ class StateCache:
         """The key has no state any more; RocksDB deletes it at the next :meth:`write`. O(1)."""
         self.put(key, REMOVED)
 
+    def remove_many(self, keys: Iterable[Hashable]) -> None:
+        """:meth:`remove` of each key, with one budget check: the windows (or panes) a
+        watermark passed, often thousands at a time in a backlog. O(keys)."""
+        self.put_many([(key, REMOVED) for key in keys])
+
     def fold(self, key: Hashable, state: Any, inputs: list) -> None:
         """Set ``state``, the result of folding ``inputs`` (in order) into the key's previous
         state; a delta may then record the inputs instead of the state. O(len(inputs))."""

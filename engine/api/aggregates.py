@@ -82,6 +82,16 @@ def window_fold(init: Any, fn: Callable[[Any, Any], Any]) -> Callable:
     return fold
 
 
+def window_count(state: Any, _x: Any) -> tuple:
+    """A ``count`` window's step: ``window_fold(0, lambda n, x: n + 1)`` in one call (a sliding
+    count folds every element with it).
+
+    >>> window_count(window_count(None, "a")[0], "b")
+    ((2,), None)
+    """
+    return (1 if state is None else state[0] + 1,), None
+
+
 def window_counts(a: tuple, b: tuple) -> tuple:
     """The ``combine`` of ``count`` windows (their states are 1-tuples of counts).
 

@@ -35,7 +35,8 @@ from driftstream.ordering.windowed_state import interval_step
 from driftstream.ordering.windows import IntervalJoinSpec, Late, Session, Sliding, WindowResult, WindowSpec
 
 from driftstream.engine.api.aggregates import (
-    count_step, fold_step, reduce_step, window_collect, window_counts, window_fold, window_list, window_reduce, window_value,
+    count_step, fold_step, reduce_step, window_collect, window_count, window_counts, window_fold, window_list, window_reduce,
+    window_value,
 )
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.connectors.source import Source
@@ -586,7 +587,7 @@ class WindowedStream:
 
     def count(self) -> "WindowOutput":
         """How many elements the window holds."""
-        return self._aggregate(window_fold(0, _plus_one), window_value, combine=window_counts)
+        return self._aggregate(window_count, window_value, combine=window_counts)
 
     def collect(self) -> "WindowOutput":
         """The window's elements, a list in t order."""
@@ -621,10 +622,6 @@ def _on_error(policy: Any, step: str) -> str:
     if policy not in ON_ERROR:
         raise FlowError(f"step {step!r}: on_error= is {' or '.join(map(repr, ON_ERROR))}, not {policy!r}")
     return policy
-
-
-def _plus_one(n: int, _x: Any) -> int:
-    return n + 1
 
 
 def _is_result(x: Any) -> bool:

@@ -93,8 +93,10 @@ class Outbound:
         self.buffers: dict = {}
         # Key group -> the instance owning it at this parallelism (see ordering/key_groups.py).
         self._router = plan.key_groups.router(plan.parallelism)
-        # Per keyed step routed to: str and int keys -> their owner (other types may equal
-        # one of these without hashing alike, or have no stable hash at all: hashed every time).
+        # Per keyed step routed to: str, int and float keys -> their owner. Keys of these types
+        # that are equal hash alike (``2.0 == 2``, ``True == 1``: stable_hash), so one entry serves
+        # them all; other types may equal one of these without hashing alike, or have no stable
+        # hash at all: hashed every time.
         self._owners: dict = {}
 
     def __bool__(self) -> bool:
@@ -131,7 +133,7 @@ class Outbound:
                         # its dead letter goes on, keyed by the step's name, to the split after it
                         payload, key = dead_letter(step.name, meta, payload, exc), step.name
                     kind = type(key)
-                    if kind is str or kind is int:
+                    if kind is str or kind is int or kind is float:
                         dst = owners.get(key)
                         if dst is None:
                             dst = owners[key] = router[hash_of(key) % m]  # the owner of the key's group

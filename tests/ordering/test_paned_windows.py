@@ -14,6 +14,9 @@ from driftstream.ordering.meta import TOP, tombstone_of
 from driftstream.ordering.paned_windows import PanedWindowState, paned
 from driftstream.ordering.windowed_state import WindowedState
 from driftstream.ordering.windows import Sliding, WindowSpec
+from driftstream.snapshots.backend import RocksDBBackend
+from driftstream.snapshots.memory_size import RECORD_OVERHEAD
+from driftstream.snapshots.state_cache import StateCache
 
 
 def _plus_one(n, _x):
@@ -62,12 +65,23 @@ def schedule(items: list, seed: int, retract: bool) -> tuple:
 
 @settings(max_examples=150, deadline=None)
 @given(elements, st.integers(0, 10**6), st.sampled_from([(1000, 200), (1000, 300), (600, 400), (500, 100)]),
-       st.sampled_from([0.0, 0.15]), st.booleans())
-def test_panes_give_the_windows_every_window_gives(items, seed, shape, lateness, retract):
+       st.sampled_from([0.0, 0.15]), st.booleans(), st.booleans())
+def test_panes_give_the_windows_every_window_gives(tmp_path_factory, items, seed, shape, lateness, retract, cached):
+    """``cached``: the panes live in a StateCache of a few records over RocksDB, so firing reads
+    some from its dict and the spilled ones through ``get``."""
     s = spec(*shape, lateness)
     assert paned(s)
     batches, watermarks = schedule(items, seed, retract)
-    assert run(PanedWindowState(s, seed=1), batches, watermarks) == run(WindowedState(s, seed=1), batches, watermarks)
+    backend = None
+    if cached:
+        backend = StateCache(RocksDBBackend(tmp_path_factory.mktemp("panes") / "db"), budget_bytes=3 * RECORD_OVERHEAD,
+                             track_changes=False)
+    try:
+        panes = run(PanedWindowState(s, backend=backend, seed=1), batches, watermarks)
+        assert panes == run(WindowedState(s, seed=1), batches, watermarks)
+    finally:
+        if backend is not None:
+            backend.close()
 
 
 @settings(max_examples=150, deadline=None)

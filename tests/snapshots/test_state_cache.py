@@ -45,8 +45,9 @@ def test_a_removed_state_leaves_the_cache_once_its_deletion_is_written(tmp_path)
         cache.put(k, k)
     cache.take_changes()
     written_base(cache)
-    for k in range(90):
+    for k in range(45):
         cache.remove(k)
+    cache.remove_many(range(45, 90))
     cache.put(95, -1)
     assert cache.stats()["records"] == 100  # not written yet: a delta still needs them
     assert set(cache.take_changes()) == set(range(90)) | {95}
@@ -242,6 +243,7 @@ _ops = st.lists(
     st.one_of(
         st.tuples(st.just("put"), _keys, st.integers(0, 10**6)),
         st.tuples(st.just("remove"), _keys),
+        st.tuples(st.just("remove_many"), st.lists(_keys, max_size=4)),  # a watermark's closed windows
         st.tuples(st.just("fold"), _keys, st.lists(st.integers(0, 9), min_size=1, max_size=3)),
         st.tuples(st.just("get"), _keys),
         st.tuples(st.just("delta")),
@@ -273,6 +275,10 @@ def test_reads_agree_with_a_dict_under_eviction_spills_and_restores(tmp_path_fac
         elif op[0] == "remove":
             cache.remove(op[1])
             model.pop(op[1], None)
+        elif op[0] == "remove_many":
+            cache.remove_many(op[1])
+            for k in op[1]:
+                model.pop(k, None)
         elif op[0] == "fold":
             state = (model.get(op[1]) or 0) + sum(op[2])
             cache.fold(op[1], state, op[2])
@@ -381,6 +387,7 @@ _mark_ops = st.lists(
     st.one_of(
         st.tuples(st.just("put"), _keys, st.integers(0, 10**6)),
         st.tuples(st.just("remove"), _keys),
+        st.tuples(st.just("remove_many"), st.lists(_keys, max_size=4)),  # a watermark's closed windows
         st.tuples(st.just("fold"), st.lists(st.tuples(_keys, st.one_of(st.integers(0, 10**6), st.just(DELETED))), max_size=4)),
         st.tuples(st.just("take")),  # a base taken and written, marked later: keys may change meanwhile
         st.tuples(st.just("mark")),

@@ -87,13 +87,14 @@ def test_a_window_stage_keeps_its_results_samples_bounded():
 
 
 def test_every_key_goes_to_the_owner_of_its_group_whether_its_owner_was_remembered_or_not(monkeypatch):
-    """Routing remembers the owners of str and int keys; a key routed from memory, after the
-    memory was cleared, or of another type (a float equal to an int, a tuple) goes to the
-    owner of its key group all the same."""
+    """Routing remembers the owners of str, int and float keys; a key routed from memory, after
+    the memory was cleared, equal to a key of another type routed before (``2.0`` after ``2``,
+    ``True`` after ``1``), or of a type not remembered (a tuple) goes to the owner of its key
+    group all the same."""
     import driftstream.engine.runtime.outbound as outbound_module
 
     monkeypatch.setattr(outbound_module, "OWNERS_CACHED", 16)  # cleared every few batches
-    keys = [f"k{i}" for i in range(40)] + list(range(40)) + [float(i) for i in range(10)] + [("a", i) for i in range(10)] + [True]
+    keys = [f"k{i}" for i in range(40)] + list(range(40)) + [float(i) for i in range(10)] + [i + 0.5 for i in range(10)] + [("a", i) for i in range(10)] + [True]
     flow = Flow("routing")
     flow.source(MemorySource([])).key_by(lambda x: x).stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
     plan = flow.plan(4)
