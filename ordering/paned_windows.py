@@ -87,12 +87,13 @@ class PanedWindowState(_TimedState):
         """As :meth:`~.windowed_state.WindowedState.apply_batch`: returns the ``Late`` records."""
         assign, pane, lateness = self.spec.assigner.assign, self.pane, self.lateness_ms
         size, slide = self.size, self.slide
-        set_timer, timed, feed, out = self._set_timer, self._timed, [], []
+        set_timer, timers, timed, feed, out = self._set_timer, self.timers, self._timed, [], []
+        by_source_time = self.spec.timestamp is None
         for meta, payload, key in items:
-            event = self.event_ms(meta, payload, out)
+            ts = meta[0]
+            event = ts if by_source_time else self.event_ms(meta, payload, out)
             if event is None:
                 continue
-            ts = meta[0]
             # The oldest window over ``event`` starts at the first multiple of the slide past
             # ``event - size`` (assign's first; its list is built only where it is needed).
             if ts < ((event - size) // slide + 1) * slide + size + lateness:  # on time for the oldest window: for all of them
@@ -112,7 +113,12 @@ class PanedWindowState(_TimedState):
                 out.append(self._late(meta, key, payload, event))
             if not meta[5]:
                 for start, end in on_time:
-                    set_timer((end + lateness, -1, -1, -1), (key, start, end), acks)
+                    close = (end + lateness, -1, -1, -1)
+                    timer = timers.get(close)  # the window's timer is most often set: by its older panes
+                    if timer is None:
+                        set_timer(close, (key, start, end), acks)
+                    else:
+                        timer[1].add((key, start, end))
         if feed:
             self.keyed.apply_batch(feed)
         return out

@@ -165,8 +165,9 @@ class WindowedState(_TimedState):
         assign, pairs = self.spec.assigner.assign, self.spec.pairs
         lateness_ms = close_time(0, self.spec.allowed_lateness)[0]
         feed, out, timed = [], [], None
+        by_source_time = self.spec.timestamp is None
         for meta, payload, key in items:
-            event = self.event_ms(meta, payload, out)
+            event = meta[0] if by_source_time else self.event_ms(meta, payload, out)
             if event is None:
                 continue
             late = False

@@ -4,6 +4,9 @@
         ... the run ...
     flames.files   # one SVG per process sampled
 
+    with Flames(Path("results/flames-q5"), match="ray::").follow("q5-"):
+        flow.run(...)   # blocks: a thread attaches to the run's processes as they start
+
 The processes are found by their command line (Ray titles its workers ``ray::<Actor>``)
 when :meth:`Flames.attach` is called, e.g. once the flow's actors are up; each gets a
 ``py-spy record --nonblocking`` (it reads the process's memory without pausing it, so
@@ -19,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -52,6 +56,8 @@ class Flames:
         self.py_spy = py_spy or shutil.which("py-spy") or (str(beside) if beside.exists() else None)
         self.recorders: dict = {}
         self.files: list = []
+        self._following: Optional[threading.Event] = None
+        self._lock = threading.Lock()  # follow()'s thread attaches while stop() may be stopping
 
     def __enter__(self) -> "Flames":
         return self
@@ -60,6 +66,10 @@ class Flames:
         """Start recording every matching process not recorded yet; returns how many started."""
         if self.py_spy is None:
             raise RuntimeError("py-spy is not installed: pip install py-spy (the bench extra has it)")
+        with self._lock:
+            return self._attach(label)
+
+    def _attach(self, label: str) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         started = 0
         for pid, cmdline in processes(self.match).items():
@@ -73,8 +83,27 @@ class Flames:
             started += 1
         return started
 
+    def follow(self, label: str = "", every: float = 0.5) -> "Flames":
+        """:meth:`attach` every ``every`` seconds in a thread until :meth:`stop`: for a run that
+        blocks its caller (``flow.run``) and starts its processes after the call."""
+        stopping = self._following = threading.Event()
+
+        def attach_until_stopped() -> None:
+            while not stopping.wait(every):
+                self.attach(label)
+
+        threading.Thread(target=attach_until_stopped, name="flames", daemon=True).start()
+        return self
+
     def stop(self) -> list:
         """Stop every recorder; returns the SVGs written."""
+        if self._following is not None:
+            self._following.set()
+            self._following = None
+        with self._lock:
+            return self._stop()
+
+    def _stop(self) -> list:
         for pid, (proc, svg) in self.recorders.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)

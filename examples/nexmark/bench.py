@@ -53,6 +53,7 @@ from driftstream.barriers.file_sink import FileSink, read_file_sink
 from driftstream.barriers.json_payloads import json_bytes
 from driftstream.engine.connectors.file_source import FileSource
 
+from ..benchmarks.flames import Flames
 from .direct import direct_results
 from .flink_queries import check_results, write_event_files
 from .generator import event_time, events
@@ -61,10 +62,11 @@ from .queries import QUERIES, build, q1_euros, q2_selected
 
 
 def run_query(query: str, evs: list, workdir: Path, parallelism: int = 2, expected: Optional[list] = None,
-              input_dir: Optional[Path] = None, ray_start_s: float = 0.0) -> dict:
+              input_dir: Optional[Path] = None, ray_start_s: float = 0.0, flames: Optional[Path] = None) -> dict:
     """The backlog run: ``evs`` read from the JSON-lines files in ``input_dir`` (default:
     written there first), checked against ``expected`` (default: :func:`.direct.direct_results`).
-    ``ray_start_s``: the Ray session's start, added to the figures from launch."""
+    ``ray_start_s``: the Ray session's start, added to the figures from launch; ``flames``: a
+    directory for a py-spy flame graph of each of the run's actors (``<query>-<actor>-<pid>.svg``)."""
     tag = f"{query}-backlog-{time.time_ns()}"
     if input_dir is None:
         input_dir = workdir / f"events-{tag}"
@@ -73,7 +75,12 @@ def run_query(query: str, evs: list, workdir: Path, parallelism: int = 2, expect
     flow = build(query, source, FileSink(workdir / tag, name=query), name=f"nexmark-{tag}")
     flow.dead_letters(FileSink(workdir / tag, name="dead-letters"))
     launched = time.time() - ray_start_s
-    result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"snaps-{tag}"))
+    recorders = Flames(flames, match="ray::").follow(f"{query}-") if flames is not None else None
+    try:
+        result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"snaps-{tag}"))
+    finally:
+        if recorders is not None:
+            recorders.stop()
     end = time.time()
     got = [p for _, p in read_file_sink(workdir / tag, query)]
     problems = check_results(got, direct_results(query, evs) if expected is None else expected)
@@ -198,6 +205,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--latency", action=argparse.BooleanOptionalAction, default=True, help="the paced latency runs (--no-latency: backlogs only)")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers of the latency runs' input (default: start a local broker)")
     parser.add_argument("--json", default=None, help="also write the figures to this file")
+    parser.add_argument("--flames", default=None, metavar="DIR",
+                        help="a py-spy flame graph of each actor of our backlog runs, into DIR (needs py-spy and ptrace rights)")
     args = parser.parse_args(argv)
     queries = [q for q in args.queries.split(",") if q]
     python = _flink_python(args.flink)
@@ -227,7 +236,8 @@ def main(argv: Optional[list] = None) -> int:
             write_event_files(backlog, input_dir, args.parallelism)
             for query in queries:
                 expected = direct_results(query, backlog)  # one computation checks both engines
-                row = run_query(query, backlog, Path(tmp), args.parallelism, expected, input_dir, ray_start_s)
+                row = run_query(query, backlog, Path(tmp), args.parallelism, expected, input_dir, ray_start_s,
+                                flames=Path(args.flames) if args.flames else None)
                 loop = plain_loop(query, input_dir, Path(tmp) / f"loop-{query}.jsonl")
                 # the engine overhead ratio: the engine's events/s once reading over the loop's
                 row["overhead_ratio"] = round(row["events_per_s_from_reading"] / loop["events_per_s"], 3) if row["events_per_s_from_reading"] else None

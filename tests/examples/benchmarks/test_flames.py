@@ -28,3 +28,24 @@ def test_each_matching_process_gets_a_flame_graph_that_names_its_functions(tmp_p
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_following_a_run_records_the_processes_it_starts_after_the_call(tmp_path):
+    """``follow``: a run that blocks its caller starts its processes later; each one that
+    appears before ``stop`` gets its flame graph, and none after."""
+    marker = f"flames-follow-{time.time_ns()}"
+    procs = []
+    try:
+        flames = Flames(tmp_path / "flames", match=marker).follow("f-", every=0.1)
+        time.sleep(0.3)
+        procs.append(subprocess.Popen([sys.executable, "-c", BUSY, marker]))  # started after follow()
+        time.sleep(2.0)
+        assert len(flames.stop()) == 1
+        procs.append(subprocess.Popen([sys.executable, "-c", BUSY, marker]))  # after stop(): not recorded
+        time.sleep(0.5)
+        assert not flames.recorders and len(flames.files) == 1
+        assert "spin_here" in flames.files[0].read_text() and flames.files[0].name.startswith("f-")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
