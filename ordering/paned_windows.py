@@ -43,10 +43,11 @@ import math
 from typing import Any, Callable, Optional
 
 from .meta import BOTTOM
-
-_MISSING = object()
 from .windowed_state import _TimedState
-from .windows import Sliding, WindowResult, WindowSpec, close_time
+from .windows import Sliding, WindowResult, WindowSpec
+
+#: what ``read_view``'s dict gives for a pane it does not hold
+_MISSING = object()
 
 #: The last item of a pane's state key (a window's own key has three items).
 PANE = 0
@@ -72,7 +73,6 @@ class PanedWindowState(_TimedState):
         super().__init__(spec, spec.step, backend, seed, on_error=on_error)
         self.size, self.slide = spec.assigner._size_ms, spec.assigner._slide_ms
         self.pane = math.gcd(self.size, self.slide)
-        self.lateness_ms = close_time(0, spec.allowed_lateness)[0]
         #: window keys ``(key, start, end)`` with a state of their own (elements late for an older window)
         self._own: set = set()
         #: pane keys whose windows have their timers: the windows over a pane are those of any
@@ -87,7 +87,7 @@ class PanedWindowState(_TimedState):
         """As :meth:`~.windowed_state.WindowedState.apply_batch`: returns the ``Late`` records."""
         assign, pane, lateness = self.spec.assigner.assign, self.pane, self.lateness_ms
         size, slide = self.size, self.slide
-        set_timer, timers, timed, feed, out = self._set_timer, self.timers, self._timed, [], []
+        set_timer, timed, feed, out = self._set_timer, self._timed, [], []
         by_source_time = self.spec.timestamp is None
         for meta, payload, key in items:
             ts = meta[0]
@@ -113,12 +113,7 @@ class PanedWindowState(_TimedState):
                 out.append(self._late(meta, key, payload, event))
             if not meta[5]:
                 for start, end in on_time:
-                    close = (end + lateness, -1, -1, -1)
-                    timer = timers.get(close)  # the window's timer is most often set: by its older panes
-                    if timer is None:
-                        set_timer(close, (key, start, end), acks)
-                    else:
-                        timer[1].add((key, start, end))
+                    set_timer((end + lateness, -1, -1, -1), (key, start, end), acks)
         if feed:
             self.keyed.apply_batch(feed)
         return out

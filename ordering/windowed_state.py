@@ -55,6 +55,8 @@ class _TimedState:
     def __init__(self, spec: WindowSpec, step: Callable, backend: Any, seed: Optional[int], flat: bool = False,
                  on_error: Optional[Callable] = None) -> None:
         self.spec = spec
+        #: how long past a window's end (ms) its elements are on time: its close is ``end + lateness_ms``
+        self.lateness_ms = close_time(0, spec.allowed_lateness)[0]
         #: ``on_error(meta, payload, exc)``: what an element whose timestamp function raised
         #: is emitted as (a dead letter) instead of failing; it joins no window
         self.on_error = on_error
@@ -163,7 +165,7 @@ class WindowedState(_TimedState):
         """Take ``(meta, payload, key)`` elements and tombstones; timers go into ``acks``.
         Returns the :class:`Late` records (and their tombstones) to emit."""
         assign, pairs = self.spec.assigner.assign, self.spec.pairs
-        lateness_ms = close_time(0, self.spec.allowed_lateness)[0]
+        lateness_ms = self.lateness_ms
         feed, out, timed = [], [], None
         by_source_time = self.spec.timestamp is None
         for meta, payload, key in items:
@@ -303,7 +305,6 @@ class SessionState(_TimedState):
     def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None, on_error: Optional[Callable] = None) -> None:
         super().__init__(spec, session_merge(spec), backend, seed, on_error=on_error)
         self.gap = spec.assigner.gap_ms
-        self.lateness_ms = close_time(0, spec.allowed_lateness)[0]
 
     def _close(self, last_ms: int) -> int:
         return last_ms + self.gap + self.lateness_ms

@@ -416,6 +416,8 @@ def test_the_caches_loops_in_c_do_what_the_python_does(tmp_path_factory, ops, re
                 cache.put_many(op[1], deleted=DELETED)
             elif op[0] == "remove":
                 cache.remove(op[1])
+            elif op[0] == "remove_many":
+                cache.remove_many(op[1])
             elif op[0] == "take":
                 batch = cache.take_unwritten()
                 cache.write(batch)
