@@ -107,7 +107,7 @@ static int path_ready(const InOrderPath *self) {
 }
 
 static PyObject *s_logs, *s_heads, *s_pending, *s_size, *s_land, *s_push, *s_pop_below, *s_fn, *s_flat,
-    *s_backend, *s_overlay, *s_get, *s_fold, *s_replay_failed, *s_emit_diff, *s_diverted, *s_check_pending,
+    *s_backend, *s_overlay, *s_get, *s_fold, *s_replay_failed, *s_not_a_pair, *s_emit_diff, *s_diverted, *s_check_pending,
     *s__fold, *s_read_view, *s_complete;
 
 /* ---- small helpers ---- */
@@ -797,22 +797,15 @@ static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logo
         PyObject *new = NULL;
         int ok = 0;
         if (pair != NULL) {
-            if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) {
+            if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
                 new = PyTuple_GET_ITEM(pair, 0);
                 Py_INCREF(new);
                 ok = record(f->path, state, log, j, PyTuple_GET_ITEM(pair, 1), f->flat, out) == 0;
-            } else {  /* any 2-sequence, as Python's unpacking takes it */
-                PyObject *seq = PySequence_Tuple(pair);
-                if (seq != NULL && PyTuple_GET_SIZE(seq) != 2) {
-                    PyErr_Format(PyExc_ValueError, "a state function returns (new_state, output), not %zd values",
-                                 PyTuple_GET_SIZE(seq));
-                    Py_CLEAR(seq);
-                }
-                if (seq != NULL) {
-                    new = PyTuple_GET_ITEM(seq, 0);
-                    Py_INCREF(new);
-                    ok = record(f->path, state, log, j, PyTuple_GET_ITEM(seq, 1), f->flat, out) == 0;
-                    Py_DECREF(seq);
+            } else {  /* the error the Python path raises: DriftingKeyedState.not_a_state_pair */
+                PyObject *err = PyObject_CallMethodOneArg(state, s_not_a_pair, pair);
+                if (err != NULL) {
+                    PyErr_SetObject((PyObject *)Py_TYPE(err), err);
+                    Py_DECREF(err);
                 }
             }
             Py_DECREF(pair);
@@ -1308,7 +1301,7 @@ PyMODINIT_FUNC PyInit__drifting(void) {
     INTERN(s_logs, "logs"); INTERN(s_heads, "_heads"); INTERN(s_pending, "pending_tombstones");
     INTERN(s_size, "_size"); INTERN(s_land, "_land"); INTERN(s_push, "push"); INTERN(s_pop_below, "pop_below");
     INTERN(s_fn, "fn"); INTERN(s_flat, "flat"); INTERN(s_backend, "backend"); INTERN(s_overlay, "overlay");
-    INTERN(s_get, "get"); INTERN(s_fold, "fold"); INTERN(s_replay_failed, "_replay_failed");
+    INTERN(s_get, "get"); INTERN(s_fold, "fold"); INTERN(s_replay_failed, "_replay_failed"); INTERN(s_not_a_pair, "not_a_state_pair");
     INTERN(s_emit_diff, "_emit_diff"); INTERN(s_diverted, "diverted"); INTERN(s_check_pending, "_check_pending");
     INTERN(s__fold, "_fold"); INTERN(s_read_view, "read_view"); INTERN(s_complete, "complete");
     for (int k = 0; k < 8; k++) {

@@ -388,7 +388,10 @@ class DriftingKeyedState(DriftingLogs):
         metas, payloads, states = log.metas, log.payloads, log.after
         for j in range(i, len(metas)):
             try:
-                new, result = fn(state, payloads[j])
+                pair = fn(state, payloads[j])
+                if not (isinstance(pair, tuple) and len(pair) == 2):
+                    raise self.not_a_state_pair(pair)
+                new, result = pair
                 self._record(log, j, result, out)  # a flat result that is not iterable raises here
             except Exception as exc:
                 self._replay_failed(key, log, j, exc, out)
@@ -397,6 +400,18 @@ class DriftingKeyedState(DriftingLogs):
                 if self.diverted:
                     self.diverted.discard(metas[j])  # a late arrival before it changed its state
             states[j] = state
+
+    @staticmethod
+    def not_a_state_pair(returned: Any) -> TypeError:
+        """The error of a state function that returned something else than ``(new_state, output)``
+        (a forgotten tuple must not unpack a 2-character string as a state and an output).
+
+        >>> DriftingKeyedState.not_a_state_pair("yw")
+        TypeError("a state function returns a tuple (new_state, output); this one returned 'yw' (a str)")
+        """
+        text = repr(returned)
+        text = text if len(text) <= 200 else f"{text[:200]}... ({len(text)} chars)"
+        return TypeError(f"a state function returns a tuple (new_state, output); this one returned {text} (a {type(returned).__name__})")
 
     def _replay_failed(self, key: Hashable, log: KeyLog, j: int, exc: Exception, out: list) -> None:
         """Entry j's function (or recording its output) raised ``exc``: StateFnError, or with

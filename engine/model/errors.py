@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -36,16 +37,79 @@ class StepError(RuntimeError):
     """A user function raised while processing an element.
 
     ``step`` is the step's name, ``element`` a truncated repr of the element,
-    ``t`` its Meta, ``cause`` the original exception's type and text.
+    ``t`` its Meta, ``cause`` the original exception's type and text, ``traceback_text``
+    the whole traceback where it was raised. The message names the element by where its
+    input came from (source, partition, offset), shows the user's own frames (file, line,
+    code: on Ray the exception itself stays in the actor's process) and says what to do.
+
+    >>> print(StepError("parse", "'x'", (3, 0, 1, 7, (2,), False), "ValueError: bad"))
+    step 'parse' failed on element value 'x' (source 0, partition 1, offset 7, output 2 of it): ValueError: bad
+    what to do: fix the function, or give the step on_error="dead-letter" to send failing elements to a dead-letter sink; \
+reproduce in one process with flow.run(runtime="simulator", seed=N) (driftstream run --runtime simulator --seed N)
     """
 
     def __init__(self, step: str, element: str, t: Any, cause: str, traceback_text: Optional[str] = None) -> None:
         self.step, self.element, self.t, self.cause = step, element, t, cause
         self.traceback_text = traceback_text
-        super().__init__(f"step {step!r} failed on element {element} at t={t!r}: {cause}")
+        where = user_frames(traceback_text) if traceback_text else ""
+        super().__init__(f"step {step!r} failed on element value {element} ({readable_t(t)}): {cause}\n"
+                         + (f"{where}\n" if where else "") + STEP_HINT)
 
     def __reduce__(self):
         return (StepError, (self.step, self.element, self.t, self.cause, self.traceback_text))
+
+
+STEP_HINT = ('what to do: fix the function, or give the step on_error="dead-letter" to send failing elements to a '
+             'dead-letter sink; reproduce in one process with flow.run(runtime="simulator", seed=N) '
+             '(driftstream run --runtime simulator --seed N)')
+
+#: a frame in one of these folders is the engine's, not the user's
+_ENGINE_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep + d + os.sep
+                     for d in ("engine", "ordering", "snapshots", "barriers"))
+
+
+def readable_t(t: Any) -> str:
+    """Where an element's input came from, read from its Meta ``(ts, source, partition,
+    offset, child_ids, tombstone)``; anything else as its repr.
+
+    >>> readable_t((5, 1, 0, 42, (), False))
+    'source 1, partition 0, offset 42'
+    >>> readable_t((5, 1, 0, 42, (3, 0), True))
+    'source 1, partition 0, offset 42, output 3, 0 of it, a retraction'
+    """
+    if not (isinstance(t, tuple) and len(t) == 6):
+        return f"t={t!r}"
+    _, source, partition, offset, child_ids, tombstone = t
+    text = f"source {source}, partition {partition}, offset {offset}"
+    if child_ids:
+        text += f", output {', '.join(map(str, child_ids))} of it"
+    return text + (", a retraction" if tombstone else "")
+
+
+def user_frames(traceback_text: str, limit: int = 6) -> str:
+    """The frames of ``traceback_text`` outside the engine's own files (the user's
+    function and what it called), as Python prints them, the innermost ``limit``. A chained
+    traceback (the engine's error raised from the user's) keeps the user's part.
+
+    >>> print(user_frames('''Traceback (most recent call last):
+    ...   File "/home/me/flow.py", line 3, in f
+    ...     return 1 / x
+    ... ZeroDivisionError: division by zero'''))
+      File "/home/me/flow.py", line 3, in f
+        return 1 / x
+    """
+    frames: list = []
+    for line in traceback_text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith('File "'):
+            path = stripped[6:stripped.find('"', 6)]
+            frames.append([line] if not path.startswith(_ENGINE_DIRS) else None)
+        elif frames and frames[-1] is not None and line.startswith("    "):
+            frames[-1].append(line)
+        elif not line.startswith(" "):  # an exception's own line, or a chain's "The above ..."
+            frames.append(None)
+    kept = [f for f in frames if f is not None][-limit:]
+    return "\n".join(line for frame in kept for line in frame)
 
 
 class DataPlaneError(RuntimeError):

@@ -47,8 +47,8 @@ KEYED_KINDS = ("stateful_map", "stateful_flat_map", "lookup")
 def step_error(step_name: str, meta: Any, payload: Any, exc: BaseException) -> StepError:
     """The StepError of ``step_name`` failing on ``(meta, payload)`` (``exc`` itself if it is one).
 
-    >>> str(step_error("parse", (0, 0, 0, 3, (), False), "x", ValueError("bad")))
-    "step 'parse' failed on element 'x' at t=(0, 0, 0, 3, (), False): ValueError: bad"
+    >>> str(step_error("parse", (0, 0, 0, 3, (), False), "x", ValueError("bad"))).splitlines()[0]
+    "step 'parse' failed on element value 'x' (source 0, partition 0, offset 3): ValueError: bad"
     """
     if isinstance(exc, StepError):
         return exc

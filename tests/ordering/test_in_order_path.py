@@ -248,3 +248,32 @@ def test_reads_through_the_caches_view_are_reads_through_its_get(tmp_path_factor
         runs.append((seen, sorted(cache.items(), key=repr), cache.complete if not bases else None))
         cache.close()
     assert runs[0] == runs[1]
+
+
+def _forgot_the_tuple(state, x):
+    return (state or "") + x  # the Quickstart's concat with `return new` for `return new, new`
+
+
+@pytest.mark.parametrize("returned", ["yw", 7, ("s", "o", "x"), ["s", "o"], None])
+@pytest.mark.parametrize("python", [False, True])
+def test_a_state_function_that_returns_no_pair_fails_alike_on_both_paths(returned, python):
+    """Only a tuple of two is ``(new_state, output)``: a 2-character string (a forgotten tuple),
+    a list, an int or a triple fails with the same error on the C and the Python path."""
+    if not python and keyed_state._drifting is None:
+        pytest.skip("the C path is not built")
+    ks = DriftingKeyedState(lambda state, x: returned)
+    if python:
+        ks._path = None
+    with pytest.raises(StateFnError) as info:
+        ks.apply_batch([(Meta(1, 0, 0, 1), "y", "k")])
+    cause = info.value.__cause__
+    assert type(cause) is TypeError
+    assert str(cause) == f"a state function returns a tuple (new_state, output); this one returned {returned!r} (a {type(returned).__name__})"
+
+
+def test_a_named_tuple_of_two_is_a_state_pair():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "state output")
+    ks = DriftingKeyedState(lambda state, x: Pair((state or "") + x, x))
+    assert [p for _, p in ks.apply_batch([(Meta(1, 0, 0, 1), "y", "k"), (Meta(2, 0, 0, 2), "w", "k")])] == ["y", "w"]

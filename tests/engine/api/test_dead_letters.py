@@ -138,7 +138,7 @@ def test_on_error_and_the_dead_letter_sink_are_checked_when_built():
 def test_without_dead_letters_a_failure_still_stops_the_run():
     flow = Flow("strict")
     flow.source(MemorySource([("a", 1), ("a", -1)])).map(checked).sink(MemorySink("out"))
-    with pytest.raises(Exception, match=r"step 'map' failed on element \('a', -1\)"):
+    with pytest.raises(Exception, match=r"step 'map' failed on element value \('a', -1\)"):
         flow.run(runtime="simulator")
 
 

@@ -83,6 +83,9 @@ def test_a_raising_user_function_stops_the_run_names_step_element_and_t(ray_sess
     assert err.t[0] == 1234 and err.t[3] == 1234
     assert "ValueError: no 1234 here" in str(err)
     assert "explode" in str(err) and "1234" in str(err)
+    # the user's own frame crosses from the actor's process to the driver, and what to do
+    assert 'test_actors.py", line' in str(err) and 'raise ValueError("no 1234 here")' in str(err)
+    assert 'on_error="dead-letter"' in str(err) and "--runtime simulator --seed" in str(err)
     assert flow_actors("boom/") == []
 
 
@@ -92,9 +95,10 @@ def test_a_raising_stateful_function_is_reported_with_its_element(ray_session):
 
     flow = Flow("badstate")
     flow.source(MemorySource([1, 2, 3])).key_by(lambda x: "k").stateful_map(bad_state, name="sum").sink(MemorySink("out"))
-    with pytest.raises(StepError, match=r"step 'sum' failed on element 1 at t=") as info:
+    with pytest.raises(StepError, match=r"step 'sum' failed on element value 1 \(source 0, partition 0, offset 0\): TypeError") as info:
         flow.run(parallelism=1)
     assert "TypeError" in info.value.cause
+    assert "return (state or 0) + x[\"n\"], None" in str(info.value)  # the user's line, through the C path
     assert flow_actors("badstate/") == []
 
 
