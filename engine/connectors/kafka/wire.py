@@ -80,6 +80,13 @@ RELOCATE_ERRORS = frozenset(
     )
 )
 
+#: Largest reply a broker may announce: a length prefix past it is not a Kafka answer (a
+#: TLS listener read as plaintext announces ~350 MB), and reading it would allocate it
+#: whole. Kafka's own ceiling for one request is ``socket.request.max.bytes``, 100 MiB by
+#: default; a fetch here asks for ``FETCH_MAX_BYTES`` per partition (a broker may exceed
+#: it by one batch, ``message.max.bytes``), and metadata of even a large cluster is a few MB.
+MAX_REPLY_BYTES = 100 * 1024 * 1024
+
 _SIZE = struct.Struct(">i")
 _FetchTopic = FetchRequest.FetchTopic
 _FetchPartition = _FetchTopic.FetchPartition
@@ -94,6 +101,38 @@ class Leader:
     port: int
     fetch_version: int
     produce_version: int
+
+
+#: The port of a bootstrap server given without one (Kafka's, as kafka-python assumes).
+DEFAULT_PORT = 9092
+
+
+def split_host_port(server: str) -> tuple:
+    """``(host, port)`` of a bootstrap server: ``host:port``, ``[ipv6]:port``, or either
+    without the port (then :data:`DEFAULT_PORT`); a bare IPv6 address is taken whole.
+    ValueError naming ``server`` and the forms taken otherwise. O(len(server)).
+
+    >>> split_host_port("kafka-0:9093"), split_host_port(" [::1]:9092"), split_host_port("::1")
+    (('kafka-0', 9093), ('::1', 9092), ('::1', 9092))
+    """
+    text = server.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"bootstrap server {server!r}: write an IPv6 address as [address]:port")
+        port = rest[1:]
+    elif text.count(":") > 1:
+        host, port = text, ""  # a bare IPv6 address: its last group is no port
+    else:
+        host, _, port = text.partition(":")
+    if not host or (port and not port.isdigit()) or (port and not 0 < int(port) < 65536):
+        raise ValueError(f"bootstrap server {server!r} is not host:port, [ipv6]:port or host")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+def join_host_port(host: str, port: int) -> str:
+    """``host:port``, brackets around an IPv6 address (the inverse of :func:`split_host_port`)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeout_s: float = 30.0,
@@ -111,11 +150,11 @@ def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeou
     problem = "no bootstrap server answered"
     while True:
         for server in bootstrap_servers.split(","):
-            host, _, port = server.strip().rpartition(":")
+            host, port = split_host_port(server)
             try:
                 # A stalled server (connections accepted, never answered) is given up on within
                 # LOCATE_ATTEMPT_S, so that one that is back is found again at once.
-                conn = BrokerConnection(host, int(port), "driftstream-locate", max(0.1, min(LOCATE_ATTEMPT_S, deadline - time.monotonic())), security)
+                conn = BrokerConnection(host, port, "driftstream-locate", max(0.1, min(LOCATE_ATTEMPT_S, deadline - time.monotonic())), security)
             except REFUSED:
                 raise
             except OSError as exc:
@@ -157,6 +196,10 @@ def _name(topic: str, partitions: Sequence[int]) -> str:
     return f"{topic}[{','.join(map(str, partitions))}]"
 
 
+class ReplyTooLarge(kafka_errors.KafkaProtocolError):
+    """A broker announced a reply longer than :data:`MAX_REPLY_BYTES` (or negative)."""
+
+
 class BrokerConnection:
     """A blocking socket to one broker: a request, then its response.
 
@@ -167,6 +210,7 @@ class BrokerConnection:
 
     def __init__(self, host: str, port: int, client_id: str, timeout_s: float, security: KafkaSecurity = PLAINTEXT) -> None:
         self.client_id = client_id
+        self.address = join_host_port(host, port)
         sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -184,6 +228,11 @@ class BrokerConnection:
         request.with_header(correlation_id=self._correlation_id, client_id=self.client_id)
         self._sock.sendall(request.encode(header=True, framed=True))
         (size,) = _SIZE.unpack(self._read(4))
+        if not 0 <= size <= MAX_REPLY_BYTES:
+            self.close()  # the rest of the stream cannot be framed again
+            raise ReplyTooLarge(f"Kafka broker {self.address} announced a reply of {size:,} bytes to a {type(request).__name__}, "
+                                f"outside 0..{MAX_REPLY_BYTES:,}: it is not speaking the Kafka protocol on this connection "
+                                "(a TLS listener needs security_protocol 'SSL' or 'SASL_SSL'); check bootstrap_servers and security")
         response = response_class.decode(self._read(size), version=version, header=True)
         if response.header.correlation_id != self._correlation_id:
             raise kafka_errors.CorrelationIdError(f"sent request {self._correlation_id}, got the answer to {response.header.correlation_id}")
@@ -220,9 +269,9 @@ def check_broker(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, ti
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
     for server in bootstrap_servers.split(","):
-        host, _, port = server.strip().rpartition(":")
+        host, port = split_host_port(server)
         try:
-            conn = BrokerConnection(host, int(port), "driftstream-check", timeout_s, security)
+            conn = BrokerConnection(host, port, "driftstream-check", timeout_s, security)
         except ssl.SSLError as exc:  # includes a certificate that does not verify
             raise kafka_errors.KafkaConnectionError(
                 f"TLS with Kafka broker {server} failed ({exc.reason or exc}): check ssl_cafile and ssl_check_hostname, "

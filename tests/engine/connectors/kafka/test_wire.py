@@ -145,3 +145,65 @@ def test_batches_from_gives_the_records_at_the_offset_and_where_the_batch_ends()
     assert [r.value for r in batch.records] == [b"v3", b"v4"] and (batch.offset, batch.next_offset) == (3, 5)
     (header,) = kafka_wire.batches_from(bytes(builder.buffer()), 0, decode=False)
     assert header.records == () and (header.offset, header.next_offset, header.marker) == (0, 5, None)
+
+
+@pytest.mark.parametrize("server, expected", [
+    ("kafka-0:9093", ("kafka-0", 9093)), (" 10.0.0.7:19092 ", ("10.0.0.7", 19092)), ("broker", ("broker", 9092)),
+    ("[::1]:9092", ("::1", 9092)), ("[fe80::1%eth0]:29092", ("fe80::1%eth0", 29092)), ("[2001:db8::5]", ("2001:db8::5", 9092)),
+    ("2001:db8::5", ("2001:db8::5", 9092)),
+])
+def test_bootstrap_servers_split_into_host_and_port_ipv6_included(server, expected):
+    assert kafka_wire.split_host_port(server) == expected
+    host, port = expected
+    assert kafka_wire.split_host_port(kafka_wire.join_host_port(host, port)) == expected
+
+
+@pytest.mark.parametrize("server", ["[::1", "[::1]9092", "host:port", "host:0", ":9092", "host:70000"])
+def test_a_malformed_bootstrap_server_is_refused_by_name(server):
+    with pytest.raises(ValueError, match="bootstrap server"):
+        kafka_wire.split_host_port(server)
+
+
+def _answer_with_length(prefix: bytes, family: int, host: str):
+    """A listener that reads one request and answers with a bare length ``prefix`` (and
+    nothing after it), as a TLS listener read as plaintext does; its address."""
+    import socket
+    import threading
+
+    server = socket.socket(family, socket.SOCK_STREAM)
+    server.bind((host, 0))
+    server.listen(1)
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(prefix)
+            time.sleep(5)  # hold the connection open: an unbounded read waits here for 352 MB
+        server.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1]
+
+
+def test_a_reply_longer_than_the_bound_fails_at_once_naming_the_broker_even_over_ipv6():
+    import socket
+
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        port = _answer_with_length(b"\x15\x03\x03\x00", socket.AF_INET6, "::1")  # a TLS alert's first bytes: 352,518,912
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    started = time.monotonic()
+    with pytest.raises(kafka_wire.ReplyTooLarge, match=r"Kafka broker \[::1\]:\d+ announced a reply of 352,518,912 bytes"):
+        kafka_wire.check_broker(f"[::1]:{port}", timeout_s=3.0)
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_negative_reply_length_is_no_kafka_answer_either():
+    import socket
+
+    port = _answer_with_length(b"\xff\xff\xff\xf0", socket.AF_INET, "127.0.0.1")
+    with pytest.raises(kafka_wire.ReplyTooLarge, match="outside 0"):
+        kafka_wire.check_broker(f"127.0.0.1:{port}", timeout_s=3.0)
