@@ -1,6 +1,6 @@
 """The ``driftstream`` console command.
 
-    driftstream run package.module:flow [--parallelism N] [--address HOST:PORT] [--runtime ray|simulator]
+    driftstream run package.module:flow | path/file.py:flow [--parallelism N] [--address HOST:PORT] [--runtime ray|simulator]
     driftstream plan package.module:flow [--parallelism N]
     driftstream demo                  # the inverted index, exactly-once at 50 docs/s, checked against PySpark
     driftstream bench wordcount [--rate N] ...
@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import os
 import sys
+from types import ModuleType
 from typing import Callable, Optional
 
 from driftstream.engine.model.errors import FlowError, StepError
@@ -23,17 +26,12 @@ from driftstream.engine.cli.flows import add_commands
 
 
 def load_flow(spec: str) -> Flow:
-    """``package.module:attribute`` -> the Flow it names (a Flow, or a function returning one)."""
-    module_name, _, attr = spec.partition(":")
+    """``package.module:attribute`` or ``path/to/file.py:attribute`` -> the Flow it names (a
+    Flow, or a function returning one)."""
+    module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
-        raise FlowError(f"expected package.module:flow, got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise  # the module exists; something it imports does not: its own traceback says what
-        raise FlowError(f"no module {module_name!r} to load flow {attr!r} from: check the spelling, and that it is "
-                        "importable here (installed, or under the current directory or PYTHONPATH)") from None
+        raise FlowError(f"expected package.module:flow or path/to/file.py:flow, got {spec!r}")
+    module = _file_module(module_name) if module_name.endswith(".py") or os.sep in module_name else _module(module_name, attr)
     obj = getattr(module, attr, None)
     if obj is None:
         raise FlowError(f"no flow {attr!r} in module {module_name!r} ({module.__file__})")
@@ -42,6 +40,32 @@ def load_flow(spec: str) -> Flow:
     if not isinstance(obj, Flow):
         raise FlowError(f"{spec} is a {type(obj).__name__}, not a driftstream Flow")
     return obj
+
+
+def _module(module_name: str, attr: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise  # the module exists; something it imports does not: its own traceback says what
+        raise FlowError(f"no module {module_name!r} to load flow {attr!r} from: check the spelling, and that it is "
+                        "importable here (installed, or under the current directory or PYTHONPATH)") from None
+
+
+def _file_module(path: str) -> ModuleType:
+    """The module of a flow file. Its functions travel to the actors by value (Ray's workers
+    could not import a file by its path), as a notebook's do."""
+    if not os.path.isfile(path):
+        raise FlowError(f"no file {path!r} to load a flow from (paths are relative to {os.getcwd()})")
+    name = "driftstream_flow_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    return module
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -10,12 +10,13 @@ driftstream.engine.model.errors.FlowError: guarantee must be one of exactly-once
 >>> RunConfig.from_options(snapshot_intreval=1)
 Traceback (most recent call last):
 ...
-driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; the options are: allow_new_partitions, allow_state_changes, batch_size, chaos, coordinator_niceness, data_plane_tls, export_metrics, faults, fresh, guarantee, heartbeat_timeout, input_merge, keep_parallelism, max_inflight, metrics_interval, resume, sample_every, seed, snapshot_dir, snapshot_failure_timeout, snapshot_interval, snapshot_timeout, source_alignment, standbys, state_cache_bytes
+driftstream.engine.model.errors.FlowError: unknown run option 'snapshot_intreval'; did you mean 'snapshot_interval'? the options are: allow_new_partitions, ...
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Optional
@@ -106,6 +107,10 @@ class Guarantee(str, Enum):
             return cls(value)
         except ValueError:
             raise FlowError(f"guarantee must be one of {', '.join(g.value for g in cls)}; got {value!r}") from None
+
+
+#: options the engine and its tests set, not a user: accepted, never listed
+INTERNAL_OPTIONS = frozenset({"faults", "keep_parallelism"})
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,10 @@ class RunConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         for key in options:
             if key not in names:
-                raise FlowError(f"unknown run option {key!r}; the options are: {', '.join(sorted(names))}")
+                listed = sorted(names - INTERNAL_OPTIONS)
+                close = difflib.get_close_matches(key, listed, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise FlowError(f"unknown run option {key!r}; {hint}the options are: {', '.join(listed)}")
         return cls(**options)
 
     @property

@@ -23,6 +23,37 @@ def test_run_prints_released_output_in_t_order(ray_session, capsys):
     assert out.index("'b=1'") < out.index("'a=1'") < out.index("'a=2'")
 
 
+FILE_FLOW = """
+from driftstream.engine import Flow
+from driftstream.engine.testing import MemorySink, MemorySource
+
+def shout(word):  # a function of this file: the actors cannot import the file, it travels by value
+    return word.upper() + "!"
+
+flow = Flow("cli-file")
+flow.source(MemorySource(["a", "b"], partitions=2)).map(shout).sink(MemorySink("loud"))
+"""
+
+
+@pytest.mark.ray
+def test_run_takes_a_file_path(ray_session, tmp_path, capsys):
+    path = tmp_path / "my-flow.py"
+    path.write_text(FILE_FLOW)
+    assert main(["run", f"{path}:flow"]) == 0
+    out = capsys.readouterr().out
+    assert "sink loud: 2 elements released" in out and "'A!'" in out and "'B!'" in out
+
+
+def test_a_file_path_runs_on_the_simulator_and_a_missing_file_says_so(tmp_path, capsys):
+    path = tmp_path / "flow_file.py"
+    path.write_text(FILE_FLOW)
+    assert main(["run", f"{path}:flow", "--runtime", "simulator"]) == 0
+    assert "'A!'" in capsys.readouterr().out
+    assert main(["run", f"{tmp_path}/nope.py:flow"]) == 2
+    err = capsys.readouterr().err
+    assert f"no file '{tmp_path}/nope.py' to load a flow from" in err and "Traceback" not in err
+
+
 def test_simulator_runtime_from_the_cli(capsys):
     assert main(["run", "tests.engine.cli.small_flow:flow", "--runtime", "simulator", "--seed", "3"]) == 0
     assert "'a=2'" in capsys.readouterr().out

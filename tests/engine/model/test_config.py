@@ -23,12 +23,21 @@ def test_guarantee_is_an_enum_that_compares_to_its_name():
         ({"snapshot_interval": 0}, "snapshot_interval is a positive number"),
         ({"batch_size": 0}, "batch_size is a positive int"),
         ({"coordinator_niceness": 25}, "coordinator_niceness is an int from 0"),
-        ({"snapshot_dri": "/tmp/x"}, "unknown run option 'snapshot_dri'; the options are: "),
+        ({"snapshot_dri": "/tmp/x"}, "unknown run option 'snapshot_dri'; did you mean 'snapshot_dir'\\? the options are: "),
+        ({"zzz": 1}, "unknown run option 'zzz'; the options are: allow_new_partitions, "),
     ],
 )
 def test_bad_options_fail_with_what_to_write(options, message):
     with pytest.raises(FlowError, match=message):
         RunConfig.from_options(**options)
+
+
+def test_an_unknown_option_lists_the_users_options_not_the_engines_hooks():
+    with pytest.raises(FlowError) as info:
+        RunConfig.from_options(paralelism=2)
+    listed = str(info.value).split("the options are: ")[1].split(", ")
+    assert "snapshot_dir" in listed and "faults" not in listed and "keep_parallelism" not in listed
+    assert RunConfig.from_options(faults={"after_restore": ["a"]}).faults == {"after_restore": ("a",)}  # still taken
 
 
 def test_the_simulator_refuses_what_it_cannot_honour():
