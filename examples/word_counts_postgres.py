@@ -32,6 +32,9 @@ def dsn() -> str:
         return os.environ[DSN_ENV]
     if _local is None:
         from driftstream.engine.connectors.local_postgres import start_local_postgres
+        from driftstream.examples.prerequisites import postgres_programs, python_module, require
+
+        require(f"a local PostgreSQL (or ${DSN_ENV} set to your server's DSN)", [postgres_programs(), python_module("psycopg", "postgres")])
 
         _local = start_local_postgres()
         atexit.register(_local.stop)

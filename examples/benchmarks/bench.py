@@ -830,6 +830,9 @@ def _floats(text: str) -> tuple:
 
 def demo(argv: Optional[list] = None) -> int:
     """``driftstream demo``: the inverted index, exactly-once, checked against PySpark."""
+    from driftstream.examples.prerequisites import DEMO, require
+
+    require("driftstream demo", DEMO)
     from driftstream.examples.inverted_index.benchmark import main as demo_main
 
     return demo_main(argv or [], demo=True)

