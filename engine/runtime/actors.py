@@ -41,7 +41,7 @@ from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
-from driftstream.engine.runtime.transport import Endpoint
+from driftstream.engine.runtime.transport import Endpoint, FrameTooLarge
 
 
 class LostPeers:
@@ -570,7 +570,11 @@ class StageActor:
             if self.chaos:
                 asyncio.get_running_loop().call_later(self.rng.uniform(0, self.chaos), send, (stage, inst), Push(batch))
             else:
-                send((stage, inst), Push(batch))
+                try:
+                    send((stage, inst), Push(batch))
+                except FrameTooLarge as exc:
+                    self._fail(exc)  # the batch cannot be sent: the run fails and says why, it must not stall
+                    return sent
         acks = self.rt.take_acks()
         bound = None if self.pump is None else self.pump.new_bound()
         if acks or bound is not None:

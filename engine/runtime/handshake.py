@@ -8,7 +8,8 @@ nonces)``, which the connecting side checks before it sends anything. A recorded
 handshake is worth nothing on another connection (the listener's nonce is new), and
 someone who reads every byte learns no more than MACs. Until the proof checks, the
 listener reads fixed-size fields only (the name at most ``MAX_NAME`` bytes) and never
-unpickles anything; a peer that says nothing is dropped after ``TIMEOUT_S``.
+unpickles anything; a peer that says nothing is dropped after ``TIMEOUT_S`` (with TLS,
+the TLS handshake before it is held to the same timeout, see :mod:`.transport`).
 
 Cost: one extra round trip and three HMACs per connection, paid once per pair of
 actors at launch (not per message).

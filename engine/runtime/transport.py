@@ -42,17 +42,30 @@ import struct
 from typing import Any, Callable, Optional
 
 from driftstream.engine.model.data_plane import PlaneKey
+from driftstream.engine.runtime import handshake
 from driftstream.engine.runtime.handshake import accept, offer
 
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("!I")
-#: The largest frame an endpoint sends or takes (a snapshot part is one frame).
-MAX_FRAME = 1 << 30
+#: The largest frame an endpoint sends or takes. The largest legitimate frame is a batch:
+#: batches are flushed by count (``batch_size``, 256 elements by default), and an element is
+#: as large as its source lets it be, a Kafka record at most ``message.max.bytes`` (1 MiB by
+#: default): 256 MiB, with room here for their metas and pickling. Snapshot messages carry
+#: file references and positions only (kilobytes). A frame is read whole into memory, so
+#: anything larger is refused by name rather than allocated.
+MAX_FRAME = 320 * 1024 * 1024
 
 
 class FrameTooLarge(ValueError):
     """A message pickles to more than the endpoint's ``max_frame`` bytes."""
+
+
+def _tls_timeout(tls: object) -> Optional[float]:
+    """asyncio's TLS handshake timeout (60 s by default) cut to the data plane's handshake
+    timeout: a peer that opens a connection and says nothing is dropped as fast with TLS as
+    without. None without TLS (asyncio refuses the argument there)."""
+    return None if tls is None else handshake.TIMEOUT_S
 
 
 class Endpoint:
@@ -81,14 +94,14 @@ class Endpoint:
     async def listen(self, host: str) -> tuple:
         """Listen on an ephemeral port of ``host``; returns ``(host, port)`` for peers."""
         tls = self.key.tls.server_context() if self.key.tls is not None else None
-        self.server = await asyncio.start_server(self._serve, host, 0, ssl=tls)
+        self.server = await asyncio.start_server(self._serve, host, 0, ssl=tls, ssl_handshake_timeout=_tls_timeout(tls))
         return self.server.sockets[0].getsockname()[:2]
 
     async def connect(self, name: Any, address: tuple) -> None:
         """Open the connection used by ``send(name, ...)``, once the peer proved it is of
         this run (HandshakeError if not)."""
         tls = self.key.tls.client_context() if self.key.tls is not None else None
-        reader, writer = await asyncio.open_connection(*address, ssl=tls)
+        reader, writer = await asyncio.open_connection(*address, ssl=tls, ssl_handshake_timeout=_tls_timeout(tls))
         try:
             await offer(reader, writer, self.key.secret, self.me)
         except BaseException:
@@ -106,8 +119,9 @@ class Endpoint:
             return  # the peer is gone; the supervisor is about to restart this incarnation
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         if len(data) > self.max_frame:
-            raise FrameTooLarge(f"a {type(message).__name__} for {name} is {len(data):,} bytes, over the data plane's "
-                                f"frame limit of {self.max_frame:,}")
+            raise FrameTooLarge(f"data plane: {self.me or 'an actor'} made a {type(message).__name__} for {name} of {len(data):,} bytes, "
+                                f"over the data plane's frame limit of {self.max_frame:,}: lower batch_size (a batch holds up to "
+                                "batch_size elements of one step's output) or make the elements smaller")
         writer.write(_LEN.pack(len(data)) + data)
         self.sent += 1
 
@@ -144,7 +158,7 @@ class Endpoint:
         while True:
             (n,) = unpack(await readexactly(4))
             if n > self.max_frame:
-                self._error(peer, ValueError(f"a frame of {n:,} bytes from {peer}, over the limit of {self.max_frame:,}"))
+                self._error(peer, FrameTooLarge(f"a frame of {n:,} bytes from {peer}, over the limit of {self.max_frame:,}"))
                 return
             data = await readexactly(n)
             if self.closed:

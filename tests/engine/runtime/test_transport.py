@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from driftstream.engine.model.data_plane import PlaneKey
-from driftstream.engine.runtime import handshake
+from driftstream.engine.runtime import handshake, transport
 from driftstream.engine.runtime.handshake import HandshakeError
 from driftstream.engine.runtime.transport import Endpoint, FrameTooLarge
 
@@ -204,7 +204,7 @@ def test_frames_over_the_limit_are_refused_on_both_sides():
         addr = await server.listen("127.0.0.1")
         client = Endpoint(KEY, None, me="big", max_frame=10_000)
         await client.connect("s", addr)
-        with pytest.raises(FrameTooLarge, match="over the data plane's frame limit of 10,000"):
+        with pytest.raises(FrameTooLarge, match="big made a bytes for s of 20,0.. bytes, over the data plane's frame limit of 10,000: lower batch_size"):
             client.send("s", b"x" * 20_000)
         client.send("s", b"x" * 5_000)  # within the sender's limit, over the listener's
         await _eventually(lambda: errors)
@@ -269,3 +269,30 @@ def test_tls_endpoints_talk_and_a_plain_or_foreign_peer_does_not(tls_pair):
         return got
 
     assert asyncio.run(run()) == [("over tls", 1)]
+
+
+def test_the_frame_limit_takes_a_full_batch_of_kafka_sized_records_and_no_more_than_that():
+    # A batch holds batch_size (256) elements; a Kafka record is at most message.max.bytes
+    # (1 MiB by default). Anything past that is no batch of this engine's defaults.
+    assert 256 * (1 << 20) < transport.MAX_FRAME < 1 << 30
+
+
+def test_a_silent_peer_under_tls_is_dropped_after_the_handshake_timeout_not_asyncios_60_s(tls_pair, monkeypatch):
+    monkeypatch.setattr(handshake, "TIMEOUT_S", 0.5)
+    key = PlaneKey(b"t" * 32, tls_pair[0])
+
+    async def run():
+        server = Endpoint(key, None)
+        addr = await server.listen("127.0.0.1")
+        reader, writer = await asyncio.open_connection(*addr)  # plain TCP: never starts the TLS handshake
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            closed = await asyncio.wait_for(reader.read(), 10)
+        finally:
+            writer.close()
+            await server.close()
+        return closed, loop.time() - began
+
+    closed, took = asyncio.run(run())
+    assert closed == b"" and took < 5  # asyncio's own TLS handshake timeout is 60 s
