@@ -2,8 +2,8 @@
 
 kafka-python is 3.x. Brokers differ in how exactly they report a partition's end
 offset (Tansu reports the base offset of the last batch + 1), so "the end" is
-found by reading from just before the reported end until nothing more comes:
-one record on Apache Kafka, at most one batch on Tansu.
+found by reading from just before the reported end up to the high watermark of
+the fetch answers: one record on Apache Kafka, at most one batch on Tansu.
 
 Every helper that opens a client takes the connector's :class:`.KafkaSecurity`.
 """
@@ -15,7 +15,7 @@ from typing import Optional
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaTimeoutError, TopicAlreadyExistsError
 
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -79,34 +79,70 @@ def read_partition(c: KafkaConsumer, tp: TopicPartition, start: int, idle_ms: in
     return out
 
 
-def last_record(c: KafkaConsumer, tp: TopicPartition, max_s: float = 1.0) -> Optional[object]:
-    """The last record of ``tp``, or None if it is empty: read from just before the reported
-    end up to the high watermark of the fetch answers (not until reads come back empty: that
-    wait cost 300 ms of every recovery of a Kafka sink). A live partition's end moves: any
-    end seen within ``max_s`` is as good as another."""
-    reported_end = c.end_offsets([tp])[tp]
+class LastRecordTimeout(KafkaTimeoutError):
+    """A partition's last record was not read back within the deadline. Slow is not empty:
+    a caller that took this for an empty partition would write its output again."""
+
+
+def last_record(c: KafkaConsumer, tp: TopicPartition, timeout_s: float = 30.0) -> Optional[object]:
+    """The last data record of ``tp``, or None if it has none (end offset 0, or only control
+    batches). Reads from just before the reported end up to the high watermark of the fetch
+    answers (not until reads come back empty: that wait cost 300 ms of every recovery of a
+    Kafka sink), however long the answers take; a partition whose last batches hold no data
+    record (a transaction's marker) is read back further, 1, 16, 256... offsets before the
+    end. :class:`LastRecordTimeout`, saying how far it got, if that takes over ``timeout_s``.
+    A live partition's end moves: any end seen is as good as another."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        reported_end = c.end_offsets([tp], timeout_ms=max(1, int(timeout_s * 1000)))[tp]
+    except KafkaTimeoutError as exc:
+        raise _timed_out(c, tp, timeout_s, f"its end offset was not answered ({exc})") from exc
     if reported_end == 0:
         return None
     c.assign([tp])
-    c.seek(tp, max(0, reported_end - 1))
-    last, began = None, time.time()
-    while time.time() - began < max_s:
+    back = 1
+    while True:
+        start = max(0, reported_end - back)
+        last = _last_from(c, tp, start, reported_end, deadline, timeout_s)
+        if last is not None or start == 0:
+            return last
+        back *= 16
+
+
+def _last_from(c: KafkaConsumer, tp: TopicPartition, start: int, reported_end: int, deadline: float, timeout_s: float) -> Optional[object]:
+    """The last data record of ``tp`` from ``start`` on: read until the consumer's position
+    reaches the high watermark of a fetch answer (None: no data record in between)."""
+    c.seek(tp, start)
+    last = None
+    while True:
         got = c.poll(timeout_ms=50).get(tp, [])
         if got:
             last = got[-1]
-        high = c.highwater(tp)
-        if last is not None and high is not None and last.offset + 1 >= high:
+        high, position = c.highwater(tp), c.position(tp, timeout_ms=0)
+        # A mark below the reported end is an earlier read's of this consumer (marks only grow).
+        # The position passes control batches too: at the mark, nothing is left to read.
+        if high is not None and high >= reported_end and position is not None and position >= high:
             # Tansu's mark is its last batch's base offset + 1, and a poll returns at most
             # max_poll_records of a batch: the rest is buffered already, returned at once.
             while more := c.poll(timeout_ms=0).get(tp, []):
                 last = more[-1]
-            break
-    return last
+            return last
+        if time.monotonic() > deadline:
+            seen = ("no fetch answer came" if high is None or high < reported_end
+                    else f"fetch answers reached offset {position} of the high watermark {high}")
+            raise _timed_out(c, tp, timeout_s, f"reading from offset {start} (end offset {reported_end}), {seen}")
 
 
-def true_end(c: KafkaConsumer, tp: TopicPartition) -> int:
+def _timed_out(c: KafkaConsumer, tp: TopicPartition, timeout_s: float, what: str) -> LastRecordTimeout:
+    return LastRecordTimeout(
+        f"the last record of {tp.topic}[{tp.partition}] was not read back from {c.config['bootstrap_servers']} within "
+        f"{timeout_s:g} s: {what}. A slow broker is not an empty partition: check that the broker is up and answers "
+        f"fetches in time (its load, the network to it), then run again")
+
+
+def true_end(c: KafkaConsumer, tp: TopicPartition, timeout_s: float = 30.0) -> int:
     """The offset after the last record of ``tp`` (0 for an empty partition)."""
-    rec = last_record(c, tp)
+    rec = last_record(c, tp, timeout_s)
     return 0 if rec is None else rec.offset + 1
 
 

@@ -32,7 +32,7 @@ from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.barriers.json_payloads import ORJSON_OPTIONS, json_bytes
 from driftstream.engine.connectors.kafka.codecs import compression_type
 from driftstream.engine.connectors.kafka.record_batch import NATIVE
-from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, last_record, read_partition
+from driftstream.engine.connectors.kafka.io import LastRecordTimeout, consumer, ensure_topic, last_record, read_partition
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
 from driftstream.engine.connectors.kafka.schema_registry import RegistryEncoder, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, security_of
@@ -151,9 +151,16 @@ class _KafkaSinkPartition(SinkPartition):
         return sink_records(bundle.elements, self.sink.encode, self.sink.name)
 
     def t_last(self) -> Optional[Meta]:
+        """The Meta of the partition's last message (None: the partition is empty), read back
+        however slowly the broker answers, for up to ``retry_s``: past it
+        :class:`.LastRecordTimeout`, never None, which would have the replay write it all again."""
         c = consumer(self.sink.bootstrap_servers, self.sink.security)
         try:
-            rec = last_record(c, TopicPartition(self.sink.topic, self.partition))
+            rec = last_record(c, TopicPartition(self.sink.topic, self.partition), timeout_s=self.sink.retry_s)
+        except LastRecordTimeout as exc:
+            raise LastRecordTimeout(
+                f"sink {self.sink.name!r} cannot tell what {self.sink.topic}[{self.partition}] already holds, so it does not "
+                f"write (KafkaSink retry_s={self.sink.retry_s:g}): {exc.args[0]}") from exc
         finally:
             c.close()
         return None if rec is None else meta_of(rec)

@@ -1,0 +1,81 @@
+"""The Kafka sink's ``t_last`` (what a partition already holds, read back on recovery) from a
+real broker whose fetch answers come late: the true last Meta at any delay, so a replay
+writes nothing twice; past the sink's ``retry_s`` an error naming the sink, never None."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from kafka import TopicPartition
+
+from driftstream.barriers.bundle import Bundle
+from driftstream.engine.connectors.kafka.io import LastRecordTimeout, consumer, ensure_topic, read_partition
+from driftstream.engine.connectors.kafka.sink import KafkaSink, meta_of
+from driftstream.ordering.meta import Meta
+from tests.engine.connectors.kafka.slow_broker import slow_broker
+
+
+def _bundles(n: int, size: int) -> list:
+    return [Bundle([(Meta(b * size + i + 1, 0, 0, b * size + i + 1), {"i": b * size + i}) for i in range(size)]) for b in range(n)]
+
+
+def _held(bs: str, topic: str) -> list:
+    c = consumer(bs)
+    try:
+        return [meta_of(r) for r in read_partition(c, TopicPartition(topic, 0), 0, max_s=10.0)]
+    finally:
+        c.close()
+
+
+def test_a_replay_through_a_slow_broker_writes_nothing_twice():
+    with slow_broker() as (broker, proxy):
+        bs, topic = broker.bootstrap_servers, f"sink-slow-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bs, topic, 1)
+        bundles = _bundles(4, 50)
+        first = KafkaSink(topic, bs, retry_s=10.0).open(0, 1)
+        for b in bundles[:3]:
+            first.write(b)
+        first.close()
+        for delay in (1.2, 3.0):
+            proxy.delay_s = delay
+            again = KafkaSink(topic, bs, retry_s=10.0).open(0, 1)  # a recovery's new sink partition
+            try:
+                last = again.t_last()
+                assert last == bundles[2].t_last
+            finally:
+                again.close()
+        # The replay from the start: what the partition holds is skipped, the rest written once.
+        proxy.delay_s = 0.0
+        replay = KafkaSink(topic, bs, retry_s=10.0).open(0, 1)
+        try:
+            for b in bundles:
+                replay.write(b.after(last))
+        finally:
+            replay.close()
+        assert _held(bs, topic) == [m for b in bundles for m, _ in b.elements]
+
+
+def test_past_retry_s_the_sink_says_it_cannot_tell_what_it_holds():
+    with slow_broker() as (broker, proxy):
+        bs, topic = broker.bootstrap_servers, f"sink-slow-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bs, topic, 1)
+        writer = KafkaSink(topic, bs).open(0, 1)
+        writer.write(_bundles(1, 5)[0])
+        writer.close()
+        proxy.delay_s = 3.0
+        sink = KafkaSink(topic, bs, name="index-out", retry_s=1.0)
+        partition = sink.open(0, 1)
+        began = time.monotonic()
+        try:
+            with pytest.raises(LastRecordTimeout) as err:
+                partition.t_last()
+        finally:
+            partition.close()
+        took = time.monotonic() - began
+        assert 1.0 <= took < 10.0
+        text = str(err.value)
+        assert text.startswith("LastRecordTimeout: sink 'index-out' cannot tell what")
+        assert f"{topic}[0]" in text and bs in text and "retry_s=1" in text and "within 1 s" in text
+        assert "A slow broker is not an empty partition" in text
