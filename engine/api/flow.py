@@ -176,12 +176,16 @@ class Flow:
         steps = list(self.steps)
         for destination, ids in groups.items():
             sink = self._dead_letter_sink if destination is None else _kafka_dead_letter_sink(destination, len(groups) > 1, self.max_parallelism)
-            for name in (f"{sink.name}.all", sink.name):
+            for name in (f"{sink.name}.all", f"{sink.name}.by_partition", sink.name):
                 if name in self._names:
                     raise FlowError(f"the step name {name!r} is taken by the flow's dead-letter sink: name your step otherwise")
             last = ids[0]
             if len(ids) > 1:
                 steps.append(Step(len(steps), f"{sink.name}.all", "merge", ids))
+                last = len(steps) - 1
+            route = sink.partition_key(self.max_parallelism)
+            if route is not None:  # as Stream.sink: each part of the destination has one writer
+                steps.append(Step(len(steps), f"{sink.name}.by_partition", "key_by", [last], fn=route))
                 last = len(steps) - 1
             steps.append(Step(len(steps), sink.name, "sink", [last], sink=sink))
         return steps
@@ -425,7 +429,15 @@ class Stream:
         """Send the stream to ``sink``; its barrier releases elements in t order. The step is named after the sink."""
         if not isinstance(sink, Sink):
             raise FlowError(f"sink() takes a Sink (e.g. MemorySink('out')), not {type(sink).__name__}")
-        self.flow._add("sink", name or sink.name, [self.step.id], sink=sink)
+        name = name or sink.name
+        step = self.step
+        route = sink.partition_key(self.flow.max_parallelism)
+        if route is not None:  # a shuffle, so that each part of the destination has one writer (a keyed KafkaSink)
+            _check_name("step", name)
+            if name in self.flow._names:
+                raise FlowError(f"step name {name!r} is used twice in flow {self.flow.name!r}: give each step a unique name=")
+            step = self.flow._add("key_by", f"{name}.by_partition", [step.id], fn=route)
+        self.flow._add("sink", name, [step.id], sink=sink)
 
     def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keyed streams only (:meth:`KeyedStream.fold`)."""

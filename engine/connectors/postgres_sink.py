@@ -12,8 +12,8 @@ row per ``key`` (its latest element in t order: ``INSERT ... ON CONFLICT DO UPDA
 a materialized view that is exact at every commit; the table needs a primary key or a
 unique constraint on exactly the ``key`` columns. An upsert applies a table's changes
 (:mod:`.row_changes`, what :class:`~.postgres_source.PostgresSource` emits) as they are: an
-insert or update writes its row's columns, a delete removes its key's row, a truncate
-empties the table. A transaction writes only each key's last state.
+insert or update writes its row's columns (an update that changes the key deletes the old
+key's row), a delete removes its key's row, a truncate empties the table. A transaction writes only each key's last state.
 
 An element is a dict (column -> value), a dataclass, or a tuple in the order of
 ``columns``. ``columns``: the columns written (default: every column of the table); a
@@ -40,7 +40,7 @@ from typing import Any, Optional, Sequence, Union
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields, json_default
 from driftstream.barriers.sink import Sink, SinkPartition
-from driftstream.engine.connectors.row_changes import Delete, RowChange, Truncate
+from driftstream.engine.connectors.row_changes import Delete, RowChange, Truncate, Update
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
@@ -194,6 +194,7 @@ class _PostgresSinkPartition(SinkPartition):
         self.transactions = 0
         #: how the server lists this partition's connection (pg_stat_activity.application_name)
         self.application_name = f"driftstream-{sink.name}-{partition}"[:63]
+        self._warned_old_key = False
 
     def _connection(self) -> Any:
         if self.conn is None or self.conn.closed:
@@ -249,7 +250,7 @@ class _PostgresSinkPartition(SinkPartition):
                         for row in rows:
                             copy.write_row(row)
                 else:
-                    _apply_upserts(cur, table, self.sink.key, rows)
+                    _apply_upserts(cur, table, self.sink.key, shape.columns, rows)
                 cur.execute(
                     f"INSERT INTO {_quote(_progress_name(self.sink.table))} (sink_table, sink_partition, t_last) VALUES (%s, %s, %s) "
                     "ON CONFLICT (sink_table, sink_partition) DO UPDATE SET t_last = EXCLUDED.t_last, updated_at = now()",
@@ -278,11 +279,12 @@ class _PostgresSinkPartition(SinkPartition):
         return tuple(Jsonb(v, dumps=_json_dumps) if c in json_columns and v is not None else v for c, v in zip(columns, values))
 
     def _upsert_action(self, meta: tuple, payload: Any) -> tuple:
-        """What an element does to an upsert table: ``(key, columns, values)`` to write a row's
-        columns, ``(key, None, None)`` to delete the key's row, ``(None, None, None)`` to empty it."""
+        """What an element does to an upsert table: ``(key, columns, values, moved_from)`` to
+        write a row's columns (``moved_from``: the key an update moved the row from, else None),
+        ``(key, None, None, None)`` to delete the key's row, ``(None, None, None, None)`` to empty it."""
         if isinstance(payload, RowChange):
             if isinstance(payload, Truncate):
-                return (None, None, None)
+                return (None, None, None, None)
             shape = self.shape or self._shape()
             fields = payload.row
             missing = [k for k in self.sink.key if k not in fields]
@@ -291,13 +293,33 @@ class _PostgresSinkPartition(SinkPartition):
                                  f"{', '.join(map(repr, missing))} of {self.sink.table!r}")
             key = tuple(fields[k] for k in self.sink.key)
             if isinstance(payload, Delete):
-                return (key, None, None)
+                return (key, None, None, None)
+            moved_from = self._moved_from(meta, payload, key) if isinstance(payload, Update) else None
+            if moved_from is not None and payload.old is not None:
+                # REPLICA IDENTITY FULL: the old row holds the TOASTed values the new one left out
+                fields = {**{c: payload.old[c] for c in payload.unchanged if c in payload.old}, **fields}
             columns = [c for c in shape.columns if c in fields]
             row = self._row(meta, {c: fields[c] for c in columns}, columns)
-            return (key, tuple(columns), row)
+            return (key, tuple(columns), row, moved_from)
         shape = self.shape or self._shape()
         row = self._row(meta, payload)
-        return (tuple(row[i] for i in shape.key_positions), shape.column_names, row)
+        return (tuple(row[i] for i in shape.key_positions), shape.column_names, row, None)
+
+    def _moved_from(self, meta: tuple, change: Update, key: tuple) -> Optional[tuple]:
+        """The key an update moved its row from: the server sends the old key only when it
+        changed (or the whole old row under ``REPLICA IDENTITY FULL``); None if it stayed."""
+        old = change.old
+        if old is None:
+            return None
+        if any(k not in old for k in self.sink.key):
+            if not self._warned_old_key:  # a sink key that is not the source table's replica identity
+                self._warned_old_key = True
+                log.warning("sink %s: update %s at t=%r names its old key without %s, so a changed key of %s leaves its "
+                            "old row: make key= the source table's primary key, or ALTER TABLE ... REPLICA IDENTITY FULL",
+                            self.sink.name, short_repr(change), meta, self.sink.key, self.sink.table)
+            return None
+        old_key = tuple(old[k] for k in self.sink.key)
+        return None if old_key == key else old_key
 
     def _shape(self) -> _TableShape:
         self._connection()
@@ -322,33 +344,55 @@ class _PostgresSinkPartition(SinkPartition):
         self._drop()
 
 
-def _apply_upserts(cur: Any, table: str, key: list, actions: list) -> None:
-    """Apply ``(key, columns, values)`` actions in order, as one transaction can: only each
-    key's last state is written (a later update's columns over an earlier one's, for the
-    columns a change left out), after a truncate if one came."""
-    latest: dict = {}
+#: a key this transaction has not touched yet
+_UNTOUCHED = object()
+
+
+def _apply_upserts(cur: Any, table: str, key: list, all_columns: list, actions: list) -> None:
+    """Apply ``(key, columns, values, moved_from)`` actions in order, as one transaction can:
+    only each key's last state is written (a later update's columns over an earlier one's,
+    for the columns a change left out), after a truncate if one came. An update that moved
+    a row to a new key deletes the old key's row, and the new row takes the columns the
+    change left out (unchanged TOASTed values) from the old row as the transaction found it."""
+    latest: dict = {}  # key -> None (to delete) or (columns -> value, the key of the row that fills the rest)
     truncated = False
-    for k, columns, values in actions:
+    for k, columns, values, moved_from in actions:
         if k is None and columns is None:
             latest.clear()
             truncated = True
         elif columns is None:
             latest[k] = None
         else:
-            before = latest.get(k)
             row = dict(zip(columns, values))
-            latest[k] = {**before, **row} if before else row
+            if moved_from is None:
+                before = latest.get(k)
+                latest[k] = ({**before[0], **row}, before[1]) if before else (row, k)
+            else:
+                before = latest.get(moved_from, _UNTOUCHED)
+                latest[moved_from] = None
+                if before is _UNTOUCHED:
+                    before = ({}, None if truncated else moved_from)
+                base, origin = before or ({}, None)
+                latest[k] = ({**base, **row}, origin)
+    where = " AND ".join(f"{_quote(c)} = %s" for c in key)
+    filled = set()
+    for k, state in latest.items():  # read before any write: the rows as the transaction found them
+        lacking = [] if state is None or state[1] in (None, k) else [c for c in all_columns if c not in state[0]]
+        if lacking:
+            found = cur.execute(f"SELECT {', '.join(_quote(c) + '::text' for c in lacking)} FROM {table} WHERE {where}", state[1]).fetchone()
+            if found is not None:
+                state[0].update(zip(lacking, found))  # as text: the server casts it back to the column's type
+                filled.add(k)
     if truncated:
         cur.execute(f"DELETE FROM {table}")
-    where = " AND ".join(f"{_quote(c)} = %s" for c in key)
-    deletes = [k for k, row in latest.items() if row is None]
+    deletes = [k for k, state in latest.items() if state is None]
     if deletes:
         cur.executemany(f"DELETE FROM {table} WHERE {where}", deletes)
     by_columns: dict = {}
-    for row in latest.values():
-        if row is not None:
-            by_columns.setdefault(tuple(row), []).append(tuple(row.values()))
-    for columns, rows in by_columns.items():
+    for k, state in latest.items():
+        if state is not None:
+            by_columns.setdefault((tuple(state[0]), k in filled), []).append(tuple(state[0].values()))
+    for (columns, _), rows in by_columns.items():
         updates = ", ".join(f"{_quote(c)} = EXCLUDED.{_quote(c)}" for c in columns if c not in key) or None
         cur.executemany(
             f"INSERT INTO {table} ({', '.join(map(_quote, columns))}) VALUES ({', '.join(['%s'] * len(columns))}) "

@@ -3,6 +3,7 @@ so a recovery neither loses nor repeats a row; upsert keeps each key's latest el
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -12,6 +13,7 @@ import pytest
 
 from driftstream.engine import Flow
 from driftstream.engine.connectors.postgres_sink import PROGRESS_TABLE, PostgresSink, read_table
+from driftstream.engine.connectors.row_changes import Insert, Update
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource
 from tests.conftest import flow_actors
@@ -136,3 +138,79 @@ def test_exactly_once_with_a_kill_during_a_transaction_and_a_dropped_connection(
     else:
         assert rows == sorted({r["k"]: r for r in expected}.values(), key=lambda r: r["i"])
     assert result.metrics.released
+
+
+def _apply_changes(pg, table: str, changes: list, max_rows: int = 10_000) -> list:
+    """``changes`` through a PostgresSink(mode="upsert", key=["id"]) into ``table``, in order (one partition); its rows after."""
+    flow = Flow(f"changes-{uuid.uuid4().hex[:6]}")
+    flow.source(MemorySource(changes)).sink(PostgresSink(pg.dsn, table, mode="upsert", key=["id"], max_rows=max_rows))
+    flow.run(runtime="simulator")
+    return read_table(pg.dsn, table, order_by="id")
+
+
+@pytest.mark.parametrize("max_rows", [1, 10_000])  # a transaction per change, and all in one
+def test_an_update_that_changes_the_key_moves_the_row(postgres, max_rows):
+    table = _table(postgres, "CREATE TABLE {name} (id int PRIMARY KEY, v text, doc jsonb, big text)")
+    big = "x" * 5000
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:  # rows already there, as a copy holds them
+        conn.execute(f"INSERT INTO {table} VALUES (1, 'a', '{{\"n\": 1}}', %s), (2, 'b', null, 'b'), (3, 'c', '[3]', 'c')", (big,))
+    t = f"public.{table}"
+    rows = _apply_changes(postgres, table, [
+        # the server's old key: only when the key changed; TOASTed columns left unchanged are not sent
+        Update(t, {"id": 10, "v": "a2"}, old={"id": 1}, unchanged=("doc", "big")),
+        Update(t, {"id": 10, "v": "a3"}, unchanged=("doc", "big")),
+        # a swap of keys 2 and 3 through 4, within one transaction of the source
+        Update(t, {"id": 4, "v": "b", "doc": None, "big": "b"}, old={"id": 2}),
+        Update(t, {"id": 2, "v": "c", "doc": [3], "big": "c"}, old={"id": 3}),
+        Update(t, {"id": 3, "v": "b", "doc": None, "big": "b"}, old={"id": 4}),
+        Insert(t, {"id": 1, "v": "new", "doc": None, "big": None}),  # the old key used again
+    ], max_rows)
+    assert rows == [{"id": 1, "v": "new", "doc": None, "big": None},
+                    {"id": 2, "v": "c", "doc": [3], "big": "c"},
+                    {"id": 3, "v": "b", "doc": None, "big": "b"},
+                    {"id": 10, "v": "a3", "doc": {"n": 1}, "big": big}]
+
+
+def test_a_key_change_read_from_the_source_leaves_one_row_equal_to_the_source_table(postgres):
+    """The changes as PostgresSource reads them (default and full replica identity, a TOASTed
+    column left unchanged) applied by the sink give the source table's rows."""
+    from driftstream.engine.connectors.postgres_source import PostgresSource
+
+    source_table = _table(postgres, "CREATE TABLE {name} (id int PRIMARY KEY, v text, big text)")
+    copy = _table(postgres, "CREATE TABLE {name} (id int PRIMARY KEY, v text, big text)")
+    tag = uuid.uuid4().hex[:8]
+    source = PostgresSource(postgres.dsn, f"pub_{tag}", f"slot_{tag}", tables=[source_table], tick_interval=None)
+    source.partitions()
+    big = os.urandom(4000).hex()  # 8000 characters pglz cannot shrink: stored out of line (TOASTed)
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {source_table} VALUES (1, 'a', %s), (2, 'b', 'small')", (big,))
+        conn.execute(f"UPDATE {source_table} SET id = 11 WHERE id = 1")
+        conn.execute(f"UPDATE {source_table} SET v = 'a2' WHERE id = 11")
+        conn.execute(f"ALTER TABLE {source_table} REPLICA IDENTITY FULL")
+        conn.execute(f"UPDATE {source_table} SET id = 12 WHERE id = 11")
+        conn.execute(f"UPDATE {source_table} SET id = 3 WHERE id = 2")
+        expected = conn.execute(f"SELECT * FROM {source_table} ORDER BY id").fetchall()
+    reader = source.open(0, 0)
+    try:
+        changes, deadline = [], time.time() + 30
+        while len(changes) < 6:
+            assert time.time() < deadline, changes
+            changes += [p for _, p in reader.read(100)]
+    finally:
+        reader.close()
+        with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+            conn.execute(f"SELECT pg_drop_replication_slot('slot_{tag}')")
+    assert changes[2].old == {"id": 1} and changes[2].unchanged == ("big",)  # what the test is about
+    rows = _apply_changes(postgres, copy, changes)
+    assert [tuple(r.values()) for r in rows] == expected == [(3, "b", "small"), (12, "a2", big)]
+
+
+def test_an_old_key_without_the_sinks_key_is_warned_about_once(postgres, caplog):
+    table = _table(postgres, "CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+    t = f"public.{table}"
+    with caplog.at_level("WARNING"):
+        rows = _apply_changes(postgres, table, [Insert(t, {"id": 1, "v": "a"}), Update(t, {"id": 1, "v": "b"}, old={"other": 7}),
+                                                Update(t, {"id": 1, "v": "c"}, old={"other": 8})])
+    assert rows == [{"id": 1, "v": "c"}]
+    assert [r.message for r in caplog.records if "names its old key without ['id']" in r.message and "REPLICA IDENTITY FULL" in r.message] != []
+    assert len([r for r in caplog.records if "names its old key" in r.message]) == 1
