@@ -282,11 +282,11 @@ DEAD_LETTER_PARTITIONS = 32
 
 
 def _kafka_dead_letter_sink(destination: tuple, several: bool, max_parallelism: int) -> Sink:
-    from driftstream.engine.connectors.kafka.sink import KafkaSink
+    from driftstream.engine.connectors.kafka.dead_letter_sink import DeadLetterKafkaSink
 
     topic, servers, security = destination
-    return KafkaSink(topic, servers, name=f"dead_letters.{topic}" if several else "dead_letters", security=security,
-                     create_partitions=min(DEAD_LETTER_PARTITIONS, max_parallelism))
+    return DeadLetterKafkaSink(topic, servers, name=f"dead_letters.{topic}" if several else "dead_letters", security=security,
+                               create_partitions=min(DEAD_LETTER_PARTITIONS, max_parallelism))
 
 
 class Stream:

@@ -54,6 +54,9 @@ class PartitionLog:
         self.name = f"{fetcher.topic}[{partition}]"
         self.gap_wait_s = gap_wait_s
         self.caught_up = False
+        #: the high watermark of the last answer when it was below ``next_offset`` (else None):
+        #: the log ends below what the reader has read (deleted, recreated, or reported short)
+        self.end_below: Optional[int] = None
         self.markers_read_ahead = 0  # header reads that looked for a marker past an answer
         self.moved_to(offset)
 
@@ -74,8 +77,10 @@ class PartitionLog:
         answer = self.fetcher.fetch_answers({p: self.gaps.next_offset}, self.isolation_level).get(p)
         if answer is None or not answer.batches:
             self.caught_up = answer is not None and answer.high_watermark <= self.gaps.next_offset
+            self.end_below = answer.high_watermark if answer is not None and answer.high_watermark < self.gaps.next_offset else None
             return None
         self.caught_up = False
+        self.end_below = None
         start = self.gaps.next_offset
         batches = self.gaps.admit(answer.batches, time.monotonic())
         if not batches:
@@ -109,6 +114,15 @@ class PartitionLog:
             if f.known_through == known:
                 time.sleep(0.001)  # a hole: its batch is being stored, or it stays (then skipped after gap_wait_s)
                 return
+
+    def holds(self, offset: int) -> Optional[bool]:
+        """Whether the log still has the batch holding ``offset`` (one the reader has read):
+        False when a fetch there finds nothing and the log ends at or below it (the topic was
+        deleted or recreated), None when the broker did not answer. One header-only fetch."""
+        answer = self.fetcher.fetch_answers({self.partition: offset}, READ_UNCOMMITTED, decode=False).get(self.partition)
+        if answer is None:
+            return None
+        return bool(answer.batches) or answer.high_watermark > offset
 
     def end_offset(self, deadline_s: float = 30.0) -> int:
         """The offset after the last batch this reader may read now: the last stable offset

@@ -55,6 +55,7 @@ from driftstream.engine.connectors.kafka.partition_log import PartitionLog, Step
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
 from driftstream.engine.connectors.kafka.schema_registry import RegistryDecoder, RegistryUnavailable, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
+from driftstream.engine.connectors.kafka.topic_watch import TopicVanished, TopicWatch
 from driftstream.engine.connectors.kafka.transactions import ISOLATION_LEVELS
 from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
 from driftstream.engine.connectors.bad_record import bad_record
@@ -76,16 +77,43 @@ BEHIND_LAG = 1_000
 #: Seconds a hole in a partition's offsets may stay before the reader moves past it.
 GAP_WAIT_S = 0.5
 
+#: Seconds between metadata checks that an idle partition's topic still exists (one short
+#: connection each; see :mod:`.topic_watch`).
+TOPIC_CHECK_S = 5.0
+
+#: Seconds fetches may report the partition's end below the reader's offset before the
+#: metadata and the log are asked whether the topic was deleted or recreated (a broker may
+#: report a short end for a moment: Tansu's can fall short by its last batch).
+END_BELOW_S = 1.0
+
 #: Seconds a record's timestamp may run ahead of its partition's time before the next record
 #: must confirm it (else it is an outlier, stamped with the partition's time): a day.
 MAX_TIME_JUMP_S = 86_400.0
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KafkaSource", "KafkaPartitionReader", "OffsetGaps", "TICK_HEADER"]
+__all__ = ["KafkaSource", "KafkaPartitionReader", "OffsetGaps", "TICK_HEADER", "TICK_MARK", "is_tick", "TopicVanished"]
 
 #: Header that marks a tick record: appended to keep an idle partition's time moving; never reaches user code.
 TICK_HEADER = "driftstream-tick"
+
+#: The tick header's value: a tick is a record with no key, an empty value and this one
+#: header, so a user's record that happens to carry a header of that name is still read.
+#: Ticks written before the mark carry b"1" (still recognised).
+TICK_MARK = b"\x00driftstream:tick:2\x00"
+_TICK_MARKS = (TICK_MARK, b"1")
+
+
+def is_tick(rec: Any) -> bool:
+    """True for a tick the engine appended (see :data:`TICK_MARK`). O(1).
+
+    >>> from types import SimpleNamespace as R
+    >>> is_tick(R(key=None, value=b"", headers=[(TICK_HEADER, TICK_MARK)])), is_tick(R(key=None, value=b"{}", headers=[(TICK_HEADER, b"1")]))
+    (True, False)
+    """
+    headers = rec.headers
+    return (bool(headers) and len(headers) == 1 and headers[0][0] == TICK_HEADER and headers[0][1] in _TICK_MARKS
+            and rec.value == b"" and rec.key is None)
 
 
 def _json(value: bytes) -> Any:
@@ -237,6 +265,11 @@ class KafkaPartitionReader(SourcePartition):
         self._fetched: deque = deque()
         self._closing = threading.Event()
         self._fetch_error: Optional[BaseException] = None
+        # Whether the topic is still there: a deleted one need not say so in fetch answers (.topic_watch).
+        self._watch = TopicWatch(source.bootstrap_servers, source.topic, partition, f"KafkaSource {source.step_name!r}",
+                                 source.security, TOPIC_CHECK_S)
+        self._end_below_since: Optional[float] = None
+        self._tick_failing_since: Optional[float] = None
         self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
         self._fetcher_started = False  # started by the first read(), after any skip_after()
         self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
@@ -353,8 +386,10 @@ class KafkaPartitionReader(SourcePartition):
                 step = log_.read()
                 if step is None:
                     self._caught_up = log_.caught_up
+                    self._watch_log(log_)
                     continue
                 self._caught_up = False
+                self._end_below_since = None
                 if self._fetcher_client.wait.pause_s:
                     closing.wait(self._fetcher_client.wait.pause_s)  # a slow broker: leave it time for others
                 if jump is not None and step.through > jump[0]:
@@ -369,7 +404,41 @@ class KafkaPartitionReader(SourcePartition):
                     return
         except BaseException as exc:  # handed to the event loop by read()
             if not closing.is_set():
-                self._fetch_error = exc
+                self._fetch_error = self._vanished(exc)
+
+    def _watch_log(self, log_: PartitionLog) -> None:
+        """After a fetch that found nothing: if the log has ended below the reader's offset
+        for END_BELOW_S, or the topic was not checked for TOPIC_CHECK_S while idle, raise
+        :class:`.TopicVanished` if the topic was deleted, recreated or cut."""
+        if log_.end_below is None:
+            self._end_below_since = None
+            if self._caught_up and self._watch.due():
+                self._watch.check("while its partition was idle")
+            return
+        now = time.monotonic()
+        if self._end_below_since is None:
+            self._end_below_since = now
+        if now - self._end_below_since < END_BELOW_S:
+            return
+        end, offset = log_.end_below, log_.next_offset
+        self._watch.check(f"partition {self.partition} ends at offset {end}, below offset {offset} the flow had read to")
+        if log_.holds(offset - 1) is False:
+            raise self._watch.truncated(end, offset)
+        self._end_below_since = None  # the end was only reported short: look again later
+
+    def _vanished(self, exc: BaseException) -> BaseException:
+        """``exc`` (a fetch's broker error), or :class:`.TopicVanished` caused by it if the
+        topic is gone: Apache Kafka answers a deleted topic's fetches as if its leader moved."""
+        if isinstance(exc, TopicVanished) or not isinstance(exc, (kafka_errors.KafkaError, OSError)):
+            return exc
+        try:
+            self._watch.check(f"after {exc!r}")
+        except TopicVanished as gone:
+            gone.__cause__ = exc
+            return gone
+        except Exception:  # noqa: BLE001 - the metadata is no better reachable: the first error stands
+            pass
+        return exc
 
     def read(self, max_items: int) -> list:
         """Up to ``max_items`` elements (one more when a record the clock held is released
@@ -420,7 +489,7 @@ class KafkaPartitionReader(SourcePartition):
         records that do not decode become dead letters."""
         decode, sid, p = self.source.decode, self.source_id, self.partition
         for rec, ts in stamped:
-            if rec.headers and any(k == TICK_HEADER for k, _ in rec.headers):
+            if rec.headers and is_tick(rec):
                 continue
             meta = (ts, sid, p, rec.offset, (), False)
             if rec.value is None:
@@ -455,16 +524,27 @@ class KafkaPartitionReader(SourcePartition):
 
     def _tick(self) -> None:
         # Durable: the tick is read back like any record, so its timestamp is part of the log.
-        # A tick that fails is only a tick: the next one will do, and a failing broker shows
-        # in the fetches. Ticks are idempotent (they only move time), so one that did land is harmless.
+        # A tick that fails is only a tick: the next one will do. Ticks are idempotent (they
+        # only move time), so one that did land is harmless. But a topic that is gone fails the
+        # run, and so do ticks failing for broker_timeout_s (a broker that takes no writes).
+        src = self.source
         try:
             if self._ticker is None:
-                self._ticker = PartitionWriter(self.source.bootstrap_servers, self.source.topic, self.partition, client_id="driftstream-tick",
-                                               security=self.source.security)
-            self._ticker.write([(b"", [(TICK_HEADER, b"1")])])
+                self._ticker = PartitionWriter(src.bootstrap_servers, src.topic, self.partition, client_id="driftstream-tick",
+                                               security=src.security)
+            self._ticker.write([(b"", [(TICK_HEADER, TICK_MARK)])])
             self.ticks_sent += 1
+            self._tick_failing_since = None
         except (kafka_errors.KafkaError, OSError) as exc:
-            log.warning("%s[%d]: a tick was not appended: %r", self.source.topic, self.partition, exc)
+            now = time.monotonic()
+            if self._tick_failing_since is None:
+                self._tick_failing_since = now
+            self._watch.check(f"a tick was not appended: {exc!r}")
+            if now - self._tick_failing_since > src.broker_timeout_s:
+                raise kafka_errors.KafkaConnectionError(
+                    f"KafkaSource {src.step_name!r}: ticks to {src.topic}[{self.partition}] failed for {src.broker_timeout_s:g} s "
+                    f"(broker_timeout_s): {exc!r}") from exc
+            log.warning("%s[%d]: a tick was not appended: %r", src.topic, self.partition, exc)
 
     def _dead_letter(self, meta: tuple, rec: Any, exc: Exception) -> DeadLetter:
         """The element a record that does not decode becomes: a dead letter at its own t,

@@ -14,7 +14,7 @@ from driftstream.engine import Flow
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.connectors.kafka.io import ensure_topic, partition_count, read_partition
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
-from driftstream.engine.connectors.kafka.source import KafkaSource
+from driftstream.engine.connectors.kafka.source import TICK_MARK, KafkaSource
 from driftstream.engine.testing import MemorySink
 from driftstream.ordering.meta import Meta
 
@@ -162,7 +162,35 @@ def test_an_idle_partition_is_moved_on_by_tick_records(ray_session, kafka_broker
     c = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, auto_offset_reset="earliest")
     ticks = read_partition(c, TopicPartition(topic, 1), 0)
     c.close()
-    assert ticks and all(dict(r.headers).get("driftstream-tick") == b"1" for r in ticks)
+    assert ticks and all(dict(r.headers).get("driftstream-tick") == TICK_MARK and r.value == b"" for r in ticks)
+
+
+def test_only_the_engines_own_ticks_are_dropped(kafka_broker):
+    """On bc7b6d0 any record with a driftstream-tick header was dropped, whatever it held."""
+    from driftstream.engine.connectors.kafka.wire import PartitionWriter
+
+    bs = kafka_broker.bootstrap_servers
+    topic = topic_name("tick-like")
+    ensure_topic(bs, topic, 1)
+    w = PartitionWriter(bs, topic, 0)
+    w.write([
+        (b'{"n": 1}', [("driftstream-tick", b"1")]),           # a user's record with a header of that name
+        (b"", [("driftstream-tick", TICK_MARK)]),             # a tick
+        (b"", [("driftstream-tick", b"1")]),                  # a tick written before TICK_MARK
+        (b'{"n": 2}', [("driftstream-tick", TICK_MARK)]),     # a value: not a tick
+        (b"", [("driftstream-tick", b"yes")]),                # another mark: a record (an empty one: a dead letter)
+    ])
+    w.close()
+    source = KafkaSource(topic, bs, bounded=True)
+    reader = source.open(0, 0)
+    got: list = []
+    try:
+        while not reader.done:
+            got.extend(reader.read(10))
+    finally:
+        reader.close()
+    assert [m[3] for m, _ in got] == [0, 3, 4]
+    assert [v for _, v in got[:2]] == [{"n": 1}, {"n": 2}] and type(got[2][1]).__name__ == "DeadLetter"
 
 
 def _slow(doc):
