@@ -48,7 +48,10 @@ class Barrier:
         self.released = 0
         self.tombstones_released = 0
         self.dropped_replayed = 0
+        #: the last output the sink held at the last recovery (None: nothing): horizons, status
         self.t_last: Optional[Meta] = None
+        #: replayed elements at or before it are dropped (usually ``t_last``, see skip_through)
+        self._drop_through: Optional[Meta] = None
 
     def __len__(self) -> int:
         return len(self._new) + sum(map(len, self._runs))
@@ -86,13 +89,16 @@ class Barrier:
         ready.sort(key=_meta)  # the runs in the order they were added: a stable merge
         return ready
 
-    def skip_through(self, t_last: Optional[Meta]) -> None:
+    def skip_through(self, t_last: Optional[Meta], drop_through: Any = ...) -> None:
         """Drop, now and from now on, every element at or before ``t_last``.
 
         After recovery the sink already holds everything up to its last bundle;
         replayed copies of it must not be released again (exactly-once).
+        ``drop_through``: drop up to it instead (None: nothing), for a sink whose ``t_last`` is
+        the latest of several parts, each written in t order, which drops per part itself.
         """
         self.t_last = t_last
+        self._drop_through = t_last if drop_through is ... else drop_through
 
     def release(self, watermark: tuple) -> Bundle:
         """Pop every element below ``watermark``, in Meta order, as one bundle."""
@@ -112,9 +118,9 @@ class Barrier:
             for meta in [m for m in tombstones if m < watermark]:
                 # Settled yet unmatched: the element it invalidates never came. Keep it visible.
                 self.tombstones_released += len(tombstones.pop(meta))
-        if self.t_last is not None and ready:
+        if self._drop_through is not None and ready:
             before = len(ready)
-            ready = [e for e in ready if e[0] > self.t_last]
+            ready = [e for e in ready if e[0] > self._drop_through]
             self.dropped_replayed += before - len(ready)
         self.released += len(ready)
         return Bundle(ready)

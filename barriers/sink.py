@@ -19,7 +19,7 @@ which is what exactly-once recovery filters replayed output with.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from driftstream.ordering.meta import Meta
 
@@ -39,6 +39,15 @@ class SinkPartition(ABC):
         if type(self).last_bundle is not SinkPartition.last_bundle:
             return self.last_bundle()  # a sink written against the old name
         return None
+
+    def skip_replayed(self) -> tuple:
+        """Recovery under exactly-once or at-most-once: ``(t_last, drop_through)``, where the
+        barrier drops replayed elements at or before ``drop_through``. Default: both
+        :meth:`t_last`. A partition made of parts each written in t order (a keyed
+        :class:`.KafkaSink`'s Kafka partitions) has the latest part's as ``t_last`` and drops per
+        part itself: the barrier's ``drop_through`` is then one every part holds, or None."""
+        t_last = self.t_last()
+        return t_last, t_last
 
     def last_bundle(self) -> Optional[Meta]:
         """The old name of :meth:`t_last` (deprecated): a sink that overrides only this still works."""
@@ -63,6 +72,13 @@ class Sink(ABC):
     @abstractmethod
     def open(self, partition: int, partitions: int) -> SinkPartition:
         """Open partition ``partition`` of ``partitions`` (one per barrier)."""
+
+    def partition_key(self, max_parallelism: int) -> Optional[Callable[[Any], Any]]:
+        """A ``key_by`` function the flow routes this sink's input by, so that each part of the
+        destination has one writer at any parallelism (a keyed Kafka sink: element -> its
+        Kafka partition's routing key); None (the default): each barrier writes its own part,
+        the input stays where it is. ``max_parallelism``: the flow's."""
+        return None
 
     def check(self, partitions: int) -> None:
         """Before any instance of a run starts: raise (a ValueError saying what to do) if this

@@ -211,6 +211,10 @@ def compile_plan(flow, parallelism: int) -> Plan:
     for step in steps:
         if step.kind == "sink" and (successors[step.id] or channels[step.id]):
             raise FlowError(f"step {step.name!r}: nothing can follow a sink")
+        if step.kind == "sink" and steps[step.inputs[0]].kind != "key_by" and step.sink.partition_key(key_groups.max_parallelism) is not None:
+            # Stream.sink puts the shuffle there: without it two instances would write one part
+            raise FlowError(f"sink {step.name!r} routes its input by partition (e.g. KafkaSink key=): add it with "
+                            f"stream.sink(...), which puts the shuffle before it")
     reaches_sink = _reaching_sink(steps, successors, channels)
     for step in steps:
         if step.kind == "source" and step.id not in reaches_sink:

@@ -104,9 +104,10 @@ class SinkRelease:
 
     def skip_released(self) -> None:
         """After a failure (exactly-once, at-most-once): each barrier drops replayed output up
-        to the last bundle its sink already holds."""
+        to the last bundle its sink already holds (a sink may drop part of it itself, see
+        ``SinkPartition.skip_replayed``)."""
         for barrier, sink in self.barriers.values():
-            barrier.skip_through(sink.t_last())
+            barrier.skip_through(*sink.skip_replayed())
 
     def t_last(self) -> Optional[tuple]:
         """The latest ``t_last`` over the barriers: the last output any sink holds (None: nothing yet)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from kafka.record.util import calc_crc32c
 
@@ -78,15 +78,18 @@ _NULL_KEY = _zigzag_varint(-1)
 _ATTRS_AND_TS = b"\x00\x00"
 
 
-def encode_record(offset_delta: int, value: bytes, headers: Sequence[tuple]) -> bytes:
-    """One record with a null key, ``value`` and ``headers`` ``[(str, bytes)]``.
+def encode_record(offset_delta: int, value: bytes, headers: Sequence[tuple], key: Optional[bytes] = None) -> bytes:
+    """One record: ``key`` (None: a null key), ``value`` and ``headers`` ``[(str, bytes)]``.
 
     >>> encode_record(0, b"v", []).hex()     # length 7, attributes, ts delta, offset delta, null key, value, no headers
     '0e00000001027600'
+    >>> encode_record(0, b"v", [], key=b"k").hex()   # the key: its length (1), then its bytes
+    '10000000026b027600'
     """
-    parts = [_ATTRS_AND_TS, varint(offset_delta), _NULL_KEY, varint(len(value)), value, varint(len(headers))]
-    for key, hval in headers:
-        k = key.encode()
+    k_parts = _NULL_KEY if key is None else varint(len(key)) + key
+    parts = [_ATTRS_AND_TS, varint(offset_delta), k_parts, varint(len(value)), value, varint(len(headers))]
+    for name, hval in headers:
+        k = name.encode()
         parts += (varint(len(k)), k, varint(len(hval)), hval)
     body = b"".join(parts)
     return varint(len(body)) + body
@@ -102,8 +105,8 @@ class EncodedBatch:
 
     @classmethod
     def of(cls, records: Sequence[tuple], timestamp_ms: int) -> "EncodedBatch":
-        """The batch of ``(value, headers)`` pairs, every record at ``timestamp_ms``. O(bytes)."""
-        return cls.joined([encode_record(i, value, headers) for i, (value, headers) in enumerate(records)], timestamp_ms)
+        """The batch of ``(value, headers)`` pairs (or ``(value, headers, key)``), every record at ``timestamp_ms``. O(bytes)."""
+        return cls.joined([encode_record(i, *record) for i, record in enumerate(records)], timestamp_ms)
 
     @classmethod
     def joined(cls, encoded: list, timestamp_ms: int) -> "EncodedBatch":
@@ -124,8 +127,8 @@ class EncodedBatch:
 
 
 def encoded_batches(records: Iterable[tuple], max_bytes: int, clock=time.time) -> Iterator[EncodedBatch]:
-    """``(value, headers)`` pairs as batches of at most about ``max_bytes`` each (a record
-    larger than that goes alone), every record stamped now.
+    """``(value, headers)`` pairs (or ``(value, headers, key)``: a keyed record) as batches of
+    at most about ``max_bytes`` each (a record larger than that goes alone), every record stamped now.
 
     A list of records is encoded in C where it is built (``_record_batch.c``);
     :func:`python_batches` is the reference, and raises what the C refuses.
@@ -150,12 +153,12 @@ def python_batches(records: Iterable[tuple], max_bytes: int, now_ms: int) -> Ite
     """:func:`encoded_batches` in Python, every record at ``now_ms``: the reference."""
     batch: list = []
     size = HEADER_BYTES
-    for value, headers in records:
-        record = encode_record(len(batch), value, headers)
+    for parts in records:  # (value, headers) or, a keyed sink's, (value, headers, key)
+        record = encode_record(len(batch), *parts)
         if batch and size + len(record) > max_bytes:
             yield EncodedBatch.joined(batch, now_ms)
             batch, size = [], HEADER_BYTES
-            record = encode_record(0, value, headers)  # its offset delta in the new batch
+            record = encode_record(0, *parts)  # its offset delta in the new batch
         batch.append(record)
         size += len(record)
     if batch:

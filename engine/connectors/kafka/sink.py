@@ -58,14 +58,26 @@ class KafkaSink(Sink):
     (``driftstream bench kafka-codecs``, ``examples/inverted_index/results/README.md``).
     ``create_partitions``: how many partitions a missing topic is created with (default: one
     per instance of the sink's stage; more lets the flow rescale up to that many).
+    ``key``: element -> its record key (bytes or str). The record then goes to the partition
+    Kafka's default partitioner gives the key (murmur2, :mod:`.partitioner`), at any
+    parallelism and across rescales, so a changelog reader (a KTable, upsert-kafka, a compacted
+    topic) sees each key's records in one partition, in t order. The flow routes the sink's
+    input by that partition (a shuffle before the sink), so each partition has one writer
+    (:mod:`.keyed_sink`); the topic may have more or fewer partitions than the parallelism.
+    The partition count is read once per run: add partitions to the topic only while the
+    flow is stopped (as in Kafka, that moves keys to other partitions).
+
+    >>> KafkaSink("counts", "127.0.0.1:9092", key=lambda c: c["word"])   # doctest: +SKIP
     """
 
     def __init__(self, topic: str, bootstrap_servers: str, name: Optional[str] = None, encode: Callable[[Any], bytes] = json_bytes,
                  retry_s: float = 60.0, security: Optional[KafkaSecurity] = None, compression: Optional[str] = None,
                  create_partitions: Optional[int] = None, value_format: Optional[str] = None, schema: Optional[str] = None,
                  schema_registry: Union[str, SchemaRegistry, None] = None, subject_name_strategy: str = "topic",
-                 protobuf_message: Optional[type] = None, **security_settings: Any) -> None:
+                 protobuf_message: Optional[type] = None, key: Optional[Callable[[Any], Any]] = None, **security_settings: Any) -> None:
         super().__init__(name or topic.replace("/", "_"))
+        if key is not None and not callable(key):
+            raise FlowError(f"KafkaSink({topic!r}) key= takes a function of the element returning bytes or str, not {short_repr(key)}")
         if value_format is not None:
             what = f"KafkaSink({topic!r})"
             if value_format not in REGISTRY_FORMATS:
@@ -83,17 +95,51 @@ class KafkaSink(Sink):
         self.encode = encode
         self.retry_s = retry_s
         self.create_partitions = create_partitions
+        self.key = key
+        #: a keyed sink's topic partition count, fixed for a run once :meth:`check` read it
+        self.topic_partitions: Optional[int] = None
 
     def open(self, partition: int, partitions: int) -> SinkPartition:
         self.check(partitions)
+        if self.key is not None:
+            from driftstream.engine.connectors.kafka.keyed_sink import KeyedKafkaSinkPartition
+
+            return KeyedKafkaSinkPartition(self)
         return _KafkaSinkPartition(self, partition)
+
+    def partition_key(self, max_parallelism: int) -> Optional[Callable[[Any], Any]]:
+        """With ``key=``: the ``key_by`` function that sends every element of a Kafka partition to
+        the one instance writing it (:class:`.PartitionRoute`); None otherwise."""
+        if self.key is None:
+            return None
+        from driftstream.engine.connectors.kafka.partitioner import PartitionRoute
+
+        return PartitionRoute(self.key, self.partition_count, max_parallelism, self.name)
+
+    def partition_count(self) -> int:
+        """The topic's partition count for this run: what :meth:`check` read (the driver checks
+        before the actors start, and they get it with the flow), else asked now."""
+        if self.topic_partitions is None:
+            from driftstream.engine.connectors.kafka.io import partition_count
+
+            have = partition_count(self.bootstrap_servers, self.topic, security=self.security)
+            if have < 1:
+                raise ValueError(f"sink {self.name!r}: topic {self.topic!r} does not exist on {self.bootstrap_servers}: create it, "
+                                 "or let the run create it (KafkaSink create_partitions=)")
+            self.topic_partitions = have
+        return self.topic_partitions
 
     def check(self, partitions: int) -> None:
         """The topic (created with ``partitions`` partitions if missing) must have at least
         ``partitions``: each barrier writes its own partition, the only writer of it, so that
-        its last message is the barrier's ``t_last``."""
+        its last message is the barrier's ``t_last``. A keyed sink's partitions are each
+        written by one instance whatever their number: any count does."""
         check_broker(self.bootstrap_servers, self.security)
         have = ensure_topic(self.bootstrap_servers, self.topic, max(partitions, self.create_partitions or 0), self.security)
+        if self.key is not None:
+            if self.topic_partitions is None:  # fixed for the run: routing and writing must agree
+                self.topic_partitions = have
+            return
         if have < partitions:
             raise ValueError(
                 f"sink topic {self.topic!r} has {have} partitions but the flow writes {partitions} (one per instance of the "

@@ -632,7 +632,8 @@ class PartitionWriter(_LeaderClient):
         self.compression_type = compression_type
 
     def write(self, records: Iterable[tuple]) -> int:
-        """Append ``(value bytes, [(header, bytes)])`` pairs; returns how many. O(bytes) CPU,
+        """Append ``(value bytes, [(header, bytes)])`` pairs (or ``(value, headers, key bytes)``,
+        a keyed record); returns how many. O(bytes) CPU,
         plus the codec's (``compression_type``, see :mod:`.codecs`)."""
         n = 0
         for builder in record_batches(records, self.compression_type):
@@ -667,8 +668,9 @@ class PartitionWriter(_LeaderClient):
 
 
 def record_batches(records: Iterable[tuple], compression_type: int = 0) -> Iterator[Any]:
-    """The record batches of ``(value bytes, [(header, bytes)])`` pairs, closed (built and
-    compressed), each at most ``MAX_BATCH_BYTES`` before compression. O(bytes) CPU.
+    """The record batches of ``(value bytes, [(header, bytes)])`` pairs (or ``(value, headers,
+    key bytes)``), closed (built and compressed), each at most ``MAX_BATCH_BYTES`` before
+    compression. O(bytes) CPU.
 
     >>> [b.next_offset() for b in record_batches([(b"{}", [])] * 3, compression_type=4)]
     [3]
@@ -677,12 +679,13 @@ def record_batches(records: Iterable[tuple], compression_type: int = 0) -> Itera
         yield from encoded_batches(records, MAX_BATCH_BYTES)  # one pass, not kafka-python's builder (record_batch.py)
         return
     builder = _builder(compression_type)
-    for value, headers in records:
-        if builder.append(timestamp=None, key=None, value=value, headers=headers) is None:  # batch full
+    for record in records:  # (value, headers), or a keyed sink's (value, headers, key)
+        value, headers, key = record if len(record) == 3 else (*record, None)
+        if builder.append(timestamp=None, key=key, value=value, headers=headers) is None:  # batch full
             builder.close()
             yield builder
             builder = _builder(compression_type)
-            builder.append(timestamp=None, key=None, value=value, headers=headers)
+            builder.append(timestamp=None, key=key, value=value, headers=headers)
     if builder.next_offset():
         builder.close()
         yield builder
