@@ -15,11 +15,14 @@ may run another plan (another parallelism) from the same manifest.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Iterable, Iterator, Optional
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from driftstream.snapshots.checksums import CorruptSnapshot
 
 from driftstream.engine.model.config import RunConfig, aligned_sources  # noqa: F401  (RunConfig: the doctest)
 from driftstream.engine.model.data_plane import PlaneKey
@@ -69,7 +72,9 @@ class Launcher:
         survivors, renamed = survivors or {}, renamed or {}
         marks = self.marks = [time.time()]
         placed = placement(set(avoid_nodes))
-        plane = PlaneKey.new(self.rules.config.data_plane_tls)  # a new secret per launch: old incarnations cannot join
+        # A new secret per launch (old incarnations cannot join); its key pickles to a nonce only:
+        # every actor derives the secret from its node's key file (model/data_plane.py).
+        plane = PlaneKey.new(self.rules.config.data_plane_tls, self.rules.config.data_plane_key)
         resets: list = []
         reset_names: list = []
         acker_name = acker_name_of(plan)
@@ -110,10 +115,12 @@ class Launcher:
         # old set of actors or the whole new one, never a dict that is being filled.
         self.plan, self.acker, self.actors, self.handles, self.names, self.real_names = plan, acker, actors, handles, names, real_names
         # Stage instances say where their reset went (the acker's, listed first if reset, says nothing).
-        self.resets = {n: t for n, t in zip(reset_names, ray.get(resets)[len(resets) - len(reset_names):])}
+        acker_resets = [acker_name] * (len(resets) - len(reset_names))
+        self.resets = {n: t for n, t in zip(reset_names, setup_answers(resets, acker_resets + reset_names)[len(acker_resets):])}
         marks.append(time.time())
         keys = list(self.actors)
-        answers = ray.get([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles])
+        answers = setup_answers([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles],
+                                [plan.actor_name(k) for k in keys] + [acker_name] + names)
         addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
         self.node_of = dict(zip(names, answers[len(keys) + 1:]))
         aligned = aligned_sources(plan, self.rules.config.source_alignment)
@@ -147,6 +154,36 @@ class Launcher:
     def reports(self) -> list:
         """Every stage actor's report of the run so far."""
         return ray.get([a.report.remote() for a in self.actors.values()])
+
+
+def setup_answers(refs: list, names: list) -> list:
+    """``ray.get(refs)`` of the calls that set instances up (``reset``; ``listen``, the first
+    call a new actor answers, raises what its setup raised), made to the instances ``names``:
+    an instance's own error comes out as itself, its name and traceback in a note, so that the
+    run ends with it at once, not after retries that fail alike. A damaged snapshot file stays
+    a task error (the supervisor falls back to an older snapshot), a death a RayActorError (a
+    recovery)."""
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, Exception) or isinstance(cause, CorruptSnapshot):
+            raise
+        failed = [name for ref, name in zip(refs, names) if _raises(ref)]
+        where = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Ray's text: the traceback in the actor, uncoloured
+        cause.add_note(f"raised as {failed[0] if failed else 'an instance'} was set up (its actor's traceback: {where})")
+        raise cause from None
+
+
+def _raises(ref: object) -> bool:
+    """Whether the answered call ``ref`` failed with an error of its own (not a death)."""
+    try:
+        ray.get(ref)
+    except ray.exceptions.RayTaskError:
+        return True
+    except ray.exceptions.RayError:
+        pass
+    return False
 
 
 def first_release_of(refs: list) -> Optional[float]:

@@ -177,7 +177,7 @@ class SnapshotCommitter:
     def _start(self, acker, count: Optional[int]) -> SnapshotStream:
         """Start the acker's schedule of ``count`` snapshots (None: until the run completes)."""
         if self.inbox is None:
-            self.inbox = SnapshotInbox(ray.util.get_node_ip_address(), self.config.data_plane_tls)
+            self.inbox = SnapshotInbox(ray.util.get_node_ip_address(), self.config.data_plane_tls, self.config.data_plane_key)
         self.streams += 1
         # An item later than this means the acker hangs, as a single call's bound did.
         interval = self.config.snapshot_interval

@@ -43,12 +43,12 @@ class SnapshotInbox:
     a peer sends lands in ``queue`` as it arrives, where a blocking reader takes it.
 
     Peers connect with ``key`` (its own secret, not a run's: the inbox outlives recoveries;
-    the run's TLS files, if any).
+    the run's key file and TLS files, if any).
     Messages are ``(kind, stream number, body)``; see :class:`SnapshotStream`.
     """
 
-    def __init__(self, host: str, tls: Optional[DataPlaneTLS] = None) -> None:
-        self.key = PlaneKey.new(tls)
+    def __init__(self, host: str, tls: Optional[DataPlaneTLS] = None, key_file: Optional[str] = None) -> None:
+        self.key = PlaneKey.new(tls, key_file)
         self.queue: queue.Queue = queue.Queue()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="snapshot-inbox", daemon=True)

@@ -176,6 +176,11 @@ class RunConfig:
     #: dict with ``ca``, ``cert`` and ``key`` (PEM files at the same paths on every node);
     #: None: plain TCP (see engine/model/data_plane.py)
     data_plane_tls: Optional[DataPlaneTLS] = None
+    #: the file each actor derives the run's data-plane secret from (the secret never
+    #: crosses Ray, see engine/model/data_plane.py): at least 32 secret bytes, mode 0600,
+    #: at the same path on every node; None: this user's ``data-plane.key`` in its private
+    #: data directory, made by the launch on its node (one machine, or a shared home)
+    data_plane_key: Optional[str] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -211,6 +216,8 @@ class RunConfig:
             if not isinstance(self.data_plane_tls, DataPlaneTLS):
                 raise FlowError(f"data_plane_tls is a DataPlaneTLS(ca, cert, key) or a dict of those, not {self.data_plane_tls!r}")
             self.data_plane_tls.check()
+        if self.data_plane_key is not None and not isinstance(self.data_plane_key, str):
+            raise FlowError(f"data_plane_key is the path of a key file (at the same path on every node), not {self.data_plane_key!r}")
         if type(self.sample_every) is not int or self.sample_every < 1:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
 

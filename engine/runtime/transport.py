@@ -92,7 +92,9 @@ class Endpoint:
         self.refused = 0  # connections that did not prove the secret
 
     async def listen(self, host: str) -> tuple:
-        """Listen on an ephemeral port of ``host``; returns ``(host, port)`` for peers."""
+        """Listen on an ephemeral port of ``host``; returns ``(host, port)`` for peers.
+        FlowError first if this node cannot derive the run's secret (its key file)."""
+        self.key.secret  # noqa: B018  (derived here, where an error reaches the launch as a call's error)
         tls = self.key.tls.server_context() if self.key.tls is not None else None
         self.server = await asyncio.start_server(self._serve, host, 0, ssl=tls, ssl_handshake_timeout=_tls_timeout(tls))
         return self.server.sockets[0].getsockname()[:2]

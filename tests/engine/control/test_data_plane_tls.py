@@ -33,3 +33,19 @@ def test_tls_files_that_cannot_be_read_fail_before_anything_starts(tmp_path):
     flow = build("tls-missing", FileSink(tmp_path / "x", name="out"), paced=False)
     with pytest.raises(FlowError, match="data_plane_tls: cert file .*missing.pem is not readable"):
         flow.run(parallelism=1, data_plane_tls={"ca": __file__, "cert": str(tmp_path / "missing.pem"), "key": __file__})
+
+
+def test_a_missing_data_plane_key_file_fails_the_start_naming_it(ray_session, tmp_path):
+    flow = build("key-missing", FileSink(tmp_path / "x", name="out"), paced=False)
+    with pytest.raises(FlowError, match=r"key file .*nowhere.key on node .* does not exist: .*give data_plane_key"):
+        flow.run(parallelism=1, data_plane_key=str(tmp_path / "nowhere.key"), snapshot_dir=str(tmp_path / "snaps"))
+
+
+def test_a_flow_runs_with_its_own_data_plane_key_file(ray_session, tmp_path):
+    key = tmp_path / "plane.key"
+    key.write_bytes(__import__("os").urandom(48))
+    key.chmod(0o600)
+    out = tmp_path / "out"
+    result = build("key-given", FileSink(out, name="out"), paced=False).run(parallelism=2, data_plane_key=str(key),
+                                                                              snapshot_dir=str(tmp_path / "snaps"))
+    assert result.metrics.recoveries == 0 and len(read_file_sink(out, "out")) > 0
