@@ -10,6 +10,7 @@ Every actor of a run is a named actor in namespace ``driftstream``, named
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -37,12 +38,19 @@ def ensure_ray(address: Optional[str] = None) -> bool:
     for k, v in LEAN_RAY_ENV.items():
         os.environ.setdefault(k, v)
     if address is None:
+        # Ray 2.60 turns token authentication on for a new local instance when the mode is
+        # unset, and warns on every run that it did: keep the authentication, drop the line.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(_not_the_token_notice)
         # "local": always a new local instance; plain ray.init() would attach to any
         # cluster this machine's last `ray start` left a trace of.
         ray.init(address="local", namespace=NAMESPACE, log_to_driver=True, configure_logging=False, include_dashboard=False)
     else:
         connect_cluster(address)
     return True
+
+
+def _not_the_token_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 #: Where Ray looks for a cluster's authentication token (its own order).
