@@ -68,7 +68,10 @@ class ReplicationStream:
         self.confirmed = 0
         self.wal_end = 0
         self._last_status = 0.0
-        conn = pq.PGconn.connect(f"{dsn} replication=database".encode())
+        from psycopg.conninfo import make_conninfo
+
+        # either form of DSN (key=value or postgresql:// URI), with the replication parameter added
+        conn = pq.PGconn.connect(make_conninfo(dsn, replication="database").encode())
         if conn.status != pq.ConnStatus.OK:
             message = conn.get_error_message().strip()
             conn.finish()

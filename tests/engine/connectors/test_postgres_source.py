@@ -217,3 +217,19 @@ def test_a_flow_keeps_a_copy_of_a_changing_table_exact_through_kills(ray_session
         if flow_actors(name + "/"):
             handle.stop(timeout=60)
     _drop_slot(postgres, slot)
+
+
+@pytest.mark.parametrize("form", ["key=value", "uri"])
+def test_a_dsn_in_either_form_opens_the_replication_stream(postgres, form):
+    table, pub, slot = _names()
+    dsn = postgres.dsn if form == "key=value" else f"postgresql://{postgres.user}@127.0.0.1:{postgres.port}/postgres?connect_timeout=10"
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    source = PostgresSource(dsn, pub, slot, tables=[table], retry_s=5)
+    source.partitions()
+    _sql(postgres, f"INSERT INTO {table} VALUES (1)")
+    reader = source.open(0, 0)
+    try:
+        assert [p for _, p in _read_all(reader, 1)] == [Insert(f"public.{table}", {"id": 1})]
+    finally:
+        reader.close()
+    _drop_slot(postgres, slot)
