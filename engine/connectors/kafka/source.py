@@ -124,6 +124,18 @@ class NullValue(ValueError):
     """A record with a null value (a tombstone): its dead letter's error."""
 
 
+class _Decoded:
+    """A record whose value was decoded in the fetcher thread (a registry format, whose
+    look-ups must not block the event loop): the record's fields, then ``decoded`` or the
+    ``error`` that makes it a dead letter."""
+
+    __slots__ = ("offset", "timestamp", "key", "value", "headers", "decoded", "error")
+
+    def __init__(self, rec: Any, decoded: Any, error: Optional[Exception]) -> None:
+        self.offset, self.timestamp, self.key, self.value, self.headers = rec.offset, rec.timestamp, rec.key, rec.value, rec.headers
+        self.decoded, self.error = decoded, error
+
+
 class KafkaSource(Source):
     """Read ``topic`` from ``bootstrap_servers``.
 
@@ -272,6 +284,9 @@ class KafkaPartitionReader(SourcePartition):
         self._tick_failing_since: Optional[float] = None
         self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
         self._fetcher_started = False  # started by the first read(), after any skip_after()
+        # A registry format decodes in the fetcher thread: a schema look-up may wait for the
+        # registry (retried up to its timeout_s), which in the event loop would stall heartbeats.
+        self._registry = source.decode if isinstance(source.decode, RegistryDecoder) else None
         self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
         self.skipped = 0
 
@@ -396,15 +411,34 @@ class KafkaPartitionReader(SourcePartition):
                     # Keep what precedes the jump; skip the rest (at-most-once).
                     self._jump = None
                     log_.moved_to(jump[1])
-                    fetched.append(Step([r for r in step.records if r.offset < jump[0]], jump[0]))
+                    fetched.append(self._decoded(Step([r for r in step.records if r.offset < jump[0]], jump[0])))
                     fetched.append(jump)
                     continue
-                fetched.append(step)
+                fetched.append(self._decoded(step))
                 if self.end is not None and step.through >= self.end:
                     return
         except BaseException as exc:  # handed to the event loop by read()
             if not closing.is_set():
                 self._fetch_error = self._vanished(exc)
+
+    def _decoded(self, step: Step) -> Step:
+        """``step`` with a registry format's values decoded (:class:`_Decoded`), in this
+        (the fetcher) thread; other formats decode in :meth:`_take`."""
+        decode = self._registry
+        if decode is None:
+            return step
+        out = []
+        for rec in step.records:
+            if rec.value is None or is_tick(rec):
+                out.append(rec)
+                continue
+            try:
+                out.append(_Decoded(rec, decode(rec.value, self._closing), None))
+            except RegistryUnavailable:
+                raise  # the registry's fault, not the record's: the run fails with it
+            except Exception as exc:  # noqa: BLE001 - the record's: a dead letter
+                out.append(_Decoded(rec, None, exc))
+        return Step(out, step.through)
 
     def _watch_log(self, log_: PartitionLog) -> None:
         """After a fetch that found nothing: if the log has ended below the reader's offset
@@ -497,6 +531,11 @@ class KafkaPartitionReader(SourcePartition):
                 continue
             if decode is None:
                 value = rec.value
+            elif type(rec) is _Decoded:  # decoded in the fetcher thread
+                if rec.error is not None:
+                    out.append((meta, self._dead_letter(meta, rec, rec.error)))
+                    continue
+                value = rec.decoded
             else:
                 try:
                     value = decode(rec.value)

@@ -5,6 +5,7 @@ the same REST API (local_registry.py); the local broker; Ray for the processes."
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -147,3 +148,160 @@ def test_avro_exactly_once_on_ray(ray_session, kafka_broker, registry, tmp_path)
                                                     snapshot_dir=str(tmp_path / "snaps"))
     got = [p for _, p in read_kafka_sink(bs, dst, decode=RegistryDecoder("avro", auth, dst))]
     assert got == _expected(orders)  # one partition in: the input's order
+
+
+class FlakyRegistry:
+    """A tiny HTTP server in front of ``registry``: answers ``status`` to the first ``failures``
+    schema look-ups by id, or (``hang``) holds every request unanswered until closed; the
+    rest it passes on. ``looked_up``: the look-ups it saw."""
+
+    def __init__(self, registry: LocalRegistry, status: int = 429, failures: int = 0, hang: bool = False) -> None:
+        import threading
+        import urllib.error
+        import urllib.request
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.failures, self.looked_up, self.released = failures, 0, threading.Event()
+        flaky = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _route(self, method: str) -> None:
+                if hang:
+                    flaky.released.wait(60)
+                    return
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
+                if self.path.startswith("/schemas/ids/"):
+                    flaky.looked_up += 1
+                    if flaky.failures > 0:
+                        flaky.failures -= 1
+                        return self._answer(status, json.dumps({"error_code": status, "message": f"status {status}"}).encode())
+                request = urllib.request.Request(registry.url + self.path, data=body, method=method,
+                                                 headers={k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")})
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as reply:
+                        self._answer(reply.status, reply.read())
+                except urllib.error.HTTPError as err:
+                    self._answer(err.code, err.read())
+
+            def do_GET(self) -> None:
+                self._route("GET")
+
+            def do_POST(self) -> None:
+                self._route("POST")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status", [429, 408])
+def test_a_rate_limited_registry_is_retried_not_a_dead_letter(kafka_broker, registry, status):
+    """On bc7b6d0 the client's own 3 retries ran out and every record whose schema it could not
+    look up (here all: one schema) became a dead letter."""
+    bs, src, dst, auth, orders = _orders_topic(kafka_broker, registry, 20)
+    flaky = FlakyRegistry(registry, status, failures=5)
+    try:
+        patient = SchemaRegistry(f"http://127.0.0.1:{flaky.port}", basic_auth=("flow", "s3cret"), timeout_s=30)
+        flow = Flow(f"reg-429-{src}")
+        flow.source(KafkaSource(src, bs, value_format="avro", schema_registry=patient, bounded=True), name="orders").sink(MemorySink("out"))
+        flow.dead_letters(MemorySink("dlq"))
+        result = flow.run(runtime="simulator")
+    finally:
+        flaky.close()
+    assert result.output("dlq") == [] and result.output("out") == orders
+    assert flaky.looked_up == 6  # five refusals (the old client gave up after four), then the schema
+
+
+def test_a_registry_that_stays_unavailable_fails_the_decode_after_timeout_s(registry):
+    flaky = FlakyRegistry(registry, 503, failures=1000)
+    try:
+        auth = SchemaRegistry(registry.url, basic_auth=("flow", "s3cret"))
+        raw = RegistryEncoder("avro", auth, "t", ORDER)({"k": "a", "v": 1})
+        decode = RegistryDecoder("avro", SchemaRegistry(f"http://flow:s3cret@127.0.0.1:{flaky.port}", timeout_s=1.0), "t")
+        with pytest.raises(RegistryUnavailable) as failed:
+            decode(raw)
+    finally:
+        flaky.close()
+    text = str(failed.value)
+    assert f"schema registry http://***@127.0.0.1:{flaky.port} (looking up schema id 1, topic 't')" in text
+    assert "unavailable for 1 s (SchemaRegistry timeout_s" in text and "s3cret" not in text
+
+
+def test_a_registry_url_and_its_errors_never_show_the_userinfo(registry):
+    secret = SchemaRegistry(f"http://flow:s3cret@{registry.url.split('://')[1]}")
+    assert repr(secret) == f"SchemaRegistry('http://***@{registry.url.split('://')[1]}')"
+    with pytest.raises(RegistryUnavailable) as refused:
+        RegistryDecoder("avro", SchemaRegistry(registry.url.replace("://", "://flow:guess@")), "t")(b"\x00\x00\x00\x00\x01\x02")
+    assert "Unauthorized" in str(refused.value) and "guess" not in str(refused.value) and "***@" in str(refused.value)
+
+
+def test_a_hanging_registry_fails_the_run_naming_it_without_recoveries(ray_session, kafka_broker, registry, tmp_path):
+    """Each call times out after call_timeout_s, off the event loop: heartbeats go on. On
+    bc7b6d0 the look-up blocked the source actor's event loop without a timeout: the actor
+    was taken for hung and recovered over and over (8 recoveries in 90 s), without an error."""
+    bs, src, dst, auth, orders = _orders_topic(kafka_broker, registry, 20)
+    hanging = FlakyRegistry(registry, hang=True)
+    try:
+        url = f"http://flow:s3cret@127.0.0.1:{hanging.port}"
+        flow = Flow(f"reg-hang-{src}")
+        flow.source(KafkaSource(src, bs, value_format="avro", schema_registry=SchemaRegistry(url, timeout_s=6, call_timeout_s=1)),
+                    name="orders").sink(MemorySink("out"))
+        flow.dead_letters(MemorySink("dlq"))
+        began = time.time()
+        handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
+                            heartbeat_timeout=3)
+        recoveries = []
+        while handle.status().get("running") and time.time() - began < 60:
+            recoveries = handle.status().get("recoveries", recoveries)
+            time.sleep(0.5)
+        with pytest.raises(RegistryUnavailable) as failed:
+            handle.wait(timeout=60)
+        took = time.time() - began
+    finally:
+        hanging.close()
+    print(f"\na hanging registry -> the run failed after {took:.1f} s (timeout_s 6): {failed.value}")
+    assert recoveries == []
+    text = str(failed.value)
+    assert f"schema registry http://***@127.0.0.1:{hanging.port} (looking up schema id 1, topic {src!r})" in text
+    assert "unavailable for 6 s" in text and "s3cret" not in text
+    assert took < 40
+
+
+def test_a_flow_waiting_for_a_hanging_registry_stops_when_asked(ray_session, kafka_broker, registry, tmp_path):
+    """On bc7b6d0 stop() timed out: the event loop that would take it was blocked in the look-up."""
+    bs, src, dst, auth, orders = _orders_topic(kafka_broker, registry, 20)
+    hanging = FlakyRegistry(registry, hang=True)
+    try:
+        flow = Flow(f"reg-stop-{src}")
+        flow.source(KafkaSource(src, bs, value_format="avro", schema_registry=SchemaRegistry(f"http://127.0.0.1:{hanging.port}")),
+                    name="orders").sink(MemorySink("out"))
+        flow.dead_letters(MemorySink("dlq"))
+        handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+        time.sleep(3)
+        assert handle.status()["running"]
+        began = time.time()
+        handle.stop(timeout=30)
+        took = time.time() - began
+    finally:
+        hanging.close()
+    print(f"\nstop() with a hanging registry took {took:.1f} s")
+    assert took < 20
