@@ -60,7 +60,21 @@ def _quote(name: str) -> str:
 
 
 def _mask(dsn: str) -> str:
-    return re.sub(r"(password\s*=\s*)(\S+)", r"\1***", re.sub(r"(://[^:/@]+:)([^@]+)@", r"\1***@", dsn))
+    """``dsn`` with its password shown as ``***``: a URI's (``user:password@``, or a
+    ``password=`` parameter) or a keyword DSN's ``password=``, a quoted one whole.
+
+    >>> _mask("host=db password='two words' user=u")
+    'host=db password=*** user=u'
+    >>> _mask("postgresql://u:pw@db/x?password=p2&sslmode=require")
+    'postgresql://u:***@db/x?password=***&sslmode=require'
+    """
+    uri = "://" in dsn
+    if uri:
+        dsn = re.sub(r"(://[^:/@]+:)([^@]+)@", r"\1***@", dsn)
+    # A quoted value runs to its closing quote (backslash escapes; to the end if unclosed);
+    # a bare one to a space, or in a URI to the next parameter.
+    bare = r"[^\s&#]+" if uri else r"\S+"
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*(?:'|$)|" + bare + ")", r"\1***", dsn, flags=re.IGNORECASE)
 
 
 class PostgresSink(Sink):

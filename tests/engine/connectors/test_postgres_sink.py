@@ -214,3 +214,17 @@ def test_an_old_key_without_the_sinks_key_is_warned_about_once(postgres, caplog)
     assert rows == [{"id": 1, "v": "c"}]
     assert [r.message for r in caplog.records if "names its old key without ['id']" in r.message and "REPLICA IDENTITY FULL" in r.message] != []
     assert len([r for r in caplog.records if "names its old key" in r.message]) == 1
+
+
+@pytest.mark.parametrize("dsn, shown", [
+    ("host=db user=u password='two words' dbname=x", "host=db user=u password=*** dbname=x"),  # bc7b6d0 showed "words'"
+    ("host=db password = 'it\\'s secret' user=u", "host=db password = *** user=u"),
+    ("host=db password='never closed", "host=db password=***"),
+    ("host=db password=plain user=u", "host=db password=*** user=u"),
+    ("postgresql://u:pw@db:5432/x?sslmode=require", "postgresql://u:***@db:5432/x?sslmode=require"),
+    ("postgresql://u@db/x?password=p2&sslmode=require", "postgresql://u@db/x?password=***&sslmode=require"),
+])
+def test_a_dsn_is_shown_without_its_password(dsn, shown):
+    from driftstream.engine.connectors.postgres_sink import _mask
+
+    assert _mask(dsn) == shown
