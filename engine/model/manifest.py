@@ -129,6 +129,8 @@ class Manifest:
             "t": list(self.t),
             "parts": {label: {"states": dict(p.states), "sources": dict(p.sources)} for label, p in self.parts.items()},
             "requires": list(self.requires),
+            # which of those are bases: the store keeps a manifest before each (see SnapshotStore.prune)
+            "bases": bases_of(self.parts.values()),
         }
         if not self.legacy:
             data.update(max_parallelism=self.max_parallelism, stateful_steps=list(self.stateful_steps), stages=list(self.stages),
@@ -229,6 +231,17 @@ def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance,
         stages=tuple(stage.name for stage in plan.stages),
         key_hash=plan.key_groups.key_hash,
     )
+
+
+def bases_of(parts: Iterable[SnapshotPart]) -> list:
+    """The snapshots holding the bases of ``parts``' chains, ascending (a part's own snapshot
+    among them when it wrote a base).
+
+    >>> bases_of([SnapshotPart(states={"n": {"participant": "p", "base": 3, "deltas": [4]}}),
+    ...           SnapshotPart(states={"n": [{"participant": "q", "base": 5, "deltas": []}]})])
+    [3, 5]
+    """
+    return sorted({s["base"] for p in parts for state in p.states.values() for s in slices_of(state) if s.get("base") is not None})
 
 
 def required_by(parts: Iterable[SnapshotPart], snapshot_id: int) -> tuple:

@@ -91,7 +91,9 @@ def test_a_manifest_is_plain_json_and_no_temporary_file_remains(store):
     store.write_manifest(5, {"sources": {"0": [[0, 17, 123.5]]}, "time": [9, 0, 1, 4]})
     snap = _snap_dir(store, 5)
     assert [p.name for p in snap.iterdir()] == [MANIFEST]
-    assert json.loads((snap / MANIFEST).read_text()) == {"sources": {"0": [[0, 17, 123.5]]}, "time": [9, 0, 1, 4], "snapshot_id": 5}
+    stored = json.loads((snap / MANIFEST).read_text())
+    assert stored.pop("checksum").startswith("sha256:")
+    assert stored == {"sources": {"0": [[0, 17, 123.5]]}, "time": [9, 0, 1, 4], "snapshot_id": 5}
 
 
 def test_a_half_written_temporary_manifest_is_ignored(store):
@@ -219,21 +221,140 @@ def test_prune_keeps_the_snapshots_a_kept_manifest_requires(tmp_path):
     for snapshot_id in range(1, 6):
         store.put_file(snapshot_id, "p", "DELTA", b"x")
         # Every snapshot is built on base 1 plus the deltas up to itself.
-        store.write_manifest(snapshot_id, {"requires": list(range(1, snapshot_id))})
+        store.write_manifest(snapshot_id, {"requires": list(range(1, snapshot_id)), "bases": [1]})
     assert store.snapshot_ids() == [1, 2, 3, 4, 5]  # 4 and 5 are kept, and they require 1..4
-    store.write_manifest(6, {"requires": [5]})  # a new base at 5: the chain before it is unreferenced
-    store.write_manifest(7, {"requires": [5, 6]})
-    assert store.snapshot_ids() == [5, 6, 7]
-    assert store.get_file(5, "p", "DELTA") == b"x"
+    assert store.committed_ids() == [4, 5]  # 1..3 are files of them, no longer snapshots to restore
+    assert store.get_file(1, "p", "DELTA") == b"x"
+
+
+def _chains(store: SnapshotStore, bases: set, last: int) -> None:
+    """Commit snapshots 1..last of one participant: a base at each id in ``bases``, else a delta."""
+    base, deltas = None, []
+    for sid in range(1, last + 1):
+        if sid in bases:
+            base, deltas = sid, []
+        else:
+            deltas.append(sid)
+        store.put_file(sid, "p", "DELTA", b"x")
+        store.write_manifest(sid, {"requires": [i for i in (base, *deltas) if i != sid], "bases": [base]})
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3])
+def test_retention_keeps_an_older_manifest_on_another_base_than_the_newest(tmp_path, keep):
+    """One damaged file of the newest base (or of a delta on it) leaves a manifest to
+    restore: the newest of the previous base's chain stays, with the files it needs."""
+    store = SnapshotStore(str(tmp_path / "store"), keep=keep)
+    _chains(store, {1, 6, 11}, 8)  # bases at 1 and 6; 7 and 8 deltas on 6
+    window = list(range(9 - keep, 9))
+    assert store.committed_ids() == [5, *window]  # 5: the newest on base 1
+    assert store.requires(5) == [1, 2, 3, 4] and not set(store.requires(5)) & {6, *window}
+    assert store.snapshot_ids() == [1, 2, 3, 4, 5, 6, 7, 8]
+    _chains_on = SnapshotStore(str(tmp_path / "store"), keep=keep)  # a fresh process's view decides alike
+    assert _chains_on.prune() == [] and _chains_on.committed_ids() == [5, *window]
+
+    # A base at 11: the chain on 6 is the independent one now (its newest, 10); base 1's goes.
+    for sid in (9, 10, 11):
+        requires = [6, *range(7, sid)] if sid < 11 else []
+        store.put_file(sid, "p", "DELTA", b"x")
+        store.write_manifest(sid, {"requires": requires, "bases": [6 if sid < 11 else 11]})
+    assert store.committed_ids() == sorted({10, *range(12 - keep, 12)})
+    assert store.snapshot_ids() == ([6, 7, 8, 9, 10, 11] if keep < 6 else list(range(1, 12)))
+    store.put_file(12, "p", "DELTA", b"x")
+    store.write_manifest(12, {"requires": [11], "bases": [11]})
+    assert store.committed_ids() == sorted({10, *range(13 - keep, 13)})
+    assert store.snapshot_ids() == [6, 7, 8, 9, 10, 11, 12]
+
+
+def test_retention_takes_the_oldest_base_of_the_newest_manifests_participants(tmp_path):
+    """Participants take bases at different snapshots: the independent manifest is older than
+    every file the newest is built on."""
+    store = SnapshotStore(str(tmp_path / "store"), keep=2)
+    # p at 1 and 5, q at 1 and 7: 8 requires p's 5..7 and q's 7
+    for sid in range(1, 9):
+        p = [1, *range(2, sid)] if sid < 5 else [5, *range(6, sid)]
+        q = [1, *range(2, sid)] if sid < 7 else [7, *range(8, sid)]
+        store.write_manifest(sid, {"requires": sorted({*p, *q} - {sid}), "bases": sorted({p[0], q[0]})})
+        if sid == 6:  # q on base 1 still: nothing is independent of 6, but 4 will be of q's next base
+            assert store.committed_ids() == [4, 5, 6]
+    assert store.committed_ids() == [4, 6, 7, 8]  # 4: before 5, p's base, on neither new base; 6: before q's 7
+    assert store.snapshot_ids() == list(range(1, 9))
+    for sid in (9, 10):  # p takes a base at 10: 4 goes; 6 stays, before q's base, with q's chain on 1
+        p, q = ([5, *range(6, sid)] if sid < 10 else [10]), [7, *range(8, sid)]
+        store.write_manifest(sid, {"requires": sorted({*p, *q} - {sid}), "bases": sorted({p[0], q[0]})})
+    assert store.committed_ids() == [6, 9, 10] and store.snapshot_ids() == list(range(1, 11))
+
+
+def test_retention_of_manifests_that_do_not_name_their_bases(tmp_path):
+    """Written before ``"bases"``: any snapshot the newest requires may be a base; the newest
+    manifest before each stays (more than needed, never less)."""
+    store = SnapshotStore(str(tmp_path / "store"), keep=10)
+    _chains(store, {1, 4}, 6)
+    for sid in range(1, 7):  # as an older build wrote them
+        path = _snap_dir(store, sid) / MANIFEST
+        data = json.loads(path.read_text())
+        del data["bases"], data["checksum"]
+        path.write_text(json.dumps(data))
+    fresh = SnapshotStore(str(tmp_path / "store"), keep=2)
+    fresh.prune()
+    assert fresh.committed_ids() == [3, 4, 5, 6]  # 3: before base 4 (and 4, 5 before deltas 5, 6)
+    assert fresh.snapshot_ids() == [1, 2, 3, 4, 5, 6]  # 1, 2: 3's chain
+
+
+def test_an_altered_manifest_is_skipped_for_the_one_before_and_with_none_left_refused(store, caplog):
+    """A valid-JSON edit of one source position (what lost 64 rows in the review) is found by
+    the manifest's checksum: the restore takes the manifest before."""
+    from driftstream.snapshots.store import NoUsableManifest
+
+    store.write_manifest(1, {"parts": {"src/0": {"sources": {"0": [100, 7]}}}})
+    store.write_manifest(2, {"parts": {"src/0": {"sources": {"0": [200, 9]}}}})
+    path = _snap_dir(store, 2) / MANIFEST
+    path.write_text(path.read_text().replace("[200, 9]", "[264, 9]"))
+    json.loads(path.read_text())  # still valid JSON
+    with caplog.at_level(logging.WARNING, logger="driftstream.snapshots.store"):
+        assert store.read_latest_manifest()["parts"]["src/0"]["sources"]["0"] == [100, 7]
+        assert store.read_manifest(2) is None
+    assert str(path) in caplog.text and "does not match its checksum" in caplog.text
+
+    path1 = _snap_dir(store, 1) / MANIFEST
+    data = json.loads(path1.read_text())
+    data["checksum"] = "sha256:" + "0" * 64
+    path1.write_text(json.dumps(data))
+    with pytest.raises(NoUsableManifest, match=r"no committed manifest can be used .*0000000002/MANIFEST.json does not match .*put back"):
+        store.read_latest_manifest()
+
+
+def test_a_manifest_from_before_checksums_is_read_unchecked_and_said_once(store, caplog):
+    store.write_manifest(1, {"t": [1]})
+    store.write_manifest(2, {"t": [2]})
+    for sid in (1, 2):
+        path = _snap_dir(store, sid) / MANIFEST
+        data = json.loads(path.read_text())
+        del data["checksum"]
+        path.write_text(json.dumps(data))
+    with caplog.at_level(logging.INFO, logger="driftstream.snapshots.store"):
+        assert store.read_latest_manifest() == {"t": [2], "snapshot_id": 2}
+        assert store.read_manifest(1) == {"t": [1], "snapshot_id": 1}
+    assert caplog.text.count("has no checksum") == 1
+    with pytest.raises(ValueError, match="checksum"):
+        store.write_manifest(3, {"checksum": "mine"})
+
+
+def test_a_manifest_read_back_and_committed_again_keeps_its_checksum_valid(store):
+    manifest = {"t": [1.5, float("-inf")], "name": "été ☃", "big": 2**70, "nested": {"b": [1, {"a": None}]}}
+    store.write_manifest(1, manifest)
+    again = store.read_latest_manifest()
+    assert again == {**manifest, "snapshot_id": 1}
+    store.write_manifest(2, {k: v for k, v in again.items() if k != "snapshot_id"})
+    assert store.read_manifest(2) == {**manifest, "snapshot_id": 2}
 
 
 def test_prune_every_n_commits(tmp_path):
     store = SnapshotStore(str(tmp_path / "store"), keep=1, prune_every=3)
     for snapshot_id in range(1, 6):
-        store.write_manifest(snapshot_id, {})
-    assert store.committed_ids() == [3, 4, 5]  # pruned after commit 3 only
-    store.write_manifest(6, {})
-    assert store.committed_ids() == [6]
+        store.write_manifest(snapshot_id, {"bases": [snapshot_id]})  # each a base: the one before is independent
+    assert store.committed_ids() == [2, 3, 4, 5]  # pruned after commit 3 only
+    store.write_manifest(6, {"bases": [6]})
+    assert store.committed_ids() == [5, 6]
 
 
 # -- checksums ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ before, with exactly the output of an undamaged run; with none left, a clear err
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Optional
@@ -70,3 +71,44 @@ def test_a_damaged_snapshot_falls_back_to_the_one_before_and_with_none_left_the_
     with pytest.raises(FlowError, match="no older committed snapshot .* fresh=True"):
         flow.run(parallelism=2, guarantee="exactly-once", snapshot_dir=str(tmp_path / "snaps"), resume=True)
     assert read_file_sink(tmp_path / "out", "out") == expected
+
+
+def test_a_damaged_newest_base_falls_back_to_the_snapshot_before_that_base(ray_session, tmp_path, tmp_path_factory):
+    """Retention keeps, beside the newest two snapshots (both on the newest base here), the
+    newest one before that base: a damaged file of the base falls back to it, with exactly
+    the output of an undamaged run (with only the newest two kept, nothing was left)."""
+    expected = failure_free_output(tmp_path_factory)
+    flow = build("cb", FileSink(tmp_path / "out", name="out"), paced=True, rate=600)  # 10 s: bases every 5 s
+    snaps = str(tmp_path / "snaps")
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=snaps)
+    watch, first, deadline = SnapshotStore(snaps), None, time.time() + 120
+    for turn in itertools.count():  # until every chain has a second base, and the newest is two past it
+        assert time.time() < deadline and (turn % 10 or handle.status()["running"]), handle.status()
+        latest = watch.read_latest_manifest()
+        if latest is not None and latest["bases"]:
+            first = first or min(latest["bases"])
+            if min(latest["bases"]) > first and latest["snapshot_id"] >= max(latest["bases"]) + 2:
+                break
+        time.sleep(0.05)
+    handle.stop(timeout=60)
+    store = SnapshotStore(snaps)
+    store.prune()  # as a commit does: the stop's final snapshot may have come between two prunes
+    newest = store.committed_ids()[-1]
+    manifest = store.read_manifest(newest)
+    # The chain on the oldest base: every snapshot from it on is built on it.
+    chain = min((c for part in manifest["parts"].values() for c in part["states"].values()), key=lambda c: c["base"])
+    base = chain["base"]
+    requires = {sid: store.read_manifest(sid)["requires"] for sid in store.committed_ids()}
+    assert all(sid == base or base in requires[sid] for sid in sorted(requires)[-2:])  # the newest two: on the base
+    assert [sid for sid in requires if sid < base], requires  # kept: one on an older base
+    part_dir = Path(snaps) / f"{base:010d}" / chain["participant"]
+    state_file = max((p for p in part_dir.rglob("*") if p.is_file() and not p.name.endswith(".sums.json")), key=lambda p: p.stat().st_size)
+    data = bytearray(state_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    state_file.unlink()  # a hard link to the actor's checkpoint: replace it rather than change both
+    state_file.write_bytes(bytes(data))
+
+    flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=snaps, resume=True)
+    assert read_file_sink(tmp_path / "out", "out") == expected  # nothing lost, nothing twice
+    note = (Path(snaps) / f"{newest:010d}" / "CORRUPT.txt").read_text()
+    assert state_file.name in note and "differs from what was written" in note
