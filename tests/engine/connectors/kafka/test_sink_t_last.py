@@ -4,6 +4,7 @@ writes nothing twice; past the sink's ``retry_s`` an error naming the sink, neve
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -79,3 +80,40 @@ def test_past_retry_s_the_sink_says_it_cannot_tell_what_it_holds():
         assert text.startswith("LastRecordTimeout: sink 'index-out' cannot tell what")
         assert f"{topic}[0]" in text and bs in text and "retry_s=1" in text and "within 1 s" in text
         assert "A slow broker is not an empty partition" in text
+
+
+def test_an_exactly_once_run_killed_behind_a_slow_broker_has_no_duplicates(ray_session, tmp_path):
+    """On Ray: the sink's stage killed once a third of the output is written, while every fetch
+    answer comes 1.2 s late; the recovered sinks read back what they hold, and the topic has
+    each output once (at bc7b6d0 the sinks took the partitions for empty and wrote again)."""
+    import ray
+
+    from driftstream.engine.connectors.kafka.sink import read_kafka_sink
+    from tests.engine.control.test_exactly_once import N, build
+
+    with slow_broker(delay_s=1.2) as (broker, proxy):
+        bs, topic = broker.bootstrap_servers, f"eo-slow-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bs, topic, 2)
+        parts = [TopicPartition(topic, p) for p in (0, 1)]
+        killed: list = []
+
+        def kill() -> None:
+            c = consumer(bs)  # end offsets (ListOffsets) are answered at once: only fetches are late
+            try:
+                while sum(c.end_offsets(parts).values()) < N // 3:
+                    time.sleep(0.02)
+            finally:
+                c.close()
+            ray.kill(ray.get_actor("eo-slow/by_key/1", namespace="driftstream"), no_restart=True)
+            killed.append(True)
+
+        killer = threading.Thread(target=kill, daemon=True)
+        killer.start()
+        result = build("eo-slow", KafkaSink(topic, bs), paced=True, rate=2000).run(
+            parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
+        killer.join(timeout=5)
+        proxy.delay_s = 0.0
+        got = read_kafka_sink(bs, topic)
+    assert killed and result.metrics.recoveries == 1, result.metrics.recovery_s
+    metas = [m for m, _ in got]
+    assert len(metas) == N and len(set(metas)) == N  # every output once: none written twice
