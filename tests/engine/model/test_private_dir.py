@@ -64,3 +64,40 @@ def test_kafka_start_and_stop_through_the_private_state_file(home):
     finally:
         assert local_kafka.cli_stop() is True
     assert local_kafka.cli_stop() is False
+
+
+def test_an_own_directory_others_may_read_is_made_private_with_a_warning(home, monkeypatch, caplog):
+    """What the corpus cache left before it made its directories private: ~/.cache/driftstream 0755."""
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    shared = home / "cache" / "driftstream"
+    shared.mkdir(parents=True)
+    os.chmod(shared, 0o755)
+    with caplog.at_level("WARNING", logger="driftstream.engine.model.private_dir"):
+        assert runtime_dir() == shared / "run"  # its parent, the data directory, is checked too
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(shared / "run").st_mode) == 0o700
+    assert f"{shared} was open to other users (mode 0o755): made 0700" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="driftstream.engine.model.private_dir"):
+        data_dir()
+    assert caplog.text == ""  # said once: it is private now
+
+
+def test_missing_parents_are_made_private_too(home):
+    """os.makedirs gives only the last directory its mode: the data directory under a
+    missing cache home came out 0755."""
+    d = data_dir()
+    assert d == home / "cache" / "driftstream"
+    for path in (home / "cache", d):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a directory another user's takes root")
+def test_another_users_directory_is_refused_and_left_as_it_is(home):
+    theirs = home / "cache" / "driftstream"
+    theirs.mkdir(parents=True)
+    os.chmod(theirs, 0o755)
+    os.chown(theirs, 4242, 4242)
+    with pytest.raises(PermissionError, match="belongs to user id 4242"):
+        data_dir()
+    assert stat.S_IMODE(os.stat(theirs).st_mode) == 0o755
