@@ -3,8 +3,12 @@
 Each write of a sink partition is one Iceberg snapshot (an append, through ``pyiceberg``:
 Arrow batches into Parquet files), and the snapshot's summary carries the partition's
 ``t_last`` (``driftstream.t_last.<partition>``): the rows and their ``t_last`` commit
-together or not at all. After a failure the barrier reads ``t_last`` back from the
-newest snapshot that has it and drops the replayed rows at or before it.
+together or not at all. The same commit sets a table property of that name, which outlives
+the snapshot when ``expire_snapshots`` removes it. After a failure the barrier reads
+``t_last`` back from the newest snapshot along the current one's parents that has it (the
+history the table's data has, right after a rollback too); where expired snapshots cut that
+history first, from the table property; with neither, the recovery fails rather than
+write the rows again. It drops the replayed rows at or before ``t_last``.
 
 Commits come at most every ``commit_interval_s`` (default 1 s; what arrives meanwhile
 joins the next one): an Iceberg snapshot per second per partition, not per bundle.
@@ -101,11 +105,15 @@ class _IcebergSinkPartition(SinkPartition):
         wait = self.last_commit + self.sink.commit_interval_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        properties = {self.key: json.dumps(meta_to_json(elements[-1][0]))}
+        value = json.dumps(meta_to_json(elements[-1][0]))
         for attempt in range(MAX_CONFLICTS):
             table = self.table()
             try:
-                table.append(data, snapshot_properties=properties)
+                # One commit: the snapshot's summary and the table property (which outlives the
+                # snapshot's expiry) say t_last together with the rows, or none of them lands.
+                with table.transaction() as txn:
+                    txn.set_properties({self.key: value})
+                    txn.append(data, snapshot_properties={self.key: value})
                 break
             except CommitFailedException as exc:  # another partition committed first: the table moved on
                 last = self.t_last()  # refreshes the table; ours did not land (a conflict is refused whole), unless said otherwise
@@ -139,7 +147,10 @@ class _IcebergSinkPartition(SinkPartition):
             raise ValueError(f"sink {self.sink.name!r}: elements from t={elements[0][0]!r} do not fit {self.sink.table!r}: {exc}") from exc
 
     def t_last(self) -> Optional[Meta]:
-        """From the newest snapshot back along its parents (the table's history, in commit order)."""
+        """From the newest snapshot back along its parents (the table's history, in commit
+        order); where expired snapshots cut that history before one says it, from the table
+        property. None only when the history is whole (back to the table's first snapshot)
+        and says nothing was written."""
         table = self.table()
         table.refresh()
         snapshot = table.current_snapshot()
@@ -147,5 +158,28 @@ class _IcebergSinkPartition(SinkPartition):
             value = (snapshot.summary.additional_properties if snapshot.summary is not None else {}).get(self.key)
             if value is not None:
                 return meta_from_json(json.loads(value))
-            snapshot = None if snapshot.parent_snapshot_id is None else table.snapshot_by_id(snapshot.parent_snapshot_id)
-        return None
+            parent = None if snapshot.parent_snapshot_id is None else table.snapshot_by_id(snapshot.parent_snapshot_id)
+            if parent is None:
+                return self._t_last_before(table, snapshot)
+            snapshot = parent
+        return None  # no snapshot: nothing written
+
+    def _t_last_before(self, table: Any, oldest: Any) -> Optional[Meta]:
+        """The history ends at ``oldest`` and did not say this partition's ``t_last``. The
+        table's first snapshot (sequence number 1): nothing written. Otherwise its parents were
+        expired (pyiceberg's expiry clears the parent id, Java's leaves it dangling): the table
+        property set by this partition's last commit, or an error, never None (a replay would
+        append every row again). Format 1 tables number no snapshot: they cannot tell, None."""
+        if oldest.parent_snapshot_id is None and oldest.sequence_number == 1:
+            return None
+        value = table.properties.get(self.key)
+        if value is not None:
+            return meta_from_json(json.loads(value))
+        if oldest.parent_snapshot_id is None and not oldest.sequence_number:
+            return None
+        raise RuntimeError(
+            f"sink {self.sink.name!r} cannot tell what partition {self.partition} of Iceberg table {self.sink.table!r} holds: "
+            f"the snapshots before {oldest.snapshot_id} were expired before one saying it ({self.key!r} in its summary) was "
+            f"found, and the table has no property {self.key!r} (each commit sets it: the table was written by an older "
+            f"driftstream, or the property was removed), so a replay would append the partition's rows again. Set that "
+            f"property to the partition's last t_last (its Meta as JSON) if you know it, or start over on an empty table")

@@ -10,10 +10,12 @@ from collections import Counter
 
 import pytest
 
+from driftstream.barriers.bundle import Bundle
 from driftstream.engine.connectors.iceberg_sink import IcebergSink
 from driftstream.engine.testing import MemorySource, PacedSource
 from driftstream.examples.inverted_index.ground_truth import reference_changes
 from driftstream.examples.inverted_index.pipeline import build
+from driftstream.ordering.meta import Meta
 from tests.conftest import flow_actors
 
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta"]
@@ -71,6 +73,52 @@ def test_a_missing_table_and_an_element_that_does_not_fit_say_so(catalog):
     SqlCatalog("default", **catalog).create_table("index.narrow", schema=pa.schema([("word", pa.string())]))
     with pytest.raises(Exception, match=r"element \{'op': 'add'.* has 'op', 'page_id', 'positions', 'df', which 'index.narrow' does not have"):
         build(MemorySource(_docs(2)), IcebergSink("index.narrow", catalog), name="ice-narrow").run(runtime="simulator")
+
+
+def _bundle(page: int, n: int) -> Bundle:
+    return Bundle([(Meta(page * 100 + i, 0, 0, page * 100 + i), {"op": "add", "word": f"w{i}", "page_id": page, "positions": [i], "df": 1})
+                   for i in range(n)])
+
+
+def _expire_all_but_the_current(catalog: dict, table: str) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    t = SqlCatalog("default", **catalog).load_table(table)
+    current = t.current_snapshot().snapshot_id
+    t.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in t.snapshots() if s.snapshot_id != current]).commit()
+
+
+def test_t_last_outlives_expired_snapshots_and_a_cut_history_without_it_fails_loudly(catalog):
+    """Partition 0 commits, then partition 1 twice; every snapshot but the newest (partition
+    1's) is expired. A recovering partition 0 still finds its t_last (at bc7b6d0: None, and the
+    replay appended its rows again); a table that says it nowhere fails the recovery."""
+    table = _changes_table(catalog)
+    sink = IcebergSink(table, catalog, commit_interval_s=0, name="changes")
+    zero, one = sink.open(0, 2), sink.open(1, 2)
+    zero.write(_bundle(1, 5))
+    one.write(_bundle(2, 3))
+    one.write(_bundle(3, 4))
+    _expire_all_but_the_current(catalog, table)
+
+    again = IcebergSink(table, catalog, commit_interval_s=0, name="changes")
+    assert again.open(0, 2).t_last() == _bundle(1, 5).t_last
+    assert again.open(1, 2).t_last() == _bundle(3, 4).t_last
+    replay = again.open(0, 2)
+    replay.write(_bundle(1, 5).after(replay.t_last()))  # the replay of what partition 0 holds: nothing new
+    assert len(_rows(catalog, table)) == 12
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    t = SqlCatalog("default", **catalog).load_table(table)
+    with t.transaction() as txn:  # a table written before the property: only the expired snapshot said it
+        txn.remove_properties("driftstream.t_last.0")
+    _expire_all_but_the_current(catalog, table)
+    with pytest.raises(RuntimeError) as err:
+        IcebergSink(table, catalog, name="changes").open(0, 2).t_last()
+    text = str(err.value)
+    assert f"sink 'changes' cannot tell what partition 0 of Iceberg table {table!r} holds" in text
+    assert "no property 'driftstream.t_last.0'" in text and "would append the partition's rows again" in text
+    assert IcebergSink(table, catalog).open(1, 2).t_last() == _bundle(3, 4).t_last  # its own commit is the newest
 
 
 def test_the_index_exactly_once_with_a_stateful_kill(ray_session, catalog, tmp_path):
