@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import traceback
 from dataclasses import dataclass
@@ -128,6 +129,13 @@ class DataPlaneError(RuntimeError):
         return (DataPlaneError, (self.peer, self.receiver, self.cause))
 
 
+#: Bytes of a failing element, and of its error text and traceback, that its dead letter
+#: keeps, as a source's ``BadRecord`` keeps of a record (``connectors/bad_record.py``): a
+#: letter must stay writable (a Kafka topic refuses messages over its ``max.message.bytes``,
+#: 1 MiB by default, and a refused letter failed the run).
+LETTER_MAX_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """An element whose step raised, under ``on_error="dead-letter"``: the step's name, the
@@ -135,12 +143,17 @@ class DeadLetter:
     and the traceback of the user's code. It leaves the step at the element's own t, so a
     run's dead letters are a function of its input, like its output.
 
+    An element over :data:`LETTER_MAX_BYTES` (its UTF-8 text, its bytes, else its JSON,
+    else its repr) is kept cut to that many bytes (a str, or bytes), an error text or
+    traceback likewise: ``truncated`` says so and ``element_size`` is the element's size in
+    bytes (None when nothing was cut). The element stays in the source, where ``t`` says.
+
     >>> try:
     ...     int("x")
     ... except ValueError as exc:
     ...     letter = dead_letter("parse", (1, 0, 0, 7, ()), "x", exc)
-    >>> letter.step, letter.element, letter.t, letter.error
-    ('parse', 'x', (1, 0, 0, 7, ()), "ValueError: invalid literal for int() with base 10: 'x'")
+    >>> letter.step, letter.element, letter.t, letter.error, letter.truncated
+    ('parse', 'x', (1, 0, 0, 7, ()), "ValueError: invalid literal for int() with base 10: 'x'", False)
     """
 
     step: str
@@ -148,19 +161,86 @@ class DeadLetter:
     t: tuple
     error: str
     traceback: str
+    #: True if the element, the error or the traceback was cut at LETTER_MAX_BYTES
+    truncated: bool = False
+    #: the element's size in bytes when the letter was cut (None: nothing was)
+    element_size: Optional[int] = None
 
 
 def dead_letter(step: str, meta: tuple, element: Any, exc: BaseException, engine_frames: int = 1) -> DeadLetter:
     """The dead letter of ``element``; call it in the ``except`` of the frame that called the
     user's function, or ``engine_frames`` frames above it: those frames are left out of the
     traceback, which then holds the user's frames alone and is the same wherever the engine
-    called it from."""
+    called it from. Cut to :data:`LETTER_MAX_BYTES` each: the element, the error, the
+    traceback (an element that says whether it was cut, a ``truncated`` field as a
+    source's ``BadRecord`` has, was cut by its maker and is kept as it is)."""
     frames = exc.__traceback__
     for _ in range(engine_frames):
         if frames is not None and frames.tb_next is not None:
             frames = frames.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, frames))
-    return DeadLetter(step, element, tuple(meta[:4]) + (tuple(meta[4]),), f"{type(exc).__name__}: {exc}", text)
+    error = f"{type(exc).__name__}: {_exc_text(exc)}"
+    kept, size = _cut_element(element)
+    error, error_cut = _cut_text(error)
+    text, text_cut = _cut_text(text)
+    if size is None and not (error_cut or text_cut):
+        return DeadLetter(step, element, tuple(meta[:4]) + (tuple(meta[4]),), error, text)
+    if size is None:
+        size = _size_of(element)[0]
+    return DeadLetter(step, kept, tuple(meta[:4]) + (tuple(meta[4]),), error, text, True, size)
+
+
+def _exc_text(exc: BaseException) -> str:
+    """``str(exc)``, or what its broken ``__str__`` raised."""
+    try:
+        return str(exc)
+    except Exception as broken:  # the letter must not fail on it
+        return f"<unprintable {type(exc).__name__}: {type(broken).__name__}>"
+
+
+def _cut_text(text: str) -> tuple:
+    """``(text, False)``, or cut to LETTER_MAX_BYTES of UTF-8 with ``True``. O(len) when long."""
+    if len(text) <= LETTER_MAX_BYTES // 4:  # at most 4 bytes a character: no need to encode
+        return text, False
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= LETTER_MAX_BYTES:
+        return text, False
+    return data[:LETTER_MAX_BYTES].decode("utf-8", "ignore"), True
+
+
+def _size_of(element: Any) -> tuple:
+    """``(size in bytes, its bytes or text)``: of bytes as they are, of a str in UTF-8, of
+    anything else its JSON as the JSON sinks write it, or else its repr."""
+    if isinstance(element, (bytes, bytearray, memoryview)):
+        data = bytes(element)
+        return len(data), data
+    if isinstance(element, str):
+        data = element.encode("utf-8", "surrogatepass")
+        return len(data), data
+    from driftstream.barriers.json_payloads import json_bytes
+
+    try:
+        data = json_bytes(element)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        data = short_repr(element, limit=2**62).encode("utf-8", "surrogatepass")  # whole: no limit
+    return len(data), data
+
+
+def _cut_element(element: Any) -> tuple:
+    """``(element, None)`` if it fits a letter; else ``(what is kept, its size in bytes)``:
+    the first LETTER_MAX_BYTES of its bytes (bytes), or of its text, JSON or repr (a str)."""
+    if isinstance(element, (int, float, bool)) or element is None:
+        return element, None
+    if dataclasses.is_dataclass(element) and not isinstance(element, type) and hasattr(element, "truncated"):
+        return element, None
+    if isinstance(element, str) and len(element) <= LETTER_MAX_BYTES // 4:
+        return element, None
+    size, data = _size_of(element)
+    if size <= LETTER_MAX_BYTES:
+        return element, None
+    if isinstance(element, (bytes, bytearray, memoryview)):
+        return data[:LETTER_MAX_BYTES], size
+    return data[:LETTER_MAX_BYTES].decode("utf-8", "ignore"), size
 
 
 def is_dead_letter(x: Any) -> bool:

@@ -219,7 +219,8 @@ def test_dead_letter_records_are_dataclasses_json_sinks_write_as_objects():
     from driftstream.barriers.json_payloads import json_default
 
     assert json.loads(json.dumps(letter, default=json_default)) == {
-        "step": "parse", "element": {"raw": "x"}, "t": [1, 0, 0, 7, []], "error": "ValueError: x", "traceback": "Traceback ..."}
+        "step": "parse", "element": {"raw": "x"}, "t": [1, 0, 0, 7, []], "error": "ValueError: x", "traceback": "Traceback ...",
+        "truncated": False, "element_size": None}
 
 
 def test_a_kafka_sources_bad_records_go_to_its_own_topic_and_step_failures_share_it():
