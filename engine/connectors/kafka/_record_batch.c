@@ -270,9 +270,12 @@ fail:
 #define CRC_AT 17
 #define CRC_FROM 21
 
-/* One record's parts, read from a (value, headers) pair: the buffers stay held until released. */
+/* One record's parts, read from a (value, headers) pair or a keyed sink's (value, headers, key):
+ * the buffers stay held until released. */
 typedef struct {
     Py_buffer value;
+    Py_buffer key;
+    int has_key; /* 0: a null key */
     Py_ssize_t nh;
     const char *keys[16];
     Py_ssize_t key_lens[16];
@@ -281,6 +284,9 @@ typedef struct {
 
 static void parts_release(Parts *r) {
     PyBuffer_Release(&r->value);
+    if (r->has_key)
+        PyBuffer_Release(&r->key);
+    r->has_key = 0;
     for (Py_ssize_t h = 0; h < r->nh; h++)
         PyBuffer_Release(&r->hvals[h]);
     r->nh = 0;
@@ -290,15 +296,23 @@ static void parts_release(Parts *r) {
  * more than 16 headers go to the Python too. */
 static int parts_read(PyObject *record, Parts *r) {
     r->nh = 0;
-    if (!PyTuple_Check(record) || PyTuple_GET_SIZE(record) != 2) {
-        PyErr_SetString(PyExc_TypeError, "encoded_batches takes (value, headers) records");
+    r->has_key = 0;
+    if (!PyTuple_Check(record) || (PyTuple_GET_SIZE(record) != 2 && PyTuple_GET_SIZE(record) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "encoded_batches takes (value, headers) or (value, headers, key) records");
         return -1;
     }
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(record, 0), &r->value, PyBUF_SIMPLE) < 0)
         return -1;
+    if (PyTuple_GET_SIZE(record) == 3 && PyTuple_GET_ITEM(record, 2) != Py_None) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(record, 2), &r->key, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&r->value);
+            return -1;
+        }
+        r->has_key = 1;
+    }
     PyObject *hs = PySequence_Fast(PyTuple_GET_ITEM(record, 1), "a record's headers are (str, bytes) pairs");
     if (hs == NULL) {
-        PyBuffer_Release(&r->value);
+        parts_release(r);
         return -1;
     }
     Py_ssize_t nh = PySequence_Fast_GET_SIZE(hs);
@@ -328,7 +342,8 @@ fail:
 
 /* The record's body length at offset delta ``delta`` (record_batch.encode_record's body). */
 static Py_ssize_t body_len(const Parts *r, Py_ssize_t delta) {
-    Py_ssize_t n = 2 + varint_len(delta) + 1 + varint_len(r->value.len) + r->value.len + varint_len(r->nh);
+    Py_ssize_t key = r->has_key ? varint_len(r->key.len) + r->key.len : 1; /* a null key: varint -1 */
+    Py_ssize_t n = 2 + varint_len(delta) + key + varint_len(r->value.len) + r->value.len + varint_len(r->nh);
     for (Py_ssize_t h = 0; h < r->nh; h++)
         n += varint_len(r->key_lens[h]) + r->key_lens[h] + varint_len(r->hvals[h].len) + r->hvals[h].len;
     return n;
@@ -339,7 +354,13 @@ static unsigned char *put_record(unsigned char *p, const Parts *r, Py_ssize_t de
     *p++ = 0; /* attributes */
     *p++ = 0; /* timestamp delta: every record of a batch has the batch's time */
     p = put_varint(p, delta);
-    *p++ = 1; /* a null key: varint -1 */
+    if (r->has_key) {
+        p = put_varint(p, r->key.len);
+        memcpy(p, r->key.buf, r->key.len);
+        p += r->key.len;
+    } else {
+        *p++ = 1; /* a null key: varint -1 */
+    }
     p = put_varint(p, r->value.len);
     memcpy(p, r->value.buf, r->value.len);
     p += r->value.len;
@@ -439,7 +460,45 @@ fail:
     return NULL;
 }
 
+/* -- murmur2 -------------------------------------------------------------------------------- */
+
+/* murmur2(data) -> int: partitioner.murmur2 (Kafka's Utils.murmur2, a signed 32-bit int), ~20x
+ * faster than the Python: a keyed sink hashes every record's key twice (routing, writing). */
+static PyObject *murmur2(PyObject *mod, PyObject *arg) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *d = b.buf;
+    Py_ssize_t len = b.len;
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)len;
+    Py_ssize_t whole = len & ~(Py_ssize_t)3;
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)d[i] | (uint32_t)d[i + 1] << 8 | (uint32_t)d[i + 2] << 16 | (uint32_t)d[i + 3] << 24;
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    switch (len & 3) {
+    case 3:
+        h ^= (uint32_t)d[whole + 2] << 16; /* fall through */
+    case 2:
+        h ^= (uint32_t)d[whole + 1] << 8; /* fall through */
+    case 1:
+        h ^= d[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    PyBuffer_Release(&b);
+    return PyLong_FromLong((long)(int32_t)h);
+}
+
 static PyMethodDef methods[] = {
+    {"murmur2", (PyCFunction)murmur2, METH_O, "partitioner.murmur2 of a bytes-like object"},
     {"sink_records", (PyCFunction)(void (*)(void))sink_records, METH_FASTCALL,
      "sink.sink_records of a bundle's elements, in one call"},
     {"encoded_batches", (PyCFunction)(void (*)(void))encoded_batches, METH_FASTCALL,

@@ -25,7 +25,7 @@ from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.sink import SinkPartition
 from driftstream.ordering.meta import Meta
 
-from driftstream.engine.connectors.kafka.partitioner import key_bytes, murmur2
+from driftstream.engine.connectors.kafka.partitioner import fast_murmur2, key_bytes
 from driftstream.engine.connectors.kafka.sink import _KafkaSinkPartition, sink_records
 from driftstream.engine.model.errors import short_repr
 
@@ -53,9 +53,8 @@ class KeyedKafkaSinkPartition(SinkPartition):
     """What one barrier of a keyed :class:`.KafkaSink` writes: per Kafka partition its elements
     fall in, a :class:`_KeyedPartWriter` (opened at first use) writes them in t order.
 
-    Costs: ``write`` O(elements) for the key and its murmur2 (~0.5-1.5 µs for short keys) on
-    top of the unkeyed sink's encoding, one produce request chain per Kafka partition
-    touched; :meth:`t_last` and :meth:`skip_replayed` read each partition's last message.
+    Costs: ``write`` O(elements): the key, its murmur2 (in C) and the split on top of the
+    unkeyed sink's encoding, one produce request chain per Kafka partition touched; :meth:`t_last` and :meth:`skip_replayed` read each partition's last message.
     """
 
     def __init__(self, sink: "KafkaSink") -> None:
@@ -79,10 +78,11 @@ class KeyedKafkaSinkPartition(SinkPartition):
         key, n, name = self.sink.key, self.partitions, self.sink.name
         for element in bundle.elements:
             try:
-                kb = key_bytes(key(element[1]))
+                kb = key(element[1])
+                kb = kb.encode() if type(kb) is str else key_bytes(kb)  # a str key inline: most are
             except Exception as exc:
                 raise TypeError(f"sink {name!r}: key= of {short_repr(element[1])} at t={element[0]!r}: {exc}") from exc
-            p = (murmur2(kb) & 0x7FFFFFFF) % n
+            p = (fast_murmur2(kb) & 0x7FFFFFFF) % n
             part = parts.get(p)
             if part is None:
                 part = parts[p] = ([], [])

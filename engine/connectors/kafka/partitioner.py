@@ -59,6 +59,17 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def _fast_murmur2() -> Callable[[bytes], int]:
+    """The C :func:`murmur2` (``_record_batch.c``, ~0.04 µs a short key against ~1 µs), or this one."""
+    from driftstream.engine.connectors.kafka.record_batch import NATIVE
+
+    return getattr(NATIVE, "murmur2", None) or murmur2
+
+
+#: :func:`murmur2`, in C where it is built: what the keyed sink's routing and writing hash with
+fast_murmur2 = _fast_murmur2()
+
+
 def key_bytes(key: Any) -> bytes:
     """A record key as bytes: bytes as they are, a str in UTF-8; TypeError otherwise.
 
@@ -135,6 +146,6 @@ class PartitionRoute:
 def partition_of(key: Callable[[Any], Any], element: Any, partitions: int, sink: str) -> int:
     """The Kafka partition of ``element`` under ``key``; TypeError naming ``sink`` and the element."""
     try:
-        return (murmur2(key_bytes(key(element))) & 0x7FFFFFFF) % partitions
+        return (fast_murmur2(key_bytes(key(element))) & 0x7FFFFFFF) % partitions
     except TypeError as exc:
         raise TypeError(f"sink {sink!r}: key= of {short_repr(element)}: {exc}") from exc

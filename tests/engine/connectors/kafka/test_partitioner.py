@@ -93,3 +93,15 @@ def test_the_route_sends_a_key_to_its_partitions_routing_key():
     assert [route({"k": k}) for k in ("a", "b", "foobar")] == [keys[kafka_partition(k, 4)] for k in ("a", "b", "foobar")]
     with pytest.raises(TypeError, match="sink 'out': key= of {'k': 3}: a record key is bytes or str, not int"):
         route({"k": 3})
+
+
+def test_the_c_murmur2_is_the_pythons():
+    from driftstream.engine.connectors.kafka.record_batch import NATIVE
+
+    if NATIVE is None:
+        pytest.skip("the C accelerators are not built")
+    rng = random.Random(9)
+    for _ in range(5000):
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 60)))
+        assert NATIVE.murmur2(data) == murmur2(data)
+    assert {k: NATIVE.murmur2(k) for k in KAFKA_VECTORS} == KAFKA_VECTORS

@@ -64,3 +64,15 @@ def test_the_c_batches_take_any_bytes_like_value_and_refuse_what_the_python_refu
         list(encoded_batches([("text", [])], 1000))
     with pytest.raises(AttributeError):  # a header name that is not a str: the Python's own error
         list(encoded_batches([(b"v", [(1, b"x")])], 1000))
+
+
+keyed_records = st.lists(st.tuples(st.binary(max_size=2_000), headers, st.one_of(st.none(), st.binary(max_size=100))), min_size=1, max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=keyed_records, max_bytes=st.integers(60, 50_000))
+def test_a_keyed_record_reads_back_with_its_key_and_the_c_gives_the_pythons_bytes(records, max_bytes):
+    """A keyed KafkaSink's ``(value, headers, key)`` records (None: a null key), in C and in Python."""
+    got = [b.buffer() for b in encoded_batches(records, max_bytes, clock=lambda: 1.0)]
+    assert [(k, v) for data in got for _, _, k, v, _ in read_back(data)] == [(k, v) for v, _, k in records]
+    assert got == [b.buffer() for b in python_batches(records, max_bytes, 1000)]
