@@ -247,8 +247,10 @@ class Flow:
         source instance), ``chaos`` (test-only: max random delay in seconds per batch).
         Ray only: ``guarantee`` ("none" (default), "at-least-once", "at-most-once", "exactly-once"),
         ``snapshot_interval`` (seconds), ``snapshot_dir`` (a local path or a pyarrow.fs URI;
-        default: a directory per flow under the temp dir), ``resume`` (start from the
-        newest snapshot in ``snapshot_dir`` instead of from the beginning).
+        default: ``~/.cache/driftstream/snapshots/<flow name>``), ``resume`` (start from the
+        newest snapshot in ``snapshot_dir`` instead of from the beginning), ``fresh``
+        (discard the snapshots in ``snapshot_dir`` and start from the beginning; without
+        ``resume`` or ``fresh`` a ``snapshot_dir`` holding snapshots is refused).
         """
         if runtime == "ray":
             from driftstream.engine.control.launch import run_on_ray

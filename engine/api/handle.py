@@ -124,6 +124,9 @@ class FlowHandle:
         e.g. a snapshot that does not fit the flow, or a sink that cannot take its parallelism."""
         import ray
 
+        if self._coordinator is None:  # refused before any coordinator started (a source checked on the driver)
+            self._thread.join()
+            raise self._error
         try:
             error = ray.get(self._coordinator.wait_launched.remote(timeout), timeout=timeout + 10)
         except ray.exceptions.RayActorError:

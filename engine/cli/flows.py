@@ -120,7 +120,8 @@ def add_commands(sub: argparse._SubParsersAction, load_flow: Callable) -> None:
     p.add_argument("--snapshot-dir", default=None, help="where snapshots go (a path every node sees, for recovery on any node)")
     p.add_argument("--standbys", type=int, default=0, help="spare actors that replace a lost one without starting a process")
     p.add_argument("--resume", action="store_true", help="continue from the newest snapshot in --snapshot-dir (at any parallelism)")
-    p.add_argument("--fresh", action="store_true", help="discard another flow's snapshots in --snapshot-dir and start afresh")
+    p.add_argument("--fresh", action="store_true", help="discard the snapshots in --snapshot-dir (this flow's or another's) and "
+                   "start from the beginning; without --resume or --fresh a directory holding snapshots is refused")
     p.add_argument("--allow-state-changes", action="store_true",
                    help="resume although stateful steps were added (they start empty) or removed (their state is dropped)")
     for what, text in (("ca", "the CA that signs every node's certificate"), ("cert", "the certificate actors present"),

@@ -30,6 +30,7 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.rescaler import Rescale
+from driftstream.engine.control.resume import check_sources
 from driftstream.engine.control.supervisor import RaySupervisor
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
@@ -61,10 +62,18 @@ class CoordinatorActor:
             config = config.resumed()
             check_no_leftovers(plan.flow_name, exclude={coordinator_name(plan)})
         self.config = config
-        self.supervisor = RaySupervisor(plan, config)
+        self.plan = plan
         self.launched = threading.Event()
         self.done = threading.Event()
         self.outcome_: tuple = (None, None)
+        self.exporter = None
+        try:
+            self.supervisor: Optional[RaySupervisor] = RaySupervisor(plan, config)
+        except Exception as exc:  # run() hands it back as itself; raised here, the driver would see only its text
+            self.supervisor, self.outcome_ = None, (None, exc)
+            self.launched.set()
+            self.done.set()
+            return
         self.exporter = start_export(plan.flow_name, config, self.supervisor.live_status, self.launched)
         if detached:
             threading.Thread(target=self.run, name="driftstream-detached", daemon=True).start()
@@ -72,6 +81,8 @@ class CoordinatorActor:
     def run(self, timeout: Optional[float] = None) -> tuple:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
         with its fields), not wrapped in Ray's task error."""
+        if self.supervisor is None:
+            return self.outcome_  # the supervisor could not be set up
         try:
             outcome = self.supervisor.run(timeout, on_launched=self.launched.set), None
         except Exception as exc:
@@ -99,12 +110,12 @@ class CoordinatorActor:
 
     def describe(self) -> dict:
         """What ``driftstream list`` shows; answers at once, also while the run starts."""
-        c = self.config
+        c, s = self.config, self.supervisor
         state = ("failed" if self.outcome_[1] is not None else "finished") if self.done.is_set() else (
-            "stopping" if self.supervisor.stop_requested.is_set() else "running" if self.launched.is_set() else "starting")
+            "stopping" if s.stop_requested.is_set() else "running" if self.launched.is_set() else "starting")
         return {"name": self.flow_name, "state": state, "detached": self.detached, "started_at": self.started_at,
-                "guarantee": c.guarantee.value, "snapshot_interval": c.snapshot_interval, "snapshot_dir": self.supervisor.snapshot_dir,
-                "parallelism": self.supervisor.plan.parallelism, "restarts": self.restarts,
+                "guarantee": c.guarantee.value, "snapshot_interval": c.snapshot_interval, "snapshot_dir": s and s.snapshot_dir,
+                "parallelism": (s.plan if s else self.plan).parallelism, "restarts": self.restarts,
                 "error": None if self.outcome_[1] is None else str(self.outcome_[1])}
 
     def status(self) -> dict:
@@ -115,13 +126,16 @@ class CoordinatorActor:
         return dict(self.supervisor.live_status(), coordinator_niceness=os.nice(0) if hasattr(os, "nice") else None)
 
     def stop(self) -> None:
-        self.supervisor.stop_requested.set()
+        if self.supervisor is not None:
+            self.supervisor.stop_requested.set()
 
     def rescale(self, parallelism: int) -> Any:
         """Move the running flow to ``parallelism`` (:meth:`RaySupervisor.request_rescale`);
         returns its report once it runs again and its first output came (at most 5 s later),
         or the error that refused it."""
         self.launched.wait()
+        if self.supervisor is None:
+            return self.outcome_[1]
         try:
             request = self.supervisor.request_rescale(parallelism)
         except Exception as exc:
@@ -163,7 +177,12 @@ def run_coordinated(
     ``metrics.recoveries``, the figures of ``metrics`` otherwise are the last
     coordinator's). ``on_coordinator`` is
     called with each coordinator's handle (``FlowHandle`` uses it for status and stop).
+
+    Only the coordinator's own death restarts it: an error of the run (a source that cannot
+    be opened, an actor whose setup failed) is raised as it is, at once. What the driver
+    can check is checked before any actor starts (:func:`~.resume.check_sources`).
     """
+    check_sources(plan)
     restarts = 0
     while True:
         # On the driver's node: it shares the driver's fate anyway, and a worker node lost
@@ -176,18 +195,25 @@ def run_coordinated(
             on_coordinator(coordinator)
         try:
             result, error = ray.get(coordinator.run.remote(timeout))
-            if error is not None:
-                raise error
-            result.metrics.recoveries += restarts  # the new coordinator counts only its own
-            return result
-        except RayActorError:
-            if not config.takes_snapshots or restarts >= max_restarts:
+        except RayActorError as exc:
+            if not coordinator_died(exc, coordinator) or not config.takes_snapshots or restarts >= max_restarts:
                 raise
             restarts += 1
             config = config.resumed()  # the new coordinator recovers from the newest manifest
             check_no_leftovers(plan.flow_name)  # its actors died with it; wait until their names are free
+            continue
         finally:
             remove(coordinator, plan.flow_name)
+        if error is not None:
+            raise error  # the run's own, as it is: a new coordinator would only meet it again
+        result.metrics.recoveries += restarts  # the new coordinator counts only its own
+        return result
+
+
+def coordinator_died(exc: RayActorError, coordinator: Any) -> bool:
+    """Whether ``exc``, raised by a call to ``coordinator``, says that this actor's process died
+    (a restart resumes the run), rather than that its constructor raised (a restart fails alike)."""
+    return not exc.actor_init_failed and exc.actor_id in (None, coordinator._actor_id.hex())
 
 
 def start_detached(plan: Plan, config: RunConfig, launch_timeout: float = 120.0) -> Any:
@@ -201,6 +227,7 @@ def start_detached(plan: Plan, config: RunConfig, launch_timeout: float = 120.0)
     """
     from driftstream.engine.model.errors import FlowError
 
+    check_sources(plan)
     try:
         check_no_leftovers(plan.flow_name, grace_s=0)
     except RuntimeError:

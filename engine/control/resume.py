@@ -1,9 +1,10 @@
 """Where a run starts: the snapshot it resumes from, checked against its flow, and at which
 parallelism. Nothing is restored, or wiped, silently.
 
-- Without ``resume``: a snapshot directory holding another flow's snapshots is refused
-  (``fresh=True`` discards them); the flow's own older snapshots are discarded, as a start
-  from the beginning makes them stale.
+- Without ``resume``: a snapshot directory holding committed snapshots is refused, the
+  flow's own as another's: a start from the beginning would discard them and replay all the
+  input into sinks that may hold its output already. ``fresh=True`` discards them (a
+  WARNING says how many), ``resume=True`` continues from the newest.
 - With ``resume``: the newest snapshot must fit the flow (:mod:`~driftstream.engine.model.manifest_fit`).
   At the snapshot's parallelism and layout the run restores it as it is. At another, its
   key groups and partitions are reassigned (:mod:`~driftstream.engine.model.reassignment`)
@@ -21,6 +22,7 @@ hold, and rescales once it has caught up (``rescale_to``).
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from typing import Optional
@@ -55,10 +57,13 @@ def start_point(plan: Plan, config: RunConfig, rules: RecoveryRules, store: Opti
     FlowError) before anything starts."""
     if store is None:
         return StartPoint(None, plan)
+    if config.fresh:  # whatever the directory holds, even manifests that cannot be read
+        _discard(plan, store)
+        return StartPoint(None, plan)
     data = store.read_latest_manifest()
     manifest = None if data is None else Manifest.from_json(data)
     if not config.resume:
-        _start_afresh(plan, config, store, manifest)
+        _start_afresh(plan, store, manifest)
         return StartPoint(None, plan)
     if manifest is None:
         return StartPoint(None, plan)
@@ -100,18 +105,47 @@ def _commit(store: SnapshotStore, manifest: Manifest) -> Manifest:
     return manifest
 
 
-def _start_afresh(plan: Plan, config: RunConfig, store: SnapshotStore, manifest: Optional[Manifest]) -> None:
-    """Discard the directory's snapshots for a start from the beginning; refuse another flow's."""
-    if manifest is not None and manifest.flow != plan.flow_name and not config.fresh:
+def _start_afresh(plan: Plan, store: SnapshotStore, manifest: Optional[Manifest]) -> None:
+    """A start from the beginning without ``fresh``: refused over committed snapshots (the
+    newest is ``manifest``); uncommitted leftovers go."""
+    if manifest is not None and manifest.flow != plan.flow_name:
         raise SnapshotMismatch(
             f"the snapshot directory {store.uri} holds snapshots of flow {manifest.flow!r} (the newest: {manifest.snapshot_id}); "
             f"starting flow {plan.flow_name!r} there would discard them. Give {plan.flow_name!r} its own snapshot_dir, or "
             "start with fresh=True (--fresh) to discard them")
-    ids = store.snapshot_ids()
-    if ids and manifest is not None:
-        log.info("flow %s starts from the beginning: discarding %d snapshots in %s", plan.flow_name, len(ids), store.uri)
+    if manifest is not None:
+        raise FlowError(
+            f"flow {plan.flow_name!r} has snapshots in {store.uri} (the newest: {manifest.snapshot_id}); "
+            "a start from the beginning would discard them and replay all its input into sinks that may already hold its "
+            "output (duplicates). Start with resume=True (--resume) to continue from the newest snapshot, or with "
+            "fresh=True (--fresh) to discard the snapshots and start from the beginning (the sinks keep what they hold)")
+    for sid in store.snapshot_ids():
+        store.delete_snapshot(sid)
+
+
+def _discard(plan: Plan, store: SnapshotStore) -> None:
+    """``fresh=True``: every snapshot in ``store`` goes, committed or not, this flow's or another's."""
+    ids, committed = store.snapshot_ids(), store.committed_ids()
+    if committed:
+        log.warning("flow %s starts from the beginning (fresh=True): discarding %d snapshots in %s, %d of them committed "
+                    "(the newest: %d)", plan.flow_name, len(ids), store.uri, len(committed), committed[-1])
     for sid in ids:
         store.delete_snapshot(sid)
+
+
+def check_sources(plan: Plan) -> None:
+    """On the driver, before any actor starts: each source's ``partitions()`` (a Kafka topic
+    exists, a PostgreSQL publication and slot exist or are made), so that what is missing
+    fails within a second with the connector's own error, not as an actor that could not
+    start. Asks a copy: the flow's sources keep no answer (a topic may grow before a later run)."""
+    for stage in plan.stages:
+        if stage.source_id >= 0:
+            step = plan.steps[stage.source_id]
+            try:
+                copy.copy(step.source).partitions()
+            except Exception as exc:
+                exc.add_note(f"(source {step.name!r} of flow {plan.flow_name!r}, checked before the run started)")
+                raise
 
 
 def source_partitions(plan: Plan) -> dict:

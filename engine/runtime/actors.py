@@ -24,7 +24,6 @@ import ray
 
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
-from driftstream.snapshots.checksums import CorruptSnapshot
 
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
@@ -314,13 +313,14 @@ class StageActor:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.pump: Optional[SourcePump] = None
         self.gc_task: Optional[asyncio.Task] = None
-        # A damaged snapshot file is reported by listen(), the launch's first call, as itself:
-        # raised here it would reach the coordinator only as the text of a dead actor's error.
-        self.setup_error: Optional[CorruptSnapshot] = None
+        # A setup error (a damaged snapshot file, a source that cannot be opened) is reported by
+        # listen(), the launch's first call, as itself: raised here it would reach the
+        # coordinator only as the text of a dead actor's error, taken for a death and retried.
+        self.setup_error: Optional[Exception] = None
         if self.key is not None:
             try:
                 self._setup(config, plane)
-            except CorruptSnapshot as exc:
+            except Exception as exc:
                 self.setup_error = exc
 
     async def reset(self, config: InstanceConfig, plane: PlaneKey, key: Optional[tuple] = None, plan: Optional[Plan] = None) -> dict:

@@ -16,11 +16,12 @@ from tests.status_wait import wait_for_status
 pytestmark = pytest.mark.ray
 
 
-def test_status_reports_steps_latency_and_watermark_lag(ray_session):
+def test_status_reports_steps_latency_and_watermark_lag(ray_session, tmp_path):
     # Chaos delays batches at random: elements reach the stateful step out of order, which
     # re-applies its keys and takes back outputs with tombstones.
     flow = build("live-status")
-    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, chaos=0.05)
+    # Its own snapshot_dir: the stop's final snapshot would refuse the next session's start in the default one.
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, chaos=0.05, snapshot_dir=str(tmp_path / "snaps"))
     try:
         status = wait_for_status(lambda s: s["released"] > 500 and s["latency_ms"] is not None and s["steps"]["pairs"]["tombstones"] > 0,
                                  handle, "output, latency samples and tombstones")

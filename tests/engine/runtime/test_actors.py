@@ -132,6 +132,6 @@ def test_a_source_that_cannot_read_on_fails_the_run_at_once(ray_session, tmp_pat
     flow = Flow("unreadable")
     flow.source(_UnreadableSource(range(100), 2, str(opened))).key_by(lambda x: x % 2).stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
     with pytest.raises(OSError, match="cannot be read on"):
-        flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, batch_size=4)
+        flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, batch_size=4, snapshot_dir=str(tmp_path / "snaps"))
     assert sorted(opened.read_text().split()) == ["0", "1"]  # each partition opened once: no recovery
     assert flow_actors("unreadable/") == []
