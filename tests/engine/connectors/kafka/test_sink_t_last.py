@@ -82,38 +82,67 @@ def test_past_retry_s_the_sink_says_it_cannot_tell_what_it_holds():
         assert "A slow broker is not an empty partition" in text
 
 
+def _kill_at_a_third(bs: str, topic: str, actor: str, before_kill=lambda: None) -> threading.Thread:
+    """Kill ``actor`` once the sink's two partitions hold a third of the output (their end
+    offsets: ListOffsets, answered at once, only fetches are late). ``killed``: whether it did."""
+    import ray
+
+    from tests.engine.control.test_exactly_once import N
+
+    def run() -> None:
+        c = consumer(bs)
+        try:
+            while sum(c.end_offsets([TopicPartition(topic, p) for p in (0, 1)]).values()) < N // 3:
+                time.sleep(0.02)
+        finally:
+            c.close()
+        before_kill()
+        ray.kill(ray.get_actor(actor, namespace="driftstream"), no_restart=True)
+        thread.killed = True
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.killed = False
+    thread.start()
+    return thread
+
+
 def test_an_exactly_once_run_killed_behind_a_slow_broker_has_no_duplicates(ray_session, tmp_path):
     """On Ray: the sink's stage killed once a third of the output is written, while every fetch
     answer comes 1.2 s late; the recovered sinks read back what they hold, and the topic has
     each output once (at bc7b6d0 the sinks took the partitions for empty and wrote again)."""
-    import ray
-
     from driftstream.engine.connectors.kafka.sink import read_kafka_sink
     from tests.engine.control.test_exactly_once import N, build
 
     with slow_broker(delay_s=1.2) as (broker, proxy):
         bs, topic = broker.bootstrap_servers, f"eo-slow-{uuid.uuid4().hex[:8]}"
         ensure_topic(bs, topic, 2)
-        parts = [TopicPartition(topic, p) for p in (0, 1)]
-        killed: list = []
-
-        def kill() -> None:
-            c = consumer(bs)  # end offsets (ListOffsets) are answered at once: only fetches are late
-            try:
-                while sum(c.end_offsets(parts).values()) < N // 3:
-                    time.sleep(0.02)
-            finally:
-                c.close()
-            ray.kill(ray.get_actor("eo-slow/by_key/1", namespace="driftstream"), no_restart=True)
-            killed.append(True)
-
-        killer = threading.Thread(target=kill, daemon=True)
-        killer.start()
+        killer = _kill_at_a_third(bs, topic, "eo-slow/by_key/1")
         result = build("eo-slow", KafkaSink(topic, bs), paced=True, rate=2000).run(
             parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
         killer.join(timeout=5)
         proxy.delay_s = 0.0
         got = read_kafka_sink(bs, topic)
-    assert killed and result.metrics.recoveries == 1, result.metrics.recovery_s
+    assert killer.killed and result.metrics.recoveries == 1, result.metrics.recovery_s
     metas = [m for m, _ in got]
     assert len(metas) == N and len(set(metas)) == N  # every output once: none written twice
+
+
+def test_a_recovery_past_retry_s_fails_the_run_with_the_sinks_error(ray_session, tmp_path):
+    """On Ray: fetch answers 3 s late from the kill on, the sink's ``retry_s`` 1 s: the run
+    fails with the sink's LastRecordTimeout as it is, within seconds (at bc7b6d0 the recovery
+    went on and wrote the partitions' output again)."""
+    from tests.engine.control.test_exactly_once import build
+
+    with slow_broker() as (broker, proxy):
+        bs, topic = broker.bootstrap_servers, f"eo-late-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bs, topic, 2)
+        killer = _kill_at_a_third(bs, topic, "eo-late/by_key/1", before_kill=lambda: setattr(proxy, "delay_s", 3.0))
+        began = time.monotonic()
+        with pytest.raises(LastRecordTimeout) as err:
+            build("eo-late", KafkaSink(topic, bs, retry_s=1.0), paced=True, rate=2000).run(
+                parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
+        took = time.monotonic() - began
+        killer.join(timeout=5)
+    assert killer.killed and took < 60.0
+    text = str(err.value)
+    assert f"sink '{topic}' cannot tell what {topic}[" in text and "within 1 s" in text and "no fetch answer came" in text
