@@ -57,7 +57,10 @@ class ReplicationError(ConnectionError):
 class ReplicationStream:
     """A started stream of ``slot`` (``options``: the plugin's, e.g. pgoutput's publication).
 
-    ``wal_end``: the server's WAL end from its last message (how far it has written).
+    ``wal_end``: the highest WAL position the server reported: a keepalive's is how far it
+    has read the WAL for the slot, a commit's XLogData the end of that commit. A logical
+    walsender sends each transaction whole at its commit, in commit order, so every
+    transaction that committed before ``wal_end`` was sent before the message that told it.
     """
 
     def __init__(self, dsn: str, slot: str, options: dict, timeout_s: float = 30.0) -> None:

@@ -12,8 +12,12 @@ and ``offset`` is ``(commit LSN << 32) + the change's index in its transaction``
 **Position and the slot.** A snapshot saves the offset of the next change to read. After a
 committed snapshot the driver records its position in table ``driftstream_source_progress``
 (one row per slot) and the reader confirms that LSN to the server, so the slot keeps the WAL
-of at most about one snapshot interval. A recovery starts the stream at the slot's position
-(at or before the snapshot's) and skips what the snapshot already holds. Without snapshots
+of at most about one snapshot interval. Once every change the server sent is out, the position
+moves on to the WAL end the server last reported (how far it has read the WAL for the slot):
+the next change commits past it. So the slot of a source whose tables are idle still follows
+the snapshots, and does not keep all the WAL that other tables of a busy database write. A
+recovery starts the stream at the slot's position (at or before the snapshot's) and skips
+what the snapshot already holds. Without snapshots
 nothing is confirmed, and each run reads again from where the slot stands.
 
 **Idle tables.** The watermark is the least time over all sources: a source whose tables
@@ -255,6 +259,12 @@ class PostgresChangeReader(SourcePartition):
             out.append(self._ready.popleft())
         if out:
             self.next_offset = out[-1][0][3] + 1
+        if not self._ready and self._tx is None and self._stream is not None:
+            # All the server sent is out, and it sends transactions whole in commit order: the
+            # next change commits at or past the WAL end it last reported (a keepalive's: how far
+            # it has decoded; a commit's end). Moving the position there lets the snapshots of
+            # a source whose tables are idle move the slot past the WAL of other tables.
+            self.next_offset = max(self.next_offset, self._stream.wal_end << INDEX_BITS)
         return out
 
     def _pull(self) -> None:

@@ -233,3 +233,136 @@ def test_a_dsn_in_either_form_opens_the_replication_stream(postgres, form):
     finally:
         reader.close()
     _drop_slot(postgres, slot)
+
+
+def _wal_now(pg) -> int:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        return lsn_of(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+
+
+def _slot_lsns(pg, slot: str) -> tuple:
+    """(the server's WAL position, the slot's confirmed_flush_lsn, its restart_lsn)."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        return tuple(map(lsn_of, conn.execute("SELECT pg_current_wal_lsn()::text, confirmed_flush_lsn::text, restart_lsn::text "
+                                              "FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()))
+
+
+def _busy_writer(pg, table: str, stop: threading.Event) -> None:
+    """About 1.5 MB of WAL a second into a table the publication does not hold."""
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            conn.execute(f"INSERT INTO {table} (pad) SELECT repeat(md5(random()::text), 10) FROM generate_series(1, 200)")
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("tick_interval", [0.2, None])  # the WAL end from ticks' commits, and from keepalives alone
+def test_the_slot_of_an_idle_source_on_a_busy_database_follows_the_snapshots_and_replays_exactly(postgres, tick_interval):
+    table, pub, slot = _names()
+    busy = f"{table}_busy"
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)", f"CREATE TABLE {busy} (id serial, pad text)")
+    source = PostgresSource(postgres.dsn, pub, slot, tables=[table], tick_interval=tick_interval)
+    source.partitions()
+    _sql(postgres, f"INSERT INTO {table} VALUES (1)")
+    hook, reader = source.commit_hook(), source.open(0, 0)
+    stop = threading.Event()
+    writer = threading.Thread(target=_busy_writer, args=(postgres, busy, stop), daemon=True)
+    try:
+        (first,) = _read_all(reader, 1)
+        samples, t0, next_snapshot = [], time.time(), 0.0  # (seconds, WAL position, confirmed)
+        writer.start()
+        while time.time() < t0 + 4:
+            assert reader.read(10) == []  # the published table stays idle
+            if time.time() >= next_snapshot:  # a committed snapshot every 0.3 s, as a flow's driver tells it
+                hook.submit({0: reader.position()[0]})
+                next_snapshot = time.time() + 0.3
+                now, confirmed, _ = _slot_lsns(postgres, slot)
+                samples.append((time.time() - t0, now, confirmed))
+            time.sleep(0.02)
+        stop.set()
+        writer.join(timeout=10)
+        written = samples[-1][1] - samples[0][1]
+        assert written > 3_000_000, written
+        # The slot keeps about a snapshot interval plus a confirmation (1 s) of WAL, not all that was written
+        checked = 0
+        for t, now, confirmed in samples:
+            before = [lsn for s, lsn, _ in samples if s <= t - 2.5]
+            if before:
+                checked += 1
+                assert confirmed >= max(before), (t, (now - confirmed) / 1e6, written / 1e6, reader.fetch_state())
+        assert checked >= 3, samples
+        end, deadline = _wal_now(postgres), time.time() + 15
+        _sql(postgres, "CHECKPOINT")  # logs the running transactions: the slot's restart_lsn moves as it is confirmed
+        while True:
+            reader.read(10)
+            hook.submit({0: reader.position()[0]})
+            now, confirmed, restart = _slot_lsns(postgres, slot)
+            if confirmed >= end and now - restart < 1_000_000:
+                break
+            assert time.time() < deadline, ((now - confirmed) / 1e6, (now - restart) / 1e6, reader.fetch_state())
+            time.sleep(0.1)
+        idle_position = reader.position()
+        assert commit_lsn_of(idle_position[0]) >= end
+        hook.submit({0: idle_position[0]})
+        hook.close(timeout_s=10)
+        _sql(postgres, f"INSERT INTO {table} VALUES (2)")
+        (second,) = _read_all(reader, 1)
+    finally:
+        stop.set()
+        reader.close()
+    with pytest.raises(FlowError, match="past the position the flow resumes from"):  # the slot did move
+        source.open(0, 0, start=(first[0][3] + 1, first[0][0]))
+    replay = source.open(0, 0, start=idle_position)  # from the snapshot taken while idle: the later change, once
+    try:
+        assert _read_all(replay, 1) == [second]
+        time.sleep(0.5)
+        assert replay.read(10) == []
+    finally:
+        replay.close()
+    _drop_slot(postgres, slot)
+
+
+def test_a_flow_whose_tables_are_idle_lets_its_slot_move_and_resumes_exactly(ray_session, postgres, tmp_path):
+    table, pub, slot = _names()
+    busy, log_table = f"{table}_busy", f"{table}_log"
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)", f"CREATE TABLE {busy} (id serial, pad text)",
+         f"CREATE TABLE {log_table} (id int)")
+    name = f"pgidle-{uuid.uuid4().hex[:6]}"
+
+    def start(**options):
+        flow = Flow(name)
+        flow.source(PostgresSource(postgres.dsn, pub, slot, tables=[table], tick_interval=0.2), name="changes").map(
+            lambda c: {"id": c.row["id"]}, name="ids").sink(PostgresSink(postgres.dsn, log_table))  # append: a repeat shows
+        return flow.start(guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"), **options)
+
+    def logged(want: int, deadline: float) -> list:
+        while len(rows := read_table(postgres.dsn, log_table, order_by="id")) < want:
+            assert time.time() < deadline, rows
+            time.sleep(0.1)
+        time.sleep(1.0)  # a repeat would land by now
+        return [r["id"] for r in read_table(postgres.dsn, log_table, order_by="id")]
+
+    deadline = time.time() + 120
+    handle = start()
+    stop = threading.Event()
+    try:
+        _sql(postgres, *(f"INSERT INTO {table} VALUES ({i})" for i in range(1, 6)))
+        assert logged(5, deadline) == [1, 2, 3, 4, 5]
+        writer = threading.Thread(target=_busy_writer, args=(postgres, busy, stop), daemon=True)
+        writer.start()
+        time.sleep(3)
+        stop.set()
+        writer.join(timeout=10)
+        end, moved_by = _wal_now(postgres), time.time() + 20
+        while _slot_lsns(postgres, slot)[1] < end:  # the idle source's snapshots move the slot past the busy table's WAL
+            assert time.time() < moved_by, (_slot_lsns(postgres, slot), end)
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        handle.stop(timeout=60)
+    _sql(postgres, *(f"INSERT INTO {table} VALUES ({i})" for i in range(6, 9)))
+    handle = start(resume=True)
+    try:
+        assert logged(8, deadline) == list(range(1, 9))
+    finally:
+        handle.stop(timeout=60)
+    _drop_slot(postgres, slot)
