@@ -115,8 +115,9 @@ class Launcher:
         # old set of actors or the whole new one, never a dict that is being filled.
         self.plan, self.acker, self.actors, self.handles, self.names, self.real_names = plan, acker, actors, handles, names, real_names
         # Stage instances say where their reset went (the acker's, listed first if reset, says nothing).
-        acker_resets = [acker_name] * (len(resets) - len(reset_names))
-        self.resets = {n: t for n, t in zip(reset_names, setup_answers(resets, acker_resets + reset_names)[len(acker_resets):])}
+        # A reset's error stays a task error: one raised tearing the old incarnation down (an
+        # OSError) is retried with new actors, whose setup error listen() gives as itself.
+        self.resets = {n: t for n, t in zip(reset_names, ray.get(resets)[len(resets) - len(reset_names):])}
         marks.append(time.time())
         keys = list(self.actors)
         answers = setup_answers([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles],
@@ -157,9 +158,9 @@ class Launcher:
 
 
 def setup_answers(refs: list, names: list) -> list:
-    """``ray.get(refs)`` of the calls that set instances up (``reset``; ``listen``, the first
-    call a new actor answers, raises what its setup raised), made to the instances ``names``:
-    an instance's own error comes out as itself, its name and traceback in a note, so that the
+    """``ray.get(refs)`` of the calls that start a launch's actors (``listen``, the first call
+    a new actor answers, raises what its setup raised), made to the instances ``names``: an
+    instance's own error comes out as itself, its name and traceback in a note, so that the
     run ends with it at once, not after retries that fail alike. A damaged snapshot file stays
     a task error (the supervisor falls back to an older snapshot), a death a RayActorError (a
     recovery)."""
