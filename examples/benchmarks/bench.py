@@ -844,6 +844,7 @@ DELEGATED = {
     "soak": "driftstream.examples.benchmarks.soak",
     "broker-log": "driftstream.examples.benchmarks.broker_log",
     "kafka-codecs": "driftstream.examples.benchmarks.kafka_codecs",
+    "keyed-sink": "driftstream.examples.benchmarks.keyed_sink",
     "sinks": "driftstream.examples.benchmarks.sinks",
     "cdc": "driftstream.examples.benchmarks.cdc",
     "backlog": "driftstream.examples.benchmarks.backlog",
@@ -872,6 +873,7 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("index-stage", help="the inverted index's stages in one process with their RocksDB state and snapshots: "
                    "µs a change record per part (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
+    sub.add_parser("keyed-sink", help="KafkaSink(key=...) against the unkeyed sink: a partition's write and a flow on Ray, records/s (--help for options)")
     sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "
                    "the engine's drain / restart, output checked (--cluster: on two Ray nodes; --help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
