@@ -38,13 +38,11 @@ client the source opens uses them (:mod:`.security`).
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections import deque
 from typing import Any, Callable, Optional, Union
 
-import kafka.errors as kafka_errors
 from kafka import TopicPartition
 
 from driftstream.engine.model.errors import DeadLetter, FlowError, dead_letter, short_repr
@@ -55,9 +53,10 @@ from driftstream.engine.connectors.kafka.partition_log import PartitionLog, Step
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
 from driftstream.engine.connectors.kafka.schema_registry import RegistryDecoder, RegistryUnavailable, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
-from driftstream.engine.connectors.kafka.topic_watch import TopicVanished, TopicWatch
+from driftstream.engine.connectors.kafka.ticks import TICK_HEADER, TICK_MARK, PartitionTicker, is_tick
+from driftstream.engine.connectors.kafka.topic_watch import LogWatch, TopicVanished, TopicWatch
 from driftstream.engine.connectors.kafka.transactions import ISOLATION_LEVELS
-from driftstream.engine.connectors.kafka.wire import PartitionWriter, TopicFetcher, check_broker
+from driftstream.engine.connectors.kafka.wire import TopicFetcher, check_broker
 from driftstream.engine.connectors.bad_record import bad_record
 from driftstream.engine.connectors.partition_clock import PartitionClock
 from driftstream.engine.connectors.source import Source, SourcePartition
@@ -90,30 +89,7 @@ END_BELOW_S = 1.0
 #: must confirm it (else it is an outlier, stamped with the partition's time): a day.
 MAX_TIME_JUMP_S = 86_400.0
 
-log = logging.getLogger(__name__)
-
 __all__ = ["KafkaSource", "KafkaPartitionReader", "OffsetGaps", "TICK_HEADER", "TICK_MARK", "is_tick", "TopicVanished"]
-
-#: Header that marks a tick record: appended to keep an idle partition's time moving; never reaches user code.
-TICK_HEADER = "driftstream-tick"
-
-#: The tick header's value: a tick is a record with no key, an empty value and this one
-#: header, so a user's record that happens to carry a header of that name is still read.
-#: Ticks written before the mark carry b"1" (still recognised).
-TICK_MARK = b"\x00driftstream:tick:2\x00"
-_TICK_MARKS = (TICK_MARK, b"1")
-
-
-def is_tick(rec: Any) -> bool:
-    """True for a tick the engine appended (see :data:`TICK_MARK`). O(1).
-
-    >>> from types import SimpleNamespace as R
-    >>> is_tick(R(key=None, value=b"", headers=[(TICK_HEADER, TICK_MARK)])), is_tick(R(key=None, value=b"{}", headers=[(TICK_HEADER, b"1")]))
-    (True, False)
-    """
-    headers = rec.headers
-    return (bool(headers) and len(headers) == 1 and headers[0][0] == TICK_HEADER and headers[0][1] in _TICK_MARKS
-            and rec.value == b"" and rec.key is None)
 
 
 def _json(value: bytes) -> Any:
@@ -134,6 +110,25 @@ class _Decoded:
     def __init__(self, rec: Any, decoded: Any, error: Optional[Exception]) -> None:
         self.offset, self.timestamp, self.key, self.value, self.headers = rec.offset, rec.timestamp, rec.key, rec.value, rec.headers
         self.decoded, self.error = decoded, error
+
+
+def decoded_off_loop(step: Step, decode: RegistryDecoder, stop: threading.Event) -> Step:
+    """``step`` with its records' values decoded (:class:`_Decoded`), in the fetcher thread:
+    a registry format's schema look-ups may wait for the registry (retried up to its
+    ``timeout_s``, ended by ``stop``), which in the event loop would stall heartbeats.
+    RegistryUnavailable is raised (the run fails), a record's own error kept for its dead letter."""
+    out = []
+    for rec in step.records:
+        if rec.value is None or is_tick(rec):
+            out.append(rec)
+            continue
+        try:
+            out.append(_Decoded(rec, decode(rec.value, stop), None))
+        except RegistryUnavailable:
+            raise  # the registry's fault, not the record's
+        except Exception as exc:  # noqa: BLE001 - the record's: a dead letter
+            out.append(_Decoded(rec, None, exc))
+    return Step(out, step.through)
 
 
 class KafkaSource(Source):
@@ -254,7 +249,6 @@ class KafkaPartitionReader(SourcePartition):
         self.next_offset = offset
         # The partition's time: the running max of its timestamps, bounded (see PartitionClock).
         self.clock = PartitionClock(ts, None if source.max_time_jump_s is None else int(source.max_time_jump_s * 1000))
-        self.ticks_sent = 0
         self._last_activity = time.time()
         self._buffer: list = []
         self._buffer_through = offset  # where the reader is once the buffer is read
@@ -268,7 +262,6 @@ class KafkaPartitionReader(SourcePartition):
         # not the actor's creation's (which a recovery would only repeat).
         self.end = self.log.end_offset(source.broker_timeout_s) if source.bounded else None
         self.done = self.end is not None and offset >= self.end
-        self._ticker: Optional[PartitionWriter] = None
         self._tick_wanted = False
         # The last fetch found nothing past the reader's offset: the partition is idle, not
         # merely slow to answer (only then may a tick be appended: a tick is a batch, and
@@ -278,10 +271,10 @@ class KafkaPartitionReader(SourcePartition):
         self._closing = threading.Event()
         self._fetch_error: Optional[BaseException] = None
         # Whether the topic is still there: a deleted one need not say so in fetch answers (.topic_watch).
-        self._watch = TopicWatch(source.bootstrap_servers, source.topic, partition, f"KafkaSource {source.step_name!r}",
-                                 source.security, TOPIC_CHECK_S)
-        self._end_below_since: Optional[float] = None
-        self._tick_failing_since: Optional[float] = None
+        topic = TopicWatch(source.bootstrap_servers, source.topic, partition, f"KafkaSource {source.step_name!r}", source.security,
+                           TOPIC_CHECK_S)
+        self._watch = LogWatch(topic, END_BELOW_S)
+        self._ticker = PartitionTicker(source, partition, topic)
         self._fetcher = threading.Thread(target=self._fetch, name=f"kafka-fetch-{self.tp.topic}-{partition}", daemon=True)
         self._fetcher_started = False  # started by the first read(), after any skip_after()
         # A registry format decodes in the fetcher thread: a schema look-up may wait for the
@@ -307,6 +300,11 @@ class KafkaPartitionReader(SourcePartition):
     def ts(self) -> Optional[int]:
         """The partition's time: the last record's stamp (None before the first)."""
         return self.clock.ts
+
+    @property
+    def ticks_sent(self) -> int:
+        """Ticks this reader appended."""
+        return self._ticker.sent
 
     def position(self) -> tuple:
         """``(next offset, running ts)``: where a replay of what follows must start (at a
@@ -401,10 +399,10 @@ class KafkaPartitionReader(SourcePartition):
                 step = log_.read()
                 if step is None:
                     self._caught_up = log_.caught_up
-                    self._watch_log(log_)
+                    self._watch.idle(log_, self._caught_up)
                     continue
                 self._caught_up = False
-                self._end_below_since = None
+                self._watch.reading()
                 if self._fetcher_client.wait.pause_s:
                     closing.wait(self._fetcher_client.wait.pause_s)  # a slow broker: leave it time for others
                 if jump is not None and step.through > jump[0]:
@@ -419,52 +417,11 @@ class KafkaPartitionReader(SourcePartition):
                     return
         except BaseException as exc:  # handed to the event loop by read()
             if not closing.is_set():
-                self._fetch_error = self._vanished(exc)
+                self._fetch_error = self._watch.refine(exc)
 
     def _decoded(self, step: Step) -> Step:
-        """``step`` with a registry format's values decoded (:class:`_Decoded`), in this
-        (the fetcher) thread; other formats decode in :meth:`_take`."""
-        decode = self._registry
-        if decode is None:
-            return step
-        out = []
-        for rec in step.records:
-            if rec.value is None or is_tick(rec):
-                out.append(rec)
-                continue
-            try:
-                out.append(_Decoded(rec, decode(rec.value, self._closing), None))
-            except RegistryUnavailable:
-                raise  # the registry's fault, not the record's: the run fails with it
-            except Exception as exc:  # noqa: BLE001 - the record's: a dead letter
-                out.append(_Decoded(rec, None, exc))
-        return Step(out, step.through)
+        return step if self._registry is None else decoded_off_loop(step, self._registry, self._closing)
 
-    def _watch_log(self, log_: PartitionLog) -> None:
-        """After a fetch that found nothing: if the log has ended below the reader's offset
-        for END_BELOW_S, or the topic was not checked for TOPIC_CHECK_S while idle, raise
-        :class:`.TopicVanished` if the topic was deleted, recreated or cut."""
-        if log_.end_below is None:
-            self._end_below_since = None
-            if self._caught_up and self._watch.due():
-                self._watch.check("while its partition was idle")
-            return
-        now = time.monotonic()
-        if self._end_below_since is None:
-            self._end_below_since = now
-        if now - self._end_below_since < END_BELOW_S:
-            return
-        end, offset = log_.end_below, log_.next_offset
-        self._watch.check(f"partition {self.partition} ends at offset {end}, below offset {offset} the flow had read to")
-        if log_.holds(offset - 1) is False:
-            raise self._watch.truncated(end, offset)
-        self._end_below_since = None  # the end was only reported short: look again later
-
-    def _vanished(self, exc: BaseException) -> BaseException:
-        """``exc`` (a fetch's broker error), or :class:`.TopicVanished` caused by it if the
-        topic is gone: Apache Kafka answers a deleted topic's fetches as if its leader moved."""
-        if isinstance(exc, TopicVanished) or not isinstance(exc, (kafka_errors.KafkaError, OSError)):
-            return exc
         try:
             self._watch.check(f"after {exc!r}")
         except TopicVanished as gone:
@@ -563,27 +520,7 @@ class KafkaPartitionReader(SourcePartition):
 
     def _tick(self) -> None:
         # Durable: the tick is read back like any record, so its timestamp is part of the log.
-        # A tick that fails is only a tick: the next one will do. Ticks are idempotent (they
-        # only move time), so one that did land is harmless. But a topic that is gone fails the
-        # run, and so do ticks failing for broker_timeout_s (a broker that takes no writes).
-        src = self.source
-        try:
-            if self._ticker is None:
-                self._ticker = PartitionWriter(src.bootstrap_servers, src.topic, self.partition, client_id="driftstream-tick",
-                                               security=src.security)
-            self._ticker.write([(b"", [(TICK_HEADER, TICK_MARK)])])
-            self.ticks_sent += 1
-            self._tick_failing_since = None
-        except (kafka_errors.KafkaError, OSError) as exc:
-            now = time.monotonic()
-            if self._tick_failing_since is None:
-                self._tick_failing_since = now
-            self._watch.check(f"a tick was not appended: {exc!r}")
-            if now - self._tick_failing_since > src.broker_timeout_s:
-                raise kafka_errors.KafkaConnectionError(
-                    f"KafkaSource {src.step_name!r}: ticks to {src.topic}[{self.partition}] failed for {src.broker_timeout_s:g} s "
-                    f"(broker_timeout_s): {exc!r}") from exc
-            log.warning("%s[%d]: a tick was not appended: %r", src.topic, self.partition, exc)
+        self._ticker.tick()
 
     def _dead_letter(self, meta: tuple, rec: Any, exc: Exception) -> DeadLetter:
         """The element a record that does not decode becomes: a dead letter at its own t,
@@ -596,8 +533,7 @@ class KafkaPartitionReader(SourcePartition):
         if self._fetcher_started:
             self._fetcher.join(timeout=5)
         self._fetcher_client.close()
-        if self._ticker is not None:
-            self._ticker.close()
+        self._ticker.close()
 
     def __repr__(self) -> str:
         return f"KafkaPartitionReader({self.source.topic}[{self.partition}] at {self.next_offset}, ts={short_repr(self.ts)})"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import kafka.errors as kafka_errors
 
@@ -120,3 +120,52 @@ class TopicWatch:
                              f"offset {end}, below offset {offset} the flow had read to: the topic was deleted and recreated "
                              "(or its records deleted) while the flow ran, and a snapshot's offsets no longer point at the same "
                              "records. Start the flow again without resume (fresh=True) to read the new topic from its start")
+
+
+class LogWatch:
+    """A reader's use of :class:`TopicWatch`: after each fetch that found nothing,
+    :meth:`idle` raises :class:`TopicVanished` if the log has ended below the reader's
+    offset for ``end_below_s`` and the topic is gone or the log no longer holds the last
+    record read (then a recreated topic, not an end reported short), or, every
+    ``topic.every_s`` while caught up, if the metadata says the topic is gone."""
+
+    def __init__(self, topic: TopicWatch, end_below_s: float) -> None:
+        self.topic = topic
+        self.end_below_s = end_below_s
+        self._below_since: Optional[float] = None
+
+    def reading(self) -> None:
+        """A fetch returned records: the log does not end below the reader."""
+        self._below_since = None
+
+    def idle(self, log_: Any, caught_up: bool) -> None:
+        """After a fetch of ``log_`` (a :class:`.PartitionLog`) that found nothing."""
+        if log_.end_below is None:
+            self._below_since = None
+            if caught_up and self.topic.due():
+                self.topic.check("while its partition was idle")
+            return
+        now = time.monotonic()
+        if self._below_since is None:
+            self._below_since = now
+        if now - self._below_since < self.end_below_s:
+            return
+        end, offset = log_.end_below, log_.next_offset
+        self.topic.check(f"partition {self.topic.partition} ends at offset {end}, below offset {offset} the flow had read to")
+        if log_.holds(offset - 1) is False:
+            raise self.topic.truncated(end, offset)
+        self._below_since = None  # the end was only reported short: look again later
+
+    def refine(self, exc: BaseException) -> BaseException:
+        """``exc`` (a fetch's broker error), or :class:`TopicVanished` caused by it if the
+        topic is gone: Apache Kafka answers a deleted topic's fetches as if its leader moved."""
+        if isinstance(exc, TopicVanished) or not isinstance(exc, (kafka_errors.KafkaError, OSError)):
+            return exc
+        try:
+            self.topic.check(f"after {exc!r}")
+        except TopicVanished as gone:
+            gone.__cause__ = exc
+            return gone
+        except Exception:  # noqa: BLE001 - the metadata is no better reachable: the first error stands
+            pass
+        return exc

@@ -271,7 +271,7 @@ def test_a_tick_that_fails_is_logged_and_the_next_one_appended(kafka_broker, cap
     reader = KafkaSource(topic, bs).open(0, 0)
     try:
         reader._tick()
-        reader._ticker._conn._sock.shutdown(2)  # as if the broker had dropped the connection
+        reader._ticker.writer._conn._sock.shutdown(2)  # as if the broker had dropped the connection
         reader._tick()
         assert reader.ticks_sent == 1 and "a tick was not appended" in caplog.text
         reader._tick()  # a new connection
