@@ -77,3 +77,13 @@ def test_a_missing_slot_or_publication_is_said_before_any_actor_starts(ray_sessi
         assert time.time() - started < PROMPT_S
         assert any(f"source 'changes' of flow 'cdc-{tag}'" in note for note in raised.value.__notes__)
         assert flow_actors(f"cdc-{tag}/") == []  # checked on the driver: no actor was started
+
+
+def test_an_error_in_the_coordinators_own_setup_is_raised_as_itself_not_taken_for_its_death(ray_session):
+    import pyarrow as pa
+
+    started = time.time()
+    with pytest.raises(pa.ArrowInvalid, match="Unrecognized filesystem type in URI: nosuchscheme://"):
+        _unopenable("unstorable").run(parallelism=1, guarantee="exactly-once", snapshot_dir="nosuchscheme://bucket/snaps")
+    assert time.time() - started < PROMPT_S
+    assert flow_actors("unstorable/") == []
