@@ -7,6 +7,7 @@ running).
     driftstream status live-clicks --watch
     driftstream rescale live-clicks -p 3
     driftstream stop live-clicks
+    driftstream start driftstream.examples.live_clicks:flow -p 2 --guarantee exactly-once --resume   # or --fresh
 
 Clicks (:mod:`driftstream.examples.clicks`) arrive at 20 a second; each page's clicks are
 counted in 10-second windows of when they happened, one JSON line per page and window
