@@ -175,7 +175,7 @@ class _KafkaSinkPartition(SinkPartition):
         while True:
             try:
                 if landed_unknown:
-                    bundle = bundle.after(self.t_last())
+                    bundle = bundle.after(self.t_last(timeout_s=max(0.5, deadline - time.monotonic())))  # within retry_s in all
                     records = records[len(records) - len(bundle):]  # the bundle is in t order: what landed is a prefix
                     landed_unknown = False
                 if records:
@@ -196,13 +196,13 @@ class _KafkaSinkPartition(SinkPartition):
     def _records(self, bundle: Bundle) -> Iterator[tuple]:
         return sink_records(bundle.elements, self.sink.encode, self.sink.name)
 
-    def t_last(self) -> Optional[Meta]:
+    def t_last(self, timeout_s: Optional[float] = None) -> Optional[Meta]:
         """The Meta of the partition's last message (None: the partition is empty), read back
-        however slowly the broker answers, for up to ``retry_s``: past it
+        however slowly the broker answers, for up to ``timeout_s`` (default ``retry_s``): past it
         :class:`.LastRecordTimeout`, never None, which would have the replay write it all again."""
         c = consumer(self.sink.bootstrap_servers, self.sink.security)
         try:
-            rec = last_record(c, TopicPartition(self.sink.topic, self.partition), timeout_s=self.sink.retry_s)
+            rec = last_record(c, TopicPartition(self.sink.topic, self.partition), timeout_s=timeout_s or self.sink.retry_s)
         except LastRecordTimeout as exc:
             raise LastRecordTimeout(
                 f"sink {self.sink.name!r} cannot tell what {self.sink.topic}[{self.partition}] already holds, so it does not "
