@@ -19,18 +19,15 @@ only what every partition holds (the earliest ``t_last``), and the ``t_last`` it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Iterator, Optional
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.sink import SinkPartition
 from driftstream.ordering.meta import Meta
 
 from driftstream.engine.connectors.kafka.partitioner import fast_murmur2, key_bytes
-from driftstream.engine.connectors.kafka.sink import _KafkaSinkPartition, sink_records
+from driftstream.engine.connectors.kafka.sink_partition import KafkaSinkPartition, sink_records
 from driftstream.engine.model.errors import short_repr
-
-if TYPE_CHECKING:
-    from driftstream.engine.connectors.kafka.sink import KafkaSink
 
 
 @dataclass
@@ -40,8 +37,8 @@ class KeyedBundle(Bundle):
     keys: list = field(default_factory=list)
 
 
-class _KeyedPartWriter(_KafkaSinkPartition):
-    """One Kafka partition of a keyed sink: :class:`._KafkaSinkPartition`'s writes (retries
+class _KeyedPartWriter(KafkaSinkPartition):
+    """One Kafka partition of a keyed sink: :class:`.KafkaSinkPartition`'s writes (retries
     that read the partition back and write only what did not land), with each record's key."""
 
     def _records(self, bundle: KeyedBundle) -> Iterator[tuple]:

@@ -36,11 +36,12 @@ from driftstream.engine.connectors.kafka.io import LastRecordTimeout, consumer, 
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
 from driftstream.engine.connectors.kafka.schema_registry import RegistryEncoder, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, security_of
-from driftstream.engine.connectors.kafka.wire import PartitionWriter, check_broker
+from driftstream.engine.connectors.kafka.wire import check_broker
+from driftstream.engine.connectors.kafka.sink_partition import (  # noqa: F401 - the sink's record format, re-exported
+    META_HEADER, KafkaSinkPartition, meta_of, python_sink_records, sink_records)
 
 log = logging.getLogger(__name__)
 
-META_HEADER = "driftstream-t"
 
 
 class KafkaSink(Sink):
@@ -105,7 +106,7 @@ class KafkaSink(Sink):
             from driftstream.engine.connectors.kafka.keyed_sink import KeyedKafkaSinkPartition
 
             return KeyedKafkaSinkPartition(self)
-        return _KafkaSinkPartition(self, partition)
+        return KafkaSinkPartition(self, partition)
 
     def partition_key(self, max_parallelism: int) -> Optional[Callable[[Any], Any]]:
         """With ``key=``: the ``key_by`` function that sends every element of a Kafka partition to
@@ -150,108 +151,6 @@ class KafkaSink(Sink):
     def __repr__(self) -> str:
         codec = f", compression={self.compression!r}" if self.compression else ""
         return f"KafkaSink({self.topic!r}, {self.bootstrap_servers!r}{codec}, security={self.security!r})"
-
-
-class _KafkaSinkPartition(SinkPartition):
-    """One partition's writer: each bundle becomes record batches sent as produce
-    requests (acks=all) one after the other, each awaited (:class:`.PartitionWriter`).
-
-    Not KafkaProducer: its per-record ``send()`` (future, accumulator lock, wake-ups of
-    its I/O thread) cost ~55 µs a record and its ``flush()`` ~1.5 ms a bundle, most
-    of a sink's CPU; a batch built in one pass costs ~16 µs a record. A failed request
-    may have landed: before a retry the partition's last message says what did (this
-    writer is the partition's only one), and only the rest is written again.
-    """
-
-    def __init__(self, sink: KafkaSink, partition: int) -> None:
-        self.sink = sink
-        self.partition = partition
-        self.writer = PartitionWriter(sink.bootstrap_servers, sink.topic, partition, client_id=f"driftstream-sink-{sink.name}-{partition}",
-                                      security=sink.security, compression_type=sink.compression_type)
-
-    def write(self, bundle: Bundle) -> None:
-        records = list(self._records(bundle))  # an element that cannot be encoded fails at once
-        deadline, pause, landed_unknown = time.monotonic() + self.sink.retry_s, 0.05, False
-        while True:
-            try:
-                if landed_unknown:
-                    bundle = bundle.after(self.t_last(timeout_s=max(0.5, deadline - time.monotonic())))  # within retry_s in all
-                    records = records[len(records) - len(bundle):]  # the bundle is in t order: what landed is a prefix
-                    landed_unknown = False
-                if records:
-                    self.writer.write(records)
-                return
-            except REFUSED:
-                raise  # refused credentials or certificate: no retry fixes them
-            except (kafka_errors.KafkaError, OSError) as exc:
-                landed_unknown = True
-                if time.monotonic() + pause > deadline:
-                    raise kafka_errors.KafkaConnectionError(
-                        f"sink {self.sink.name!r}: writes to {self.sink.topic}[{self.partition}] failed for {self.sink.retry_s:g} s "
-                        f"(KafkaSink retry_s): {exc!r}") from exc
-                log.warning("sink %s: a write to %s[%d] failed (%r); retrying in %.2f s", self.sink.name, self.sink.topic, self.partition, exc, pause)
-                time.sleep(pause)
-                pause = min(1.0, pause * 2)
-
-    def _records(self, bundle: Bundle) -> Iterator[tuple]:
-        return sink_records(bundle.elements, self.sink.encode, self.sink.name)
-
-    def t_last(self, timeout_s: Optional[float] = None) -> Optional[Meta]:
-        """The Meta of the partition's last message (None: the partition is empty), read back
-        however slowly the broker answers, for up to ``timeout_s`` (default ``retry_s``): past it
-        :class:`.LastRecordTimeout`, never None, which would have the replay write it all again."""
-        c = consumer(self.sink.bootstrap_servers, self.sink.security)
-        try:
-            rec = last_record(c, TopicPartition(self.sink.topic, self.partition), timeout_s=timeout_s or self.sink.retry_s)
-        except LastRecordTimeout as exc:
-            raise LastRecordTimeout(
-                f"sink {self.sink.name!r} cannot tell what {self.sink.topic}[{self.partition}] already holds, so it does not "
-                f"write (KafkaSink retry_s={self.sink.retry_s:g}): {exc.args[0]}") from exc
-        finally:
-            c.close()
-        return None if rec is None else meta_of(rec)
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-def sink_records(elements: Iterable[tuple], encode: Callable[[Any], bytes] = json_bytes, sink_name: str = "") -> list:
-    """``(value, headers)`` of each ``(meta, payload)`` as a KafkaSink writes it: the payload
-    encoded, its Meta in the ``driftstream-t`` header. TypeError naming the sink and the
-    element if ``encode`` fails.
-
-    A list is encoded in C where it is built (``_record_batch.c``: 2.4 -> 0.7 us a record of
-    the index, with its batch);
-    :func:`python_sink_records` is the reference, and says what failed when the C raises.
-
-    >>> sink_records([((5, 0, 1, 5, (2,), False), {"w": "a"})])
-    [(b'{"w":"a"}', [('driftstream-t', b'[5,0,1,5,[2],false]')])]
-    """
-    if NATIVE is not None and type(elements) is list:  # the C consumes it: a generator could not go to the Python after
-        try:
-            return NATIVE.sink_records(elements, encode, json_bytes, orjson.dumps if encode is json_bytes else None,
-                                        ORJSON_OPTIONS, META_HEADER)
-        except Exception:  # noqa: BLE001 - the Python raises it again, naming the element
-            pass
-    return list(python_sink_records(elements, encode, sink_name))
-
-
-def python_sink_records(elements: Iterable[tuple], encode: Callable[[Any], bytes] = json_bytes, sink_name: str = "") -> Iterator[tuple]:
-    """:func:`sink_records` in Python: the reference, and the path of any element the C refuses."""
-    for meta, payload in elements:
-        try:
-            value = encode(payload)
-        except Exception as exc:
-            raise TypeError(f"sink {sink_name!r} cannot encode {short_repr(payload)} at t={meta!r}: {exc}") from exc
-        yield value, [(META_HEADER, json_bytes(meta))]  # a tuple is a JSON array: 1.0 -> 0.3 us
-
-
-def meta_of(rec: Any) -> Optional[Meta]:
-    """The Meta a sink record carries in its header (None for a record without one)."""
-    for k, v in rec.headers or ():
-        if k == META_HEADER:
-            return meta_from_json(json.loads(v))
-    return None
 
 
 def read_kafka_sink(bootstrap_servers: str, topic: str, decode: Callable[[bytes], Any] = json.loads, security: KafkaSecurity = PLAINTEXT) -> list:
