@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 from typing import Mapping, Optional, Sequence
 
+from .ack_table import AckTable
 from .meta import BOTTOM, TOP, Time, successor
 
 
@@ -36,7 +37,7 @@ class Acker:
     def __init__(self, sources: int) -> None:
         # One bound per source *instance*; BOTTOM until it reports.
         self.bounds: list = [BOTTOM] * sources
-        self.entries: dict = {}
+        self.entries = AckTable()
         self._heap: list = []
         self.watermark: Time = BOTTOM if sources else TOP
 
@@ -47,15 +48,9 @@ class Acker:
         acker can never see the bound before the ids of what it covers.
         Returns the watermark after the update.
         """
-        entries = self.entries
-        for t, x in xors.items():
-            v = entries.get(t, 0) ^ x
-            if v:
-                if t not in entries:
-                    heapq.heappush(self._heap, t)
-                entries[t] = v
-            elif t in entries:
-                del entries[t]
+        heap = self._heap
+        for t in self.entries.fold(xors):
+            heapq.heappush(heap, t)
         if bound is not None:
             self.bounds[source] = bound
         return self._recompute()

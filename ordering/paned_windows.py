@@ -24,7 +24,7 @@ after T, and :meth:`PanedWindowState.restore_timers` sets the timers of exactly 
 >>> from driftstream.ordering.windows import Sliding, WindowSpec
 >>> count = WindowSpec(Sliding(2, 1), step=lambda n, x: ((n or 0) + 1, None), result=lambda n: n,
 ...                    combine=lambda a, b: a + b)
->>> ws, acks = PanedWindowState(count, seed=1), {}
+>>> ws, acks = PanedWindowState(count, seed=1), AckTable()
 >>> e = lambda ts: ((ts, 0, 0, ts, (), False), "x", "k")
 >>> ws.apply_batch([e(500), e(1500), e(1700)], acks)
 []
@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional
 
+from .ack_table import AckTable
 from .meta import BOTTOM
 from .windowed_state import _TimedState
 from .windows import Sliding, WindowResult, WindowSpec
@@ -83,7 +84,7 @@ class PanedWindowState(_TimedState):
     def _close(self, end: int) -> tuple:
         return (end + self.lateness_ms, -1, -1, -1)
 
-    def apply_batch(self, items: list, acks: dict) -> list:
+    def apply_batch(self, items: list, acks: AckTable) -> list:
         """As :meth:`~.windowed_state.WindowedState.apply_batch`: returns the ``Late`` records."""
         assign, pane, lateness = self.spec.assigner.assign, self.pane, self.lateness_ms
         size, slide = self.size, self.slide
@@ -128,7 +129,7 @@ class PanedWindowState(_TimedState):
             self._own.difference_update(gone)
             self._timed.difference_update(gone)
 
-    def fire(self, watermark: tuple, acks: dict) -> list:
+    def fire(self, watermark: tuple, acks: AckTable) -> list:
         """As :meth:`~.windowed_state.WindowedState.fire`: each window closing, its panes combined."""
         out, backend = [], self.keyed.backend
         get = backend.get
@@ -165,7 +166,7 @@ class PanedWindowState(_TimedState):
         out.sort(key=lambda item: item[0])
         return out
 
-    def restore_timers(self, acks: dict, watermark: Optional[tuple] = None) -> None:
+    def restore_timers(self, acks: AckTable, watermark: Optional[tuple] = None) -> None:
         """Set the timers of the windows over the restored panes and windows that close at or
         after ``watermark``, the snapshot's (None: every one). O(restored states x windows per pane)."""
         watermark = BOTTOM if watermark is None else watermark

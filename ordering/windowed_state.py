@@ -19,7 +19,7 @@ order, parallelism, or failure.
 
 >>> from driftstream.ordering.windows import Tumbling, WindowSpec
 >>> count = WindowSpec(Tumbling(1), step=lambda n, x: ((n or 0) + 1, None), result=lambda n: n)
->>> ws, acks = WindowedState(count, seed=1), {}
+>>> ws, acks = WindowedState(count, seed=1), AckTable()
 >>> ws.apply_batch([((10, 0, 0, 1, (), False), "a", "k"), ((900, 0, 0, 2, (), False), "b", "k")], acks)
 []
 >>> list(acks) == [(1000, -1, -1, -1)]                   # a timer at the close of [0 s, 1 s)
@@ -43,6 +43,7 @@ import math
 import random
 from typing import Any, Callable, Hashable, Iterator, Optional
 
+from .ack_table import AckTable
 from .keyed_state import DriftingKeyedState, StateFnError
 from .meta import invalidee_of
 from .partitioning import stable_hash
@@ -105,25 +106,25 @@ class _TimedState:
             out.append((meta, self.on_error(meta, payload, exc)))
             return None
 
-    def _set_timer(self, close: tuple, member: Hashable, acks: dict) -> None:
+    def _set_timer(self, close: tuple, member: Hashable, acks: AckTable) -> None:
         timer = self.timers.get(close)
         if timer is None:
             timer = self.timers[close] = (self.rng.getrandbits(64) or 1, set())
-            acks[close] = acks.get(close, 0) ^ timer[0]
+            acks.xor(close, timer[0])
             heapq.heappush(self._heap, close)
         timer[1].add(member)
 
-    def _due(self, watermark: tuple, acks: dict) -> Iterator[tuple]:
+    def _due(self, watermark: tuple, acks: AckTable) -> Iterator[tuple]:
         """``(close time, members)`` of the timers the watermark has reached, oldest first; their
         XORs go into ``acks``."""
         heap = self._heap
         while heap and heap[0] <= watermark:
             close = heapq.heappop(heap)
             timer_id, members = self.timers.pop(close)
-            acks[close] = acks.get(close, 0) ^ timer_id
+            acks.xor(close, timer_id)
             yield close, members
 
-    def _restore_window(self, window_key: tuple, close: tuple, watermark: Optional[tuple], acks: dict) -> bool:
+    def _restore_window(self, window_key: tuple, close: tuple, watermark: Optional[tuple], acks: AckTable) -> bool:
         """A window restored from a snapshot taken at ``watermark``: its timer again, or, if it
         closed below the watermark (emitted and released before the snapshot: the watermark
         can pass several closes at once, and an emitted window's state stays until the next
@@ -161,7 +162,7 @@ class WindowedState(_TimedState):
     def __init__(self, spec: WindowSpec, backend: Any = None, seed: Optional[int] = None, on_error: Optional[Callable] = None) -> None:
         super().__init__(spec, spec.step, backend, seed, on_error=on_error)
 
-    def apply_batch(self, items: list, acks: dict) -> list:
+    def apply_batch(self, items: list, acks: AckTable) -> list:
         """Take ``(meta, payload, key)`` elements and tombstones; timers go into ``acks``.
         Returns the :class:`Late` records (and their tombstones) to emit."""
         assign, pairs = self.spec.assigner.assign, self.spec.pairs
@@ -199,7 +200,7 @@ class WindowedState(_TimedState):
         if gone:
             self.keyed.backend.remove_many([window_key for _, window_key in gone])
 
-    def fire(self, watermark: tuple, acks: dict) -> list:
+    def fire(self, watermark: tuple, acks: AckTable) -> list:
         """Emit the windows whose close time the watermark has reached (after :meth:`advance`),
         each at its close time; their timers' XORs go into ``acks``. Returns ``(meta, WindowResult)``.
 
@@ -223,7 +224,7 @@ class WindowedState(_TimedState):
         out.sort(key=lambda item: item[0])
         return out
 
-    def restore_timers(self, acks: dict, watermark: Optional[tuple] = None) -> None:
+    def restore_timers(self, acks: AckTable, watermark: Optional[tuple] = None) -> None:
         """Set the timers of the windows restored from a snapshot taken at ``watermark`` (None:
         all of them); drop those that closed below it (:meth:`_restore_window`). O(restored windows)."""
         lateness = self.spec.allowed_lateness
@@ -294,7 +295,7 @@ class SessionState(_TimedState):
 
     >>> from driftstream.ordering.windows import Session, WindowSpec
     >>> count = WindowSpec(Session(0.01), step=lambda n, x: ((n or 0) + 1, None), result=lambda n: n, timestamp=lambda x: x)
-    >>> ss, acks = SessionState(count, seed=1), {}
+    >>> ss, acks = SessionState(count, seed=1), AckTable()
     >>> e = lambda ts, x: ((ts, 0, 0, ts, (), False), x, "k")
     >>> ss.apply_batch([e(1, 0.000), e(2, 0.008), e(3, 0.030)], acks)   # event times 0, 8 and 30 ms
     []
@@ -309,7 +310,7 @@ class SessionState(_TimedState):
     def _close(self, last_ms: int) -> int:
         return last_ms + self.gap + self.lateness_ms
 
-    def apply_batch(self, items: list, acks: dict) -> list:
+    def apply_batch(self, items: list, acks: AckTable) -> list:
         """As :meth:`WindowedState.apply_batch`."""
         feed, out = [], []
         for meta, payload, key in items:
@@ -340,7 +341,7 @@ class SessionState(_TimedState):
             else:
                 backend.remove(key)
 
-    def fire(self, watermark: tuple, acks: dict) -> list:
+    def fire(self, watermark: tuple, acks: AckTable) -> list:
         """As :meth:`WindowedState.fire`: the sessions whose close time the watermark reached."""
         out, backend = [], self.keyed.backend
         step, result = self.spec.step, self.spec.result
@@ -358,7 +359,7 @@ class SessionState(_TimedState):
         out.sort(key=lambda item: item[0])
         return out
 
-    def restore_timers(self, acks: dict, watermark: Optional[tuple] = None) -> None:
+    def restore_timers(self, acks: AckTable, watermark: Optional[tuple] = None) -> None:
         """As :meth:`WindowedState.restore_timers`: a timer per restored session."""
         for key, sessions in list(self.keyed.backend.items()):
             for _, last, _ in sessions:
@@ -376,7 +377,7 @@ class IntervalJoinState(_TimedState):
     With ``how="left"`` (``"outer"``), a left (and a right) that matched nothing leaves as
     ``(key, l, None)`` (``(key, None, r)``) at that moment: a timer there holds the watermark.
 
-    >>> ij, acks = IntervalJoinState(lower_ms=0, upper_ms=5, how="left", seed=1), {}
+    >>> ij, acks = IntervalJoinState(lower_ms=0, upper_ms=5, how="left", seed=1), AckTable()
     >>> e = lambda ts, side, x: ((ts, 0, 0, ts, (side,), False), x, "k")
     >>> [p for _, p in ij.apply_batch([e(1, 0, "l1"), e(3, 1, "r1"), e(4, 0, "l2")], acks)]
     [('k', 'l1', 'r1')]
@@ -396,7 +397,7 @@ class IntervalJoinState(_TimedState):
     def _pads(self, side: int) -> bool:
         return self.how == "outer" or (self.how == "left" and side == 0)
 
-    def apply_batch(self, items: list, acks: dict) -> list:
+    def apply_batch(self, items: list, acks: AckTable) -> list:
         """Take ``(meta, payload, key)`` of both sides (the side: the last child id); returns the pairs."""
         feed = []
         for meta, payload, key in items:
@@ -422,7 +423,7 @@ class IntervalJoinState(_TimedState):
             else:
                 backend.remove(key)
 
-    def fire(self, watermark: tuple, acks: dict) -> list:
+    def fire(self, watermark: tuple, acks: AckTable) -> list:
         """The unmatched elements (left / outer joins) whose expiry the watermark reached."""
         out, backend = [], self.keyed.backend
         for close, keys in self._due(watermark, acks):
@@ -444,7 +445,7 @@ class IntervalJoinState(_TimedState):
         out.sort(key=lambda item: item[0])
         return out
 
-    def restore_timers(self, acks: dict, watermark: Optional[tuple] = None) -> None:
+    def restore_timers(self, acks: AckTable, watermark: Optional[tuple] = None) -> None:
         """A timer per restored element that may still have to leave unmatched."""
         for key, state in list(self.keyed.backend.items()):
             for side, held in enumerate(state):

@@ -11,7 +11,7 @@ cannot pass an item in flight.
 >>> flow = Flow("doc")
 >>> flow.source(MemorySource([])).key_by(len, name="by_len").stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
 >>> plan = flow.plan(2)
->>> out, acks = Outbound(plan, instance=0, new_batch_id=iter(range(1, 99)).__next__), {}
+>>> out, acks = Outbound(plan, instance=0, new_batch_id=iter(range(1, 99)).__next__), AckTable()
 >>> for ch in plan.channels[plan.stages[0].step_ids[-1]]:
 ...     out.route(ch, [((i, 0, 0, i, (), False), "x" * i, None) for i in range(1, 7)], acks)
 >>> sorted((inst, [p for _, p, _ in b.items]) for _, inst, b in out.take(sender=(0, 0), more=False))
@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 from driftstream.engine.model.errors import dead_letter
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.operators import step_error
+from driftstream.ordering.ack_table import AckTable
 from driftstream.ordering.meta import child_of
 
 #: Keys whose owner an instance remembers per keyed step it routes to (cleared when full).
@@ -73,12 +74,13 @@ class _OutBuffer:
         self.items: list = []
         self.first: Optional[tuple] = None
 
-    def hold(self, t: tuple, acks: dict) -> None:
+    def hold(self, t: tuple, acks: AckTable) -> None:
         """Hold the watermark at ``t`` if it is before every item so far (O(1))."""
         first, bid = self.first, self.batch_id
         if first is not None:
-            acks[first] = acks.get(first, 0) ^ bid  # XORed out again: the entry moves to t
-        acks[t] = acks.get(t, 0) ^ bid
+            acks.move(first, t, bid)  # XORed out again: the entry moves to t
+        else:
+            acks.xor(t, bid)
         self.first = t
 
 
@@ -108,7 +110,7 @@ class Outbound:
             buf = self.buffers[dest] = _OutBuffer(self.new_batch_id())
         return buf
 
-    def route(self, ch: Any, outs: list, acks: dict) -> None:
+    def route(self, ch: Any, outs: list, acks: AckTable) -> None:
         """Put a step's outputs ``(meta, payload, key)`` into channel ``ch``'s buffers, their
         batches' holds XORed into ``acks``. O(len(outs)); a keyed channel calls its key
         function once per item (a StepError names the item it failed on)."""

@@ -24,6 +24,7 @@ import random
 import time
 from typing import Any, Callable, Optional
 
+from driftstream.ordering.ack_table import AckTable
 from driftstream.ordering.input_merge import InputMerge
 from driftstream.ordering.meta import BOTTOM, TOP, Meta  # noqa: F401  (TOP: the doctest)
 from driftstream.snapshots.state_keys import StateKeys
@@ -84,10 +85,10 @@ class StageRuntime:
         self.rng = random.Random(seed)
         self.clock = clock
         self.watermark: tuple = BOTTOM
-        self.acks: dict = {}
+        self.acks = AckTable()
         # The timers of restored windows: XORs the acker must hold before any source starts,
         # apart from ``acks`` (which any flush may send) until the runtime takes them (take_seed).
-        self.seed_acks: dict = {}
+        self.seed_acks = AckTable()
         # Emits: read by a source, or fired by a window (a window's result is timed from its close).
         self.emits = LatencySamples(sample_every, max_samples)
         self.releases = LatencySamples(sample_every, max_samples)
@@ -167,13 +168,11 @@ class StageRuntime:
             self.process(entry, items)
         acks = self.acks
         for batch in done:
-            bid = batch.batch_id
-            for t in batch.times:
-                acks[t] = acks.get(t, 0) ^ bid
+            acks.xor_many(batch.times, batch.batch_id)
         if self.merge.holding:
             self._hold_at_held(acks)
 
-    def _hold_at_held(self, acks: dict) -> None:
+    def _hold_at_held(self, acks: AckTable) -> None:
         """A batch partly released holds the watermark only at its least held item: its
         entry moves there, as a sender's ``outbound._OutBuffer`` moves one (the XORs go to the
         acker in one message with those of the outputs just made). Held at its first
@@ -184,9 +183,7 @@ class StageRuntime:
             times = batch.times
             t = meta[:4]
             if len(times) == 1 and times[0] < t:
-                bid, old = batch.batch_id, times[0]
-                acks[old] = acks.get(old, 0) ^ bid
-                acks[t] = acks.get(t, 0) ^ bid
+                acks.move(times[0], t, batch.batch_id)
                 batch.times = [t]
 
     def process(self, entry: int, items: list) -> None:
@@ -230,13 +227,11 @@ class StageRuntime:
 
     def take_seed(self) -> dict:
         """The XORs of the timers of restored windows (see ``seed_acks``), once."""
-        seed, self.seed_acks = self.seed_acks, {}
-        return seed
+        return self.seed_acks.drain()
 
     def take_acks(self) -> dict:
         """The XORs accumulated since the last call (to send to the acker)."""
-        acks, self.acks = self.acks, {}
-        return acks
+        return self.acks.drain()
 
     # -- watermark ----------------------------------------------------------------------
 

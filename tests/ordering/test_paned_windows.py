@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driftstream.engine.api.aggregates import window_counts, window_fold, window_value
+from driftstream.ordering.ack_table import AckTable
 from driftstream.ordering.keyed_state import DictBackend
 from driftstream.ordering.meta import TOP, tombstone_of
 from driftstream.ordering.paned_windows import PanedWindowState, paned
@@ -31,7 +32,7 @@ def spec(size_ms: int, slide_ms: int, lateness: float) -> WindowSpec:
 def run(state, arrivals: list, watermarks: list) -> list:
     """Feed ``arrivals`` in batches, moving the watermark after each as ``watermarks`` says;
     returns everything emitted, (meta, payload) sorted."""
-    acks, out = {}, []
+    acks, out = AckTable(), []
     for batch, wm in zip(arrivals, watermarks):
         out += state.apply_batch(batch, acks)
         if wm is not None:
@@ -98,7 +99,7 @@ def test_a_restore_at_a_snapshot_watermark_emits_what_the_run_emits_from_it(item
     T = (cut * 100, -1, -1, -1)
     whole = run(form(s, seed=1), [feed], [None])
     first = form(s, seed=1)
-    acks: dict = {}
+    acks = AckTable()
     first.apply_batch([x for x in feed if x[0] < T], acks)
     first.advance(T)
     first.fire(T, acks)
@@ -106,7 +107,7 @@ def test_a_restore_at_a_snapshot_watermark_emits_what_the_run_emits_from_it(item
     for k, v in first.keyed.backend.items():
         backend.put(k, v)
     restored = form(s, backend=backend, seed=1)
-    restored.restore_timers({}, T)
+    restored.restore_timers(AckTable(), T)
     after = run(restored, [[x for x in feed if x[0] >= T]], [None])
     assert after == [x for x in whole if x[0] >= T]
     restored.advance(TOP)  # forgets what the last fire emitted
