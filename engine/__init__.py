@@ -9,17 +9,17 @@ The engine is in rooms by role; imports run one way, top to bottom:
 - ``api/``: Flow, Stream, KeyedStream, FlowHandle;
 - ``control/``: coordinator, supervisor, snapshots and recovery on Ray;
 - ``runtime/``: StageRuntime, the Ray actors, the transport, the simulator;
-- ``connectors/``: sources and sinks (memory, Kafka), the local broker;
-- ``model/``: the plan, errors, results;
+- ``connectors/``: sources and sinks (memory, files, Kafka, PostgreSQL, Iceberg), the local broker;
+- ``model/``: the plan, errors, results, the source and sink interfaces;
 - then the pure core: ``driftstream.ordering``, ``driftstream.barriers``, ``driftstream.snapshots``.
 """
 
-from driftstream.barriers.file_sink import FileSink
 from driftstream.ordering.entry_state import MapState
 
 from driftstream.engine.api.flow import Flow, KeyedStream, Stream
+from driftstream.engine.connectors.file_sink import FileSink
 from driftstream.engine.connectors.row_changes import Delete, Insert, RowChange, Truncate, Update
-from driftstream.engine.connectors.source import Source, SourcePartition
+from driftstream.engine.model.connectors import Sink, SinkPartition, Source, SourcePartition
 from driftstream.engine.model.data_plane import DataPlaneTLS
 from driftstream.engine.model.errors import DataPlaneError, FlowError, StepError
 from driftstream.engine.model.result import Metrics, RunResult
@@ -40,6 +40,8 @@ __all__ = [
     "Metrics",
     "Source",
     "SourcePartition",
+    "Sink",
+    "SinkPartition",
     "KafkaSource",
     "KafkaSink",
     "KafkaSecurity",

@@ -16,9 +16,8 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from driftstream.barriers.sink import Sink
+from driftstream.engine.model.connectors import Sink, Source
 from driftstream.engine import Flow
-from driftstream.engine.connectors.source import Source
 from driftstream.engine.testing import MemorySink, MemorySource
 
 

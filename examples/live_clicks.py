@@ -26,7 +26,7 @@ import os
 import tempfile
 from typing import Optional
 
-from driftstream.barriers.file_sink import FileSink
+from driftstream.engine.connectors.file_sink import FileSink
 from driftstream.engine.api.flow import Flow
 from driftstream.engine.connectors.memory import MemorySink, PacedSource
 from driftstream.engine.windows import Tumbling

@@ -9,7 +9,7 @@ import random
 from typing import Optional
 
 from driftstream.engine import Flow
-from driftstream.engine.connectors.source import Source
+from driftstream.engine.model.connectors import Source
 from driftstream.engine.testing import MemorySink, MemorySource
 
 

@@ -355,7 +355,7 @@ def failure_free_output(name: str, tmp_path_factory, run) -> list:
     Meta is its source, partition and index, not its timing), so it runs once per session
     and every test that compares with it gets a copy."""
     if name not in _FAILURE_FREE:
-        from driftstream.barriers.file_sink import read_file_sink
+        from driftstream.engine.connectors.file_sink import read_file_sink
 
         out = tmp_path_factory.mktemp(f"{name}-ref")
         run(out)

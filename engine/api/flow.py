@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
-from driftstream.barriers.sink import Sink
+from driftstream.engine.model.connectors import Sink, Source
 from driftstream.ordering.entry_state import MapState
 from driftstream.ordering.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from driftstream.ordering.windowed_state import interval_step
@@ -39,7 +39,6 @@ from driftstream.engine.api.aggregates import (
     window_value,
 )
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
-from driftstream.engine.connectors.source import Source
 from driftstream.engine.model.errors import ON_ERROR, FlowError, is_not_dead_letter
 
 if TYPE_CHECKING:  # type names in signatures; the runtimes are imported when a flow runs
@@ -118,7 +117,7 @@ class Flow:
     # -- building -------------------------------------------------------------------
 
     def source(self, source: Source, name: Optional[str] = None) -> "Stream":
-        """Add an input. ``source`` is a :class:`~driftstream.engine.connectors.source.Source` (MemorySource, KafkaSource, ...)."""
+        """Add an input. ``source`` is a :class:`~driftstream.engine.model.connectors.Source` (MemorySource, KafkaSource, ...)."""
         if not isinstance(source, Source):
             raise FlowError(f"flow.source() takes a Source (e.g. MemorySource([...])), not {type(source).__name__}")
         step = self._add("source", name, [], source=source, on_error="dead-letter" if source.emits_dead_letters else "fail")

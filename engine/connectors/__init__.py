@@ -1,6 +1,7 @@
-"""Where data comes from and goes to: the source interface and the reader of one source
-instance, in-memory sources and sinks, Kafka (source, sink, the wire protocol), and the
-local Kafka-protocol broker.
+"""Where data comes from and goes to: every connector (in-memory sources and sinks, files,
+Kafka with its wire protocol, PostgreSQL, Iceberg), the reader of one source instance, the
+retrying write policy the sinks share, and the local Kafka-protocol broker. The interfaces
+they implement are :mod:`driftstream.engine.model.connectors`.
 
 May import: model, the pure core.
 """

@@ -35,7 +35,7 @@ from typing import Optional
 
 from driftstream.ordering.meta import BOTTOM, Time
 
-from driftstream.engine.connectors.source import SourcePartition
+from driftstream.engine.model.connectors import SourcePartition
 
 
 #: The fewest of its own records a partition may read past the frontier per round trip to the

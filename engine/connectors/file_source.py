@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import orjson
 
 from driftstream.engine.connectors.bad_record import bad_record
-from driftstream.engine.connectors.source import Source, SourcePartition
+from driftstream.engine.model.connectors import Source, SourcePartition
 from driftstream.engine.model.errors import dead_letter
 from driftstream.ordering.meta import Time
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields
-from driftstream.barriers.sink import Sink, SinkPartition
+from driftstream.engine.model.connectors import Sink, SinkPartition
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 

@@ -8,10 +8,8 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.sink import Sink, SinkPartition
+from driftstream.engine.model.connectors import Sink, SinkPartition, Source, SourcePartition
 from driftstream.ordering.meta import Meta
-
-from driftstream.engine.connectors.source import Source, SourcePartition
 
 
 class ListPartition(SourcePartition):

@@ -1,7 +1,7 @@
 """NewestCommitter: tells something outside the flow each committed snapshot's source
 positions, on a thread of its own, the newest first.
 
-A :class:`~driftstream.engine.connectors.source.CommitHook` is called in the supervisor's
+A :class:`~driftstream.engine.model.connectors.CommitHook` is called in the supervisor's
 loop, which must not wait for a broker or a database. This one hands the positions to a
 thread: an older snapshot's positions still pending when a newer one's arrive are dropped
 (never written after the newer ones), and a failure is counted, logged and superseded by

@@ -39,7 +39,7 @@ from typing import Any, Optional, Sequence, Union
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields, json_default
-from driftstream.barriers.sink import Sink, SinkPartition
+from driftstream.engine.model.connectors import Sink, SinkPartition
 from driftstream.engine.connectors.row_changes import Delete, RowChange, Truncate, Update
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json

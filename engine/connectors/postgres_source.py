@@ -51,7 +51,7 @@ from driftstream.engine.connectors.newest_commit import NewestCommitter
 from driftstream.engine.connectors.pg_replication import ReplicationError, ReplicationStream, lsn_of, lsn_text
 from driftstream.engine.connectors.pgoutput import Begin, Commit, Message, PgOutputDecoder
 from driftstream.engine.connectors.postgres_sink import _mask, _quote, create_if_missing
-from driftstream.engine.connectors.source import Source, SourcePartition
+from driftstream.engine.model.connectors import Source, SourcePartition
 from driftstream.engine.model.errors import FlowError
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from driftstream.ordering.meta import BOTTOM, TOP, Time
 from driftstream.engine.connectors.alignment import Alignment, HeldPartition
 from driftstream.engine.model.config import InstanceConfig, plan_alignment, source_slack
 from driftstream.engine.model.plan import Instance, Plan
-from driftstream.engine.connectors.source import Source
+from driftstream.engine.model.connectors import Source
 
 
 class SourceReader:

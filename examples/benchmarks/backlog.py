@@ -28,7 +28,7 @@ from typing import Optional
 
 import ray
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.runtime.ray_session import ensure_ray
 from driftstream.engine.testing import MemorySource
 from driftstream.examples.inverted_index.corpus import iter_ovos, page_id_for

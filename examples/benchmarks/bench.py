@@ -45,8 +45,8 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.file_sink import FileSink, read_partition_file
-from driftstream.barriers.sink import SinkPartition
+from driftstream.engine.connectors.file_sink import FileSink, read_partition_file
+from driftstream.engine.model.connectors import SinkPartition
 from driftstream.examples import wordcount
 
 from driftstream.engine.cli.status_view import recovery_resets, recovery_steps

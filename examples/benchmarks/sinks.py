@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from driftstream.barriers.file_sink import FileSink
+from driftstream.engine.connectors.file_sink import FileSink
 
 #: change records: one row each (append); one row per (word, page) (upsert)
 APPEND_DDL = "CREATE TABLE {name} (op text, word text, page_id bigint, positions jsonb, df int)"

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from driftstream.barriers.sink import Sink
+from driftstream.engine.model.connectors import Sink, Source
 from driftstream.engine import Flow, MapState
-from driftstream.engine.connectors.source import Source
 
 from .documents import page_changes, word_positions
 

@@ -49,7 +49,7 @@ import heapq
 
 import orjson
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.barriers.json_payloads import json_bytes
 from driftstream.engine.connectors.file_source import FileSource
 

@@ -6,7 +6,7 @@ record's timestamp its event time in ms, its value the JSON line Flink's files h
 the chunks Flink's files hold (:func:`.flink_queries.feed_chunks`, 0.1 s of events each),
 each when its due time comes, after warm-up records went through. The query reads them
 with a :class:`~driftstream.engine.KafkaSource` and writes a
-:class:`~driftstream.barriers.file_sink.FileSink`, exactly-once with 1 s snapshots; a
+:class:`~driftstream.engine.connectors.file_sink.FileSink`, exactly-once with 1 s snapshots; a
 poller reads the sink's files every 10 ms. A result's latency = seen in a file - the
 broker's acknowledgement of the chunk holding its releasing event (the event itself for
 q1-q3; for a window, the first event at or past its end: our watermark has no delay).
@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 
 import orjson
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.examples.flink_job import Scheduled
 
 from .direct import direct_results

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from driftstream.barriers.sink import Sink
+from driftstream.engine.model.connectors import Sink, Source
 from driftstream.engine import Flow
-from driftstream.engine.connectors.source import Source
 from driftstream.engine.testing import MemorySink, MemorySource
 from driftstream.engine.windows import Sliding, Tumbling, WindowResult
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from driftstream.barriers.file_sink import read_file_sink
+from driftstream.engine.connectors.file_sink import read_file_sink
 from driftstream.examples.live_clicks import build
 
 from tests.status_wait import wait_for_status

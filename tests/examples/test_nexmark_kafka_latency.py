@@ -8,7 +8,7 @@ import time
 import pytest
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.file_sink import FileSink
+from driftstream.engine.connectors.file_sink import FileSink
 from driftstream.examples.nexmark.direct import direct_results
 from driftstream.examples.nexmark.flink_queries import feed_chunks, result_latencies
 from driftstream.examples.nexmark.generator import events

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.sink import SinkPartition
+from driftstream.engine.model.connectors import SinkPartition
 from driftstream.engine.connectors.kafka.sink import KafkaSink
 from driftstream.engine.connectors.kafka.topic_watch import TopicWatch
 from driftstream.ordering.meta import Meta

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.sink import SinkPartition
+from driftstream.engine.model.connectors import SinkPartition
 from driftstream.ordering.meta import Meta
 
 from driftstream.engine.connectors.kafka.partitioner import fast_murmur2, key_bytes

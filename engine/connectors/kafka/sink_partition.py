@@ -18,7 +18,7 @@ from kafka import errors as kafka_errors
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import ORJSON_OPTIONS, json_bytes
-from driftstream.barriers.sink import SinkPartition
+from driftstream.engine.model.connectors import SinkPartition
 from driftstream.ordering.meta import Meta, meta_from_json
 
 from driftstream.engine.model.errors import short_repr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from driftstream.barriers.file_sink import FileSink
+from driftstream.engine.connectors.file_sink import FileSink
 from driftstream.engine import Flow
 from driftstream.engine.testing import MemorySource, PacedSource
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.barriers.json_payloads import json_default
 from driftstream.engine.windows import Session, Sliding, Tumbling
 from tests.engine.api import test_joins as joins

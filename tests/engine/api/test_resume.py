@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from driftstream.barriers.file_sink import read_file_sink
+from driftstream.engine.connectors.file_sink import read_file_sink
 from driftstream.engine.model.config import COORDINATOR_NICENESS
 from driftstream.snapshots.store import SnapshotStore
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.connectors import file_source
 from driftstream.engine.connectors.file_source import FileSource

@@ -8,7 +8,7 @@ from typing import Optional
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driftstream.engine.connectors.source import Source, SourcePartition
+from driftstream.engine.model.connectors import Source, SourcePartition
 from driftstream.engine.connectors.source_reader import SourceReader
 
 

@@ -48,7 +48,7 @@ for _k, _v in LEAN_RAY_ENV.items():
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink  # noqa: E402
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink  # noqa: E402
 from driftstream.engine import Flow  # noqa: E402
 from driftstream.engine.testing import MemorySource, PacedSource  # noqa: E402
 

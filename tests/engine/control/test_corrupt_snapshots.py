@@ -10,7 +10,7 @@ from typing import Optional
 
 import pytest
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.model.errors import FlowError
 from driftstream.snapshots.store import QUARANTINED, SnapshotStore
 

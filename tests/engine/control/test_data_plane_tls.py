@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.model.errors import FlowError
 from tests.engine.control.test_exactly_once import build, failure_free_output, kill_when
 from tests.tls_files import make_tls

@@ -11,7 +11,7 @@ import time
 import pytest
 import ray
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.model.data_plane import PlaneKey

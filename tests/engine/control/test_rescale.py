@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow, KafkaSink, KafkaSource
 from driftstream.engine.connectors.kafka.io import ensure_topic
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink

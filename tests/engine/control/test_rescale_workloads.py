@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.connectors.kafka.io import consumer, ensure_topic, topic_end
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
 from driftstream.engine.windows import Session

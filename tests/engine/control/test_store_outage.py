@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.model.errors import DeadLetter, StepError
 from driftstream.engine.runtime.arrow_operators import FlatMapBatches, MapBatches

@@ -144,7 +144,7 @@ def test_a_missing_input_topic_fails_with_what_to_do(kafka_broker, monkeypatch):
 
 def test_an_idle_partition_is_moved_on_by_tick_records(ray_session, kafka_broker, tmp_path):
     """Data on partition 0 only: without ticks partition 1 would hold the watermark forever."""
-    from driftstream.barriers.file_sink import FileSink, read_file_sink
+    from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 
     bs = kafka_broker.bootstrap_servers
     topic = topic_name("idle")

@@ -39,11 +39,11 @@ import re
 import string
 from typing import Any, Optional, Union
 
+from driftstream.barriers.bundle import Bundle
+from driftstream.barriers.json_payloads import json_bytes
 from driftstream.ordering.meta import Meta, meta_from_json
 
-from .bundle import Bundle
-from .json_payloads import json_bytes
-from .sink import Sink, SinkPartition
+from driftstream.engine.model.connectors import Sink, SinkPartition
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driftstream.barriers.sink import SinkPartition
+from driftstream.engine.model.connectors import SinkPartition
 from driftstream.ordering.meta import Meta
 
 T = Meta(3, 0, 0, 3)

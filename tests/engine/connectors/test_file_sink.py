@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.barriers.file_sink import FileSink, read_file_sink
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.ordering.meta import Meta
 
 
@@ -136,7 +136,7 @@ def test_file_that_is_only_a_partial_line_reopens_empty(tmp_path):
 
 def test_last_line_found_across_read_blocks(tmp_path, monkeypatch):
     # The tail is read backwards in blocks; make them tiny so lines straddle blocks.
-    import driftstream.barriers.file_sink as fs
+    import driftstream.engine.connectors.file_sink as fs
 
     monkeypatch.setattr(fs, "_TAIL_BLOCK", 7)
     sink = FileSink(tmp_path, name="out")
