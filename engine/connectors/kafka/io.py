@@ -36,9 +36,12 @@ def consumer(bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, **kw) 
     )
 
 
-def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, security: KafkaSecurity = PLAINTEXT) -> int:
-    """Create ``topic`` with ``partitions`` partitions unless it exists; returns its partition count."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **security.client_settings())
+def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, security: KafkaSecurity = PLAINTEXT,
+                 bootstrap_timeout_s: float = 30.0) -> int:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; returns its partition count.
+    ``bootstrap_timeout_s``: how long its clients try to reach a broker at first."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, bootstrap_timeout_ms=int(bootstrap_timeout_s * 1000),
+                             **security.client_settings())
     try:
         if topic not in admin.list_topics():
             try:
@@ -47,12 +50,14 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int, security: 
                 pass
     finally:
         admin.close()
-    return partition_count(bootstrap_servers, topic, security=security)
+    return partition_count(bootstrap_servers, topic, security=security, bootstrap_timeout_s=bootstrap_timeout_s)
 
 
-def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0, security: KafkaSecurity = PLAINTEXT) -> int:
-    """Number of partitions of ``topic`` (0 if it does not exist)."""
-    c = consumer(bootstrap_servers, security)
+def partition_count(bootstrap_servers: str, topic: str, timeout: float = 10.0, security: KafkaSecurity = PLAINTEXT,
+                    bootstrap_timeout_s: float = 30.0) -> int:
+    """Number of partitions of ``topic`` (0 if it does not exist). ``bootstrap_timeout_s``: how
+    long its client tries to reach a broker at first (kafka-python's KafkaTimeoutError then)."""
+    c = consumer(bootstrap_servers, security, bootstrap_timeout_ms=int(bootstrap_timeout_s * 1000))
     try:
         deadline = time.time() + timeout
         while True:

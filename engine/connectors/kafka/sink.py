@@ -36,7 +36,8 @@ from driftstream.engine.connectors.kafka.io import LastRecordTimeout, consumer, 
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
 from driftstream.engine.connectors.kafka.schema_registry import RegistryEncoder, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity, security_of
-from driftstream.engine.connectors.kafka.wire import check_broker
+from driftstream.engine.connectors.kafka.reach import bootstrap_errors, reach
+from driftstream.engine.connectors.kafka.wire import CHECK_TIMEOUT_S, check_broker
 from driftstream.engine.connectors.kafka.sink_partition import (  # noqa: F401 - the sink's record format, re-exported
     META_HEADER, KafkaSinkPartition, meta_of, python_sink_records, sink_records)
 
@@ -135,8 +136,12 @@ class KafkaSink(Sink):
         ``partitions``: each barrier writes its own partition, the only writer of it, so that
         its last message is the barrier's ``t_last``. A keyed sink's partitions are each
         written by one instance whatever their number: any count does."""
-        check_broker(self.bootstrap_servers, self.security)
-        have = ensure_topic(self.bootstrap_servers, self.topic, max(partitions, self.create_partitions or 0), self.security)
+        who = f"KafkaSink {self.name!r} (topic {self.topic!r})"
+        reach(self.bootstrap_servers, who, self.retry_s)  # within retry_s, naming the sink, not kafka-python's bare timeout
+        check_broker(self.bootstrap_servers, self.security, min(CHECK_TIMEOUT_S, self.retry_s))
+        with bootstrap_errors(self.bootstrap_servers, who, self.retry_s):
+            have = ensure_topic(self.bootstrap_servers, self.topic, max(partitions, self.create_partitions or 0), self.security,
+                                bootstrap_timeout_s=self.retry_s)
         if self.key is not None:
             if self.topic_partitions is None:  # fixed for the run: routing and writing must agree
                 self.topic_partitions = have

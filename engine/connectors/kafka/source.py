@@ -50,13 +50,14 @@ from driftstream.engine.connectors.kafka.group_commit import GroupCommitter
 from driftstream.engine.connectors.kafka.io import partition_count
 from driftstream.engine.connectors.kafka.offset_gaps import OffsetGaps
 from driftstream.engine.connectors.kafka.partition_log import PartitionLog, Step
+from driftstream.engine.connectors.kafka.reach import bootstrap_errors, reach
 from driftstream.engine.connectors.kafka.schema_registry import FORMATS as REGISTRY_FORMATS
 from driftstream.engine.connectors.kafka.schema_registry import RegistryDecoder, RegistryUnavailable, SchemaRegistry, check_format, registry_of
 from driftstream.engine.connectors.kafka.security import KafkaSecurity, security_of
 from driftstream.engine.connectors.kafka.ticks import TICK_HEADER, TICK_MARK, PartitionTicker, is_tick
 from driftstream.engine.connectors.kafka.topic_watch import LogWatch, TopicVanished, TopicWatch
 from driftstream.engine.connectors.kafka.transactions import ISOLATION_LEVELS
-from driftstream.engine.connectors.kafka.wire import TopicFetcher, check_broker
+from driftstream.engine.connectors.kafka.wire import CHECK_TIMEOUT_S, TopicFetcher, check_broker
 from driftstream.engine.connectors.bad_record import bad_record
 from driftstream.engine.connectors.partition_clock import PartitionClock
 from driftstream.engine.model.connectors import Source, SourcePartition
@@ -217,9 +218,15 @@ class KafkaSource(Source):
         self._partitions: Optional[int] = None
 
     def partitions(self) -> int:
+        """The topic's partition count, asked once. A broker that cannot be reached fails it
+        within ``broker_timeout_s`` with :class:`.BrokerUnreachable` (naming this step, the
+        topic, the address and what to check), not kafka-python's bare bootstrap timeout."""
         if self._partitions is None:
-            check_broker(self.bootstrap_servers, self.security)
-            n = partition_count(self.bootstrap_servers, self.topic, security=self.security)
+            who = f"KafkaSource {self.step_name!r} (topic {self.topic!r})"
+            reach(self.bootstrap_servers, who, self.broker_timeout_s)
+            check_broker(self.bootstrap_servers, self.security, min(CHECK_TIMEOUT_S, self.broker_timeout_s))
+            with bootstrap_errors(self.bootstrap_servers, who, self.broker_timeout_s):
+                n = partition_count(self.bootstrap_servers, self.topic, security=self.security, bootstrap_timeout_s=self.broker_timeout_s)
             if n == 0:
                 raise FlowError(f"Kafka topic {self.topic!r} does not exist at {self.bootstrap_servers}: create it first")
             self._partitions = n
