@@ -66,13 +66,13 @@ class IcebergSink(Sink):
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NoSuchTableError
 
+        from driftstream.engine.connectors.iceberg_logs import quiet_concurrent_commit_warnings
+
+        quiet_concurrent_commit_warnings()  # partitions racing to commit is expected here: pyiceberg's per-attempt warning to DEBUG
         try:
             return load_catalog(self.catalog_name, **self.catalog).load_table(self.table)
         except NoSuchTableError:
             raise ValueError(f"sink {self.name!r}: Iceberg table {self.table!r} does not exist in catalog {self.catalog_name!r}: "
-        from driftstream.engine.connectors.iceberg_logs import quiet_concurrent_commit_warnings
-
-        quiet_concurrent_commit_warnings()  # partitions racing to commit is expected here: pyiceberg's per-attempt warning to DEBUG
                              "create it first (catalog.create_table(name, schema=...))") from None
 
     def check(self, partitions: int) -> None:
