@@ -22,17 +22,17 @@ from typing import Any, Optional
 
 import ray
 
-from driftstream.ordering.acker import Acker
-from driftstream.ordering.meta import BOTTOM, TOP
+from driftstream.ordering.meta import TOP
 
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.errors import DataPlaneError, StepError
 from driftstream.engine.model.live_figures import instance_stats
-from driftstream.engine.model.manifest import Instance, PartCollector, SnapshotPart
+from driftstream.engine.model.manifest import Instance, SnapshotPart
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime import gc_policy
+from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain
@@ -94,28 +94,19 @@ class AckerActor:
 
     def _setup(self, sources: int, key: PlaneKey) -> None:
         self._end_schedule()
-        self.acker = Acker(sources)
         self.lost = LostPeers()
         self.endpoint = Endpoint(key, self._on_message, me=ray.get_runtime_context().get_actor_name() or "acker", on_lost=self.lost.add,
                                  on_error=self._on_plane_error)
+        #: the acker's protocol (its table, watermarks, frontiers, snapshot parts); this actor adds the transport
+        self.host = AckerHost(sources, self.endpoint.send, defer=lambda fn: asyncio.get_running_loop().call_soon(fn), finish=self._last_watermark)
         self.subscribers: dict = {}
-        self.pushed = self.acker.watermark
-        self.push_scheduled = False
-        #: aligned sources: (key, its source's acker indexes) per source instance, and the
-        #: frontier last told each group
-        self.aligned: Optional[list] = None
-        self.frontier_told: dict = {}
-        self.align_scheduled = False
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
-        self.updates = 0
-        # snapshot id -> (its PartCollector, Event set once every actor answered), while pending
-        self.pending_snapshots: dict = {}
 
     async def seed(self, xors: list) -> None:
         """Before any source starts: the stage actors' XORs of :meth:`StageActor.take_seed`."""
         for x in xors:
-            self.acker.update(x)
+            self.host.seed(x)
 
     async def listen(self) -> tuple:
         self.done = asyncio.Event()
@@ -127,52 +118,18 @@ class AckerActor:
         are told their source's frontier (aligned sources; ``group``: see
         :attr:`~driftstream.engine.model.plan.Plan.source_groups`)."""
         self.subscribers = subscribers
-        self.aligned = aligned_sources
+        self.host.subscribers, self.host.aligned = list(subscribers), aligned_sources
         for key in subscribers:
             await self.endpoint.connect(key, addresses[key])
 
     def _on_message(self, message: Any) -> None:
-        if type(message) is Prepared:
-            pending = self.pending_snapshots.get(message.snapshot_id)
-            if pending is not None:  # else: a snapshot given up on (a reset happened since)
-                collector, complete = pending
-                if collector.add(message.instance, message.part):
-                    complete.set()
-            return
-        self.acker.update(message.xors, message.source_index, message.bound)
-        self.updates += 1
-        if self.acker.watermark > self.pushed and not self.push_scheduled:
-            self.push_scheduled = True
-            asyncio.get_running_loop().call_soon(self._push)
-        if message.bound is not None and self.aligned is not None and not self.align_scheduled:
-            self.align_scheduled = True
-            asyncio.get_running_loop().call_soon(self._align)
+        self.host.receive(message)
 
-    def _align(self) -> None:
-        """Tell the source instances the frontier, if it moved (coalesced like watermarks)."""
-        self.align_scheduled = False
-        told = self.frontier_told
-        for group, frontier in {group: self.acker.frontier(group) for _, group in self.aligned}.items():
-            if frontier > told.get(group, BOTTOM):
-                told[group] = frontier
-                for key, g in self.aligned:
-                    if g == group:
-                        self.endpoint.send(key, Align(frontier))
-
-    def _push(self) -> None:
-        self.push_scheduled = False
-        w = self.acker.watermark
-        if w <= self.pushed:
-            return
-        self.pushed = w
-        if w == TOP:
-            # The last watermark goes by Ray call so that the driver can wait for every
-            # stage to have released its output before it collects results.
-            refs = [h.watermark.remote(w) for h in self.subscribers.values()]
-            asyncio.get_running_loop().create_task(self._finish(refs))
-            return
-        for key in self.subscribers:
-            self.endpoint.send(key, Watermark(w))
+    def _last_watermark(self, w: tuple) -> None:
+        """The last watermark goes by Ray call so that the driver can wait for every stage to
+        have released its output before it collects results."""
+        refs = [h.watermark.remote(w) for h in self.subscribers.values()]
+        asyncio.get_running_loop().create_task(self._finish(refs))
 
     async def _finish(self, refs: list) -> None:
         try:
@@ -241,19 +198,17 @@ class AckerActor:
         answer within ``timeout`` seconds (hung). T is TOP, with no parts, when the
         run is complete.
         """
-        w = self.acker.watermark
-        if w == TOP:
-            return w, {}, []
-        collector, complete = self.pending_snapshots[snapshot_id] = (PartCollector(snapshot_id, w, self.subscribers), asyncio.Event())
-        for key in self.subscribers:
-            self.endpoint.send(key, Watermark(w, snapshot_id))
+        if self.host.table.watermark == TOP:
+            return TOP, {}, []
+        complete = asyncio.Event()
+        collector = self.host.begin_snapshot(snapshot_id, lambda c: complete.set())
         try:
             await asyncio.wait_for(complete.wait(), timeout)
         except asyncio.TimeoutError:
             pass
         finally:
-            self.pending_snapshots.pop(snapshot_id, None)
-        return w, collector.parts, collector.missing
+            self.host.end_snapshot(snapshot_id)
+        return collector.t, collector.parts, collector.missing
 
     async def alive(self) -> list:
         """The supervisor holds this call to learn at once when the actor dies (the call fails)
@@ -284,8 +239,7 @@ class AckerActor:
         return self.error
 
     async def status(self) -> dict:
-        return {"watermark": self.acker.watermark, "in_flight": self.acker.in_flight(), "updates": self.updates,
-                "settled": self.acker.settled(), "bounds": list(self.acker.bounds)}
+        return self.host.status()
 
     async def close(self) -> None:
         await self.endpoint.close()
@@ -473,6 +427,7 @@ class StageActor:
             self._apply_watermark(message.t)
             if message.snapshot_id is not None:
                 snapshot_id, t, rt = message.snapshot_id, message.t, self.rt
+                rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
 
                 def prepared(part: SnapshotPart) -> None:
                     if rt is self.rt:  # else: written for an incarnation that was reset since

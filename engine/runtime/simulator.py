@@ -58,7 +58,7 @@ from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.protocol import Align, Prepared
-from driftstream.engine.runtime.simulated_acker import SimulatedAcker
+from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
 ACKER = "acker"
@@ -146,7 +146,8 @@ class Simulation:
         """Forget everything in flight; instances are then restored one per step."""
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
-        self.acker = SimulatedAcker(len(self.source_keys), self.aligned, lambda to, message: self._send_control(ACKER, to, message))
+        self.acker = AckerHost(len(self.source_keys), lambda to, message: self._send_control(ACKER, to, message), subscribers=self.plan.instances,
+                               aligned=self.aligned)
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
         self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
@@ -224,6 +225,7 @@ class Simulation:
             reader.on_watermark(message.t)
         if message.snapshot_id is not None:
             sid, t = message.snapshot_id, message.t
+            rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
             self.live.snapshots[instance].take(sid, t, reader, lambda part: rt.part_prepared(t, Prepared(sid, instance, part)))
             self._maybe_crash("after a marker", CRASH_AT_POINT / len(self.plan.instances))
 
@@ -239,7 +241,7 @@ class Simulation:
             kinds.append(self._deliver_control)
         if self.rescale_phase is None and any(self.live.source_ready(k) for k in self.readers):
             kinds.append(self._read_source)
-        if self.rescale_phase == "draining" and not kinds and not self.writes and self.acker.collector is None:
+        if self.rescale_phase == "draining" and not kinds and not self.writes and self.acker.collecting is None:
             return [self._rescale_snapshot]  # nothing in flight: the watermark stays where it is
         if any(rt.holding for rt in self.stages.values()):
             kinds.append(self._release_held)
@@ -247,9 +249,9 @@ class Simulation:
             kinds.append(self._write_bundle)
         if any(s.pending_writes() for s in self.live.snapshots.values()):
             kinds.append(self._persist)
-        if self.acker.collector is not None and not self.acker.collector.missing:
+        if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
-        elif (self.store is not None and self.acker.collector is None and self.acker.watermark != TOP and self.clock_value >= self.next_snapshot_at
+        elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
               and self.rescale_phase is None):
             kinds.append(self._begin_snapshot)
         return kinds
@@ -263,7 +265,7 @@ class Simulation:
         self.clock_value += 0.001
         if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
             return True
-        if self.rescales and self.rescale_phase is None and not self.restoring and self.acker.watermark != TOP and self.rng.random() < RESCALE_AT:
+        if self.rescales and self.rescale_phase is None and not self.restoring and self.acker.pushed != TOP and self.rng.random() < RESCALE_AT:
             self.rescale_phase = "draining"
             # The sources stop reading, each once what it read is sent with its bound (Ray's
             # pause_reading): a bound sent later (a source with nothing left to read) would
@@ -286,7 +288,7 @@ class Simulation:
         sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
         message = self.control[(sender, receiver)].popleft()
         if receiver == ACKER:
-            self.acker.receive(message, self.stages)
+            self.acker.receive(message)
         else:
             self._to_stage(receiver, message)
             if receiver in self.stages:  # else: a crash at the marker
@@ -322,22 +324,22 @@ class Simulation:
         self._flush(instance)
 
     def _rescale_snapshot(self) -> None:
-        if self.acker.table.settled() and drained(self.acker.watermark, (rt.t_last() for rt in self.stages.values())):
+        if self.acker.table.settled() and drained(self.acker.pushed, (rt.t_last() for rt in self.stages.values())):
             self.rescale_phase = "snapshot"
             self._begin_snapshot()
         else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
             self.rescale_phase = None
 
     def _begin_snapshot(self) -> None:
-        """The supervisor's side: a new snapshot, its marker sent by the acker (see SimulatedAcker.begin_snapshot)."""
+        """The supervisor's side: a new snapshot, its marker sent by the acker (see AckerHost.begin_snapshot)."""
         sid = self.next_snapshot_id
         self.next_snapshot_id += 1
         self.next_snapshot_at = self.clock_value + self.config.snapshot_interval
-        self.acker.begin_snapshot(sid, self.plan.instances)
+        self.acker.begin_snapshot(sid)
 
     def _commit(self) -> None:
         """The supervisor's side: every part is in; the manifest is committed."""
-        c = self.acker.take_collected()
+        c = self.acker.end_snapshot(self.acker.collecting.snapshot_id)
         if self._maybe_crash("between prepared and commit"):
             return
         manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing)
@@ -352,8 +354,8 @@ class Simulation:
         try:
             while self.step():
                 pass
-            if self.acker.watermark != TOP:
-                raise RuntimeError(f"simulation stalled at watermark {self.acker.watermark} with {self.acker.table.in_flight()} times in flight")
+            if self.acker.pushed != TOP:
+                raise RuntimeError(f"simulation stalled at watermark {self.acker.pushed} with {self.acker.table.in_flight()} times in flight")
             result = self.live.result(self.plan, self.clock_value)
             result.metrics.snapshots = self.commits
             result.metrics.recoveries = len(self.crash_points)
