@@ -34,6 +34,7 @@ from typing import Any, Optional
 from driftstream.ordering.meta import Meta, invalidee_of
 
 from .bundle import Bundle
+from .settled import SettledCount
 
 _meta = itemgetter(0)
 
@@ -48,6 +49,8 @@ class Barrier:
         self.released = 0
         self.tombstones_released = 0
         self.dropped_replayed = 0
+        #: the elements released or dropped as replayed, in all and below snapshots' T: status counts across recoveries
+        self.settled = SettledCount()
         #: the last output the sink held at the last recovery (None: nothing): horizons, status
         self.t_last: Optional[Meta] = None
         #: replayed elements at or before it are dropped (usually ``t_last``, see skip_through)
@@ -118,6 +121,7 @@ class Barrier:
             for meta in [m for m in tombstones if m < watermark]:
                 # Settled yet unmatched: the element it invalidates never came. Keep it visible.
                 self.tombstones_released += len(tombstones.pop(meta))
+        self.settled.add(ready)
         if self._drop_through is not None and ready:
             before = len(ready)
             ready = [e for e in ready if e[0] > self._drop_through]

@@ -246,7 +246,7 @@ class SnapshotCommitter:
         sid, t, parts, missing, started, took_s = item
         plan = self.plan
         try:
-            manifest = manifest_of(plan, sid, committed_t(t, self.restored), parts, missing)
+            manifest = manifest_of(plan, sid, committed_t(t, self.restored), parts, missing, self.restored)
         except MissingParts as exc:
             raise Hung({plan.actor_name(i) for i in exc.instances}) from None
         self.before_commit()

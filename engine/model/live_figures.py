@@ -67,7 +67,8 @@ def instance_stats(rt: Any, reader: Any, cache_stats: dict, releases_since: Opti
         "emitted": 0 if reader is None else reader.emitted,
         "source_lag": None if reader is None else reader.lag(),
         "source_partitions": [] if reader is None else reader.fetch_states(),
-        "released": rt.released_total(),
+        # released, or dropped as replayed output the sink held: each element the sinks hold once
+        "released": sum(rt.sinks.settled().released.values()),
         "state_cache": cache_stats,
         "late_elements": rt.late_elements(),
         "step_dead_letters": dict(rt.dead_letters),

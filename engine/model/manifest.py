@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping, Optional
 from driftstream.snapshots.changelog import snapshots_required
 
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.model.run_counts import ZERO, RunCounts
 
 #: The manifest format this build writes; it reads this one and version 1.
 MANIFEST_VERSION = 2
@@ -47,12 +48,15 @@ class SnapshotPart:
     ``states``: step name -> its chain entry (:meth:`driftstream.snapshots.changelog.Chain.entry`),
     or a list of slices of chains (see the module doc and :func:`slices_of`);
     ``sources``: partition number (a str, as in JSON) -> ``[offset, running ts]``, where a
-    replay from the snapshot's T starts; ``error``: why the part could not be written.
+    replay from the snapshot's T starts; ``error``: why the part could not be written;
+    ``counts``: what the instance's sinks settled below T in its incarnation (None: not
+    counted), summed into :attr:`Manifest.counts`, not stored with the part.
     """
 
     states: Mapping[str, dict] = field(default_factory=dict)
     sources: Mapping[str, list] = field(default_factory=dict)
     error: Optional[str] = None
+    counts: Optional[RunCounts] = None
 
     def positions(self) -> Optional[dict]:
         """The source positions as a reader takes them (``{partition: (offset, ts)}``), None if none."""
@@ -105,6 +109,9 @@ class Manifest:
     #: how keys were hashed to their groups (:data:`~driftstream.ordering.key_groups.KEY_HASH`):
     #: a flow resumed from this snapshot keeps it; 1 in manifests written before it was recorded
     key_hash: Optional[int] = None
+    #: the run's output and dead letters below T, over its recoveries (see :mod:`.run_counts`);
+    #: None in a manifest written before they were kept, or when an instance did not count
+    counts: Optional[RunCounts] = None
 
     def part(self, instance: Instance) -> SnapshotPart:
         """What ``instance`` restores from (an empty part if it had nothing to record)."""
@@ -132,6 +139,8 @@ class Manifest:
             # which of those are bases: the store keeps a manifest before each (see SnapshotStore.prune)
             "bases": bases_of(self.parts.values()),
         }
+        if self.counts is not None:
+            data["counts"] = self.counts.to_json()
         if not self.legacy:
             data.update(max_parallelism=self.max_parallelism, stateful_steps=list(self.stateful_steps), stages=list(self.stages),
                         key_hash=self.key_hash)
@@ -159,6 +168,7 @@ class Manifest:
             stateful_steps=optional("stateful_steps"),
             stages=optional("stages"),
             key_hash=data.get("key_hash") or (1 if version >= 2 else None),
+            counts=RunCounts.from_json(data.get("counts")),
         )
 
 
@@ -207,8 +217,10 @@ def committed_t(t: tuple, restored: Optional["Manifest"]) -> tuple:
     return tuple(t) if restored is None else max(tuple(t), tuple(restored.t))
 
 
-def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance, SnapshotPart], missing: Iterable) -> Manifest:
-    """The manifest of snapshot ``snapshot_id`` of a run of ``plan`` at ``t`` from every instance's part.
+def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance, SnapshotPart], missing: Iterable,
+                restored: Optional[Manifest] = None) -> Manifest:
+    """The manifest of snapshot ``snapshot_id`` of a run of ``plan`` at ``t`` from every instance's part;
+    ``restored``: the manifest the incarnation started from, whose counts the new ones add to.
 
     Raises :class:`MissingParts` if an instance did not answer, :class:`SnapshotFailed`
     if one could not write its part: such a snapshot is never committed."""
@@ -218,6 +230,7 @@ def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance,
     errors = [f"{Instance(*k).label}: {p.error}" for k, p in parts.items() if p.error]
     if errors:
         raise SnapshotFailed(f"snapshot {snapshot_id} failed: {'; '.join(errors)}")
+    counts = total_counts(parts.values(), restored)
     parts = {Instance(*k).label: p for k, p in sorted(parts.items()) if p}
     return Manifest(
         snapshot_id=snapshot_id,
@@ -230,7 +243,25 @@ def manifest_of(plan: Plan, snapshot_id: int, t: tuple, parts: Mapping[Instance,
         stateful_steps=tuple(plan.stateful_steps),
         stages=tuple(stage.name for stage in plan.stages),
         key_hash=plan.key_groups.key_hash,
+        counts=counts,
     )
+
+
+def total_counts(parts: Iterable[SnapshotPart], restored: Optional[Manifest]) -> Optional[RunCounts]:
+    """The run's counts below a snapshot's T: the restored manifest's (none: zero) plus each
+    part's; None if a part was not counted.
+
+    >>> total_counts([SnapshotPart(counts=RunCounts({"o": 2})), SnapshotPart(counts=ZERO)], None)
+    RunCounts(released={'o': 2}, dead_letters={})
+    >>> total_counts([SnapshotPart()], None) is None
+    True
+    """
+    total = ZERO if restored is None or restored.counts is None else restored.counts
+    for part in parts:
+        if part.counts is None:
+            return None
+        total = total + part.counts
+    return total
 
 
 def bases_of(parts: Iterable[SnapshotPart]) -> list:

@@ -8,6 +8,7 @@ from typing import Iterable, Optional
 from driftstream.ordering.meta import Meta
 
 from driftstream.engine.model.errors import FlowError
+from driftstream.engine.model.run_counts import RunCounts
 
 
 def percentiles(values_ms: list, points: tuple = (50, 75, 95, 99)) -> dict:
@@ -39,6 +40,10 @@ class Metrics:
     ``dead_letters``: records diverted to a dead-letter destination (malformed input
     records, and elements of steps with ``on_error="dead-letter"``);
     ``latency_ms``: source emit -> barrier release percentiles.
+
+    ``released``, ``dead_letters`` and ``step_dead_letters`` count the whole run, over its
+    recoveries (an element a recovery replayed that its sink already held counts once);
+    ``elements`` and the others, what the last incarnation did.
     """
 
     elements: dict = field(default_factory=dict)
@@ -77,6 +82,18 @@ class Metrics:
     #: wall time the first input element was read, by any source instance that reported it
     #: (None: none, or the simulator): a backlog's rate without the actors' start
     first_read_at: Optional[float] = None
+
+    def carry(self, counts: RunCounts) -> None:
+        """Add what the run's earlier incarnations counted (``released``, the dead letters)
+        below the snapshot the last one restored: the figures of the whole run.
+
+        >>> m = Metrics(released={"out": 2}, step_dead_letters={"parse": 1})
+        >>> m.carry(RunCounts({"out": 5}, {"parse": 2})); m.released, m.dead_letters
+        ({'out': 7}, 3)
+        """
+        self.released = sum_per_step([self.released, counts.released])
+        self.step_dead_letters = sum_per_step([self.step_dead_letters, counts.dead_letters])
+        self.dead_letters = sum(self.step_dead_letters.values())
 
     @property
     def total_tombstones(self) -> int:

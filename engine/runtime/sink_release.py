@@ -7,10 +7,14 @@ holds all its output, and the snapshot parts that wait for it.
 >>> from driftstream.ordering.meta import Meta
 >>> barrier, sink = Barrier(), MemorySink("out").open(0, 1)
 >>> sinks = SinkRelease({7: (barrier, sink)}, step_name=lambda sid: "out")
+>>> from driftstream.engine.model.manifest import SnapshotPart
 >>> barrier.add(Meta(1, 0, 0, 1), "a")
->>> sinks.part_prepared((5,), "part of snapshot 1")     # waits for the output below (5,)
->>> sinks.ready_parts(), sinks.release_all((9,)), sinks.ready_parts()
-([], None, ['part of snapshot 1'])
+>>> sinks.mark((5,))                                                 # a snapshot's marker at T=5
+>>> sinks.part_prepared((5,), Prepared(1, (0, 0), SnapshotPart()))   # waits for the output below (5,)
+>>> sinks.ready_parts(), sinks.release_all((9,))
+([], None)
+>>> [message.part.counts for message in sinks.ready_parts()]        # with what the sink settled below T
+[RunCounts(released={'out': 1}, dead_letters={})]
 >>> [p for _, p in sink.collected()]
 ['a']
 
@@ -22,12 +26,16 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from driftstream.ordering.meta import BOTTOM, TOP
 
+from driftstream.engine.model.errors import is_dead_letter
+from driftstream.engine.model.run_counts import RunCounts
 from driftstream.engine.runtime.latency_samples import LatencySamples
 from driftstream.engine.runtime.operators import step_error
+from driftstream.engine.runtime.protocol import Prepared
 
 
 class SinkRelease:
@@ -52,6 +60,8 @@ class SinkRelease:
         # Snapshot parts, (T, part message), durable but waiting for the sinks to acknowledge
         # the output below T (see part_prepared).
         self.parts_waiting: deque = deque()
+        for barrier, _ in barriers.values():
+            barrier.settled.decide = _letters_by_step  # a sink of dead letters counts them per failing step
 
     def release_all(self, watermark: tuple) -> None:
         """Release, at each sink, what ``watermark`` settled (see :meth:`_release`)."""
@@ -114,21 +124,45 @@ class SinkRelease:
         lasts = [b.t_last for b, _ in self.barriers.values() if b.t_last is not None]
         return max(lasts) if lasts else None
 
+    def mark(self, t: tuple) -> None:
+        """A snapshot's marker at watermark ``t``: start counting what the sinks settle below
+        ``t`` (see :mod:`driftstream.barriers.settled`); its part then carries the count."""
+        for barrier, _ in self.barriers.values():
+            barrier.settled.mark(t)
+
     def part_prepared(self, t: tuple, message: Any) -> None:
-        """This instance's part of the snapshot at ``t`` is durable; ``message`` goes to the
-        acker once the sinks have acknowledged every output below ``t`` (:meth:`ready_parts`):
-        a replay from ``t`` would not produce that output again."""
+        """This instance's part of the snapshot at ``t`` is durable; ``message`` (a
+        :class:`~.protocol.Prepared`) goes to the acker once the sinks have acknowledged every
+        output below ``t`` (:meth:`ready_parts`): a replay from ``t`` would not produce that
+        output again."""
         self.parts_waiting.append((t, message))
 
     def ready_parts(self) -> list:
-        """The part messages whose T the sinks' acknowledged output has reached, oldest first;
-        they leave the waiting queue. O(1) when none is ready."""
+        """The part messages whose T the sinks' acknowledged output has reached, oldest first,
+        each part with what the sinks settled below its T (:meth:`counts_below`); they leave
+        the waiting queue. O(1) when none is ready."""
         waiting, ready = self.parts_waiting, []
         if waiting:
             durable = self.output_durable_through()
             while waiting and waiting[0][0] <= durable:
-                ready.append(waiting.popleft()[1])
+                t, message = waiting.popleft()
+                if type(message) is Prepared:
+                    message = message._replace(part=replace(message.part, counts=self.counts_below(t)))
+                ready.append(message)
         return ready
+
+    def counts_below(self, t: tuple) -> Optional[RunCounts]:
+        """What the sinks settled below ``t`` in this incarnation, final once their output
+        below ``t`` is acknowledged; None if a sink was not marked at ``t`` (:meth:`mark`)."""
+        marks = [barrier.settled.take_mark(t) for barrier, _ in self.barriers.values()]
+        if any(m is None for m in marks):
+            return None
+        return RunCounts.of_settled(marks, map(self.step_name, self.barriers))
+
+    def settled(self) -> RunCounts:
+        """What the sinks settled in this incarnation so far: released, or dropped as replayed
+        output the sink already held (O(sinks + failing steps))."""
+        return RunCounts.of_settled((b.settled.counts for b, _ in self.barriers.values()), map(self.step_name, self.barriers))
 
     def released_total(self) -> int:
         """Elements released to sinks so far, over all the barriers (O(sinks))."""
@@ -146,3 +180,13 @@ class SinkRelease:
     def close(self) -> None:
         for _, sink in self.barriers.values():
             sink.close()
+
+
+def _letters_by_step(payload: Any) -> Optional[Callable[[Any], str]]:
+    """How a sink whose first element is ``payload`` counts what it settles: a dead letter's
+    sink per failing step, any other sink as one count (None)."""
+    return _letter_step if is_dead_letter(payload) else None
+
+
+def _letter_step(letter: Any) -> Optional[str]:
+    return letter.step if is_dead_letter(letter) else None
