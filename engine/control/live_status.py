@@ -17,6 +17,8 @@ from typing import Optional
 import ray
 
 from driftstream.engine.model.live_figures import LATENCY_WINDOW_S, latencies_ms, watermark_lag_s, window_summary
+from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.model.run_counts import ZERO, RunCounts
 from driftstream.engine.model.result import add_cache_stats, sum_per_step
 from driftstream.engine.control.failover import Failover
 from driftstream.engine.control.launcher import Launcher
@@ -48,6 +50,29 @@ class LiveStatus:
         self.launcher = launcher
         self.committer = committer
         self.failover = failover
+        #: the manifest the run started from (None: the beginning), set once it is launched:
+        #: the run's counts are those since, see :meth:`carried`
+        self.started_from: Optional[Manifest] = None
+
+    def carried(self) -> RunCounts:
+        """What this run's incarnations before the running one settled below the T of the
+        snapshot it restored (the restored manifest's counts less those the run started with):
+        the running incarnation replays from there and counts the rest itself. Zero for a
+        manifest written before counts were kept (the counts then start at that snapshot,
+        :meth:`counted_since`)."""
+        restored = self.committer.restored
+        if restored is None or restored.counts is None:
+            return ZERO
+        start = self.started_from
+        return restored.counts - (start.counts if start is not None and start.counts is not None else ZERO)
+
+    def counted_since(self) -> Optional[int]:
+        """The snapshot the counts start at when it recorded none (restored from a manifest written
+        before counts were kept, or one an instance did not count), else None: the run's start."""
+        restored = self.committer.restored
+        if restored is None or restored.counts is not None or restored is self.started_from:
+            return None
+        return restored.snapshot_id
 
     def history(self) -> SupervisorStatus:
         """The run's history so far (the lists are the parts' own, not copies)."""
@@ -81,7 +106,8 @@ class LiveStatus:
         self.failover.resolve()
         log = self.committer.log
         last = log.records[-1] if log.records else None
-        step_dead_letters = sum_per_step(s["step_dead_letters"] for s in stats)
+        carried = self.carried()
+        step_dead_letters = sum_per_step([carried.dead_letters, *(s["step_dead_letters"] for s in stats)])
         elements, tombstones = sum_per_step(s["elements"] for s in stats), sum_per_step(s["tombstones"] for s in stats)
         out_of_order = sum_per_step(s["out_of_order"] for s in stats)
         latencies = latencies_ms((s["releases"] for s in stats), (s["emits"] for s in sources))
@@ -96,8 +122,10 @@ class LiveStatus:
             "watermark": acker_figures["watermark"],
             "in_flight": acker_figures["in_flight"],
             "emitted": sum(s["emitted"] for s in sources),
-            "released": sum(s["released"] for s in stats),
+            # over the run's recoveries: the earlier incarnations' below the restored snapshot, then this one's
+            "released": sum(carried.released.values()) + sum(s["released"] for s in stats),
             "dead_letters": sum(step_dead_letters.values()),
+            "counted_since_snapshot": self.counted_since(),
             "step_dead_letters": step_dead_letters,
             "source_lag": _sum_known(s["source_lag"] for s in sources),
             "source_partitions": [part for s in sources for part in s["source_partitions"]],

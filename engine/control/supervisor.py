@@ -86,6 +86,7 @@ class RaySupervisor:
         t0 = time.time()
         # A resumed run's sinks may hold output past the manifest (or output without any manifest).
         self._launch_surviving(manifest, recovering=self.config.resume)
+        self.live.started_from = committer.restored  # the run's counts are those since (see LiveStatus.carried)
         self.standbys.replenish(self.plan)
         if on_launched is not None:
             on_launched()
@@ -115,6 +116,7 @@ class RaySupervisor:
         reports = detail if outcome == "done" else self.launcher.reports()
         result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
         status, m = self.status, result.metrics
+        m.carry(self.live.carried())
         m.snapshots, m.snapshot_failures = status.committed, status.snapshot_failures
         m.recoveries, m.skipped = len(status.recoveries), status.skipped
         m.recovery_s = [

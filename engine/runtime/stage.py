@@ -280,7 +280,8 @@ class StageRuntime:
             "late_elements": self.late_elements(),
             "step_dead_letters": dict(self.dead_letters),
             "tombstones_at_sinks": {steps[sid].name: b.tombstones_released for sid, (b, _) in self.barriers.items()},
-            "released": {steps[sid].name: b.released for sid, (b, _) in self.barriers.items()},
+            # released, or dropped as replayed output the sink held (see barriers/settled.py)
+            "released": {steps[sid].name: b.settled.total() for sid, (b, _) in self.barriers.items()},
             "peak_log_entries": self.peak_log_entries,
             "log_entries": sum(k.log_size() for k in (*self.keyed.values(), *self.windows.values())),
         }
