@@ -34,6 +34,7 @@ from typing import Any, Mapping, Optional
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields
 from driftstream.engine.model.connectors import Sink, SinkPartition
+from driftstream.engine.connectors.retrying_writer import RetryingWriter, RetryPolicy, WriteErrors
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
 
@@ -50,16 +51,19 @@ class IcebergSink(Sink):
     """Append released elements to the Iceberg table ``table`` (``namespace.name``) of the
     pyiceberg catalog ``catalog`` (its properties; ``catalog_name`` names it). The table
     must exist (its schema is the contract). ``commit_interval_s``: the least time between
-    two commits of a partition."""
+    two commits of a partition. ``retry_s``: how long a commit the catalog or the warehouse
+    fails (out of reach, a server error) is retried, with backoff, before the run fails with
+    the error; a retry first reads ``t_last`` back, so nothing is written twice."""
 
     def __init__(self, table: str, catalog: Mapping[str, Any], catalog_name: str = "default", commit_interval_s: float = 1.0,
-                 name: Optional[str] = None) -> None:
+                 name: Optional[str] = None, retry_s: float = 60.0) -> None:
         super().__init__(name or table.replace(".", "_"))
         if "." not in table:
             raise FlowError(f"IcebergSink table is namespace.name, not {table!r}")
         if not commit_interval_s >= 0:
             raise FlowError(f"IcebergSink({table!r}) commit_interval_s must be >= 0, not {commit_interval_s!r}")
         self.table, self.catalog, self.catalog_name, self.commit_interval_s = table, dict(catalog), catalog_name, commit_interval_s
+        self.retry_s = retry_s
 
     def load(self) -> Any:
         """The table, through a catalog made here (a catalog holds connections: one per process)."""
@@ -85,6 +89,25 @@ class IcebergSink(Sink):
         return f"IcebergSink({self.table!r}, catalog={self.catalog_name!r})"
 
 
+def write_errors() -> WriteErrors:
+    """Which errors of a commit are retried: a lost race to another partition's commit (the
+    table moved on; a conflict is refused whole) at once, on the refreshed table; an outage
+    (the catalog's or the warehouse's connection, a server error, a commit whose outcome the
+    catalog could not say) with backoff within ``retry_s``; refused credentials never."""
+    from pyiceberg import exceptions as ice
+
+    transient = (OSError, ice.ServiceUnavailableError, ice.ServerError, ice.TooManyRequestsError, ice.CommitStateUnknownException,
+                 ice.WaitingForLockException)
+    try:  # a SQL catalog's database gone (SQLAlchemy is its driver, there only)
+        from sqlalchemy.exc import OperationalError
+
+        transient += (OperationalError,)
+    except ImportError:
+        pass
+    return WriteErrors(transient=transient, refused=(ice.UnauthorizedError, ice.ForbiddenError), conflicts=(ice.CommitFailedException,),
+                       failure=ConnectionError, setting="IcebergSink retry_s")
+
+
 class _IcebergSinkPartition(SinkPartition):
     def __init__(self, sink: IcebergSink, partition: int) -> None:
         self.sink, self.partition = sink, partition
@@ -92,6 +115,8 @@ class _IcebergSinkPartition(SinkPartition):
         self._table: Any = None
         self.last_commit = 0.0
         self.commits = 0
+        policy = RetryPolicy(sink.retry_s, max_conflicts=MAX_CONFLICTS)
+        self.retrying = RetryingWriter(sink.name, f"{sink.table!r} (partition {partition})", policy, write_errors(), on_error=self._reload)
 
     def table(self) -> Any:
         if self._table is None:
@@ -99,8 +124,6 @@ class _IcebergSinkPartition(SinkPartition):
         return self._table
 
     def write(self, bundle: Bundle) -> None:
-        from pyiceberg.exceptions import CommitFailedException
-
         elements = list(bundle.elements)
         if not elements:
             return
@@ -108,25 +131,21 @@ class _IcebergSinkPartition(SinkPartition):
         wait = self.last_commit + self.sink.commit_interval_s - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        value = json.dumps(meta_to_json(elements[-1][0]))
-        for attempt in range(MAX_CONFLICTS):
-            table = self.table()
-            try:
-                # One commit: the snapshot's summary and the table property (which outlives the
-                # snapshot's expiry) say t_last together with the rows, or none of them lands.
-                with table.transaction() as txn:
-                    txn.set_properties({self.key: value})
-                    txn.append(data, snapshot_properties={self.key: value})
-                break
-            except CommitFailedException as exc:  # another partition committed first: the table moved on
-                last = self.t_last()  # refreshes the table; ours did not land (a conflict is refused whole), unless said otherwise
-                if last is not None and Meta._make(elements[-1][0]) <= last:
-                    break
-                log.debug("sink %s: commit %d to %s lost a race (%s); retrying", self.sink.name, attempt, self.sink.table, exc)
-        else:
-            raise RuntimeError(f"sink {self.sink.name!r}: {MAX_CONFLICTS} commits to {self.sink.table!r} in a row lost to other writers")
+        self.retrying.write(bundle, data, self._send, lambda _timeout_s: self.t_last())  # t_last refreshes the table
         self.last_commit = time.monotonic()
         self.commits += 1
+
+    def _send(self, bundle: Bundle, data: Any) -> None:
+        """One commit: the snapshot's summary and the table property (which outlives the
+        snapshot's expiry) say ``t_last`` together with the rows, or none of them lands."""
+        value = json.dumps(meta_to_json(bundle.elements[-1][0]))
+        with self.table().transaction() as txn:
+            txn.set_properties({self.key: value})
+            txn.append(data, snapshot_properties={self.key: value})
+
+    def _reload(self) -> None:
+        """After a transient error: the table again, through a new catalog (its connection may be gone)."""
+        self._table = None
 
     def _row(self, meta: tuple, payload: Any) -> dict:
         payload = as_fields(payload)

@@ -40,6 +40,7 @@ from typing import Any, Optional, Sequence, Union
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields, json_default
 from driftstream.engine.model.connectors import Sink, SinkPartition
+from driftstream.engine.connectors.retrying_writer import RetryingWriter, RetryPolicy, WriteErrors
 from driftstream.engine.connectors.row_changes import Delete, RowChange, Truncate, Update
 from driftstream.engine.model.errors import FlowError, short_repr
 from driftstream.ordering.meta import Meta, meta_from_json, meta_to_json
@@ -196,6 +197,17 @@ def create_if_missing(conn: Any, ddl: str) -> None:
         conn.rollback()
 
 
+def _write_errors() -> WriteErrors:
+    """A write the connection failed (lost, refused, the server restarting) is retried."""
+    import psycopg
+
+    return WriteErrors(transient=(psycopg.OperationalError,), failure=ConnectionError, setting="PostgresSink retry_s")
+
+
+def _strip(exc: BaseException) -> str:
+    return str(exc).strip()
+
+
 class _PostgresSinkPartition(SinkPartition):
     """One sink partition's connection: each write is one or more transactions, each of
     rows and the ``t_last`` of its last row."""
@@ -209,6 +221,8 @@ class _PostgresSinkPartition(SinkPartition):
         #: how the server lists this partition's connection (pg_stat_activity.application_name)
         self.application_name = f"driftstream-{sink.name}-{partition}"[:63]
         self._warned_old_key = False
+        self.retrying = RetryingWriter(sink.name, f"{sink.table!r} (partition {partition})", RetryPolicy(sink.retry_s), _write_errors(),
+                                       on_error=self._drop, describe=_strip)
 
     def _connection(self) -> Any:
         if self.conn is None or self.conn.closed:
@@ -219,36 +233,26 @@ class _PostgresSinkPartition(SinkPartition):
         return self.conn
 
     def write(self, bundle: Bundle) -> None:
-        import psycopg
-
         # an element that does not fit fails at once
         if self.sink.mode == "append":
             rows = [self._row(meta, payload) for meta, payload in bundle.elements]
         else:
             rows = [self._upsert_action(meta, payload) for meta, payload in bundle.elements]
-        deadline, pause, landed_unknown = time.monotonic() + self.sink.retry_s, 0.05, False
-        while True:
-            try:
-                if landed_unknown:
-                    bundle = bundle.after(self.t_last())
-                    rows = rows[len(rows) - len(bundle):]  # the bundle is in t order: what landed is a prefix
-                    landed_unknown = False
-                elements, size = bundle.elements, self.sink.max_rows
-                for start in range(0, len(rows), size):
-                    self._commit(rows[start:start + size], elements[min(len(rows), start + size) - 1][0])
-                return
-            except psycopg.OperationalError as exc:  # the connection: lost, refused, the server restarting
-                landed_unknown = True
-                self._drop()
-                if time.monotonic() + pause > deadline:
-                    raise ConnectionError(f"sink {self.sink.name!r}: writes to {self.sink.table!r} failed for {self.sink.retry_s:g} s "
-                                          f"(PostgresSink retry_s): {str(exc).strip()}") from exc
-                log.warning("sink %s: a write to %s failed (%s); retrying in %.2f s", self.sink.name, self.sink.table, str(exc).strip(), pause)
-                time.sleep(pause)
-                pause = min(1.0, pause * 2)
-            except psycopg.Error as exc:  # the data: a constraint, a type the column refuses
-                self._drop()
-                raise ValueError(f"sink {self.sink.name!r}: PostgreSQL refused rows for {self.sink.table!r}: {str(exc).strip()}") from exc
+        self.retrying.write(bundle, rows, self._send, lambda _timeout_s: self.t_last())
+
+    def _send(self, bundle: Bundle, rows: list) -> None:
+        """``rows`` (the last ``len(rows)`` of the bundle's) in transactions of at most ``max_rows``."""
+        import psycopg
+
+        elements, size = bundle.elements, self.sink.max_rows
+        try:
+            for start in range(0, len(rows), size):
+                self._commit(rows[start:start + size], elements[min(len(rows), start + size) - 1][0])
+        except psycopg.OperationalError:
+            raise  # the connection: lost, refused, the server restarting (the retrying writer's)
+        except psycopg.Error as exc:  # the data: a constraint, a type the column refuses
+            self._drop()
+            raise ValueError(f"sink {self.sink.name!r}: PostgreSQL refused rows for {self.sink.table!r}: {str(exc).strip()}") from exc
 
     def _commit(self, rows: list, last_meta: tuple) -> None:
         wait = self.last_commit + self.sink.commit_interval_s - time.monotonic()

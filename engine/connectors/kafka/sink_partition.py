@@ -8,8 +8,6 @@ opens, builds on it without an import circle.
 from __future__ import annotations
 
 import json
-import logging
-import time
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import orjson
@@ -26,10 +24,14 @@ from driftstream.engine.connectors.kafka.io import LastRecordTimeout, consumer, 
 from driftstream.engine.connectors.kafka.record_batch import NATIVE
 from driftstream.engine.connectors.kafka.security import REFUSED
 from driftstream.engine.connectors.kafka.wire import PartitionWriter
-
-log = logging.getLogger(__name__)
+from driftstream.engine.connectors.retrying_writer import RetryingWriter, RetryPolicy, WriteErrors
 
 META_HEADER = "driftstream-t"
+
+#: A write the broker failed (unreachable, no leader, a read-back too slow) is retried;
+#: refused credentials or a certificate are not: no retry fixes them.
+WRITE_ERRORS = WriteErrors(transient=(kafka_errors.KafkaError, OSError), refused=REFUSED,
+                           failure=kafka_errors.KafkaConnectionError, setting="KafkaSink retry_s")
 
 
 class KafkaSinkPartition(SinkPartition):
@@ -39,8 +41,9 @@ class KafkaSinkPartition(SinkPartition):
     Not KafkaProducer: its per-record ``send()`` (future, accumulator lock, wake-ups of
     its I/O thread) cost ~55 µs a record and its ``flush()`` ~1.5 ms a bundle, most
     of a sink's CPU; a batch built in one pass costs ~16 µs a record. A failed request
-    may have landed: before a retry the partition's last message says what did (this
-    writer is the partition's only one), and only the rest is written again.
+    may have landed: the sinks' one retrying write policy (:class:`.RetryingWriter`) reads
+    the partition's last message back before a retry (this writer is the partition's only
+    one), and only the rest is written again.
     """
 
     def __init__(self, sink: "KafkaSink", partition: int) -> None:
@@ -48,30 +51,14 @@ class KafkaSinkPartition(SinkPartition):
         self.partition = partition
         self.writer = PartitionWriter(sink.bootstrap_servers, sink.topic, partition, client_id=f"driftstream-sink-{sink.name}-{partition}",
                                       security=sink.security, compression_type=sink.compression_type)
+        self.retrying = RetryingWriter(sink.name, f"{sink.topic}[{partition}]", RetryPolicy(sink.retry_s), WRITE_ERRORS)
 
     def write(self, bundle: Bundle) -> None:
         records = list(self._records(bundle))  # an element that cannot be encoded fails at once
-        deadline, pause, landed_unknown = time.monotonic() + self.sink.retry_s, 0.05, False
-        while True:
-            try:
-                if landed_unknown:
-                    bundle = bundle.after(self.t_last(timeout_s=max(0.5, deadline - time.monotonic())))  # within retry_s in all
-                    records = records[len(records) - len(bundle):]  # the bundle is in t order: what landed is a prefix
-                    landed_unknown = False
-                if records:
-                    self.writer.write(records)
-                return
-            except REFUSED:
-                raise  # refused credentials or certificate: no retry fixes them
-            except (kafka_errors.KafkaError, OSError) as exc:
-                landed_unknown = True
-                if time.monotonic() + pause > deadline:
-                    raise kafka_errors.KafkaConnectionError(
-                        f"sink {self.sink.name!r}: writes to {self.sink.topic}[{self.partition}] failed for {self.sink.retry_s:g} s "
-                        f"(KafkaSink retry_s): {exc!r}") from exc
-                log.warning("sink %s: a write to %s[%d] failed (%r); retrying in %.2f s", self.sink.name, self.sink.topic, self.partition, exc, pause)
-                time.sleep(pause)
-                pause = min(1.0, pause * 2)
+        self.retrying.write(bundle, records, self._send, lambda timeout_s: self.t_last(timeout_s=timeout_s))
+
+    def _send(self, bundle: Bundle, records: list) -> None:
+        self.writer.write(records)
 
     def _records(self, bundle: Bundle) -> Iterator[tuple]:
         return sink_records(bundle.elements, self.sink.encode, self.sink.name)

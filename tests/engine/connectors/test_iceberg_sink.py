@@ -146,3 +146,47 @@ def test_the_index_exactly_once_with_a_stateful_kill(ray_session, catalog, tmp_p
     rows = _rows(catalog, table)
     assert Counter(map(_key, rows)) == Counter(map(_key, reference_changes(docs)))  # each change once
     assert result.metrics.released and len(rows) == len(reference_changes(docs))
+
+
+def _block_data_dir(catalog: dict, table: str) -> tuple:
+    """The table's data directory swapped for a file: writing a Parquet file there fails
+    (NotADirectoryError), as a warehouse out of reach does. Returns ``(data dir, put back)``."""
+    import os
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    data = SqlCatalog("default", **catalog).load_table(table).location().removeprefix("file://") + "/data"
+    os.rename(data, data + ".away")
+    with open(data, "w"):
+        pass
+
+    def put_back() -> None:
+        os.remove(data)
+        os.rename(data + ".away", data)
+
+    return data, put_back
+
+
+def test_a_warehouse_out_of_reach_for_a_while_is_retried_and_writes_each_row_once(catalog):
+    """At bc7b6d0 a commit failing for any reason but a lost race failed the run at once (the
+    OSError as it was); now the sinks' retrying write policy retries it within ``retry_s``,
+    and past it fails naming the sink, the table, the setting and the error."""
+    import threading
+
+    table = _changes_table(catalog)
+    part = IcebergSink(table, catalog, commit_interval_s=0, name="changes", retry_s=30).open(0, 1)
+    part.write(_bundle(1, 5))
+    _, put_back = _block_data_dir(catalog, table)
+    threading.Timer(1.0, put_back).start()
+    part.write(_bundle(2, 3))
+    assert part.retrying.retries >= 1
+    assert len(_rows(catalog, table)) == 8 and part.t_last() == _bundle(2, 3).t_last
+
+    short = IcebergSink(table, catalog, commit_interval_s=0, name="changes", retry_s=0.5).open(0, 1)
+    _, put_back = _block_data_dir(catalog, table)
+    try:
+        with pytest.raises(ConnectionError) as err:
+            short.write(_bundle(3, 2))
+    finally:
+        put_back()
+    assert str(err.value).startswith(f"sink 'changes': writes to {table!r} (partition 0) failed for 0.5 s (IcebergSink retry_s): "), err.value
+    assert len(_rows(catalog, table)) == 8
