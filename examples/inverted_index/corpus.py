@@ -146,11 +146,16 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
+logger.shell.level = error
 """
 
 
 def _log4j_conf() -> str:
-    """A log4j2 configuration that logs errors only (Spark's startup chatter included)."""
+    """A log4j2 configuration that logs errors only (Spark's startup chatter included). PySpark's
+    gateway counts as a shell: unless its logger has a level of its own, equal to the root's,
+    Spark sets the console to WARN and prints 'Setting default log level to "WARN"' and how to
+    change it on every start."""
     path = os.path.join(tempfile.gettempdir(), "driftstream-spark-log4j2.properties")
     try:
         with open(path) as f:

