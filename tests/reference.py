@@ -14,6 +14,7 @@ import traceback
 import zlib
 
 from driftstream.engine.api.flow import Flow
+from driftstream.engine.model import steps as K
 from driftstream.engine.model.errors import DeadLetter
 from driftstream.engine import MapState
 from driftstream.engine.testing import MemorySource
@@ -21,7 +22,7 @@ from driftstream.ordering.meta import TOP, Meta
 from driftstream.ordering.windows import Late, Session, WindowResult
 
 #: Steps that tell their inputs apart: an element entering input ``i`` gets child id ``i``.
-TAGGED = ("merge", "lookup", "window_join", "interval_join")
+TAGGED = (K.MERGE, K.LOOKUP, K.WINDOW_JOIN, K.INTERVAL_JOIN)
 
 
 def reference_outputs(flow: Flow) -> dict:
@@ -32,10 +33,10 @@ def reference_outputs(flow: Flow) -> dict:
         for position, i in enumerate(s.inputs):
             children[i].append((s.id, position if s.kind in TAGGED else None))
     states: dict = {s.id: {} for s in steps}
-    out: dict = {s.name: [] for s in steps if s.kind == "sink"}
+    out: dict = {s.name: [] for s in steps if s.kind is K.SINK}
     # Dead letters go to the flow's dead-letter sink: from several steps, through a merge
     # (each step's letters tagged with its place among them), from one, as they are.
-    diverting = [s.id for s in steps if s.kind == "dead_letters"]
+    diverting = [s.id for s in steps if s.kind is K.DEAD_LETTERS]
     letters_sink = flow._dead_letter_sink
     if diverting:
         assert letters_sink is not None, "the reference runs flows with a dead-letter sink (MemorySources have no dlq topic)"
@@ -43,35 +44,35 @@ def reference_outputs(flow: Flow) -> dict:
 
     def push(sid: int, meta: Meta, x, key=None) -> None:
         step = steps[sid]
-        if step.on_error == "dead-letter" and step.kind != "window":
+        if step.on_error == "dead-letter" and step.kind is not K.WINDOW:
             results = _applied_or_diverted(step, states[sid], meta, x, key)
-        elif step.kind == "dead_letters":
+        elif step.kind is K.DEAD_LETTERS:
             if type(x) is DeadLetter:
                 tag = diverting.index(sid) if len(diverting) > 1 else None
                 out[letters_sink.name].append((meta if tag is None else meta.child(tag), x))
             return
-        elif step.kind in ("source", "merge"):  # a merge's input tag is already in meta
+        elif step.kind in (K.SOURCE, K.MERGE):  # a merge's input tag is already in meta
             results = [(meta, x, None)]
-        elif step.kind == "key_by":
+        elif step.kind is K.KEY_BY:
             results = [(meta, x, step.fn(x))]
-        elif step.kind == "map":
+        elif step.kind is K.MAP:
             results = [(meta, step.fn(x), None)]
-        elif step.kind == "flat_map":
+        elif step.kind is K.FLAT_MAP:
             results = [(meta.child(k), y, None) for k, y in enumerate(step.fn(x))]
-        elif step.kind == "filter":
+        elif step.kind is K.FILTER:
             results = [(meta, x, key)] if step.fn(x) else []
-        elif step.kind in ("stateful_map", "stateful_flat_map"):
+        elif step.kind in (K.STATEFUL_MAP, K.STATEFUL_FLAT_MAP):
             table = states[sid]
             if step.state is MapState:
                 o = step.fn(_Entries(table.setdefault(key, {})), x)
             else:
                 new, o = step.fn(table.get(key), x)
                 table[key] = new
-            if step.kind == "stateful_map":
+            if step.kind is K.STATEFUL_MAP:
                 results = [] if o is None else [(meta, o, None)]
             else:
                 results = [(meta.child(k), y, None) for k, y in enumerate(o or [])]
-        elif step.kind == "interval_join":
+        elif step.kind is K.INTERVAL_JOIN:
             iv, side, now = step.interval, meta.child_ids[-1], meta[0]
             lefts, rights = states[sid].setdefault(key, ([], []))
             # the elements no later one can match are gone (their unmatched timers fired)
@@ -93,16 +94,16 @@ def reference_outputs(flow: Flow) -> dict:
             if iv.how == "outer" or (iv.how == "left" and side == 0):
                 expiry = (max(now, now + iv.upper_ms if side == 0 else now - iv.lower_ms) + 1, -1, -1, -1)
                 timers.setdefault(expiry, {})[(sid, key, "interval", id(element))] = (sid, side, element)
-        elif step.kind == "lookup":
+        elif step.kind is K.LOOKUP:
             table, side = states[sid], meta.child_ids[-1]
             if side == 1:
                 table[key] = x
                 results = []
             else:
                 results = [(meta, (x, table.get(key)), None)]
-        elif step.kind == "window" and (event := _event_ms(step, meta, x)) is not None and type(event) is DeadLetter:
+        elif step.kind is K.WINDOW and (event := _event_ms(step, meta, x)) is not None and type(event) is DeadLetter:
             results = [(meta, event, None)]
-        elif step.kind == "window" and isinstance(step.window.assigner, Session):
+        elif step.kind is K.WINDOW and isinstance(step.window.assigner, Session):
             spec = step.window
             close = _close(event + round(spec.assigner.gap * 1000), spec.allowed_lateness)
             if meta[0] >= close[0]:
@@ -111,10 +112,10 @@ def reference_outputs(flow: Flow) -> dict:
                 results = []
                 states[sid].setdefault(key, []).append((event, meta, x))
                 timers.setdefault(close, {})[(sid, key, None, None)] = sid
-        elif step.kind in ("window", "window_join"):
+        elif step.kind in (K.WINDOW, K.WINDOW_JOIN):
             results = []
             spec, windows = step.window, states[sid]
-            event = meta[0] if step.kind == "window_join" else event
+            event = meta[0] if step.kind is K.WINDOW_JOIN else event
             late = False
             for start, end in _windows_holding(spec.assigner, event):
                 close = _close(end, spec.allowed_lateness)
@@ -126,7 +127,7 @@ def reference_outputs(flow: Flow) -> dict:
                 timers.setdefault(close, {})[(sid, key, start, end)] = sid
             if late:
                 results = [(meta, Late(key, x, event / 1000), None)]
-        elif step.kind == "sink":
+        elif step.kind is K.SINK:
             out[step.name].append((meta, x))
             return
         for m, y, k in results:
@@ -135,7 +136,7 @@ def reference_outputs(flow: Flow) -> dict:
 
     inputs = []
     for s in steps:
-        if s.kind == "source":
+        if s.kind is K.SOURCE:
             assert isinstance(s.source, MemorySource)
             n, timestamp = s.source.partitions(), s.source.timestamp
             running: dict = {}  # partition -> running max of the timestamps, ms
@@ -273,15 +274,15 @@ def _event_ms(step, meta: Meta, x):
 def _applied_or_diverted(step, table: dict, meta: Meta, x, key) -> list:
     """A step with on_error="dead-letter": its results, or the element's dead letter (its
     user function called from this frame, as the runtime calls it, for the same traceback)."""
-    kind, flat = step.kind, step.kind in ("flat_map", "stateful_flat_map")
+    kind, flat = step.kind, step.kind in (K.FLAT_MAP, K.STATEFUL_FLAT_MAP)
     try:
-        if kind == "map":
+        if kind is K.MAP:
             return [(meta, step.fn(x), None)]
-        if kind == "filter":
+        if kind is K.FILTER:
             return [(meta, x, key)] if step.fn(x) else []
-        if kind == "key_by":
+        if kind is K.KEY_BY:
             return [(meta, x, step.fn(x))]
-        if kind == "flat_map":
+        if kind is K.FLAT_MAP:
             results = []
             for k, y in enumerate(step.fn(x)):
                 results.append((meta.child(k), y, None))
@@ -295,8 +296,8 @@ def _applied_or_diverted(step, table: dict, meta: Meta, x, key) -> list:
             table[key] = new
     except Exception as exc:
         letter = _dead_letter(step.name, meta, x, exc)
-        return [(meta.child(0) if flat else meta, letter, step.name if kind == "key_by" else None)]
-    if kind == "stateful_map":
+        return [(meta.child(0) if flat else meta, letter, step.name if kind is K.KEY_BY else None)]
+    if kind is K.STATEFUL_MAP:
         return [] if o is None else [(meta, o, None)]
     return [(meta.child(k), y, None) for k, y in enumerate(o or [])]
 

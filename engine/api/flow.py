@@ -25,7 +25,6 @@ driftstream.engine.model.errors.FlowError: step 'stateful_map': stateful_map nee
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from driftstream.engine.model.connectors import Sink, Source
@@ -40,6 +39,10 @@ from driftstream.engine.api.aggregates import (
 )
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
 from driftstream.engine.model.errors import ON_ERROR, FlowError, is_not_dead_letter
+from driftstream.engine.model.steps import (
+    DEAD_LETTERS, FILTER, FLAT_MAP, FLAT_MAP_BATCHES, INTERVAL_JOIN, KEY_BY, LOOKUP, MAP, MAP_BATCHES, MERGE, SINK, SOURCE,
+    STATEFUL_FLAT_MAP, STATEFUL_MAP, WINDOW, WINDOW_JOIN, Step, StepKind,
+)
 
 if TYPE_CHECKING:  # type names in signatures; the runtimes are imported when a flow runs
     from driftstream.engine.api.handle import FlowHandle
@@ -47,36 +50,6 @@ if TYPE_CHECKING:  # type names in signatures; the runtimes are imported when a 
     from driftstream.engine.model.result import RunResult
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")  # fullmatch: no newline, no leading '.' or '-' (".", "..")
-
-STATELESS = ("map", "flat_map", "filter", "map_batches", "flat_map_batches")
-STATEFUL = ("stateful_map", "stateful_flat_map")
-
-
-@dataclass
-class Step:
-    """One operator of the flow graph; ``inputs`` are the ids of the steps feeding it."""
-
-    id: int
-    name: str
-    kind: str
-    inputs: list = field(default_factory=list)
-    fn: Optional[Callable] = None
-    source: Optional[Source] = None
-    sink: Optional[Sink] = None
-    #: stateful steps: None, the whole state a value (``fn(state, x) -> (state, out)``), or
-    #: :class:`MapState`, a map of entries changed in place (``fn(entries, x) -> out``)
-    state: Optional[type] = None
-    #: window steps: the windows, the aggregation and the event time
-    window: Optional[WindowSpec] = None
-    #: interval joins: the interval and which unmatched elements leave
-    interval: Optional[IntervalJoinSpec] = None
-    #: what an element the step's function raises on does: "fail" the run, or leave as a
-    #: DeadLetter for the flow's dead-letter sink ("dead-letter")
-    on_error: str = "fail"
-    #: batch steps: the ``pyarrow.Schema`` of their rows (elements that are JSON bytes are
-    #: parsed with it, in Arrow), or None (dict elements, types inferred per batch)
-    schema: Any = None
-
 
 def _schema(schema: Any, step: str) -> Any:
     """``schema`` if it is None or a ``pyarrow.Schema``; else a FlowError that says what to give."""
@@ -120,24 +93,24 @@ class Flow:
         """Add an input. ``source`` is a :class:`~driftstream.engine.model.connectors.Source` (MemorySource, KafkaSource, ...)."""
         if not isinstance(source, Source):
             raise FlowError(f"flow.source() takes a Source (e.g. MemorySource([...])), not {type(source).__name__}")
-        step = self._add("source", name, [], source=source, on_error="dead-letter" if source.emits_dead_letters else "fail")
+        step = self._add(SOURCE, name, [], source=source, on_error="dead-letter" if source.emits_dead_letters else "fail")
         if source.emits_dead_letters:
             source.step_name = step.name  # its dead letters name the step
         stream = Stream(self, step)
         stream.step = stream._diverting(step)
         return stream
 
-    def _add(self, kind: str, name: Optional[str], inputs: list, **kw: Any) -> Step:
+    def _add(self, kind: StepKind, name: Optional[str], inputs: list, **kw: Any) -> Step:
         if name is None:
-            label = kw.pop("label", None) or kind
+            label = kw.pop("label", None) or kind.name
             name = label if label not in self._names else next(f"{label}_{i}" for i in range(1, 10**6) if f"{label}_{i}" not in self._names)
         kw.pop("label", None)
         _check_name("step", name)
         if name in self._names:
             raise FlowError(f"step name {name!r} is used twice in flow {self.name!r}: give each step a unique name=")
         fn = kw.get("fn")
-        if kind not in ("source", "sink", "merge", "dead_letters") and not callable(fn):
-            raise FlowError(f"step {name!r}: {kind} needs a callable (a function or lambda), got {type(fn).__name__} {fn!r}")
+        if kind.takes_fn and not callable(fn):
+            raise FlowError(f"step {name!r}: {kind.name} needs a callable (a function or lambda), got {type(fn).__name__} {fn!r}")
         step = Step(len(self.steps), name, kind, list(inputs), **kw)
         self.steps.append(step)
         self._names.add(name)
@@ -166,7 +139,7 @@ class Flow:
         step, named after the sink. The destination: the flow's dead-letter sink; without
         one, a Kafka source's dead-letter topic (``dlq_topic``) for that source's undecodable
         records, and for a step's failures the topic of the flow's one Kafka source."""
-        diverted = [s for s in self.steps if s.kind == "dead_letters"]
+        diverted = [s for s in self.steps if s.kind.takes_dead_letters]
         if not diverted:
             return self.steps
         groups: dict = {}  # destination -> the dead_letters steps it takes
@@ -180,13 +153,13 @@ class Flow:
                     raise FlowError(f"the step name {name!r} is taken by the flow's dead-letter sink: name your step otherwise")
             last = ids[0]
             if len(ids) > 1:
-                steps.append(Step(len(steps), f"{sink.name}.all", "merge", ids))
+                steps.append(Step(len(steps), f"{sink.name}.all", MERGE, ids))
                 last = len(steps) - 1
             route = sink.partition_key(self.max_parallelism)
             if route is not None:  # as Stream.sink: each part of the destination has one writer
-                steps.append(Step(len(steps), f"{sink.name}.by_partition", "key_by", [last], fn=route))
+                steps.append(Step(len(steps), f"{sink.name}.by_partition", KEY_BY, [last], fn=route))
                 last = len(steps) - 1
-            steps.append(Step(len(steps), sink.name, "sink", [last], sink=sink))
+            steps.append(Step(len(steps), sink.name, SINK, [last], sink=sink))
         return steps
 
     def _dead_letter_destination(self, diverted: Step) -> Optional[tuple]:
@@ -197,10 +170,10 @@ class Flow:
         if self._dead_letter_sink is not None:
             return None
         failing = self.steps[diverted.inputs[0]]
-        sources = [failing.source] if failing.kind == "source" else [s.source for s in self.steps if s.kind == "source"]
+        sources = [failing.source] if failing.kind.is_source else [s.source for s in self.steps if s.kind.is_source]
         topics = {(s.dlq_topic, s.bootstrap_servers, s.security) for s in sources if isinstance(s, KafkaSource)}
         if len(topics) != 1:
-            raise FlowError(f"step {failing.name!r} sends {'records it cannot decode' if failing.kind == 'source' else 'its failures'} "
+            raise FlowError(f"step {failing.name!r} sends {'records it cannot decode' if failing.kind.is_source else 'its failures'} "
                             f"to dead letters, but flow {self.name!r} has no dead-letter sink "
                             f"({'several Kafka sources' if topics else 'no Kafka source'}): call flow.dead_letters(sink) "
                             "(e.g. FileSink('dlq') or KafkaSink('events.dlq', servers))")
@@ -210,9 +183,9 @@ class Flow:
 
     def validate(self) -> None:
         """Raise FlowError if the flow cannot run: no source, or no sink."""
-        if not any(s.kind == "source" for s in self.steps):
+        if not any(s.kind.is_source for s in self.steps):
             raise FlowError(f"flow {self.name!r} has no source: start with flow.source(MemorySource([...])) or another Source")
-        if not any(s.kind == "sink" for s in self.steps):
+        if not any(s.kind.is_sink for s in self.steps):
             raise FlowError(f"flow {self.name!r} has no sink: end a stream with .sink(MemorySink('out')) or another Sink")
 
     def plan(self, parallelism: int = 1) -> "Plan":
@@ -297,8 +270,8 @@ class Stream:
         self.flow = flow
         self.step = step
 
-    def _then(self, kind: str, fn: Any, name: Optional[str], on_error: str = "fail", **kw: Any) -> "Stream":
-        step = self.flow._add(kind, name, [self.step.id], fn=fn, on_error=_on_error(on_error, name or kind), **kw)
+    def _then(self, kind: StepKind, fn: Any, name: Optional[str], on_error: str = "fail", **kw: Any) -> "Stream":
+        step = self.flow._add(kind, name, [self.step.id], fn=fn, on_error=_on_error(on_error, name or kind.name), **kw)
         return Stream(self.flow, self._diverting(step))
 
     def _diverting(self, step: Step) -> Step:
@@ -306,8 +279,8 @@ class Stream:
         but its dead letters (these go to the flow's dead-letter sink)."""
         if step.on_error == "fail":
             return step
-        self.flow._add("dead_letters", f"{step.name}.dead_letters", [step.id])
-        return self.flow._add("filter", f"{step.name}.ok", [step.id], fn=is_not_dead_letter)
+        self.flow._add(DEAD_LETTERS, f"{step.name}.dead_letters", [step.id])
+        return self.flow._add(FILTER, f"{step.name}.ok", [step.id], fn=is_not_dead_letter)
 
     def map(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """One output per element: ``fn(x)``.
@@ -318,11 +291,11 @@ class Stream:
         ``DeadLetter(step, element, t, error, traceback)``, counted in ``metrics.dead_letters``
         and ``status()``; the run goes on.
         """
-        return self._then("map", fn, name, on_error)
+        return self._then(MAP, fn, name, on_error)
 
     def flat_map(self, fn: Callable[[Any], Iterable], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Zero or more outputs per element: the items of ``fn(x)``."""
-        return self._then("flat_map", fn, name, on_error)
+        return self._then(FLAT_MAP, fn, name, on_error)
 
     def map_batches(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail", schema: Any = None) -> "Stream":
         """One output per element, computed over a batch of them in Arrow: ``fn`` takes a
@@ -351,7 +324,7 @@ class Stream:
         >>> flow.run(runtime="simulator").output("out")
         [{'w': 'a', 'n': 1}, {'w': 'b', 'n': None}]
         """
-        return self._then("map_batches", fn, name, on_error, schema=_schema(schema, name or "map_batches"))
+        return self._then(MAP_BATCHES, fn, name, on_error, schema=_schema(schema, name or "map_batches"))
 
     def flat_map_batches(self, fn: Callable[[Any], tuple], name: Optional[str] = None, on_error: str = "fail", schema: Any = None) -> "Stream":
         """Zero or more outputs per element, computed over a batch in Arrow: ``fn(batch)``
@@ -369,15 +342,15 @@ class Stream:
         >>> flow.run(runtime="simulator").output("out")
         [{'word': 'to'}, {'word': 'be'}, {'word': 'or'}]
         """
-        return self._then("flat_map_batches", fn, name, on_error, schema=_schema(schema, name or "flat_map_batches"))
+        return self._then(FLAT_MAP_BATCHES, fn, name, on_error, schema=_schema(schema, name or "flat_map_batches"))
 
     def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keep the elements for which ``fn(x)`` is true."""
-        return self._then("filter", fn, name, on_error)
+        return self._then(FILTER, fn, name, on_error)
 
     def key_by(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "KeyedStream":
         """Shuffle by ``fn(x)`` (a str, bytes, number or tuple): equal keys meet in one instance."""
-        s = self._then("key_by", fn, name, on_error)
+        s = self._then(KEY_BY, fn, name, on_error)
         return KeyedStream(s.flow, s.step, key_fn=fn)
 
     def stateful_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None,
@@ -400,20 +373,20 @@ class Stream:
         With ``on_error="dead-letter"``, an element ``fn`` raises on leaves as a dead letter
         and the key's state is as if it had not come.
         """
-        return self._stateful("stateful_map", fn, name, state, on_error=on_error)
+        return self._stateful(STATEFUL_MAP, fn, name, state, on_error=on_error)
 
     def stateful_flat_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None,
                           on_error: str = "fail") -> "Stream":
         """Like stateful_map, but ``fn(state, x) -> (new_state, iterable_of_outputs)``
         (with ``state=MapState``: ``fn(entries, x) -> iterable_of_outputs``)."""
-        return self._stateful("stateful_flat_map", fn, name, state, on_error=on_error)
+        return self._stateful(STATEFUL_FLAT_MAP, fn, name, state, on_error=on_error)
 
-    def _stateful(self, kind: str, fn: Callable, name: Optional[str], state: Optional[type], label: Optional[str] = None,
+    def _stateful(self, kind: StepKind, fn: Callable, name: Optional[str], state: Optional[type], label: Optional[str] = None,
                   on_error: str = "fail") -> "Stream":
         """``label``: what a step without a name is named after (default: ``kind``)."""
-        self._require_keyed(label or kind, name)
+        self._require_keyed(label or kind.name, name)
         if state not in (None, MapState):
-            raise FlowError(f"step {name or kind!r}: state= takes MapState (from driftstream.engine) or None (the state a value), not {state!r}")
+            raise FlowError(f"step {name or kind.name!r}: state= takes MapState (from driftstream.engine) or None (the state a value), not {state!r}")
         return self._then(kind, fn, name, on_error, state=state, label=label)
 
     def merge(self, *others: "Stream", name: Optional[str] = None) -> "Stream":
@@ -423,7 +396,7 @@ class Stream:
                 raise FlowError(f"merge: every input must be a Stream of flow {self.flow.name!r}")
         if not others:
             raise FlowError("merge needs at least one other stream: a.merge(b, ...)")
-        step = self.flow._add("merge", name, [self.step.id] + [o.step.id for o in others])
+        step = self.flow._add(MERGE, name, [self.step.id] + [o.step.id for o in others])
         return Stream(self.flow, step)
 
     def sink(self, sink: Sink, name: Optional[str] = None) -> None:
@@ -437,8 +410,8 @@ class Stream:
             _check_name("step", name)
             if name in self.flow._names:
                 raise FlowError(f"step name {name!r} is used twice in flow {self.flow.name!r}: give each step a unique name=")
-            step = self.flow._add("key_by", f"{name}.by_partition", [step.id], fn=route)
-        self.flow._add("sink", name, [step.id], sink=sink)
+            step = self.flow._add(KEY_BY, f"{name}.by_partition", [step.id], fn=route)
+        self.flow._add(SINK, name, [step.id], sink=sink)
 
     def fold(self, init: Any, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
         """Keyed streams only (:meth:`KeyedStream.fold`)."""
@@ -477,16 +450,16 @@ class KeyedStream(Stream):
         >>> flow.run(runtime="simulator").output("out")
         [('a', 1), ('b', 5), ('a', 3)]
         """
-        return self._stateful("stateful_map", fold_step(init, fn, self.key_fn), name, None, label="fold", on_error=on_error)
+        return self._stateful(STATEFUL_MAP, fold_step(init, fn, self.key_fn), name, None, label="fold", on_error=on_error)
 
     def reduce(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, on_error: str = "fail") -> Stream:
         """Like :meth:`fold`, the first element of a key being its first aggregate:
         ``(key, fn(aggregate so far, x))``, e.g. ``.reduce(max)``."""
-        return self._stateful("stateful_map", reduce_step(fn, self.key_fn), name, None, label="reduce", on_error=on_error)
+        return self._stateful(STATEFUL_MAP, reduce_step(fn, self.key_fn), name, None, label="reduce", on_error=on_error)
 
     def count(self, name: Optional[str] = None) -> Stream:
         """``(key, elements of the key so far)`` per element."""
-        return self._stateful("stateful_map", count_step(self.key_fn), name, None, label="count")
+        return self._stateful(STATEFUL_MAP, count_step(self.key_fn), name, None, label="count")
 
     def window(self, assigner: Any, *, timestamp: Optional[Callable[[Any], float]] = None,
                allowed_lateness: float = 0.0, name: Optional[str] = None, on_error: str = "fail") -> "WindowedStream":
@@ -541,7 +514,7 @@ class KeyedStream(Stream):
         [('order a', 'Ada'), ('order b', 'Bob')]
         """
         self._check_other("lookup", table)
-        return Stream(self.flow, self.flow._add("lookup", name, [self.step.id, table.step.id], fn=lookup_step))
+        return Stream(self.flow, self.flow._add(LOOKUP, name, [self.step.id, table.step.id], fn=lookup_step))
 
     def join(self, other: "KeyedStream", *, window: Any = None, interval: Any = None, how: str = "inner",
              name: Optional[str] = None) -> Stream:
@@ -566,12 +539,12 @@ class KeyedStream(Stream):
         if interval is not None:
             spec = _interval(interval, how)
             fn = interval_step(spec.lower_ms, spec.upper_ms)
-            return Stream(self.flow, self.flow._add("interval_join", name, [self.step.id, other.step.id], fn=fn, interval=spec, label="join"))
+            return Stream(self.flow, self.flow._add(INTERVAL_JOIN, name, [self.step.id, other.step.id], fn=fn, interval=spec, label="join"))
         if not isinstance(window, Sliding):
             raise FlowError(f"join: window= takes Tumbling(size) or Sliding(size, slide) from driftstream.engine.windows, not {window!r}")
         spec = WindowSpec(window, join_collect, _no_result, pairs=join_pairs(how))
-        step = self.flow._add("window_join", name, [self.step.id, other.step.id], fn=join_collect, window=spec, label="join")
-        results = self.flow._add("filter", f"{step.name}.results", [step.id], fn=_is_not_late)
+        step = self.flow._add(WINDOW_JOIN, name, [self.step.id, other.step.id], fn=join_collect, window=spec, label="join")
+        results = self.flow._add(FILTER, f"{step.name}.results", [step.id], fn=_is_not_late)
         return WindowOutput(self.flow, results, step)
 
     def _check_other(self, what: str, other: Any) -> None:
@@ -609,10 +582,10 @@ class WindowedStream:
     def _aggregate(self, step_fn: Callable, result: Callable, combine: Optional[Callable] = None) -> "WindowOutput":
         keyed, flow = self.keyed, self.keyed.flow
         spec = WindowSpec(self.assigner, step_fn, result, self.timestamp, self.allowed_lateness, combine=combine)
-        window = flow._add("window", self.name, [keyed.step.id], fn=step_fn, window=spec, on_error=self.on_error)
+        window = flow._add(WINDOW, self.name, [keyed.step.id], fn=step_fn, window=spec, on_error=self.on_error)
         if self.on_error == "dead-letter":  # the results filter below passes no dead letter
-            flow._add("dead_letters", f"{window.name}.dead_letters", [window.id])
-        results = flow._add("filter", f"{window.name}.results", [window.id], fn=_is_result)
+            flow._add(DEAD_LETTERS, f"{window.name}.dead_letters", [window.id])
+        results = flow._add(FILTER, f"{window.name}.results", [window.id], fn=_is_result)
         return WindowOutput(flow, results, window)
 
 
@@ -626,7 +599,7 @@ class WindowOutput(Stream):
     def late(self, sink: Sink, name: Optional[str] = None) -> "WindowOutput":
         """Send the elements that reached a window after it closed, as ``Late(key, element,
         event_time)``, to ``sink``; returns this stream of results."""
-        late = self.flow._add("filter", f"{self.window.name}.late", [self.window.id], fn=_is_late)
+        late = self.flow._add(FILTER, f"{self.window.name}.late", [self.window.id], fn=_is_late)
         Stream(self.flow, late).sink(sink, name)
         return self
 

@@ -150,7 +150,7 @@ class Launcher:
     def sinks(self) -> list:
         """The stage actors whose stage ends in a sink."""
         plan = self.plan
-        return [a for k, a in self.actors.items() if any(plan.steps[sid].kind == "sink" for sid in plan.stages[k.stage].step_ids)]
+        return [a for k, a in self.actors.items() if any(plan.steps[sid].kind.is_sink for sid in plan.stages[k.stage].step_ids)]
 
     def reports(self) -> list:
         """Every stage actor's report of the run so far."""

@@ -23,7 +23,6 @@ from driftstream.engine.model.result import add_cache_stats, sum_per_step
 from driftstream.engine.control.failover import Failover
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
-from driftstream.engine.runtime.stage import TIMED_KINDS
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ class LiveStatus:
 def _stamps_emits(plan, instance: tuple) -> bool:
     """Whether ``instance`` notes emit samples: it reads a source or closes windows."""
     stage = plan.stages[instance[0]]
-    return stage.source_id >= 0 or any(plan.steps[sid].kind in TIMED_KINDS for sid in stage.step_ids)
+    return stage.source_id >= 0 or any(plan.steps[sid].kind.timed for sid in stage.step_ids)
 
 
 def _ask(refs: list) -> list:

@@ -158,7 +158,7 @@ def sink_horizon(plan: Plan, parallelism: int) -> Optional[tuple]:
     the newest output the sinks hold (None: nothing, or sinks that cannot tell)."""
     lasts = []
     for step in plan.steps:
-        if step.kind != "sink":
+        if not step.kind.is_sink:
             continue
         for i in range(parallelism):
             partition = step.sink.open(i, parallelism)
@@ -174,7 +174,7 @@ def check_sinks(plan: Plan) -> None:
     """Before any actor of ``plan`` starts: every sink can take its parallelism (a Kafka topic
     with fewer partitions is refused, with what to do)."""
     for step in plan.steps:
-        if step.kind == "sink":
+        if step.kind.is_sink:
             try:
                 step.sink.check(plan.stages[plan.stage_of[step.id]].parallelism)
             except ValueError as exc:

@@ -114,7 +114,7 @@ class RaySupervisor:
             raise detail
         self.failover.resolve()
         reports = detail if outcome == "done" else self.launcher.reports()
-        result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind == "sink"])
+        result = merge_instances(reports, wall, [s.name for s in self.plan.steps if s.kind.is_sink])
         status, m = self.status, result.metrics
         m.carry(self.live.carried())
         m.snapshots, m.snapshot_failures = status.committed, status.snapshot_failures

@@ -16,10 +16,6 @@ from driftstream.ordering.key_groups import GroupRange, KeyGroups, check_paralle
 
 from driftstream.engine.model.errors import FlowError
 
-#: Step kinds that keep keyed state: what snapshots hold, by step name.
-STATEFUL_KINDS = ("stateful_map", "stateful_flat_map", "lookup", "window", "window_join", "interval_join")
-
-
 class Instance(NamedTuple):
     """One instance of a stage: the stage's index in the plan and the instance's index in it."""
 
@@ -81,7 +77,7 @@ class Plan:
     @property
     def stateful_steps(self) -> list:
         """Names of the steps that keep keyed state (what a snapshot holds state for), in order."""
-        return [s.name for s in self.steps if s.kind in STATEFUL_KINDS]
+        return [s.name for s in self.steps if s.kind.stateful]
 
     @property
     def keyed_stages(self) -> list:
@@ -150,12 +146,6 @@ class Plan:
         return "\n".join(lines)
 
 
-#: Steps whose inputs are told apart by a tag appended to each element's child ids (the
-#: input's position): a merge (one element may reach it by two branches with equal Metas),
-#: and the joins, whose state needs to know each element's side.
-TAGGED_INPUTS = ("merge", "lookup", "window_join", "interval_join")
-
-
 def compile_plan(flow, parallelism: int) -> Plan:
     """Validate ``flow`` and split it into stages; raises FlowError with a fix."""
     if not isinstance(parallelism, int) or parallelism < 1:
@@ -182,9 +172,9 @@ def compile_plan(flow, parallelism: int) -> Plan:
         return idx
 
     for step in steps:  # steps are created after their inputs: already topological
-        if step.kind == "source" or step.kind == "key_by":
+        if step.kind.is_source or step.kind.shuffles:
             st = new_stage(step)
-        elif step.kind == "merge":
+        elif step.kind.merges:
             homes = {stage_of[i] for i in step.inputs}
             st = homes.pop() if len(homes) == 1 else new_stage(step)
         else:
@@ -192,7 +182,7 @@ def compile_plan(flow, parallelism: int) -> Plan:
         stage_of[step.id] = st
         stages[st].step_ids.append(step.id)
         stages[st].steps.append(step.name)
-        if step.kind == "source":
+        if step.kind.is_source:
             stages[st].source_id = step.id
 
     successors: dict = {s.id: [] for s in steps}
@@ -201,23 +191,23 @@ def compile_plan(flow, parallelism: int) -> Plan:
         for position, i in enumerate(step.inputs):
             # Two inputs of a merge may carry equal Metas (one element, two branches);
             # the input's position in child_ids keeps them apart and ordered.
-            tag = position if step.kind in TAGGED_INPUTS else None
+            tag = position if step.kind.tagged_inputs else None
             if stage_of[i] == stage_of[step.id]:
                 successors[i].append((step.id, tag))
             else:
-                channels[i].append(Channel(i, step.id, stage_of[step.id], step.kind == "key_by", tag))
+                channels[i].append(Channel(i, step.id, stage_of[step.id], step.kind.shuffles, tag))
                 if step.id not in stages[stage_of[step.id]].entries:
                     stages[stage_of[step.id]].entries.append(step.id)
     for step in steps:
-        if step.kind == "sink" and (successors[step.id] or channels[step.id]):
+        if step.kind.is_sink and (successors[step.id] or channels[step.id]):
             raise FlowError(f"step {step.name!r}: nothing can follow a sink")
-        if step.kind == "sink" and steps[step.inputs[0]].kind != "key_by" and step.sink.partition_key(key_groups.max_parallelism) is not None:
+        if step.kind.is_sink and not steps[step.inputs[0]].kind.shuffles and step.sink.partition_key(key_groups.max_parallelism) is not None:
             # Stream.sink puts the shuffle there: without it two instances would write one part
             raise FlowError(f"sink {step.name!r} routes its input by partition (e.g. KafkaSink key=): add it with "
                             f"stream.sink(...), which puts the shuffle before it")
     reaches_sink = _reaching_sink(steps, successors, channels)
     for step in steps:
-        if step.kind == "source" and step.id not in reaches_sink:
+        if step.kind.is_source and step.id not in reaches_sink:
             raise FlowError(f"source {step.name!r} reaches no sink: end its stream with .sink(...)")
     return Plan(flow.name, parallelism, steps, stages, stage_of, successors, channels, key_groups)
 
@@ -230,7 +220,7 @@ def _check_parallelism(parallelism: int, max_parallelism: int) -> None:
 
 
 def _reaching_sink(steps: list, successors: dict, channels: dict) -> set:
-    reach = {s.id for s in steps if s.kind == "sink"}
+    reach = {s.id for s in steps if s.kind.is_sink}
     for step in reversed(steps):
         nxt = [d for d, _ in successors[step.id]] + [c.dst for c in channels[step.id]]
         if any(n in reach for n in nxt):

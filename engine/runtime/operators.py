@@ -3,8 +3,8 @@
 An operator takes a list of ``(meta, payload, key)`` items and returns its outputs
 as the same triples; it raises :class:`StepError` naming the step and the element
 when the user's function raises. ``count`` is the number of items it took (the
-stage adds to it). :func:`operator_for` builds the operator of a plan step,
-with its state; :class:`DeadLettering` wraps a stateless one whose step has
+stage adds to it). :func:`~driftstream.engine.runtime.operator_registry.operator_for`
+builds the operator of a plan step, with its state; :class:`DeadLettering` wraps a stateless one whose step has
 ``on_error="dead-letter"`` (stateful and timed steps divert inside their state,
 where a failing element must also leave the key's state untouched).
 
@@ -21,28 +21,18 @@ tuple; the stateful ones are those of their state (:mod:`driftstream.ordering`).
 
 from __future__ import annotations
 
-import functools
 import traceback
 from typing import Any, Callable, Optional
 
 from driftstream.barriers.barrier import Barrier
-from driftstream.ordering.entry_state import EntryKeyedState, MapState
-from driftstream.ordering.keyed_state import DriftingKeyedState, StateFnError
+from driftstream.ordering.entry_state import MapState
+from driftstream.ordering.keyed_state import StateFnError
 from driftstream.ordering.meta import child_of
-from driftstream.ordering.paned_windows import PanedWindowState, paned
-from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
-from driftstream.snapshots.entry_cache import CachedEntries
 from driftstream.snapshots.state_keys import StateKeys, first
 
 from driftstream.engine.model.errors import StepError, dead_letter, is_dead_letter, short_repr
 from driftstream.engine.model.plan import Plan
-
-#: Steps whose state closes on timers (windows, window joins, interval joins).
-TIMED_KINDS = ("window", "window_join", "interval_join")
-#: Steps with keyed state applied element by element (no timers).
-KEYED_KINDS = ("stateful_map", "stateful_flat_map", "lookup")
-
 
 def step_error(step_name: str, meta: Any, payload: Any, exc: BaseException) -> StepError:
     """The StepError of ``step_name`` failing on ``(meta, payload)`` (``exc`` itself if it is one).
@@ -313,93 +303,5 @@ def state_keys(step: Any, plan: Plan) -> StateKeys:
     """How ``step``'s state keys are stored: under the key group of the key its elements were
     routed by, which is the state key itself, or its first item for entries ``(key, entry)``
     and windows ``(key, start, end)`` (sessions and interval joins keep one state per key)."""
-    composite = step.state is MapState or (step.kind in ("window", "window_join") and not isinstance(step.window.assigner, Session))
+    composite = step.state is MapState or (step.window is not None and not isinstance(step.window.assigner, Session))
     return StateKeys(plan.key_groups, first if composite else None)
-
-
-def _divert(step: Any) -> Optional[Callable]:
-    return functools.partial(dead_letter, step.name) if step.on_error == "dead-letter" else None
-
-
-def _keyed(step: Any, ctx: StepContext) -> Operator:
-    entries = step.state is MapState
-    backend = ctx.backend(step, step.fn, entries)
-    flat = step.kind == "stateful_flat_map"
-    if entries:
-        state = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend), on_error=_divert(step))
-    else:
-        state = DriftingKeyedState(step.fn, flat=flat, backend=backend, on_error=_divert(step))
-    return (Lookup if step.kind == "lookup" else Keyed)(step.name, state)
-
-
-def _timed(step: Any, ctx: StepContext) -> Operator:
-    fn = step.fn if step.kind == "interval_join" else step_function(step.window)
-    backend = ctx.backend(step, fn, False)
-    if step.kind == "interval_join":
-        iv = step.interval
-        state = IntervalJoinState(iv.lower_ms, iv.upper_ms, iv.how, backend, seed=ctx.seed())
-    else:
-        spec = step.window
-        form = SessionState if isinstance(spec.assigner, Session) else PanedWindowState if paned(spec) else WindowedState
-        state = form(spec, backend, seed=ctx.seed(), on_error=_divert(step))
-    # Windows restored from a snapshot hold the watermark again at their close times: the
-    # runtime hands these XORs to the acker before any source starts.
-    state.restore_timers(ctx.seed_acks, ctx.restore_t)
-    return Timed(step.name, state, ctx.acks)
-
-
-def _stateless(cls: type, *fields: str) -> Callable[[Any, StepContext], Operator]:
-    """The builder of ``cls(name, fn, *the step's fields)``, wrapped for dead letters if it diverts them."""
-
-    def build(step: Any, ctx: StepContext) -> Operator:
-        op = cls(step.name, step.fn, *(getattr(step, f) for f in fields))
-        return DeadLettering(op) if step.on_error == "dead-letter" else op
-
-    return build
-
-
-def _sink(step: Any, ctx: StepContext) -> Operator:
-    sink = ctx.sink_opener(step.id, ctx.instance) if ctx.sink_opener else step.sink.open(ctx.instance, ctx.plan.parallelism)
-    return SinkStep(step.name, Barrier(), sink)
-
-
-def _dead_letters(step: Any, ctx: StepContext) -> Operator:
-    return DeadLetterSplit(step.name, ctx.plan.steps[step.inputs[0]].name, ctx.dead_letters)
-
-
-def _arrow(pick: Callable[[Any], type]) -> Callable[[Any, StepContext], Operator]:
-    """The builder of a step over Arrow batches (``pick(module)``: its class). Their module
-    builds on :class:`Stateless`, so it is imported at the first such step, not with this one."""
-
-    def build(step: Any, ctx: StepContext) -> Operator:
-        from driftstream.engine.runtime import arrow_operators
-
-        return _stateless(pick(arrow_operators), "schema")(step, ctx)
-
-    return build
-
-
-#: step kind -> how its operator is built
-BUILDERS: dict = {
-    "source": lambda step, ctx: Passthrough(step.name),
-    "key_by": lambda step, ctx: Passthrough(step.name),
-    "merge": lambda step, ctx: Passthrough(step.name),
-    "map": _stateless(Map),
-    "flat_map": _stateless(FlatMap),
-    "filter": _stateless(Filter),
-    "map_batches": _arrow(lambda m: m.MapBatches),
-    "flat_map_batches": _arrow(lambda m: m.FlatMapBatches),
-    **{kind: _keyed for kind in KEYED_KINDS},
-    **{kind: _timed for kind in TIMED_KINDS},
-    "dead_letters": _dead_letters,
-    "sink": _sink,
-}
-
-
-def operator_for(step: Any, ctx: StepContext) -> Operator:
-    """The operator of plan step ``step``, with its state (restored through ``ctx``'s backend)."""
-    try:
-        build = BUILDERS[step.kind]
-    except KeyError:
-        raise AssertionError(f"unknown step kind {step.kind!r}") from None
-    return build(step, ctx)

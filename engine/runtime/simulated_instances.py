@@ -146,7 +146,7 @@ class SimulatedInstances:
             got = partition.collected()
             if got is not None:
                 reports[0]["collected"].setdefault(plan.steps[sid].name, []).extend(got)
-        return merge_instances(reports, seconds, [s.name for s in plan.steps if s.kind == "sink"])
+        return merge_instances(reports, seconds, [s.name for s in plan.steps if s.kind.is_sink])
 
     def close(self) -> None:
         """Close everything and remove the scratch directory."""

@@ -33,7 +33,8 @@ from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.latency_samples import LatencySamples
 from driftstream.engine.runtime.outbound import Batch, Outbound, tagged  # noqa: F401  (Batch: re-exported)
-from driftstream.engine.runtime.operators import TIMED_KINDS, Keyed, SinkStep, StepContext, Timed, operator_for  # noqa: F401  (TIMED_KINDS: re-exported)
+from driftstream.engine.runtime.operator_registry import operator_for
+from driftstream.engine.runtime.operators import Keyed, SinkStep, StepContext, Timed
 from driftstream.engine.runtime.sink_release import SinkRelease
 
 

@@ -14,7 +14,7 @@ def test_the_table_holds_the_reference_changes(tmp_path):
     props = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
     f = flow(props, docs=40)
     for s in f.steps:
-        if s.kind == "sink":
+        if s.kind.is_sink:
             s.sink.commit_interval_s = 0  # the simulator waits for it: no need here
     f.run(runtime="simulator", parallelism=2, seed=1)
     rows = load_catalog("default", **props).load_table(TABLE).scan().to_arrow().to_pylist()

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.model.errors import FlowError
+from driftstream.engine.model.steps import STATEFUL_MAP
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource
 from tests.reference import reference_outputs
 
@@ -52,7 +53,7 @@ def test_an_aggregate_may_be_none_and_names_default_to_the_operator():
     keyed.fold(None, lambda acc, x: None if acc else x).sink(MemorySink("a"))  # None, then restarts
     keyed.count().sink(MemorySink("b"))
     keyed.count().sink(MemorySink("c"))
-    assert [s.name for s in flow.steps if s.kind == "stateful_map"] == ["fold", "count", "count_1"]
+    assert [s.name for s in flow.steps if s.kind is STATEFUL_MAP] == ["fold", "count", "count_1"]
     result = flow.run(runtime="simulator", seed=2)
     assert result.output("a") == [(0, 1), (0, None), (0, 3)]
     assert result.output("c") == [(0, 1), (0, 2), (0, 3)]

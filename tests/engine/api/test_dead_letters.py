@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from driftstream.engine import Flow, MapState
 from driftstream.engine.model.errors import DeadLetter, FlowError
+from driftstream.engine.model.steps import MERGE, SINK
 from driftstream.engine.testing import MemorySink, MemorySource
 from tests.reference import crashed_runs_differing, reference_outputs
 
@@ -228,12 +229,12 @@ def test_a_kafka_sources_bad_records_go_to_its_own_topic_and_step_failures_share
     from driftstream.engine import KafkaSink, KafkaSource
 
     def sinks(flow: Flow) -> dict:
-        return {s.name: s.sink.topic for s in flow.steps_to_run() if s.kind == "sink" and isinstance(s.sink, KafkaSink)}
+        return {s.name: s.sink.topic for s in flow.steps_to_run() if s.kind.is_sink and isinstance(s.sink, KafkaSink)}
 
     one = Flow("one")
     one.source(KafkaSource("a", "b:9092"), name="a").map(abs, on_error="dead-letter").sink(MemorySink("out"))
     assert sinks(one) == {"dead_letters": "a.dlq"}
-    assert [s.kind for s in one.steps_to_run()][-2:] == ["merge", "sink"]  # the source's letters and the map's
+    assert [s.kind for s in one.steps_to_run()][-2:] == [MERGE, SINK]  # the source's letters and the map's
     two = Flow("two")
     two.source(KafkaSource("a", "b:9092"), name="a").sink(MemorySink("out_a"))
     two.source(KafkaSource("c", "b:9092"), name="c").sink(MemorySink("out_c"))

@@ -55,7 +55,7 @@ def _plan(source) -> object:
 
 def test_watermark_lag_only_for_sources_with_wall_clock_times():
     epoch = _plan(EpochSource([1.0], timestamp=float))
-    source_id = next(s.id for s in epoch.steps if s.kind == "source")
+    source_id = next(s.id for s in epoch.steps if s.kind.is_source)
     assert watermark_lag_s((1_700_000_000_000, source_id, 0, 5), epoch, now=1_700_000_003.25) == 3.25
     assert watermark_lag_s(BOTTOM, epoch, now=1.0) is None and watermark_lag_s(TOP, epoch, now=1.0) is None
     assert watermark_lag_s(None, epoch, now=1.0) is None

@@ -6,8 +6,9 @@ import pytest
 
 from driftstream.engine import Flow
 from driftstream.engine.model.errors import DeadLetter, StepError
+from driftstream.engine.runtime.operator_registry import operator_for
 from driftstream.engine.runtime.operators import (
-    DeadLettering, DeadLetterSplit, Filter, FlatMap, Keyed, Map, Passthrough, SinkStep, StepContext, Timed, operator_for,
+    DeadLettering, DeadLetterSplit, Filter, FlatMap, Keyed, Map, Passthrough, SinkStep, StepContext, Timed,
 )
 from driftstream.engine.testing import MemorySink, MemorySource
 from driftstream.engine.windows import Tumbling

@@ -43,7 +43,7 @@ def test_a_source_sends_its_batches_and_its_bound_once_until_it_moves():
 
 def test_a_stop_loses_the_instances_and_keeps_the_sink_partitions():
     plan, live, bundles = _plan(), SimulatedInstances(), []
-    sid = next(s.id for s in plan.steps if s.kind == "sink")
+    sid = next(s.id for s in plan.steps if s.kind.is_sink)
     try:
         _start_all(live, plan, bundles)
         opened = live._open_sink(plan, sid, 0)
