@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import driftstream.engine
 
 ENGINE = Path(driftstream.engine.__file__).parent
@@ -16,28 +18,33 @@ RANK = {"model": 1, "connectors": 2, "runtime": 3, "control": 4, "api": 5, "cli"
 FACADES = {"driftstream.engine", "driftstream.engine.testing"}  # re-export from every room
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ENGINE).with_suffix("").parts)
+def _module_name(path: Path, root: Path = ENGINE, package: str = "driftstream.engine") -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return ".".join(["driftstream", "engine", *parts])
+    return ".".join([package, *parts])
 
 
-def _imports(path: Path) -> set:
+def _imports(path: Path, modules: set = frozenset()) -> set:
+    """The modules ``path`` imports. ``from package import name`` imports the module
+    ``package.name`` when that is one of ``modules`` (else the package, for a name in it)."""
     tree = ast.parse(path.read_text())
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             if node.level:
                 raise AssertionError(f"{path}: relative import of {node.module!r}; import by absolute name")
-            out.add(node.module)
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if sub in modules else node.module)
         elif isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
     return out
 
 
-def _graph() -> dict:
-    return {_module_name(p): _imports(p) for p in ENGINE.rglob("*.py")}
+def _graph(root: Path = ENGINE, package: str = "driftstream.engine") -> dict:
+    paths = {_module_name(p, root, package): p for p in root.rglob("*.py")}
+    return {m: _imports(p, set(paths)) for m, p in paths.items()}
 
 
 def _room(module: str):
@@ -60,8 +67,9 @@ def test_rooms_import_downwards_only():
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_import_cycle():
-    graph = {m: {i for i in imps if i.startswith("driftstream.engine")} for m, imps in _graph().items()}
+def _cycle(graph: dict, prefix: str) -> None:
+    """Raise AssertionError naming an import cycle among the modules of ``graph`` under ``prefix``."""
+    graph = {m: {i for i in imps if i.startswith(prefix)} for m, imps in graph.items()}
     state: dict = {}
 
     def visit(m: str, path: list) -> None:
@@ -76,6 +84,26 @@ def test_no_import_cycle():
     for m in graph:
         if m not in state:
             visit(m, [m])
+
+
+def test_no_import_cycle():
+    _cycle(_graph(), "driftstream.engine")
+
+
+def test_a_cycle_through_from_package_import_module_is_found(tmp_path):
+    """``from pkg import b`` names the module pkg.b: a cycle through it is one (it was read
+    as the package pkg, which hid runtime/operators <-> runtime/arrow_operators)."""
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text("def f():\n    from pkg import b\n")
+    (root / "b.py").write_text("from pkg.a import f\n")
+    graph = _graph(root, "pkg")
+    assert graph["pkg.a"] == {"pkg.b"}
+    with pytest.raises(AssertionError, match="import cycle"):
+        _cycle(graph, "pkg")
+    (root / "a.py").write_text("from pkg import f2\n")  # a name in the package, not a module
+    assert _graph(root, "pkg")["pkg.a"] == {"pkg"}
 
 
 def test_the_engine_does_not_import_the_examples():
