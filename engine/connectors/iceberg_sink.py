@@ -33,6 +33,7 @@ from typing import Any, Mapping, Optional
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.barriers.json_payloads import as_fields
+from driftstream.engine.connectors.postgres_sink import _mask
 from driftstream.engine.model.connectors import Sink, SinkPartition
 from driftstream.engine.connectors.retrying_writer import RetryingWriter, RetryPolicy, WriteErrors
 from driftstream.engine.model.errors import FlowError, short_repr
@@ -78,6 +79,11 @@ class IcebergSink(Sink):
         except NoSuchTableError:
             raise ValueError(f"sink {self.name!r}: Iceberg table {self.table!r} does not exist in catalog {self.catalog_name!r}: "
                              "create it first (catalog.create_table(name, schema=...))") from None
+        except _unreachable_errors() as exc:  # still an OSError: a write's retries take it as the outage it is
+            raise ConnectionError(
+                f"sink {self.name!r}: cannot reach Iceberg catalog {self.catalog_name!r} at {_mask(str(self.catalog.get('uri', '?')))} "
+                f"({str(exc).strip()}): check that the catalog (its REST server, metastore or database) is running at that "
+                "address, and the catalog properties (uri, credentials)") from exc
 
     def check(self, partitions: int) -> None:
         self.load()
@@ -106,6 +112,16 @@ def write_errors() -> WriteErrors:
         pass
     return WriteErrors(transient=transient, refused=(ice.UnauthorizedError, ice.ForbiddenError), conflicts=(ice.CommitFailedException,),
                        failure=ConnectionError, setting="IcebergSink retry_s")
+
+
+def _unreachable_errors() -> tuple:
+    """A catalog out of reach: a connection error (a REST catalog's ``requests`` errors are
+    OSErrors), or a SQL catalog's database gone (SQLAlchemy is its driver, there only)."""
+    try:
+        from sqlalchemy.exc import OperationalError
+    except ImportError:
+        return (OSError,)
+    return (OSError, OperationalError)
 
 
 class _IcebergSinkPartition(SinkPartition):

@@ -190,3 +190,22 @@ def test_a_warehouse_out_of_reach_for_a_while_is_retried_and_writes_each_row_onc
         put_back()
     assert str(err.value).startswith(f"sink 'changes': writes to {table!r} (partition 0) failed for 0.5 s (IcebergSink retry_s): "), err.value
     assert len(_rows(catalog, table)) == 8
+
+
+def test_a_catalog_out_of_reach_is_named_with_its_address_and_what_to_check():
+    """Before: requests' or SQLAlchemy's own error, naming neither the sink nor the catalog."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    for catalog, address in (({"type": "rest", "uri": f"http://127.0.0.1:{port}"}, f"http://127.0.0.1:{port}"),
+                             ({"type": "sql", "uri": f"postgresql+psycopg://u:pw@127.0.0.1:{port}/x", "warehouse": "file:///nowhere"},
+                              f"postgresql+psycopg://u:***@127.0.0.1:{port}/x")):
+        began = time.monotonic()
+        with pytest.raises(ConnectionError) as err:
+            IcebergSink("index.changes", catalog, name="changes").check(1)
+        assert time.monotonic() - began < 10
+        text = str(err.value)
+        assert text.startswith(f"sink 'changes': cannot reach Iceberg catalog 'default' at {address} ("), text
+        assert "is running at that address" in text and ":pw@" not in text, text
