@@ -20,8 +20,9 @@ from driftstream.engine.api.flow import Flow, KeyedStream, Stream
 from driftstream.engine.connectors.file_sink import FileSink
 from driftstream.engine.connectors.row_changes import Delete, Insert, RowChange, Truncate, Update
 from driftstream.engine.model.connectors import Sink, SinkPartition, Source, SourcePartition
+from driftstream.engine.model.config import Guarantee, RunConfig
 from driftstream.engine.model.data_plane import DataPlaneTLS
-from driftstream.engine.model.errors import DataPlaneError, FlowError, StepError
+from driftstream.engine.model.errors import DataPlaneError, DeadLetter, FlowError, StepError
 from driftstream.engine.model.result import Metrics, RunResult
 
 __all__ = [
@@ -36,6 +37,9 @@ __all__ = [
     "StepError",
     "DataPlaneError",
     "DataPlaneTLS",
+    "DeadLetter",
+    "RunConfig",
+    "Guarantee",
     "RunResult",
     "Metrics",
     "Source",
