@@ -139,11 +139,7 @@ class LiveStatus:
             "last_snapshot_error": log.last_error,
             # seconds snapshots have failed in a row (0: the last one was committed)
             "snapshots_failing_s": log.failing_s(time.time()),
-            "recoveries": [
-                {"detected_at": r.detected_at, "restored_s": r.restored_s, "first_output_s": r.first_output_s, "snapshot": r.snapshot_id,
-                 "steps_s": dict(r.steps_s), "resets_s": dict(r.resets_s)}
-                for r in self.failover.recoveries
-            ],
+            "recoveries": [r.to_dict() for r in self.failover.recoveries],
             "commit_groups": {plan.stages[stage].name: hook.status() for stage, hook in self.committer.commit_hooks.items()},
         }
 

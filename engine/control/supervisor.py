@@ -119,11 +119,7 @@ class RaySupervisor:
         m.carry(self.live.carried())
         m.snapshots, m.snapshot_failures = status.committed, status.snapshot_failures
         m.recoveries, m.skipped = len(status.recoveries), status.skipped
-        m.recovery_s = [
-            {"detected_at": r.detected_at, "restored": r.restored_s, "first_output": r.first_output_s, "snapshot": r.snapshot_id,
-             "steps": dict(r.steps_s), "resets": dict(r.resets_s)}
-            for r in status.recoveries
-        ]
+        m.recovery_s = [r.to_dict() for r in status.recoveries]
         m.snapshot_s = [r.duration_s for r in status.snapshots]
         m.snapshot_windows = [(r.requested_at, r.requested_at + r.duration_s) for r in status.snapshots]
         return result

@@ -70,7 +70,9 @@ class Metrics:
     snapshot_s: list = field(default_factory=list)
     #: per snapshot: wall times ``(marker sent, every part durable)``
     snapshot_windows: list = field(default_factory=list)
-    #: per recovery: seconds from detection to restored actors and to the first new output
+    #: per recovery, as ``status()["recoveries"]``: ``detected_at`` (wall time), seconds from
+    #: then to restored actors (``restored_s``, where they went in ``steps_s``, per instance
+    #: reset ``resets_s``) and to the first new output (``first_output_s``), and the ``snapshot``
     recovery_s: list = field(default_factory=list)
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)

@@ -619,11 +619,11 @@ def recovery(
             used.add(recoveries.index(rec))
             detected = rec["detected_at"]
             f["kill_to_detected_s"] = detected - t_kill
-            f["kill_to_restored_s"] = detected - t_kill + rec["restored"]
-            f["kill_to_first_output_s"] = None if rec["first_output"] is None else detected - t_kill + rec["first_output"]
+            f["kill_to_restored_s"] = detected - t_kill + rec["restored_s"]
+            f["kill_to_first_output_s"] = None if rec["first_output_s"] is None else detected - t_kill + rec["first_output_s"]
             f["restored_from_snapshot"] = rec.get("snapshot")
-            f["restore_steps_s"] = rec.get("steps") or {}
-            f["resets_s"] = rec.get("resets") or {}
+            f["restore_steps_s"] = rec.get("steps_s") or {}
+            f["resets_s"] = rec.get("resets_s") or {}
             # New output: elements emitted by source partitions the recovery reopened. (Emit
             # time alone does not tell: the old actors run on for a few ms after detection.)
             t_next_detected = next((x["detected_at"] for x in recoveries if x["detected_at"] > detected), float("inf"))

@@ -115,6 +115,6 @@ def test_worker_node_lost_without_shutdown_recovers_in_seconds(ray_session, tmp_
     # dead, and the launch would start over (a second recovery, ~14 s later).
     assert report["recoveries"] == 1, f"{report['recovery_s']}\n{tail}"
     recovery = report["recovery_s"][0]
-    assert recovery["first_output"] is not None
+    assert recovery["first_output_s"] is not None
     print(f"node removed -> detected {recovery['detected_at'] - report['removed_at']:.2f} s, "
-          f"-> first new output {recovery['detected_at'] + recovery['first_output'] - report['removed_at']:.2f} s")
+          f"-> first new output {recovery['detected_at'] + recovery['first_output_s'] - report['removed_at']:.2f} s")

@@ -132,9 +132,9 @@ def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path, tmp_pat
     # Each recovery says where its time went: the steps add up to detected -> restored, and the
     # first one reset the standby in the lost instance's place and the survivors.
     for r in result.metrics.recovery_s:
-        assert list(r["steps"]) == ["confirm", "probe", "kill", "read_manifest", "reset", "connect", "start"]
-        assert abs(sum(r["steps"].values()) - r["restored"]) < 0.05, r
-    first = result.metrics.recovery_s[0]["resets"]
+        assert list(r["steps_s"]) == ["confirm", "probe", "kill", "read_manifest", "reset", "connect", "start"]
+        assert abs(sum(r["steps_s"].values()) - r["restored_s"]) < 0.05, r
+    first = result.metrics.recovery_s[0]["resets_s"]
     assert "eo-sb/by_key/0 (standby)" in first and "eo-sb/by_key/1" in first, first
     assert all(set(t) == {"tear_down", "setup", "restore"} and t["restore"] <= t["setup"] for t in first.values())
 
