@@ -27,16 +27,16 @@ from driftstream.ordering.meta import TOP
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.data_plane import PlaneKey
-from driftstream.engine.model.errors import DataPlaneError, StepError
+from driftstream.engine.model.errors import DataPlaneError
 from driftstream.engine.model.live_figures import instance_stats
-from driftstream.engine.model.manifest import Instance, SnapshotPart
+from driftstream.engine.model.manifest import Instance
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime import gc_policy
 from driftstream.engine.runtime.acker_host import AckerHost
-from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ScheduleEnded, SnapshotTaken, Watermark
+from driftstream.engine.runtime.protocol import Push, ScheduleEnded, SnapshotTaken
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain
-from driftstream.engine.runtime.stage import StageRuntime
+from driftstream.engine.runtime.instance_host import InstanceHost
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
@@ -296,7 +296,7 @@ class StageActor:
             self.plan = plan
         self.setup_error = None
         self._setup(config, plane)
-        return {"tear_down": t1 - t0, "setup": time.perf_counter() - t1, "restore": self.snapshots.restore_s}
+        return {"tear_down": t1 - t0, "setup": time.perf_counter() - t1, "restore": self.host.snapshots.restore_s}
 
     async def playing(self) -> Optional[str]:
         """The name of the instance this actor plays (None: a standby not used yet)."""
@@ -308,50 +308,38 @@ class StageActor:
             self.pump.stop()
         await self.endpoint.close()
         self.writers.close()
-        self.rt.close()
-        self.snapshots.close()
-        if self.reader is not None:
-            self.reader.close()
+        self.host.close()
 
     def _write_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
-        rt = self.rt
-        self.writers.write(sid, sink, bundle, lambda error: self._bundle_written(rt, sid, bundle, error))
+        host = self.host
+        self.writers.write(sid, sink, bundle, lambda error: self._bundle_written(host, sid, bundle, error))
 
-    def _bundle_written(self, rt: StageRuntime, sid: int, bundle: Any, error: Optional[BaseException]) -> None:
-        if rt is not self.rt:
+    def _bundle_written(self, host: InstanceHost, sid: int, bundle: Any, error: Optional[BaseException]) -> None:
+        if host is not self.host:
             return  # written for an incarnation that was reset since
-        if self._guarded(self.rt.bundle_written, sid, bundle, error):
-            if self.first_release_at is None:
-                self.first_release_at = time.time()
-                self.released.set()
-            self._send_parts()
-        if not self.rt.sinks.writing or self.failed:
+        if host.bundle_written(sid, bundle, error) and self.first_release_at is None:
+            self.first_release_at = time.time()
+            self.released.set()
+        if not host.rt.sinks.writing or host.failed:
             self.writers.idle.set()
 
     def _setup(self, config: InstanceConfig, plane: PlaneKey) -> None:
-        plan, (stage_index, instance) = self.plan, self.key
-        self.snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), config.restore, cache_bytes=config.state_cache_bytes)
-        self.rt = StageRuntime(
-            plan,
-            stage_index,
-            instance,
-            sample_every=config.sample_every,
-            backend_factory=self.snapshots.backend,
-            bundle_writer=self._write_bundle,
-            merging=config.input_merge,
-            restore_t=config.restore_t,
-        )
-        self.writers = SinkWriters(self.rt.barriers)
-        if config.skip_released:
-            self.rt.skip_released()
-        self.failed = False
-        rt = self.rt
-        self.pump = SourcePump.of_instance(plan, self.key, config, process=lambda items: self._guarded(rt.process_source, items),
-                                           flush=self._flush_read, fail=self._fail, alive=lambda: not self.failed)
+        plan = self.plan
+        self.acker = None
         self.chaos = config.chaos
         self.rng = random.Random(config.seed)
-        self.drain = BatchDrain(self.rt, self.snapshots, self._guarded, self._flush)
-        self.acker = None
+        snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), config.restore, cache_bytes=config.state_cache_bytes)
+        #: the instance's protocol (its runtime, snapshots, reader); this actor adds the transport and the event loop
+        self.host = host = InstanceHost(plan, self.key, config, snapshots, self._send, fail=self._fail, sample_every=config.sample_every,
+                                        bundle_writer=self._write_bundle)
+        self.rt = host.rt
+        self.writers = SinkWriters(host.rt.barriers)
+        self.pump = None if host.reader is None else SourcePump(
+            host.reader, host.source_index, config.batch_size, process=lambda items: host.guarded(host.rt.process_source, items),
+            flush=host.flush_read, fail=host.fail, alive=lambda: not host.failed)
+        if self.pump is not None:
+            host.source = self.pump  # a watermark or a frontier also wakes the reading task
+        self.drain = BatchDrain(host.rt, snapshots, host.guarded, host.flush)
         self.lost = LostPeers()
         self.endpoint = Endpoint(plane, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add,
                                  on_error=self._on_plane_error)
@@ -361,7 +349,7 @@ class StageActor:
     @property
     def reader(self) -> Optional[SourceReader]:
         """This instance's source reader (None: its stage has no source)."""
-        return None if self.pump is None else self.pump.reader
+        return self.host.reader
 
     async def first_release(self) -> float:
         """Wall time of this actor's first release to a sink (waits for it): recovery timing."""
@@ -409,9 +397,9 @@ class StageActor:
             return None
         if self.pump.task is not None:
             await self.pump.pause()
-            if not self.failed:
-                self._flush()
-        return self.pump.source_index, self.pump.last_bound
+            if not self.host.failed:
+                self.host.flush()
+        return self.host.source_index, self.host.last_bound
 
     async def resume_reading(self) -> None:
         """Read again after :meth:`pause_reading` (a drain given up on: the sinks held output past it)."""
@@ -420,21 +408,9 @@ class StageActor:
 
     def _on_message(self, message: Any) -> None:
         if type(message) is Push:
-            self.drain.push(message.batch)
-        elif type(message) is Align:
-            self.pump.align(message.frontier)
+            self.drain.push(message.batch)  # processed a chunk per callback (see BatchDrain)
         else:
-            self._apply_watermark(message.t)
-            if message.snapshot_id is not None:
-                snapshot_id, t, rt = message.snapshot_id, message.t, self.rt
-                rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
-
-                def prepared(part: SnapshotPart) -> None:
-                    if rt is self.rt:  # else: written for an incarnation that was reset since
-                        rt.part_prepared(t, Prepared(snapshot_id, self.key, part))
-                        self._send_parts()
-
-                self.snapshots.take(snapshot_id, t, self.reader, prepared)
+            self.host.on_message(message)
 
     async def alive(self) -> list:
         """The supervisor holds this call to learn at once when the actor dies (the call fails)
@@ -445,41 +421,27 @@ class StageActor:
         """The id of the Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    def _send_parts(self) -> None:
-        """Send the snapshot parts whose T the sinks' acknowledged output has reached, in order."""
-        for message in self.rt.ready_parts():
-            self.endpoint.send("acker", message)
-
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
-        self._apply_watermark(w)
+        self.host.apply_watermark(w)
         await self.writers.idle.wait()
-
-    def _apply_watermark(self, w: tuple) -> None:
-        ok = self._guarded(self.rt.on_watermark, w)
-        if ok and (self.rt.outbound or self.rt.acks):
-            self._flush()  # windows the watermark closed, and their timers
-        if ok and self.pump is not None:
-            self.pump.on_watermark(w)
 
     async def report(self) -> dict:
         """Stop, close sinks and backends, and hand back outputs and metrics (copies: Ray
         serialises the result outside the event loop)."""
         if self.pump is not None:
             self.pump.stop()
-        if not self.failed:
+        if not self.host.failed:
             await self.writers.idle.wait()
-        self.failed = True  # nothing more is processed in this incarnation
+        self.host.failed = True  # nothing more is processed in this incarnation
         self.writers.close()
-        self.rt.close()
-        self.snapshots.close()
+        self.host.close()
         await self.endpoint.close()
         metrics = self.rt.metrics()
-        metrics["state_cache"] = self.snapshots.cache_stats()
+        metrics["state_cache"] = self.host.snapshots.cache_stats()
         metrics["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         if self.reader is not None:
             metrics["first_read_at"] = self.reader.first_read_at
-            self.reader.close()
         return {
             "collected": self.rt.collected(),
             "metrics": metrics,
@@ -492,51 +454,23 @@ class StageActor:
 
     async def stats(self, releases_since: Optional[float] = None, emits_of: Optional[list] = None) -> dict:
         """Progress counters for ``FlowHandle.status()`` (see :func:`.live_figures.instance_stats`)."""
-        return instance_stats(self.rt, self.reader, self.snapshots.cache_stats(), releases_since, emits_of)
+        return instance_stats(self.rt, self.reader, self.host.snapshots.cache_stats(), releases_since, emits_of)
 
     def _on_plane_error(self, peer: str, exc: BaseException) -> None:
         """A message this actor could not load or handle: the run fails with it."""
-        if not self.failed:
-            self.failed = True
-            self.acker.fail.remote(DataPlaneError(peer, self.plan.actor_name(self.key), f"{type(exc).__name__}: {exc}"))
-
-    def _guarded(self, fn, *args) -> bool:
-        """Run ``fn(*args)`` unless the run has failed; a StepError fails the run. True if it ran."""
-        if self.failed:
-            return False
-        try:
-            fn(*args)
-            return True
-        except StepError as exc:
-            self._fail(exc)
-            return False
+        if not self.host.failed:
+            self.host.fail(DataPlaneError(peer, self.plan.actor_name(self.key), f"{type(exc).__name__}: {exc}"))
 
     def _fail(self, exc: BaseException) -> None:
-        """The run fails with ``exc``: the acker tells the supervisor; this incarnation stops."""
-        self.failed = True
+        """The run fails with ``exc`` (see :meth:`InstanceHost.fail`): the acker tells the supervisor."""
         self.acker.fail.remote(exc)
 
-    def _flush(self) -> int:
-        """Send what the stage has for others, its acks and its source's bound; returns the
-        elements sent to other stages."""
-        send, sent = self.endpoint.send, 0
-        for stage, inst, batch in self.rt.take_batches():
-            sent += len(batch.items)
-            if self.chaos:
-                asyncio.get_running_loop().call_later(self.rng.uniform(0, self.chaos), send, (stage, inst), Push(batch))
-            else:
-                try:
-                    send((stage, inst), Push(batch))
-                except FrameTooLarge as exc:
-                    self._fail(exc)  # the batch cannot be sent: the run fails and says why, it must not stall
-                    return sent
-        acks = self.rt.take_acks()
-        bound = None if self.pump is None else self.pump.new_bound()
-        if acks or bound is not None:
-            send("acker", Ack(acks, None if self.pump is None else self.pump.source_index, bound))
-        return sent
-
-    def _flush_read(self, more: bool) -> int:
-        """:meth:`_flush` after a source read; ``more``: records are left to read (see :class:`.SourcePump`)."""
-        self.rt.more = more
-        return self._flush()
+    def _send(self, to: Any, message: Any) -> None:
+        """The host's transport: the data plane, a batch delayed at random under ``chaos``."""
+        if self.chaos and type(message) is Push:
+            asyncio.get_running_loop().call_later(self.rng.uniform(0, self.chaos), self.endpoint.send, to, message)
+            return
+        try:
+            self.endpoint.send(to, message)
+        except FrameTooLarge as exc:
+            self.host.fail(exc)  # the batch cannot be sent: the run fails and says why, it must not stall

@@ -57,11 +57,10 @@ from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
-from driftstream.engine.runtime.protocol import Align, Prepared
 from driftstream.engine.runtime.acker_host import AckerHost
+from driftstream.engine.runtime.instance_host import ACKER
+from driftstream.engine.runtime.protocol import Push, Watermark
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
-
-ACKER = "acker"
 
 #: What the simulator's scheduler gets when the run does not say: small batches and credit,
 #: so that there are many interleavings for it to choose from.
@@ -157,9 +156,9 @@ class Simulation:
         instance = self.restoring.pop(0)
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, self.manifest, self.recovering)
-        rt = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s, self.config.input_merge,
-                             lambda sid, sink, bundle: self.writes.append((instance, sid, sink, bundle)))
-        seed = rt.take_seed()  # restored windows' timers, in the table before any source starts
+        host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
+                               lambda sid, sink, bundle: self.writes.append((instance, sid, sink, bundle)), self._sender(instance))
+        seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
             self.acker.seed(seed)
         if not self.restoring and self.recovering and self.rules.skips_backlog:
@@ -206,27 +205,23 @@ class Simulation:
     def _send_control(self, sender, receiver, message) -> None:
         self.control.setdefault((sender, receiver), deque()).append(message)
 
+    def _sender(self, instance: Instance) -> Callable:
+        """The transport of ``instance``'s host: a batch joins the data in flight (delivered in
+        any order), a message to the acker its FIFO control queue."""
+        def send(to, message) -> None:
+            if type(message) is Push:
+                self.data.append((*to, message.batch))
+            else:
+                self._send_control(instance, to, message)
+        return send
+
     def _flush(self, instance: Instance) -> int:
-        """Send what ``instance`` has to send (see :meth:`SimulatedInstances.outbox`); returns the elements sent."""
-        batches, messages = self.live.outbox(instance, self.source_keys)
-        self.data.extend(batches)
-        for message in messages:
-            self._send_control(instance, ACKER, message)
-        return sum(len(batch.items) for _, _, batch in batches)
+        """Send what ``instance`` has to send (see :meth:`InstanceHost.flush`); returns the elements sent."""
+        return self.live.hosts[instance].flush()
 
     def _to_stage(self, instance: Instance, message) -> None:
-        if type(message) is Align:
-            self.readers[instance].align(message.frontier)
-            return
-        rt = self.stages[instance]
-        rt.on_watermark(message.t)
-        reader = self.readers.get(instance)
-        if reader is not None:
-            reader.on_watermark(message.t)
-        if message.snapshot_id is not None:
-            sid, t = message.snapshot_id, message.t
-            rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
-            self.live.snapshots[instance].take(sid, t, reader, lambda part: rt.part_prepared(t, Prepared(sid, instance, part)))
+        self.live.hosts[instance].on_message(message)
+        if type(message) is Watermark and message.snapshot_id is not None:
             self._maybe_crash("after a marker", CRASH_AT_POINT / len(self.plan.instances))
 
     # -- scheduling: each choice is one of the methods below ---------------------------------
@@ -281,8 +276,7 @@ class Simulation:
         i = self.rng.randrange(len(self.data))
         self.data[i], self.data[-1] = self.data[-1], self.data[i]
         stage, index, batch = self.data.pop()
-        self.stages[(stage, index)].receive(batch)
-        self._flush(Instance(stage, index))
+        self.live.hosts[(stage, index)].receive([batch])
 
     def _deliver_control(self) -> None:
         sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
@@ -299,7 +293,7 @@ class Simulation:
         budget = self.rng.randint(1, self.rules.settings["batch_size"])
         items = self.readers[instance].poll(budget)
         if items:
-            self.stages[instance].process_source(items)
+            self.live.hosts[instance].guarded(self.stages[instance].process_source, items)
         # Senders never say more is coming here: a sender that did would hold the others for
         # MERGE_MAX_HOLD_S of simulated time (a thousand steps), and the scheduler's random
         # "release held" steps already give the merge every interleaving.
@@ -309,13 +303,14 @@ class Simulation:
 
     def _release_held(self) -> None:
         instance = self.rng.choice([k for k, rt in self.stages.items() if rt.holding])
-        self.stages[instance].release_held(everything=self.rng.random() < 0.5)
+        host = self.live.hosts[instance]
+        host.guarded(host.rt.release_held, self.rng.random() < 0.5)
         self._flush(instance)
 
     def _write_bundle(self) -> None:
         instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))
         sink.write(bundle)
-        self.stages[instance].bundle_written(sid, bundle)
+        self.live.hosts[instance].bundle_written(sid, bundle)
         self._flush(instance)
 
     def _persist(self) -> None:

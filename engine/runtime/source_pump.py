@@ -52,7 +52,6 @@ class SourcePump:
         self._process, self._flush, self._fail, self._alive = process, flush, fail, alive
         self.task: Optional[asyncio.Task] = None
         self.credit = asyncio.Event()
-        self.last_bound: Any = None
 
     @classmethod
     def of_instance(cls, plan: Plan, key: Instance, config: InstanceConfig, **callbacks: Any) -> Optional["SourcePump"]:
@@ -99,14 +98,6 @@ class SourcePump:
         waiting for it reads on."""
         self.reader.align(frontier)
         self.credit.set()
-
-    def new_bound(self) -> Any:
-        """The reader's bound if it moved since the last call (the acker's to know), else None. O(partitions)."""
-        bound = self.reader.bound()
-        if bound == self.last_bound:
-            return None
-        self.last_bound = bound
-        return bound
 
     async def _run(self) -> None:
         reader, credit = self.reader, self.credit

@@ -6,7 +6,7 @@ import os
 
 from driftstream.engine import Flow
 from driftstream.engine.model.config import InstanceConfig
-from driftstream.engine.runtime.protocol import Ack
+from driftstream.engine.runtime.protocol import Ack, Push
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 from driftstream.engine.testing import MemorySink, MemorySource
 
@@ -17,26 +17,29 @@ def _plan():
     return f.plan(1)  # two stages: the source's sends its batches to the other
 
 
-def _start_all(live: SimulatedInstances, plan, bundles: list) -> None:
+def _start_all(live: SimulatedInstances, plan, bundles: list, sent: list = None) -> None:
     for n, instance in enumerate(plan.instances):
-        live.start(plan, instance, InstanceConfig(batch_size=4), seed=n, base_every_s=0.0, merging=True,
-                   bundle_writer=lambda sid, sink, bundle: bundles.append((sid, sink, bundle)))
+        live.start(plan, instance, InstanceConfig(batch_size=4), seed=n, base_every_s=0.0,
+                   bundle_writer=lambda sid, sink, bundle: bundles.append((sid, sink, bundle)),
+                   send=lambda to, message: (sent if sent is not None else []).append((to, message)))
 
 
 def test_a_source_sends_its_batches_and_its_bound_once_until_it_moves():
-    plan, live = _plan(), SimulatedInstances()
+    plan, live, sent = _plan(), SimulatedInstances(), []
     try:
-        _start_all(live, plan, [])
+        _start_all(live, plan, [], sent)
         (source,) = live.readers
         assert live.source_ready(source)
         live.stages[source].process_source(live.readers[source].poll(4))
-        batches, messages = live.outbox(source, plan.source_instances)
-        assert [(stage, index) for stage, index, _ in batches] == [(1, 0)]
-        assert sum(len(b.items) for _, _, b in batches) == 4
-        acks = [m for m in messages if type(m) is Ack]
+        live.hosts[source].flush()
+        batches = [(to, m.batch) for to, m in sent if type(m) is Push]
+        assert [to for to, _ in batches] == [(1, 0)]
+        assert sum(len(b.items) for _, b in batches) == 4
+        acks = [m for to, m in sent if type(m) is Ack and to == "acker"]
         assert len(acks) == 1 and acks[0].bound is not None and acks[0].source_index == 0
-        _, again = live.outbox(source, plan.source_instances)
-        assert not [m for m in again if type(m) is Ack and m.bound is not None]  # the same bound is not sent twice
+        del sent[:]
+        live.hosts[source].flush()
+        assert not [m for _, m in sent if type(m) is Ack and m.bound is not None]  # the same bound is not sent twice
     finally:
         live.close()
 
@@ -48,7 +51,7 @@ def test_a_stop_loses_the_instances_and_keeps_the_sink_partitions():
         _start_all(live, plan, bundles)
         opened = live._open_sink(plan, sid, 0)
         live.stop()
-        assert live.stages == live.snapshots == live.readers == live.bound_sent == {}
+        assert live.hosts == live.stages == live.snapshots == live.readers == {}
         assert live.sinks[(sid, 0)] is opened  # a crash keeps what a sink wrote
         _start_all(live, plan, bundles)  # a new incarnation writes the same partition, not a new one
         assert live._open_sink(plan, sid, 0) is opened

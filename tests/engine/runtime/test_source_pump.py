@@ -124,18 +124,6 @@ def test_paused_it_reads_nothing_and_resumed_it_reads_on():
     assert stage.got == list(range(50))
 
 
-def test_the_bound_is_told_once_per_move():
-    stage = Stage()
-
-    async def main():
-        pump = pump_of(reader_of(range(3)), stage)
-        first = pump.new_bound()
-        return first, pump.new_bound()
-
-    first, again = asyncio.run(main())
-    assert first is not None and again is None
-
-
 def test_an_instance_of_a_source_stage_gets_a_pump_over_its_own_partitions_and_others_none():
     from driftstream.engine import Flow
     from driftstream.engine.model.config import InstanceConfig

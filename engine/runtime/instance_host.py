@@ -1,0 +1,176 @@
+"""A stage instance's protocol, written once: what one incarnation of an instance does with
+a message and what it sends, in order. The Ray :class:`~.actors.StageActor` drives it over
+the data plane from its event loop (with its batch queue, source pump and sink writer
+threads); the simulator (:mod:`.simulator`) drives it under its seeded scheduler. Only
+the transport (``send``), what a failure does (``fail``) and the scheduling differ.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> from driftstream.engine.model.config import InstanceConfig
+>>> from driftstream.engine.runtime.stage_snapshots import StageSnapshots
+>>> f = Flow("host")
+>>> f.source(MemorySource([1, 2])).sink(MemorySink("o"))
+>>> plan, sent = f.plan(1), []
+>>> key = plan.instances[0]
+>>> host = InstanceHost(plan, key, InstanceConfig(), StageSnapshots(None, plan.participant(key), None),
+...                     send=lambda to, message: sent.append((to, type(message).__name__)))
+>>> host.guarded(host.rt.process_source, host.reader.poll(2)), host.flush(), sent
+(True, 0, [('acker', 'Ack')])
+>>> host.on_message(Watermark((9,))); [p for _, p in host.rt.collected()["o"]]
+[1, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from driftstream.engine.connectors.source_reader import SourceReader
+from driftstream.engine.model.config import InstanceConfig
+from driftstream.engine.model.errors import StepError
+from driftstream.engine.model.manifest import SnapshotPart
+from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, Watermark
+from driftstream.engine.runtime.stage import StageRuntime
+from driftstream.engine.runtime.stage_snapshots import StageSnapshots
+
+#: Where an instance sends its acks, bounds and snapshot parts.
+ACKER = "acker"
+
+
+def raise_it(exc: BaseException) -> None:
+    """The simulator's ``fail``: the run stops with the error, raised."""
+    raise exc
+
+
+class InstanceHost:
+    """One incarnation of stage instance ``key`` of ``plan``: its :class:`StageRuntime`
+    (over ``snapshots``' backends) and its source reader, wired to the protocol.
+
+    ``send(to, message)``: a :class:`Push` to another instance ``(stage, index)``, or an
+    :class:`Ack` / :class:`Prepared` to :data:`ACKER`; ``fail(exc)``: the run fails with
+    ``exc`` (a step's error, or a batch the transport refused); ``runtime``: the rest of
+    :class:`StageRuntime`'s options (``bundle_writer``, ``seed``, ``clock``...).
+    ``source``: what a watermark or a frontier wakes (the Ray actor's pump; default: the
+    reader). After :meth:`close` nothing an earlier callback finishes reaches the runtime.
+    """
+
+    def __init__(self, plan: Plan, key: Instance, config: InstanceConfig, snapshots: StageSnapshots, send: Callable[[Any, Any], None],
+                 fail: Callable[[BaseException], None] = raise_it, **runtime: Any) -> None:
+        self.key, self.snapshots, self._send, self._fail = key, snapshots, send, fail
+        self.rt = StageRuntime(plan, *key, backend_factory=snapshots.backend, merging=config.input_merge, restore_t=config.restore_t, **runtime)
+        if config.skip_released:
+            self.rt.skip_released()
+        self.reader: Optional[SourceReader] = SourceReader.of_instance(plan, key, config)
+        self.source_index = None if self.reader is None else plan.source_instances.index(key)
+        self.source: Any = self.reader
+        #: the bound last sent to the acker (TOP once the source has read everything)
+        self.last_bound: Any = None
+        self.failed = self.closed = False
+
+    def guarded(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run ``fn(*args)`` unless the run has failed; a StepError fails the run. True if it ran."""
+        if self.failed:
+            return False
+        try:
+            fn(*args)
+            return True
+        except StepError as exc:
+            self.fail(exc)
+            return False
+
+    def fail(self, exc: BaseException) -> None:
+        """The run fails with ``exc``; this incarnation processes nothing more."""
+        self.failed = True
+        self._fail(exc)
+
+    # -- what it sends ---------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Send what the stage has for others, then its acks and its source's new bound in one
+        :class:`Ack`, then the snapshot parts its sinks' acknowledged output allows; returns
+        the elements sent to other stages. O(batches + acks)."""
+        rt, send, sent = self.rt, self._send, 0
+        for stage, inst, batch in rt.take_batches():
+            sent += len(batch.items)
+            send((stage, inst), Push(batch))
+            if self.failed:
+                return sent  # the transport refused the batch: the run fails and says why
+        acks = rt.take_acks()
+        bound = self.new_bound()
+        if acks or bound is not None:
+            send(ACKER, Ack(acks, self.source_index, bound))
+        self.send_parts()
+        return sent
+
+    def flush_read(self, more: bool) -> int:
+        """:meth:`flush` after a source read; ``more``: records are left to read, so the
+        receivers' input merge waits for this instance's next batch."""
+        self.rt.more = more
+        return self.flush()
+
+    def new_bound(self) -> Any:
+        """The reader's bound if it moved since it was last sent, else None. O(partitions)."""
+        if self.reader is None:
+            return None
+        bound = self.reader.bound()
+        if bound == self.last_bound:
+            return None
+        self.last_bound = bound
+        return bound
+
+    def send_parts(self) -> None:
+        """Send the snapshot parts whose T the sinks' acknowledged output has reached, in order."""
+        for message in self.rt.ready_parts():
+            self._send(ACKER, message)
+
+    # -- what it does with a message ---------------------------------------------------------
+
+    def receive(self, batches: list, more: bool = False) -> None:
+        """Batches from other stages (see :meth:`StageRuntime.receive_many`); ``more``: more are
+        queued behind them."""
+        if self.guarded(self.rt.receive_many, batches):
+            self.rt.more = more
+            self.flush()
+
+    def on_message(self, message: Any) -> None:
+        """The acker's :class:`Watermark` (with a snapshot's marker) or :class:`Align`."""
+        if type(message) is Align:
+            self.source.align(message.frontier)
+            return
+        self.apply_watermark(message.t)
+        if message.snapshot_id is not None:
+            snapshot_id, t, rt = message.snapshot_id, message.t, self.rt
+            rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
+
+            def prepared(part: SnapshotPart) -> None:
+                if not self.closed:  # else: written for an incarnation that was reset since
+                    rt.part_prepared(t, Prepared(snapshot_id, self.key, part))
+                    self.send_parts()
+
+            self.snapshots.take(snapshot_id, t, self.reader, prepared)
+
+    def apply_watermark(self, w: tuple) -> None:
+        """Fold and release what ``w`` settled, send what windows it closed made, return credit."""
+        ok = self.guarded(self.rt.on_watermark, w)
+        if ok and (self.rt.outbound or self.rt.acks):
+            self.flush()  # windows the watermark closed, and their timers
+        if ok and self.source is not None:
+            self.source.on_watermark(w)
+
+    def bundle_written(self, sid: int, bundle: Any, error: Optional[BaseException] = None) -> bool:
+        """Sink step ``sid``'s partition has ``bundle`` (or failed with ``error``): send the
+        snapshot parts that waited for it. True if the runtime took it."""
+        if self.closed or not self.guarded(self.rt.bundle_written, sid, bundle, error):
+            return False
+        self.send_parts()
+        return True
+
+    def close(self, keep_sinks: bool = False) -> None:
+        """End this incarnation: its runtime (and its sink partitions, unless ``keep_sinks``:
+        the simulator's outlive a crash, as a topic does), backends and reader."""
+        self.closed = True
+        if not keep_sinks:
+            self.rt.close()
+        self.snapshots.close()
+        if self.reader is not None:
+            self.reader.close()
