@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import ray
 from ray.exceptions import RayActorError
@@ -31,6 +31,7 @@ from driftstream.engine.model.result import RunResult
 from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.rescaler import Rescale
 from driftstream.engine.control.resume import check_sources
+from driftstream.engine.control.stored_plan import StoredPlan, forget_plan
 from driftstream.engine.control.supervisor import RaySupervisor
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
@@ -48,7 +49,9 @@ class CoordinatorActor:
     newest snapshot, as a new coordinator does under :func:`run_coordinated`.
     """
 
-    def __init__(self, plan: Plan, config: RunConfig, detached: bool = False) -> None:
+    def __init__(self, plan: Union[Plan, StoredPlan], config: RunConfig, detached: bool = False) -> None:
+        if isinstance(plan, StoredPlan):  # a detached flow's (start_detached): each incarnation loads it
+            plan = plan.load()
         niceness = config.coordinator_niceness
         if niceness and hasattr(os, "nice"):  # an actor has its own worker process: only it is affected
             os.nice(niceness)
@@ -238,7 +241,7 @@ def start_detached(plan: Plan, config: RunConfig, launch_timeout: float = 120.0)
     coordinator = CoordinatorActor.options(
         name=coordinator_name(plan), namespace=NAMESPACE, lifetime="detached", max_restarts=restarts,
         max_task_retries=-1 if restarts else 0, scheduling_strategy=here,
-    ).remote(plan, config, detached=True)
+    ).remote(StoredPlan.put(plan), config, detached=True)  # not the plan: a restart needs it after this driver is gone
     error = ray.get(coordinator.wait_launched.remote(launch_timeout))
     if error is not None:
         remove(coordinator, plan.flow_name)
@@ -253,6 +256,7 @@ def remove(coordinator: Any, flow_name: str) -> None:
     except Exception:
         pass
     _wait_gone(flow_name + COORDINATOR_SUFFIX)
+    forget_plan(flow_name)
 
 
 def _wait_gone(name: str, timeout: float = 10.0) -> None:

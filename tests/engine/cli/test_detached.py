@@ -192,3 +192,37 @@ def test_no_cluster_fails_at_once_with_what_to_do(tmp_path):
     done = subprocess.run([DRIFTSTREAM, "list", "--address", "127.0.0.1:1"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "ray start --head" in done.stderr, done.stderr
     assert time.time() - t0 < 60
+
+
+def test_a_detached_flow_with_a_large_plan_is_restarted_after_the_starting_shell_is_gone(head, tmp_path):
+    """live_clicks' plan is 2.7 MB (its clicks). As the coordinator's constructor argument it
+    went to the object store, owned by the `driftstream start` process; once that exited, Ray
+    could not restart the coordinator, and a killed one took the flow with it (Ray said so on
+    start: "core_worker.cc: ... constructor arguments in the object store and max_restarts >
+    0"). The plan is now kept in the cluster's key-value store (control/stored_plan.py)."""
+    env = dict(head.env, TMPDIR=str(tmp_path))  # live_clicks writes its counts under $TMPDIR
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([DRIFTSTREAM, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+    def described() -> dict:
+        done = cli("status", "live-clicks", "--json")
+        return json.loads(done.stdout) if done.returncode == 0 else {}
+
+    started = cli("start", "driftstream.examples.live_clicks:flow", "-p", "1", "--guarantee", "exactly-once",
+                  "--snapshot-interval", "0.5", "--snapshot-dir", str(tmp_path / "snaps"))
+    assert started.returncode == 0, started.stderr
+    assert "object store" not in started.stderr and "core_worker" not in started.stderr, started.stderr
+    deadline = time.time() + 120
+    while not described().get("status", {}).get("snapshots"):
+        assert time.time() < deadline, "no snapshot within 120 s"
+        time.sleep(0.5)
+    code = "import ray; ray.init(); ray.kill(ray.get_actor('live-clicks/coordinator', namespace='driftstream'), no_restart=False)"
+    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == 0, killed.stderr
+    deadline = time.time() + 120
+    while described().get("flow", {}).get("restarts") != 1 or described()["flow"]["state"] != "running":
+        assert time.time() < deadline, f"the coordinator was not restarted within 120 s: {cli('list').stdout}"
+        time.sleep(0.5)
+    stopped = cli("stop", "live-clicks")
+    assert stopped.returncode == 0 and "stopped flow 'live-clicks'" in stopped.stdout, stopped.stderr
