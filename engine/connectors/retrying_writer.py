@@ -8,7 +8,8 @@ what it holds (its ``t_last``) and sends only the rest. A bundle is in t order a
 partition has one writer, so what landed is a prefix, and nothing is written twice.
 
 - a *transient* error (connection lost, server restarting) is retried with backoff (0.05 s,
-  doubling to 1 s) until ``retry_s`` has passed since the write began, then the write fails
+  doubling to 1 s; one WARNING per outage, each further attempt at DEBUG, an INFO once the
+  write goes through) until ``retry_s`` has passed since the write began, then the write fails
   with the sink's ``failure`` error naming the sink, where it writes, the setting to raise
   and the last error; reading back what landed counts against the same ``retry_s``;
 - a *refused* error (credentials, a certificate) is raised at once: no retry fixes it;
@@ -99,6 +100,7 @@ class RetryingWriter:
         what is left of ``retry_s``), and only the elements after it are sent again."""
         errors, policy = self.errors, self.policy
         deadline, pause, conflicts, resume = time.monotonic() + policy.retry_s, policy.first_pause_s, 0, False
+        outage = 0  # transient errors of this write: the first is logged as a WARNING, the rest at DEBUG
         while True:
             try:
                 if resume:
@@ -107,6 +109,8 @@ class RetryingWriter:
                     resume = False
                 if len(items):
                     send(bundle, items)
+                if outage:
+                    log.info("sink %s: a write to %s went through after %d retries", self.sink, self.target, outage)
                 return
             except errors.refused:
                 raise
@@ -116,17 +120,22 @@ class RetryingWriter:
                     raise RuntimeError(f"sink {self.sink!r}: {conflicts} commits to {self.target} in a row lost to other writers") from exc
                 log.debug("sink %s: commit %d to %s lost a race (%s); retrying", self.sink, conflicts, self.target, exc)
             except errors.transient as exc:
-                resume = True
-                self._after_transient(exc, deadline, pause)
+                resume, outage = True, outage + 1
+                self._after_transient(exc, deadline, pause, first=outage == 1)
                 pause = min(policy.max_pause_s, pause * 2)
 
-    def _after_transient(self, exc: BaseException, deadline: float, pause: float) -> None:
-        """Fail past the deadline, else log and wait ``pause`` before the retry."""
+    def _after_transient(self, exc: BaseException, deadline: float, pause: float, first: bool) -> None:
+        """Fail past the deadline, else log and wait ``pause`` before the retry: one WARNING
+        per outage (``first``: the write's first error), each further attempt at DEBUG."""
         if self.on_error is not None:
             self.on_error()
         if time.monotonic() + pause > deadline:
             raise self.errors.failure(f"sink {self.sink!r}: writes to {self.target} failed for {self.policy.retry_s:g} s "
                                       f"({self.errors.setting}): {self.describe(exc)}") from exc
         self.retries += 1
-        log.warning("sink %s: a write to %s failed (%s); retrying in %.2f s", self.sink, self.target, self.describe(exc), pause)
+        if first:
+            log.warning("sink %s: a write to %s failed (%s); retrying for up to %g s (%s)", self.sink, self.target, self.describe(exc),
+                        self.policy.retry_s, self.errors.setting)
+        else:
+            log.debug("sink %s: a write to %s failed again (%s); retrying in %.2f s", self.sink, self.target, self.describe(exc), pause)
         time.sleep(pause)

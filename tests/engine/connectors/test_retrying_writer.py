@@ -106,3 +106,15 @@ def test_an_empty_bundle_sends_nothing():
     part = Partition([])
     _writer().write(Bundle([]), [], part.send, part.landed)
     assert part.sends == []
+
+
+def test_an_outage_is_one_warning_not_one_per_attempt(caplog):
+    import logging
+
+    part = Partition([(0, OSError("refused"))] * 5)
+    with caplog.at_level(logging.DEBUG, logger="driftstream.engine.connectors.retrying_writer"):
+        _writer().write(_bundle(1, 2), [1, 2], part.send, part.landed)
+    levels = [r.levelname for r in caplog.records]
+    assert levels == ["WARNING"] + ["DEBUG"] * 4 + ["INFO"], levels
+    assert "retrying for up to 5 s (TestSink retry_s)" in caplog.records[0].getMessage()
+    assert caplog.records[-1].getMessage() == "sink out: a write to topic[2] went through after 5 retries"
