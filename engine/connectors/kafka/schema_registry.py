@@ -181,17 +181,24 @@ class _Serde:
         """:meth:`_call`, tried again after transient failures with backoff for up to the
         registry's ``timeout_s``; then (or once ``stop`` is set) RegistryUnavailable."""
         registry = self.registry
-        deadline, pause = time.monotonic() + registry.timeout_s, RETRY_PAUSE_S
+        deadline, pause, failures = time.monotonic() + registry.timeout_s, RETRY_PAUSE_S, 0
         while True:
             try:
-                return self._call(value, what)
+                got = self._call(value, what)
+                if failures:
+                    log.info("schema registry %s answers again (%s), after %d retries", registry.masked_url, what, failures)
+                return got
             except RegistryUnavailable as exc:
                 if not exc.transient:
                     raise
                 if time.monotonic() + pause > deadline or (stop is not None and stop.is_set()):
                     raise RegistryUnavailable(f"{exc}; unavailable for {registry.timeout_s:g} s (SchemaRegistry timeout_s, each call "
                                               f"{registry.call_timeout_s:g} s): check the registry, then resume the flow") from exc
-                log.warning("%s; retrying in %.1f s", exc, pause)
+                failures += 1  # one WARNING per outage, each further attempt at DEBUG
+                if failures == 1:
+                    log.warning("%s; retrying for up to %g s (SchemaRegistry timeout_s)", exc, registry.timeout_s)
+                else:
+                    log.debug("%s; retrying in %.1f s", exc, pause)
                 if stop is not None:
                     stop.wait(pause)
                 else:

@@ -305,3 +305,20 @@ def test_a_flow_waiting_for_a_hanging_registry_stops_when_asked(ray_session, kaf
         hanging.close()
     print(f"\nstop() with a hanging registry took {took:.1f} s")
     assert took < 20
+
+
+def test_an_unavailable_registry_is_one_warning_not_one_per_retry(registry, caplog):
+    import logging
+
+    flaky = FlakyRegistry(registry, 503, failures=4)
+    try:
+        auth = SchemaRegistry(registry.url, basic_auth=("flow", "s3cret"))
+        raw = RegistryEncoder("avro", auth, "t", ORDER)({"k": "a", "v": 1})
+        decode = RegistryDecoder("avro", SchemaRegistry(f"http://flow:s3cret@127.0.0.1:{flaky.port}", timeout_s=30), "t")
+        with caplog.at_level(logging.DEBUG, logger="driftstream.engine.connectors.kafka.schema_registry"):
+            assert decode(raw) == {"k": "a", "v": 1}
+    finally:
+        flaky.close()
+    levels = [r.levelname for r in caplog.records if r.name.endswith("schema_registry")]
+    assert levels == ["WARNING", "DEBUG", "DEBUG", "DEBUG", "INFO"], levels
+    assert all("s3cret" not in r.getMessage() for r in caplog.records)
