@@ -19,6 +19,7 @@ import ray
 from driftstream.engine.model.live_figures import LATENCY_WINDOW_S, latencies_ms, watermark_lag_s, window_summary
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.run_counts import ZERO, RunCounts
+from driftstream.engine.model.status import FlowStatus
 from driftstream.engine.model.result import add_cache_stats, sum_per_step
 from driftstream.engine.control.failover import Failover
 from driftstream.engine.control.launcher import Launcher
@@ -79,7 +80,7 @@ class LiveStatus:
         return SupervisorStatus(log.records, log.committed, self.failover.recoveries, self.launcher.skipped,
                                 log.failures, log.failures_in_row, log.last_error, log.failing_since)
 
-    def read(self, latency_since: Optional[float] = None, latency_samples: bool = False) -> dict:
+    def read(self, latency_since: Optional[float] = None, latency_samples: bool = False) -> FlowStatus:
         """Watermark, progress and dead letters now, plus snapshot and recovery history.
 
         ``latency_ms``: release latency of the elements released since ``latency_since``
@@ -110,38 +111,36 @@ class LiveStatus:
         elements, tombstones = sum_per_step(s["elements"] for s in stats), sum_per_step(s["tombstones"] for s in stats)
         out_of_order = sum_per_step(s["out_of_order"] for s in stats)
         latencies = latencies_ms((s["releases"] for s in stats), (s["emits"] for s in sources))
-        extra = {"latency_samples_ms": latencies} if latency_samples else {}
-        return {
-            **extra,
-            "steps": {s.name: {"elements": elements.get(s.name, 0), "tombstones": tombstones.get(s.name, 0),
-                               **({"out_of_order": out_of_order[s.name]} if s.name in out_of_order else {})} for s in plan.steps},
-            "latency_ms": window_summary(latencies),
-            "watermark_lag_s": watermark_lag_s(acker_figures["watermark"], plan, now),
-            "unavailable": max(first.count(None), second.count(None)),
-            "watermark": acker_figures["watermark"],
-            "in_flight": acker_figures["in_flight"],
-            "emitted": sum(s["emitted"] for s in sources),
+        return FlowStatus(
+            steps={s.name: {"elements": elements.get(s.name, 0), "tombstones": tombstones.get(s.name, 0),
+                            **({"out_of_order": out_of_order[s.name]} if s.name in out_of_order else {})} for s in plan.steps},
+            latency_ms=window_summary(latencies),
+            watermark_lag_s=watermark_lag_s(acker_figures["watermark"], plan, now),
+            unavailable=max(first.count(None), second.count(None)),
+            watermark=acker_figures["watermark"],
+            in_flight=acker_figures["in_flight"],
+            emitted=sum(s["emitted"] for s in sources),
             # over the run's recoveries: the earlier incarnations' below the restored snapshot, then this one's
-            "released": sum(carried.released.values()) + sum(s["released"] for s in stats),
-            "dead_letters": sum(step_dead_letters.values()),
-            "counted_since_snapshot": self.counted_since(),
-            "step_dead_letters": step_dead_letters,
-            "source_lag": _sum_known(s["source_lag"] for s in sources),
-            "source_partitions": [part for s in sources for part in s["source_partitions"]],
-            "source_behind": [part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
-            "skipped": run.skipped,
-            "state_cache": functools.reduce(add_cache_stats, (s["state_cache"] for s in stats), {}),
-            "late_elements": sum_per_step(s["late_elements"] for s in stats),
-            "last_snapshot": None if last is None else {
+            released=sum(carried.released.values()) + sum(s["released"] for s in stats),
+            dead_letters=sum(step_dead_letters.values()),
+            step_dead_letters=step_dead_letters,
+            counted_since_snapshot=self.counted_since(),
+            source_lag=_sum_known(s["source_lag"] for s in sources),
+            source_partitions=[part for s in sources for part in s["source_partitions"]],
+            source_behind=[part["behind"] for s in sources for part in s["source_partitions"] if part.get("behind")],
+            skipped=run.skipped,
+            state_cache=functools.reduce(add_cache_stats, (s["state_cache"] for s in stats), {}),
+            late_elements=sum_per_step(s["late_elements"] for s in stats),
+            last_snapshot=None if last is None else {
                 "id": last.snapshot_id, "t": last.t, "duration_s": last.duration_s, "age_s": round(time.time() - last.committed_at, 3)},
-            "snapshots": log.committed,
-            "snapshot_failures": log.failures,
-            "last_snapshot_error": log.last_error,
-            # seconds snapshots have failed in a row (0: the last one was committed)
-            "snapshots_failing_s": log.failing_s(time.time()),
-            "recoveries": [r.to_dict() for r in self.failover.recoveries],
-            "commit_groups": {plan.stages[stage].name: hook.status() for stage, hook in self.committer.commit_hooks.items()},
-        }
+            snapshots=log.committed,
+            snapshot_failures=log.failures,
+            last_snapshot_error=log.last_error,
+            snapshots_failing_s=log.failing_s(time.time()),
+            recoveries=[r.to_dict() for r in self.failover.recoveries],
+            commit_groups={plan.stages[stage].name: hook.status() for stage, hook in self.committer.commit_hooks.items()},
+            latency_samples_ms=latencies if latency_samples else None,
+        )
 
 
 def _stamps_emits(plan, instance: tuple) -> bool:

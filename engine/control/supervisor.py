@@ -23,6 +23,7 @@ hands a death, a hung actor or a stop to the part that deals with it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -222,10 +223,11 @@ class RaySupervisor:
         """The figures ``status()`` shows (see :meth:`.live_status.LiveStatus.read`), the
         rescales so far and the key groups each instance of a keyed stage owns."""
         plan = self.launcher.plan or self.plan
-        return dict(self.live.read(latency_since, latency_samples), parallelism=plan.parallelism, max_parallelism=plan.max_parallelism,
-                    rescales=self.rescaler.reports(), corrupt_snapshots=list(self.corrupt.records),
-                    key_groups={s.name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)]
-                                for s in plan.keyed_stages})
+        status = dataclasses.replace(
+            self.live.read(latency_since, latency_samples), parallelism=plan.parallelism, max_parallelism=plan.max_parallelism,
+            rescales=self.rescaler.reports(), corrupt_snapshots=list(self.corrupt.records),
+            key_groups={s.name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)] for s in plan.keyed_stages})
+        return status.to_dict()
 
     def _inject(self, moment: str) -> None:
         """Kill the next actor ``faults`` names for ``moment``, if any (tests only)."""
