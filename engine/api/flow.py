@@ -229,10 +229,13 @@ class Flow:
 
             return run_on_ray(self.plan(parallelism), address=address, seed=seed, **options)
         if runtime == "simulator":
+            from driftstream.engine.control.resume import check_sources
             from driftstream.engine.model.config import RunConfig
             from driftstream.engine.runtime.simulator import run_simulated
 
-            return run_simulated(self.plan(parallelism), RunConfig.from_options(seed=seed, **options))
+            plan = self.plan(parallelism)
+            check_sources(plan)  # as on Ray: a source that cannot be reached fails first, not a sink opened before it
+            return run_simulated(plan, RunConfig.from_options(seed=seed, **options))
         raise FlowError(f"unknown runtime {runtime!r}: use runtime='ray' or runtime='simulator'")
 
 

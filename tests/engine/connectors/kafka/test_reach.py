@@ -70,3 +70,17 @@ def test_reach_returns_once_one_of_the_servers_answers():
         listening.bind(("127.0.0.1", 0))
         listening.listen(8)
         reach(f"127.0.0.1:{closed_port()},127.0.0.1:{listening.getsockname()[1]}", "KafkaSource 'x'", 1.0)
+
+
+def test_a_flow_on_the_simulator_fails_within_the_sources_broker_timeout_too():
+    """The simulator opened the source's dead-letter sink first, which waited its retry_s (60 s)."""
+    from driftstream.engine import Flow
+    from driftstream.engine.testing import MemorySink
+
+    flow = Flow("no-broker")
+    flow.source(KafkaSource("events", f"127.0.0.1:{closed_port()}", broker_timeout_s=1.0, bounded=True), name="clicks").sink(MemorySink("o"))
+    began = time.monotonic()
+    with pytest.raises(BrokerUnreachable, match="KafkaSource 'clicks'") as info:
+        flow.run(runtime="simulator")
+    assert time.monotonic() - began < 1.0 + 3.0
+    assert "source 'clicks' of flow 'no-broker', checked before the run started" in "".join(info.value.__notes__)
