@@ -25,7 +25,7 @@ driftstream.engine.model.errors.FlowError: step 'stateful_map': stateful_map nee
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Unpack
 
 from driftstream.engine.model.connectors import Sink, Source
 from driftstream.ordering.entry_state import MapState
@@ -38,6 +38,7 @@ from driftstream.engine.api.aggregates import (
     window_value,
 )
 from driftstream.engine.api.joins import HOWS, join_collect, join_pairs, lookup_step
+from driftstream.engine.model.config import RunOptions
 from driftstream.engine.model.errors import ON_ERROR, FlowError, is_not_dead_letter
 from driftstream.engine.model.steps import (
     DEAD_LETTERS, FILTER, FLAT_MAP, FLAT_MAP_BATCHES, INTERVAL_JOIN, KEY_BY, LOOKUP, MAP, MAP_BATCHES, MERGE, SINK, SOURCE,
@@ -201,33 +202,32 @@ class Flow:
 
         return compile_plan(self, parallelism)
 
-    def run(
-        self,
-        parallelism: int = 1,
-        runtime: str = "ray",
-        seed: Optional[int] = None,
-        address: Optional[str] = None,
-        **options: Any,
-    ) -> "RunResult":
+    def run(self, parallelism: int = 1, runtime: str = "ray", *, address: Optional[str] = None,
+            **options: Unpack[RunOptions]) -> "RunResult":
         """Run bounded sources to the end and return the released output and metrics.
 
         ``runtime="ray"`` (default) runs one actor per stage instance, connecting to
         ``address`` or reusing the caller's Ray connection, else starting Ray locally.
         ``runtime="simulator"`` runs in this process with a scheduler seeded by ``seed``
-        that delivers batches in adversarial orders.
-        Options: ``batch_size`` (elements per source read), ``max_inflight`` (credit per
-        source instance), ``chaos`` (test-only: max random delay in seconds per batch).
-        Ray only: ``guarantee`` ("none" (default), "at-least-once", "at-most-once", "exactly-once"),
+        that delivers batches in adversarial orders, and snapshots, recoveries and the
+        guarantees as Ray does (in memory).
+
+        ``options`` are keyword-only, the fields of
+        :class:`~driftstream.engine.model.config.RunConfig` (typed as
+        :class:`~driftstream.engine.model.config.RunOptions`), which documents each and holds
+        its default; an unknown name fails with the closest one. The main ones:
+        ``guarantee`` ("none" (default), "at-least-once", "at-most-once", "exactly-once"),
         ``snapshot_interval`` (seconds), ``snapshot_dir`` (a local path or a pyarrow.fs URI;
-        default: ``~/.cache/driftstream/snapshots/<flow name>``), ``resume`` (start from the
-        newest snapshot in ``snapshot_dir`` instead of from the beginning), ``fresh``
-        (discard the snapshots in ``snapshot_dir`` and start from the beginning; without
-        ``resume`` or ``fresh`` a ``snapshot_dir`` holding snapshots is refused).
+        default: the user's private data directory's ``snapshots/<flow name>``), ``resume``
+        (continue from the newest snapshot in ``snapshot_dir``), ``fresh`` (discard them and
+        start from the beginning; a start with neither over snapshots of the flow is
+        refused), ``batch_size`` (elements per source read), ``max_inflight`` (credit per
+        source instance), ``seed``, ``chaos`` (max random delay in seconds per batch).
         """
         if runtime == "ray":
             from driftstream.engine.control.launch import run_on_ray
 
-            return run_on_ray(self.plan(parallelism), address=address, seed=seed, **options)
+            return run_on_ray(self.plan(parallelism), address=address, **options)
         if runtime == "simulator":
             from driftstream.engine.control.resume import check_sources
             from driftstream.engine.model.config import RunConfig
@@ -235,11 +235,12 @@ class Flow:
 
             plan = self.plan(parallelism)
             check_sources(plan)  # as on Ray: a source that cannot be reached fails first, not a sink opened before it
-            return run_simulated(plan, RunConfig.from_options(seed=seed, **options))
+            return run_simulated(plan, RunConfig.from_options(**options))
         raise FlowError(f"unknown runtime {runtime!r}: use runtime='ray' or runtime='simulator'")
 
 
-    def start(self, parallelism: int = 1, address: Optional[str] = None, detached: bool = False, **options: Any) -> "FlowHandle":
+    def start(self, parallelism: int = 1, *, address: Optional[str] = None, detached: bool = False,
+              **options: Unpack[RunOptions]) -> "FlowHandle":
         """Start the flow on Ray in the background (for unbounded sources); returns a
         :class:`~driftstream.engine.api.handle.FlowHandle` with ``status()``, ``stop()`` and ``wait()``.
 
@@ -638,4 +639,3 @@ def _interval(interval: Any, how: str) -> IntervalJoinSpec:
 
 def _no_result(state: Any) -> None:
     """A join's windows emit pairs (``WindowSpec.pairs``), not one result."""
-

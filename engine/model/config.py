@@ -19,7 +19,7 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, TypedDict, Union
 
 from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
 
@@ -245,6 +245,39 @@ class RunConfig:
         """Names of the options set to something other than their default, except ``allowed``."""
         default = RunConfig()
         return [f.name for f in dataclasses.fields(self) if f.name not in allowed and getattr(self, f.name) != getattr(default, f.name)]
+
+
+class RunOptions(TypedDict, total=False):
+    """The keyword options of ``Flow.run`` / ``Flow.start`` (``**options: Unpack[RunOptions]``),
+    typed for checkers and editors: the public fields of :class:`RunConfig`, which documents
+    each and holds its default (a test keeps the two alike); where RunConfig normalises what
+    it is given (a guarantee's name, a dict of TLS files), the wider type it accepts. The
+    engine's test hooks (:data:`INTERNAL_OPTIONS`) are not among them."""
+
+    seed: Optional[int]
+    batch_size: Optional[int]
+    max_inflight: Optional[int]
+    chaos: Optional[float]
+    sample_every: int
+    guarantee: Union[Guarantee, str]
+    snapshot_interval: float
+    snapshot_dir: Optional[str]
+    resume: bool
+    fresh: bool
+    allow_state_changes: bool
+    allow_new_partitions: bool
+    heartbeat_timeout: float
+    snapshot_timeout: float
+    snapshot_failure_timeout: float
+    coordinator_niceness: int
+    standbys: int
+    state_cache_bytes: int
+    source_alignment: Any
+    input_merge: bool
+    export_metrics: bool
+    metrics_interval: float
+    data_plane_tls: Union[DataPlaneTLS, Mapping[str, str], None]
+    data_plane_key: Optional[str]
 
 
 @dataclass(frozen=True)

@@ -46,3 +46,33 @@ def test_the_simulator_refuses_what_it_cannot_honour():
     with pytest.raises(FlowError, match="the simulator cannot honour chaos, resume: .*runtime='ray'"):
         flow.run(runtime="simulator", guarantee="exactly-once", chaos=0.01, resume=True)
     assert flow.run(runtime="simulator", seed=3, batch_size=2).output("out") == [1, 2]
+
+
+def test_run_options_are_runconfigs_public_fields_with_the_types_it_accepts():
+    import dataclasses
+    import typing
+
+    from driftstream.engine.model.config import INTERNAL_OPTIONS, RunOptions
+    from driftstream.engine.model.data_plane import DataPlaneTLS
+
+    options, fields = typing.get_type_hints(RunOptions), typing.get_type_hints(RunConfig)
+    public = {f.name for f in dataclasses.fields(RunConfig)} - INTERNAL_OPTIONS
+    assert set(options) == public and not INTERNAL_OPTIONS & set(options)  # the test hooks stay out
+    wider = {name for name in public if options[name] != fields[name]}
+    assert wider == {"guarantee", "data_plane_tls"}  # RunConfig takes these as names / dicts too
+    assert Guarantee in typing.get_args(options["guarantee"]) and DataPlaneTLS in typing.get_args(options["data_plane_tls"])
+
+
+def test_flow_run_and_start_take_their_options_by_keyword_only_typed_as_run_options():
+    import inspect
+
+    for method in (Flow.run, Flow.start):
+        params = inspect.signature(method).parameters
+        assert params["options"].kind is inspect.Parameter.VAR_KEYWORD and params["options"].annotation == "Unpack[RunOptions]"
+        assert params["address"].kind is inspect.Parameter.KEYWORD_ONLY
+    flow = Flow("kw")
+    flow.source(MemorySource([1, 2])).sink(MemorySink("out"))
+    with pytest.raises(TypeError):
+        flow.run(1, "simulator", 3)  # a seed (or an address) given by position
+    with pytest.raises(FlowError, match="did you mean 'snapshot_interval'"):
+        flow.run(runtime="simulator", snapshot_intervall=2)
