@@ -25,6 +25,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 from driftstream.barriers.barrier import Barrier
+from driftstream.ordering.ack_table import AckTable
 from driftstream.ordering.entry_state import MapState
 from driftstream.ordering.keyed_state import StateFnError
 from driftstream.ordering.meta import child_of
@@ -46,9 +47,17 @@ def step_error(step_name: str, meta: Any, payload: Any, exc: BaseException) -> S
 
 
 class Operator:
-    """One step of a stage. Subclasses implement :meth:`run`."""
+    """One step of a stage. Subclasses implement :meth:`run`; a stateful one also its side
+    of the watermark (:meth:`settle`, :meth:`on_watermark`: Bytewax's ``StatefulBatchLogic``
+    is the model), which the stage calls on every operator alike."""
 
     __slots__ = ("name", "count")
+    #: the keyed state snapshots hold for this step (None: it keeps none)
+    state: Any = None
+    #: whether its state closes on timers (its late elements are counted)
+    timed = False
+    #: a sink's barrier (None: not a sink)
+    barrier: Optional[Barrier] = None
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -57,6 +66,14 @@ class Operator:
     def run(self, items: list) -> list:
         """The outputs of ``items``, ``(meta, payload, key)`` triples, in order."""
         raise NotImplementedError
+
+    def settle(self, watermark: tuple) -> None:
+        """Fold what ``watermark`` settled, before any timer of the stage fires. O(1) unless stateful."""
+
+    def on_watermark(self, watermark: tuple) -> list:
+        """The outputs of the timers ``watermark`` reached (closed windows), ``(meta, payload,
+        key)`` triples, after the stage's :meth:`settle` calls. Empty unless timed."""
+        return []
 
 
 class Passthrough(Operator):
@@ -217,6 +234,9 @@ class Keyed(Operator):
     def inputs(self, items: list) -> list:
         return items
 
+    def settle(self, watermark: tuple) -> None:
+        self.state.advance(watermark)
+
 
 class Lookup(Keyed):
     """A lookup join: both sides in one keyed state, each payload with its side (the input's tag)."""
@@ -232,8 +252,9 @@ class Timed(Operator):
     watermark through the acker (``acks()``: the stage's XORs to the acker, now)."""
 
     __slots__ = ("state", "acks")
+    timed = True
 
-    def __init__(self, name: str, state: Any, acks: Callable[[], dict]) -> None:
+    def __init__(self, name: str, state: Any, acks: Callable[[], AckTable]) -> None:
         super().__init__(name)
         self.state, self.acks = state, acks
 
@@ -242,6 +263,13 @@ class Timed(Operator):
             return [(m, p, None) for m, p in self.state.apply_batch(items, self.acks())]
         except StateFnError as exc:  # the step's function or the timestamp function
             raise step_error(self.name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
+
+    def on_watermark(self, watermark: tuple) -> list:
+        """Fold, then fire the windows ``watermark`` closed (their timers' XORs go to the acks),
+        each result at its window's close time."""
+        state = self.state
+        state.advance(watermark)  # here, not in settle(): as before, each window folds right before it fires
+        return [(m, p, None) for m, p in state.fire(watermark, self.acks())]
 
 
 class DeadLetterSplit(Operator):

@@ -34,7 +34,7 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.latency_samples import LatencySamples
 from driftstream.engine.runtime.outbound import Batch, Outbound, tagged  # noqa: F401  (Batch: re-exported)
 from driftstream.engine.runtime.operator_registry import operator_for
-from driftstream.engine.runtime.operators import Keyed, SinkStep, StepContext, Timed
+from driftstream.engine.runtime.operators import StepContext
 from driftstream.engine.runtime.sink_release import SinkRelease
 
 
@@ -104,9 +104,10 @@ class StageRuntime:
         #: step id -> its operator, for the steps of this stage
         self.operators: dict = {sid: operator_for(plan.steps[sid], ctx) for sid in self.stage.step_ids}
         ops = self.operators.items()
-        self.keyed: dict = {sid: op.state for sid, op in ops if isinstance(op, Keyed)}
-        self.windows: dict = {sid: op.state for sid, op in ops if isinstance(op, Timed)}  # window step id -> WindowedState
-        self.barriers: dict = {sid: (op.barrier, op.sink) for sid, op in ops if isinstance(op, SinkStep)}
+        # What reports and snapshots read, by what each operator says it keeps.
+        self.keyed: dict = {sid: op.state for sid, op in ops if op.state is not None and not op.timed}
+        self.windows: dict = {sid: op.state for sid, op in ops if op.timed}  # window step id -> WindowedState
+        self.barriers: dict = {sid: (op.barrier, op.sink) for sid, op in ops if op.barrier is not None}
         #: the barriers' releases, the bundles in flight and the snapshot parts waiting for them
         self.sinks = sinks = SinkRelease(self.barriers, bundle_writer, self.releases, clock, lambda sid: plan.steps[sid].name)
         # The sinks' side of this instance's API (see SinkRelease).
@@ -241,17 +242,17 @@ class StageRuntime:
         if watermark <= self.watermark:
             return
         self.watermark = watermark
-        for ks in self.keyed.values():
-            ks.advance(watermark)
-        for sid, ws in self.windows.items():
-            ws.advance(watermark)
-            fired = ws.fire(watermark, self.acks)
+        operators = self.operators
+        for op in operators.values():
+            op.settle(watermark)
+        for sid, op in operators.items():
+            fired = op.on_watermark(watermark)
             if fired:
                 # A result's latency sample starts when its window closed: the time the
                 # watermark reached its close (its elements' own samples end in the window).
                 self.emits.add(fired, self.clock())
                 pending: dict = {}
-                self._pass_on(sid, [(m, p, None) for m, p in fired], pending)
+                self._pass_on(sid, fired, pending)
                 self._run(pending)
         self.sinks.release_all(watermark)
 

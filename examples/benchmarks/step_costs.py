@@ -97,11 +97,14 @@ class _Clock:
 
 
 class _TimedOperator:
-    __slots__ = ("op", "run", "name", "count")
+    """An operator whose run() is timed (its watermark side times its state's methods)."""
+
+    __slots__ = ("op", "run", "name", "count", "settle", "on_watermark")
 
     def __init__(self, op: Any, clock: _Clock) -> None:
         self.op, self.name, self.count = op, op.name, 0
         self.run = clock.timed(op.name, op.run)
+        self.settle, self.on_watermark = op.settle, op.on_watermark
 
 
 def measure(elements: int, lag: int = 2_000) -> dict:

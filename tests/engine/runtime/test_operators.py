@@ -72,3 +72,22 @@ def test_every_step_of_a_plan_gets_the_operator_of_its_kind():
     assert kinds["map"] is DeadLettering and kinds["filter"] is Filter and kinds["flat_map"] is FlatMap
     assert kinds["key_by"] is Passthrough and kinds["stateful_map"] is Keyed
     assert Timed in kinds.values() and kinds["out"] is SinkStep
+
+
+def test_a_timed_operator_fires_its_windows_on_the_watermark_and_gives_their_timers_back():
+    from driftstream.engine.runtime.operator_registry import operator_for
+    from driftstream.ordering.ack_table import AckTable
+
+    flow = Flow("timers")
+    flow.source(MemorySource([])).key_by(str).window(Tumbling(1.0), timestamp=lambda x: x).count().sink(MemorySink("out"))
+    plan = flow.plan(1)
+    acks = AckTable()
+    ctx = StepContext(plan, 0, None, None, lambda: 7, lambda: acks, AckTable(), {})
+    window = operator_for(next(s for s in plan.steps if s.kind.timed), ctx)
+    assert window.run([(Meta(100, 0, 0, 0), 0.1, "k"), (Meta(200, 0, 0, 1), 0.2, "k")]) == []
+    assert [v for v in acks.values() if v]  # the window's timer holds the watermark at its close
+    window.settle((500, 0, 0, 0))
+    assert window.on_watermark((500, 0, 0, 0)) == []  # not closed yet
+    fired = window.on_watermark((1000, 0, 0, 0))
+    assert [(p.key, p.value) for _, p, _ in fired] == [("k", 2)]
+    assert not any(acks.values())  # the timer's XOR is back out

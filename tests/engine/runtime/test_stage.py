@@ -132,3 +132,37 @@ def test_a_batch_partly_released_by_the_merge_holds_the_watermark_only_at_what_i
     rt.release_held(everything=True)
     acker.update(rt.take_acks())
     assert acker.watermark == TOP and not rt.holding
+
+
+def test_the_stage_drives_every_operator_by_its_watermark_side():
+    """The stage sorts no operator by class: any operator's on_watermark outputs go on to the
+    steps after it (a stand-in here for a step with timers of its own)."""
+    from driftstream.engine.runtime.operators import Operator
+
+    class Ticks(Operator):
+        """Passes nothing on from run(); one output per watermark, at the watermark's time."""
+
+        __slots__ = ("settled",)
+
+        def __init__(self, name: str) -> None:
+            super().__init__(name)
+            self.settled = []
+
+        def run(self, items: list) -> list:
+            return []
+
+        def settle(self, watermark: tuple) -> None:
+            self.settled.append(watermark)
+
+        def on_watermark(self, watermark: tuple) -> list:
+            return [((watermark[0], -1, -1, -1, (), False), f"tick {watermark[0]}", None)]
+
+    flow = Flow("ticks")
+    flow.source(MemorySource([])).map(str, name="ticks").sink(MemorySink("out"))
+    rt = StageRuntime(flow.plan(1), stage_index=0, instance=0, seed=1)
+    tick = Ticks("ticks")
+    rt.operators[rt.stage.step_ids[1]] = tick
+    rt.on_watermark((5, 0, 0, 0))
+    rt.on_watermark(TOP)
+    assert tick.settled == [(5, 0, 0, 0), TOP]
+    assert [p for _, p in rt.collected()["out"]] == ["tick 5"]  # "tick inf" lies at TOP: never below a watermark
