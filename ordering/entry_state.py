@@ -40,7 +40,7 @@ of the elements it folds, in one call of the backend's ``fold``. ``len`` is kept
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterator, Optional
+from typing import Any, Callable, Hashable, Iterator, Optional, Protocol, runtime_checkable
 
 from .keyed_state import NO_OUTPUT, DriftingLogs, KeyLog, StateFnError, _drifting
 from .meta import Meta  # noqa: F401  (used by the doctest)
@@ -61,6 +61,20 @@ DELETED = _Deleted()
 
 #: The entry under which a key's entry count is kept (in the overlay and the backend).
 SIZE = ("__driftstream_size__",)
+
+
+@runtime_checkable
+class EntryBackend(Protocol):
+    """Where an entry state's settled entries live: :class:`DictEntryBackend` (tests, the
+    simulator) and ``snapshots.entry_cache.CachedEntries`` (a StateCache over RocksDB).
+    ``get((key, entry))`` (:data:`DELETED` when missing), ``fold(writes)`` (``((key, entry),
+    value or DELETED)`` pairs, in order) and ``entries(key)`` (``(entry, value)`` pairs)."""
+
+    def get(self, record: tuple) -> Any: ...
+
+    def fold(self, writes: list) -> None: ...
+
+    def entries(self, key: Hashable) -> Iterator[tuple]: ...
 
 
 class DictEntryBackend:
@@ -150,7 +164,8 @@ class EntryKeyedState(DriftingLogs):
     with ``flat``, an iterable of outputs). A log entry's ``after`` is its journal.
     """
 
-    def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Any = None, on_error: Optional[Callable] = None) -> None:
+    def __init__(self, fn: EntryFn, *, flat: bool = False, backend: Optional[EntryBackend] = None,
+                 on_error: Optional[Callable] = None) -> None:
         super().__init__(fn, flat, backend if backend is not None else DictEntryBackend(), on_error)
         self.overlay: dict = {}  # (key, entry) -> list of values written by elements in the log, in log order
         self._folding: list = []  # the writes of the keys the advance in progress folded

@@ -29,7 +29,7 @@ calls; ``advance`` is O(1) per log entry it folds, O(log n) per key whose head c
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Any, Callable, Hashable, Iterable, Optional
+from typing import Any, Callable, Hashable, Iterable, Optional, Protocol, runtime_checkable
 
 from .accelerators import accelerator
 from .meta import Meta, child_of, invalidee_of, tombstone_of
@@ -58,6 +58,27 @@ class StateFnError(Exception):
 
 #: what no state is: :meth:`DictBackend.read_view`'s mark of a removed key
 _NEVER = object()
+
+
+@runtime_checkable
+class StateBackend(Protocol):
+    """Where a keyed state's settled states live, one per key: :class:`DictBackend` (tests,
+    the simulator) and ``snapshots.state_cache.StateCache`` (RocksDB behind a cache). What
+    each method means is :class:`DictBackend`'s doc."""
+
+    def get(self, key: Hashable) -> Any: ...
+
+    def put(self, key: Hashable, state: Any) -> None: ...
+
+    def fold(self, key: Hashable, state: Any, inputs: list) -> None: ...
+
+    def remove(self, key: Hashable) -> None: ...
+
+    def remove_many(self, keys: Iterable[Hashable]) -> None: ...
+
+    def read_view(self) -> tuple: ...
+
+    def items(self) -> Iterable[tuple]: ...
 
 
 class DictBackend:
@@ -369,7 +390,8 @@ class DriftingKeyedState(DriftingLogs):
     folds every entry below the watermark into the backend.
     """
 
-    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Any = None, on_error: Optional[Callable] = None) -> None:
+    def __init__(self, fn: StateFn, *, flat: bool = False, backend: Optional[StateBackend] = None,
+                 on_error: Optional[Callable] = None) -> None:
         super().__init__(fn, flat, backend if backend is not None else DictBackend(), on_error)
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
