@@ -29,7 +29,6 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.control.metrics_export import start_export
-from driftstream.engine.control.rescaler import Rescale
 from driftstream.engine.control.resume import check_sources
 from driftstream.engine.control.stored_plan import StoredPlan, forget_plan
 from driftstream.engine.control.supervisor import RaySupervisor
@@ -147,7 +146,7 @@ class CoordinatorActor:
         if request.error is not None:
             return request.error
         report = request.report
-        return report.wait_first_output(5.0).report() if isinstance(report, Rescale) else report
+        return report.wait_first_output(5.0).report()
 
 
 def _reconstructed() -> bool:

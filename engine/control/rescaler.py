@@ -78,7 +78,7 @@ class Rescale:
     at: float
     from_: int
     to: int
-    snapshot: int
+    snapshot: Optional[int]  # None: already at that parallelism, nothing was done
     drain_s: float
     restart_s: float
     first_output_s: Optional[float] = None
@@ -103,6 +103,7 @@ class Rescale:
         return self
 
     def report(self) -> dict:
+        """The record as ``rescale()`` returns it and ``status()["rescales"]`` holds it (one form)."""
         return {"at": self.at, "from": self.from_, "to": self.to, "snapshot": self.snapshot, "drain_s": self.drain_s,
                 "restart_s": self.restart_s, "first_output_s": self.first_output_s, "steps_s": dict(self.steps_s),
                 "resets_s": dict(self.resets_s)}
@@ -211,8 +212,7 @@ class Rescaler:
         DRAIN_RETRY_S. RayActorError if an actor dies meanwhile (the request stays)."""
         request = self._pending
         if request.parallelism == plan.parallelism:
-            self.end(report={"at": time.time(), "from": plan.parallelism, "to": plan.parallelism, "snapshot": None,
-                             "drain_s": 0.0, "restart_s": 0.0, "first_output_s": 0.0})
+            self.end(report=Rescale(time.time(), plan.parallelism, plan.parallelism, None, 0.0, 0.0, first_output_s=0.0))
             return
         began = time.time()
         manifest = self.drain.snapshot()
