@@ -83,10 +83,16 @@ class Simulation:
 
     ``crashes``: how many seeded crashes strike the run (it needs a guarantee: a run
     without snapshots has nothing to recover from). ``crash_points`` lists where each struck.
+    ``resets_in_place``: each crash is a reset of the live instances in place, as Ray resets
+    survivors: the same :class:`~.instance_host.InstanceHost` teardown and setup, and the
+    sink writes in progress land before the restart instead of being lost.
     """
 
-    def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = ()) -> None:
+    def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
+                 resets_in_place: bool = False) -> None:
         config = config or RunConfig()
+        #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
+        self.resets_in_place, self.landed = resets_in_place, 0
         if crashes and not config.takes_snapshots:
             raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
         if rescales and not config.takes_snapshots:
@@ -169,7 +175,16 @@ class Simulation:
         """Every instance and message in flight is lost; restart from the newest manifest."""
         self.crashes_left -= 1
         self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
+        hosts = self.live.hosts
         self.live.stop()
+        if self.resets_in_place:
+            # As StageActor.reset: the sink write in progress finishes (SinkWriters.close waits for
+            # it) before the new incarnation reads its sinks, and its callback finds the old
+            # incarnation closed. A crash otherwise loses it (the process died before it landed).
+            for instance, sid, sink, bundle in self.writes:
+                sink.write(bundle)
+                self.landed += 1
+                hosts[instance].bundle_written(sid, bundle)
         self.rescale_phase = None  # a pending rescale begins again later
         data = self.store.read_latest_manifest()
         manifest = None if data is None else Manifest.from_json(data)
