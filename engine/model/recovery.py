@@ -7,7 +7,7 @@ take them here, so the simulator's seeded failures test the same rules.
 >>> rules = RecoveryRules(RunConfig(guarantee="exactly-once", seed=2), snapshot_dir="/tmp/s")
 >>> c = rules.instance_config(Instance(1, 0), ordinal=3, manifest=None, recovering=True)
 >>> c.seed, c.skip_released, c.restore
-(2003, True, SnapshotPart(states={}, sources={}, error=None))
+(2003, True, SnapshotPart(states={}, sources={}, error=None, counts=None))
 >>> replay_limit([None, (4, 0, 0, 4), (2, 0, 1, 2)])
 (4, 0, 0, 4)
 >>> drained((5,), [None, (4, 0, 0, 4)]), drained((4, 0, 0, 4), [(4, 0, 0, 4)])
