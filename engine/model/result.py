@@ -161,27 +161,42 @@ def sum_per_step(counts: Iterable[dict]) -> dict:
 PER_STEP_COUNTS = ("elements", "tombstones_emitted", "out_of_order", "late_elements", "step_dead_letters", "tombstones_at_sinks", "released")
 
 
-def merge_instances(reports: list, wall_time: float, sinks: Optional[list] = None) -> RunResult:
-    """Combine per-instance reports ``{"collected", "metrics", "emit_times", "release_times"}``."""
+@dataclass
+class InstanceReport:
+    """What a stage instance hands back when its incarnation ends (the Ray actor's
+    ``report()``, the simulator's live instances): ``collected``, per in-memory sink its
+    ``(meta, payload)`` pairs; ``metrics``, its counters (``StageRuntime.metrics()`` and the
+    runtime's: ``state_cache``, ``peak_rss_bytes``, ``first_read_at``); its latency samples
+    ``emit_times`` and ``release_times`` (time -> wall clock)."""
+
+    collected: dict
+    metrics: dict
+    emit_times: dict
+    release_times: dict
+
+
+def merge_instances(reports: Iterable[InstanceReport], wall_time: float, sinks: Optional[list] = None) -> RunResult:
+    """Combine the instances' reports into the run's result."""
     outputs: dict = {name: [] for name in (sinks or [])}
     m = Metrics(wall_time=wall_time)
     emit: dict = {}
     release: dict = {}
+    reports = list(reports)
     for r in reports:
-        for name, elems in r["collected"].items():
+        for name, elems in r.collected.items():
             outputs.setdefault(name, []).extend(elems)
-        im = r["metrics"]
+        im = r.metrics
         m.peak_log_entries = max(m.peak_log_entries, im["peak_log_entries"])
         add_cache_stats(m.state_cache, im.get("state_cache", {}))
         m.peak_rss_bytes = max(m.peak_rss_bytes, im.get("peak_rss_bytes", 0))
         if im.get("first_read_at") is not None:
             m.first_read_at = min(m.first_read_at or im["first_read_at"], im["first_read_at"])
-        emit.update(r["emit_times"])
-        for t, w in r["release_times"].items():
+        emit.update(r.emit_times)
+        for t, w in r.release_times.items():
             if w > release.get(t, 0.0):
                 release[t] = w
     for key in PER_STEP_COUNTS:
-        setattr(m, key, sum_per_step(r["metrics"].get(key, {}) for r in reports))
+        setattr(m, key, sum_per_step(r.metrics.get(key, {}) for r in reports))
     m.dead_letters = sum(m.step_dead_letters.values())
     for name, elems in outputs.items():
         elems.sort(key=lambda e: e[0])

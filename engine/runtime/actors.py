@@ -31,6 +31,7 @@ from driftstream.engine.model.errors import DataPlaneError
 from driftstream.engine.model.live_figures import instance_stats
 from driftstream.engine.model.manifest import Instance
 from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.result import InstanceReport
 from driftstream.engine.runtime import gc_policy
 from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.protocol import Push, ScheduleEnded, SnapshotTaken
@@ -426,7 +427,7 @@ class StageActor:
         self.host.apply_watermark(w)
         await self.writers.idle.wait()
 
-    async def report(self) -> dict:
+    async def report(self) -> InstanceReport:
         """Stop, close sinks and backends, and hand back outputs and metrics (copies: Ray
         serialises the result outside the event loop)."""
         if self.pump is not None:
@@ -442,12 +443,7 @@ class StageActor:
         metrics["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
         if self.reader is not None:
             metrics["first_read_at"] = self.reader.first_read_at
-        return {
-            "collected": self.rt.collected(),
-            "metrics": metrics,
-            "emit_times": dict(self.rt.emit_times),
-            "release_times": dict(self.rt.release_times),
-        }
+        return InstanceReport(self.rt.collected(), metrics, dict(self.rt.emit_times), dict(self.rt.release_times))
 
     async def ping(self) -> bool:
         return True

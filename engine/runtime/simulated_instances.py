@@ -33,7 +33,7 @@ from driftstream.ordering.meta import TOP
 
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.plan import Instance, Plan
-from driftstream.engine.model.result import RunResult, merge_instances
+from driftstream.engine.model.result import InstanceReport, RunResult, merge_instances
 from driftstream.engine.runtime.instance_host import InstanceHost
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 
@@ -98,19 +98,12 @@ class SimulatedInstances:
         """The run's result: the metrics and latency samples of the live instances (with their
         snapshots' cache figures) and the output of every sink partition ever written (a
         rescale to fewer instances leaves some unopened at the end)."""
-        reports = [
-            {
-                "collected": {},
-                "metrics": dict(rt.metrics(), state_cache=self.snapshots[i].cache_stats()),
-                "emit_times": rt.emit_times,
-                "release_times": rt.release_times,
-            }
-            for i, rt in self.stages.items()
-        ]
+        reports = [InstanceReport({}, dict(rt.metrics(), state_cache=self.snapshots[i].cache_stats()), rt.emit_times, rt.release_times)
+                   for i, rt in self.stages.items()]
         for (sid, _), partition in self.sinks.items():
             got = partition.collected()
             if got is not None:
-                reports[0]["collected"].setdefault(plan.steps[sid].name, []).extend(got)
+                reports[0].collected.setdefault(plan.steps[sid].name, []).extend(got)
         return merge_instances(reports, seconds, [s.name for s in plan.steps if s.kind.is_sink])
 
     def close(self) -> None:
