@@ -84,3 +84,16 @@ def test_a_flow_on_the_simulator_fails_within_the_sources_broker_timeout_too():
         flow.run(runtime="simulator")
     assert time.monotonic() - began < 1.0 + 3.0
     assert "source 'clicks' of flow 'no-broker', checked before the run started" in "".join(info.value.__notes__)
+
+
+def test_on_ray_the_run_fails_alike_before_any_actor_starts(ray_session):
+    from driftstream.engine import Flow
+    from driftstream.engine.testing import MemorySink
+
+    flow = Flow("no-broker-ray")
+    flow.source(KafkaSource("events", f"127.0.0.1:{closed_port()}", broker_timeout_s=1.0, bounded=True), name="clicks").sink(MemorySink("o"))
+    began = time.monotonic()
+    with pytest.raises(BrokerUnreachable, match="KafkaSource 'clicks' \\(topic 'events'\\) could not reach a Kafka broker") as info:
+        flow.run(parallelism=1)
+    assert time.monotonic() - began < 1.0 + 5.0  # Ray is up (the session's): the driver's check, no actor
+    assert "source 'clicks' of flow 'no-broker-ray', checked before the run started" in "".join(info.value.__notes__)
