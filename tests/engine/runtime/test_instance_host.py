@@ -90,3 +90,28 @@ def test_a_marker_sends_the_part_once_the_sinks_allow_and_a_closed_incarnation_s
         assert len([m for _, m in sent if type(m) is Prepared]) == 1
     finally:
         host.close()
+
+
+def test_a_batch_the_transport_refuses_fails_the_run_and_nothing_more_is_sent():
+    """As StageActor._send does with FrameTooLarge: the flush stops at the refused batch (its
+    acks would let the watermark pass elements that never left)."""
+    sent, failures = [], []
+    plan = _two_stages()
+    key = plan.instances[0]
+    host = None
+
+    def send(to, message):
+        if type(message) is Push:
+            host.fail(ValueError("frame too large"))
+        else:
+            sent.append(message)
+
+    host = InstanceHost(plan, key, InstanceConfig(batch_size=4), StageSnapshots(None, plan.participant(key), None), send,
+                        fail=failures.append, seed=1)
+    try:
+        host.guarded(host.rt.process_source, host.reader.poll(4))
+        host.flush()
+        assert [str(e) for e in failures] == ["frame too large"] and host.failed and sent == []
+        assert host.guarded(host.rt.process_source, host.reader.poll(4)) is False
+    finally:
+        host.close()
