@@ -32,8 +32,11 @@ metric (``ray_`` + ...)                     tags       what
 ==========================================  =========  ================================================
 
 Counters go up by the change since the previous tick. A recovery restarts every
-instance's counts: after one the new counts are added whole (what was processed
-between the last tick and the failure is not counted; the replay is).
+instance's counts of elements and emits: after one the new counts are added whole (what
+was processed between the last tick and the failure is not counted; the replay is).
+``released``, the dead letters and the snapshots count the whole run
+(:data:`WHOLE_RUN`): a recovery does not restart them, and the dip while a replay
+settles again what the sinks held is not counted twice.
 
 >>> exporter = start_export("clicks", RunConfig(), supervisor.live_status, launched)   # doctest: +SKIP
 >>> exporter.stop()                                                                   # doctest: +SKIP
@@ -68,6 +71,9 @@ FLOW_COUNTERS = {
     "snapshots": ("snapshots", "snapshots committed"),
     "snapshot_failures": ("snapshot_failures", "snapshots the store failed"),
 }
+
+#: Counters whose status figures count the whole run, across recoveries (see :mod:`..model.run_counts`).
+WHOLE_RUN = frozenset({"released", "dead_letters", "step_dead_letters", "snapshots", "snapshot_failures"})
 
 #: Counters per step: ``status()["steps"]`` key -> (metric name, description).
 STEP_COUNTERS = {
@@ -139,7 +145,7 @@ class Recorder:
         # With actors missing the sums are partial: counting them would count twice later.
         if not status["unavailable"]:
             for key, (name, _) in FLOW_COUNTERS.items():
-                self._count(name, None, status[key], recovered and key not in ("snapshots", "snapshot_failures"))
+                self._count(name, None, status[key], recovered)
             for step, figures in status["steps"].items():
                 for key, (name, _) in STEP_COUNTERS.items():
                     self._count(name, step, figures[key], recovered)
@@ -168,11 +174,15 @@ class Recorder:
 
     def _count(self, name: str, step: Optional[str], value: int, restarted: bool) -> None:
         """Add ``value``'s change since the last tick; the whole of it after a restart (a
-        recovery, or a value below the last: the counts began again)."""
+        recovery, or a value below the last: the counts began again). A whole-run count
+        never restarts: only what passes the highest value seen is added."""
         key = (name, step)
         before = self.last.get(key, 0)
-        delta = value if restarted or value < before else value - before
-        self.last[key] = value
+        if name in WHOLE_RUN:
+            delta, self.last[key] = value - before, max(before, value)
+        else:
+            delta = value if restarted or value < before else value - before
+            self.last[key] = value
         if delta > 0:
             self.metrics.counters[name].inc(delta, {"flow": self.flow} if step is None else {"flow": self.flow, "step": step})
 

@@ -204,3 +204,16 @@ def test_a_flow_on_a_cluster_shows_its_figures_on_the_prometheus_endpoint(tmp_pa
             if driver.poll() is None:
                 os.killpg(driver.pid, signal.SIGKILL)
                 driver.wait()
+
+
+def test_whole_run_counts_are_not_restarted_by_a_recovery_nor_counted_twice_after_its_dip():
+    # released and the dead letters count the whole run: after a recovery they dip while the
+    # replay settles again what the sinks held, then go on from where they were.
+    m = FakeMetrics()
+    rec = Recorder("f", m)
+    rec.record(status(1000))
+    dipped = dict(status(1000, recoveries=1), released=900, dead_letters=1)
+    rec.record(dipped)
+    rec.record(dict(status(1000, recoveries=1), released=1200, dead_letters=2, step_dead_letters={"check": 2}))
+    assert m.counters["released"].total() == 1200
+    assert m.counters["dead_letters"].total() == 2 and m.counters["step_dead_letters"].total(step="check") == 2
