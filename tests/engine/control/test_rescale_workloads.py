@@ -33,11 +33,12 @@ pytestmark = pytest.mark.ray
 DOCS = 800  # article leads; every 4th page is sent again, edited, 5 sends later (enough that a rescale finds some unread)
 
 
-def wait_until(count, n: int, what: str, timeout: float = 120.0) -> int:
-    """Poll ``count()`` until it reaches ``n``; returns the count."""
+def wait_until(count, n: int, what: str, timeout: float = 120.0, explain=lambda: "") -> int:
+    """Poll ``count()`` until it reaches ``n``; returns the count. On a timeout the message
+    adds ``explain()`` (a flow's status: where its watermark and sources stopped)."""
     deadline = time.time() + timeout
     while (got := count()) < n:
-        assert time.time() < deadline, f"{got} of {n} {what} after {timeout} s"
+        assert time.time() < deadline, f"{got} of {n} {what} after {timeout} s; {explain()}"
         time.sleep(0.1)
     return got
 
@@ -93,7 +94,7 @@ def test_the_inverted_index_rescaled_2_4_2_through_a_kafka_backlog(ray_session, 
             wait_until(written, out_at[-1] + 1, "change records")
             assert handle.rescale(parallelism)["to"] == parallelism
             out_at.append(written())
-        wait_until(written, n, "change records")
+        wait_until(written, n, "change records", explain=lambda: f"status: {handle.status()}")
         status = handle.status()
     finally:
         handle.stop(timeout=60)
