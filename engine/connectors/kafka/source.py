@@ -429,15 +429,6 @@ class KafkaPartitionReader(SourcePartition):
     def _decoded(self, step: Step) -> Step:
         return step if self._registry is None else decoded_off_loop(step, self._registry, self._closing)
 
-        try:
-            self._watch.check(f"after {exc!r}")
-        except TopicVanished as gone:
-            gone.__cause__ = exc
-            return gone
-        except Exception:  # noqa: BLE001 - the metadata is no better reachable: the first error stands
-            pass
-        return exc
-
     def read(self, max_items: int) -> list:
         """Up to ``max_items`` elements (one more when a record the clock held is released
         with the first of them)."""

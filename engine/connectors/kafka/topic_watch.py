@@ -22,7 +22,7 @@ from typing import Any, Optional
 import kafka.errors as kafka_errors
 
 from driftstream.engine.connectors.kafka.security import PLAINTEXT, REFUSED, KafkaSecurity
-from driftstream.engine.connectors.kafka.wire import BrokerConnection, split_host_port
+from driftstream.engine.connectors.kafka.wire import BrokerConnection, split_host_port, topic_metadata
 
 #: Seconds one metadata request may take per bootstrap server.
 METADATA_TIMEOUT_S = 5.0
@@ -52,8 +52,6 @@ def topic_state(bootstrap_servers: str, topic: str, security: KafkaSecurity = PL
     """The metadata of ``topic`` from the first bootstrap server that answers (without
     creating it: ``allow_auto_topic_creation=False``), or None when none answered (then
     nothing is known: the caller's own retries go on). One connection, ~2 ms."""
-    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
-
     for server in bootstrap_servers.split(","):
         try:
             host, port = split_host_port(server)
@@ -63,9 +61,7 @@ def topic_state(bootstrap_servers: str, topic: str, security: KafkaSecurity = PL
         except (OSError, ValueError):
             continue
         try:
-            versions = {v.api_key: v.max_version for v in conn.request(ApiVersionsRequest(), ApiVersionsResponse, 0).api_keys}
-            request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)
-            metadata = conn.request(request, MetadataResponse, 4 if versions.get(MetadataRequest.API_KEY, 0) >= 4 else 1)
+            _, metadata = topic_metadata(conn, topic)
         except REFUSED:
             raise
         except (OSError, kafka_errors.KafkaError):

@@ -135,6 +135,17 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def topic_metadata(conn: "BrokerConnection", topic: str) -> tuple:
+    """``(versions, metadata)``: the highest version of each API the broker takes, and its
+    MetadataResponse for ``topic``, asked so that it is not created: Metadata version 4 can say
+    so (a broker with auto.create.topics.enable would create it)."""
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+
+    versions = {v.api_key: v.max_version for v in conn.request(ApiVersionsRequest(), ApiVersionsResponse, 0).api_keys}
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)
+    return versions, conn.request(request, MetadataResponse, 4 if versions.get(MetadataRequest.API_KEY, 0) >= 4 else 1)
+
+
 def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeout_s: float = 30.0,
            security: KafkaSecurity = PLAINTEXT) -> Leader:
     """The broker leading ``partitions`` of ``topic`` (waits up to ``timeout_s`` for one to
@@ -143,7 +154,6 @@ def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeou
     One connection to a bootstrap server, ApiVersions then Metadata: ~2 ms. (kafka-python's
     client took ~100 ms for the same metadata, in every reader and writer a recovery opens.)
     """
-    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 
     wanted = set(partitions)
     deadline = time.monotonic() + timeout_s
@@ -161,10 +171,7 @@ def locate(bootstrap_servers: str, topic: str, partitions: Sequence[int], timeou
                 problem = f"{server}: {exc!r}"
                 continue
             try:
-                versions = {v.api_key: v.max_version for v in conn.request(ApiVersionsRequest(), ApiVersionsResponse, 0).api_keys}
-                # Version 4 can say not to create the topic (a broker with auto.create.topics.enable would).
-                request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)
-                metadata = conn.request(request, MetadataResponse, 4 if versions.get(MetadataRequest.API_KEY, 0) >= 4 else 1)
+                versions, metadata = topic_metadata(conn, topic)
             except REFUSED:
                 raise
             except (OSError, kafka_errors.CorrelationIdError) as exc:

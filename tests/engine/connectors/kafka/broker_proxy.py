@@ -1,7 +1,8 @@
 """Proxies in front of a broker. :class:`BrokerProxy`, for outage tests: it forwards, refuses
 connections (nothing listens), or stalls them (accepts, forwards nothing), and cuts the
 connections it holds whenever its mode changes, as a broker that goes away and comes back
-does. :class:`SecuredProxy`: a TLS and SASL (SCRAM) listener for a broker without them."""
+does. :class:`SecuredProxy`: a TLS and SASL (SCRAM) listener for a broker without them, on
+:class:`LoopProxy`, the asyncio relay that other proxies of the tests build on too."""
 
 from __future__ import annotations
 
@@ -122,7 +123,68 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class SecuredProxy:
+class LoopProxy:
+    """A listener on ``port`` (a free one by default) whose connections one asyncio loop in a
+    thread relays to ``127.0.0.1:target``; a subclass says how, in :meth:`relay`. ``close()``
+    stops the listener and ends the relays.
+
+    >>> import socket
+    >>> echo = socket.create_server(("127.0.0.1", 0))
+    >>> proxy = LoopProxy(echo.getsockname()[1])
+    >>> proxy.port > 0
+    True
+    >>> proxy.close(); echo.close()
+    """
+
+    def __init__(self, target: int, port: Optional[int] = None, server_context: Optional[ssl.SSLContext] = None) -> None:
+        self.target = target
+        self.port = port or _free_port()
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(server_context,), daemon=True)
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError(f"the proxy did not listen on port {self.port}")
+
+    def _run(self, server_context: Optional[ssl.SSLContext]) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(asyncio.start_server(
+            self._serve, "127.0.0.1", self.port, ssl=server_context, ssl_handshake_timeout=5 if server_context else None))
+        # A client that does not speak TLS, or does not trust the certificate, fails its
+        # handshake, and connections are cut at close: what the tests want, no tracebacks.
+        self._loop.set_exception_handler(lambda loop, context: None)
+        self._started.set()
+        self._loop.run_forever()
+        # Stopped by close(): end the connections' relays while the loop can still run them.
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self._loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        await self.relay(reader, writer, up_reader, up_writer)
+
+    async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+        """Relay one client connection and its upstream one: by default every byte, both ways."""
+        await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+
+    def close(self) -> None:
+        def stop() -> None:
+            self._server.close()
+            self._loop.stop()
+
+        self._loop.call_soon_threadsafe(stop)
+        self._thread.join(timeout=10)
+
+
+class SecuredProxy(LoopProxy):
     """A TLS and/or SASL listener on ``port`` (a free one by default) in front of the broker at
     ``127.0.0.1:target``, which has neither: Tansu 0.6.0's own TLS cannot be switched on (its
     ``--cert`` and ``--key`` exclude each other), and with ``--authentication`` it admits no
@@ -148,40 +210,13 @@ class SecuredProxy:
 
     def __init__(self, target: int, server_context: Optional[ssl.SSLContext] = None, port: Optional[int] = None,
                  scram_users: Optional[dict] = None, session_lifetime_ms: int = 0) -> None:
-        self.target = target
-        self.port = port or _free_port()
         self.scram_users = scram_users
         self.session_lifetime_ms = session_lifetime_ms
         self.authentications = self.refused = self.cut = 0
-        self._loop = asyncio.new_event_loop()
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(server_context,), daemon=True)
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError(f"the proxy did not listen on port {self.port}")
+        super().__init__(target, port, server_context)
 
-    def _run(self, server_context: Optional[ssl.SSLContext]) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(
-            self._serve, "127.0.0.1", self.port, ssl=server_context, ssl_handshake_timeout=5 if server_context else None))
-        # A client that does not speak TLS, or does not trust the certificate, fails its
-        # handshake: what the tests want, not worth a traceback on stderr.
-        self._loop.set_exception_handler(lambda loop, context: None)
-        self._started.set()
-        self._loop.run_forever()
-        # Stopped by close(): end the connections' copies while the loop can still run them.
-        tasks = asyncio.all_tasks(self._loop)
-        for task in tasks:
-            task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        self._loop.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
-            writer.close()
-            return
+    async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
         try:
             if self.scram_users is not None and not await self._authenticate(reader, writer, up_reader, up_writer):
                 return
@@ -191,7 +226,7 @@ class SecuredProxy:
             return
         if self.scram_users is not None and self.session_lifetime_ms:
             self._loop.call_later(self.session_lifetime_ms / 1000.0, self._cut, writer, up_writer)
-        await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+        await super().relay(reader, writer, up_reader, up_writer)
 
     def _cut(self, writer: asyncio.StreamWriter, up_writer: asyncio.StreamWriter) -> None:
         if not writer.is_closing():
@@ -243,15 +278,6 @@ class SecuredProxy:
         writer.close()
         up_writer.close()
         return False
-
-    def close(self) -> None:
-        def stop() -> None:
-            self._server.close()
-            self._loop.stop()
-
-        self._loop.call_soon_threadsafe(stop)
-        self._thread.join(timeout=10)
-
 
 def _answer(writer: asyncio.StreamWriter, response, version: int, correlation_id: int) -> None:
     response.API_VERSION = version
