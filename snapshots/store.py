@@ -46,43 +46,21 @@ the one before it used, which is why ``keep`` is at least 2 by default).
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-import json
 import logging
 import os
-import re
 import uuid
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional
 
-from functools import cache
-
-from driftstream.snapshots.checksums import DIR_SUMS, FILE_SUM, CorruptSnapshot, check, check_dir, crc, dir_sums
+from driftstream.snapshots.checksums import CorruptSnapshot
+from driftstream.snapshots.manifest_text import decode_manifest, encode_manifest, has_checksum, links_in
+from driftstream.snapshots.retention import kept_snapshots
+from driftstream.snapshots.snapshot_files import (  # noqa: F401 - the layout's names, for the store's callers
+    CORRUPT_NOTE, MANIFEST, QUARANTINED, SnapshotFiles, _check_id, _pafs)
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "MANIFEST.json"
-QUARANTINED = "MANIFEST.corrupt.json"  # a committed manifest whose files turned out corrupt
-CORRUPT_NOTE = "CORRUPT.txt"
-#: A manifest's field holding ``sha256:<hex>`` of its canonical JSON without this field.
-CHECKSUM = "checksum"
-_PARTICIPANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*\Z")  # one path segment; '.' and '_' prefixes are ours
-_ID_DIGITS = 10  # zero-padded directory names, so a listing sorts like the ids (ids may outgrow it)
 
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-@cache
-def _pafs() -> Any:
-    """``pyarrow.fs``, imported when a store first needs it: every actor process imports this
-    module, and pyarrow (with numpy) costs ~0.1 s of an actor's start."""
-    import pyarrow.fs
-
-    return pyarrow.fs
-
-
-class SnapshotStore:
+class SnapshotStore(SnapshotFiles):
     """Checkpoints and manifests of one job under ``uri``; keeps the newest ``keep`` committed snapshots.
 
     ``prune_every``: prune after every n-th commit (a listing of the root each time);
@@ -92,123 +70,13 @@ class SnapshotStore:
     def __init__(self, uri: str, *, keep: int = 2, prune_every: int = 1) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
-        self.uri = uri
+        super().__init__(uri)
         self.keep = keep
-        # A plain path (even relative) is a local directory, opened when first needed: an
-        # actor's start then imports no pyarrow (its deltas are written with os calls).
-        self._fs: Any = None
-        if "://" in uri:
-            self._fs, root = _pafs().FileSystem.from_uri(uri)
-            self.root = root.rstrip("/")
-        else:
-            self.root = os.path.abspath(uri).rstrip("/")
-        self._links: dict = {}  # snapshot id -> what its manifest is built on, _links_in (None: unusable)
+        self._links: dict = {}  # snapshot id -> what its manifest is built on, links_in (None: unusable)
         self._unchecked_noted = False  # a manifest without a checksum was logged (once)
         self.prune_every = prune_every
         self._committed_since_prune = 0
         self._newest_committed: Optional[int] = None  # known after the first commit (see write_manifest)
-
-    @property
-    def fs(self) -> Any:
-        """The store's ``pyarrow.fs`` filesystem."""
-        if self._fs is None:
-            self._fs = _pafs().LocalFileSystem()
-        return self._fs
-
-    @property
-    def _local(self) -> Any:
-        return _pafs().LocalFileSystem()
-
-    @property
-    def is_local(self) -> bool:
-        """True when the store is a directory of this machine (writes cost a page-cache copy)."""
-        return self._fs is None or isinstance(self._fs, _pafs().LocalFileSystem)
-
-    # -- checkpoint files ---------------------------------------------------------------
-
-    def upload(self, snapshot_id: int, participant: str, local_dir: PathLike) -> str:
-        """Copy the files under ``local_dir`` to ``<root>/<snapshot_id>/<participant>/``.
-
-        A previous upload of the same participant to the same snapshot is replaced,
-        so a retried upload leaves no stale files. Returns the destination path in
-        the store's filesystem. Cost: the bytes of ``local_dir``.
-        """
-        src = Path(local_dir)
-        if not src.is_dir():
-            raise NotADirectoryError(f"{src} is not a directory")
-        dest = self._participant_dir(snapshot_id, participant)
-        if self.fs.get_file_info(dest).type != _pafs().FileType.NotFound:
-            self.fs.delete_dir(dest)
-        self.fs.create_dir(dest, recursive=True)
-        sums = json.dumps(dir_sums(src)).encode()
-        if not (self.is_local and _link_tree(src, Path(dest))):
-            _pafs().copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
-        self._write(dest, f"{dest}/{DIR_SUMS}", sums)  # last: a part with its sums is whole
-        return dest
-
-    def put_file(self, snapshot_id: int, participant: str, name: str, data: bytes) -> None:
-        """Write one file of a participant (e.g. a state delta), replacing any earlier one. Cost: its bytes."""
-        dest = self._participant_dir(snapshot_id, participant)
-        path = f"{dest}/{_segment('file name', name)}"
-        self._write(dest, path, data)
-        self._write(dest, path + FILE_SUM, json.dumps(crc(data)).encode())
-
-    def _write(self, directory: str, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` in ``directory`` (created if missing). On a local store
-        with ``os`` calls: a fifth of pyarrow's cost, at a delta and a manifest per snapshot."""
-        if self.is_local:
-            os.makedirs(directory, exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-            return
-        self.fs.create_dir(directory, recursive=True)
-        with self.fs.open_output_stream(path) as out:
-            out.write(data)
-
-    def get_file(self, snapshot_id: int, participant: str, name: str) -> bytes:
-        """The bytes of a file written by :meth:`put_file`; FileNotFoundError if there is none,
-        CorruptSnapshot if they are not the bytes written (files of stores from before
-        checksums have no sum, and are read unchecked)."""
-        path = f"{self._participant_dir(snapshot_id, participant)}/{_segment('file name', name)}"
-        if self.fs.get_file_info(path).type != _pafs().FileType.File:
-            raise FileNotFoundError(f"snapshot {snapshot_id} has no file {name!r} for participant {participant!r} in {self.uri}")
-        with self.fs.open_input_stream(path) as f:
-            data = f.read()
-        expected = self._read_json(path + FILE_SUM, snapshot_id)
-        if expected is not None:
-            check(crc(data), expected, f"snapshot {snapshot_id}, part {participant}: {path}", snapshot_id, path)
-        return data
-
-    def _read_json(self, path: str, snapshot_id: int) -> Optional[Any]:
-        """A sums file's content; None if there is none; CorruptSnapshot if it does not parse."""
-        if self.fs.get_file_info(path).type != _pafs().FileType.File:
-            return None
-        with self.fs.open_input_stream(path) as f:
-            raw = f.read()
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise CorruptSnapshot(f"snapshot {snapshot_id}: the checksums {path} do not parse", snapshot_id, path) from None
-
-    def download(self, snapshot_id: int, participant: str, local_dir: PathLike) -> Path:
-        """Copy a participant's files of a snapshot into ``local_dir`` (which must not exist).
-
-        The result is a private copy: a RocksDB checkpoint downloaded this way can be
-        opened in place. Cost: the bytes of the participant's files.
-        """
-        src = self._participant_dir(snapshot_id, participant)
-        if self.fs.get_file_info(src).type != _pafs().FileType.Directory:
-            raise FileNotFoundError(f"snapshot {snapshot_id} has no files for participant {participant!r} in {self.uri}")
-        dest = Path(local_dir)
-        if dest.exists():
-            raise FileExistsError(f"download target {dest} already exists")
-        dest.mkdir(parents=True)
-        _pafs().copy_files(src, str(dest.resolve()), source_filesystem=self.fs, destination_filesystem=self._local)
-        sums = self._read_json(f"{src}/{DIR_SUMS}", snapshot_id)
-        if sums is not None:  # stores from before checksums have none
-            check_dir(dest, sums, f"snapshot {snapshot_id}, part {participant} ({src})", snapshot_id)
-            (dest / DIR_SUMS).unlink()
-        return dest
 
     def quarantine(self, snapshot_id: int, reason: str) -> None:
         """Take a committed snapshot out of use (a file of it is corrupt): its manifest is
@@ -235,18 +103,8 @@ class SnapshotStore:
         the store is touched. Ids must not go backwards: committing an id below the newest
         committed one raises ValueError (re-committing the same id replaces its manifest).
         """
-        if not isinstance(manifest, dict):
-            raise TypeError(f"a manifest is a dict, not {type(manifest).__name__}")
         _check_id(snapshot_id)
-        if manifest.get("snapshot_id", snapshot_id) != snapshot_id:
-            raise ValueError(f"manifest says snapshot_id={manifest['snapshot_id']!r}, committed as {snapshot_id}")
-        if CHECKSUM in manifest:
-            raise ValueError(f"{CHECKSUM!r} is the store's own field of a manifest (the SHA-256 it writes): leave it out")
-        manifest = {**manifest, "snapshot_id": snapshot_id}
-        # One line: with ``indent`` json falls back to its pure-Python encoder, ~0.7 ms a commit.
-        text = json.dumps(manifest, sort_keys=True)
-        if json.loads(text) != manifest:
-            raise ValueError("the manifest does not survive JSON unchanged (tuples, non-str keys or NaN?)")
+        stored = encode_manifest(manifest, snapshot_id)  # raises before the store is touched
         if self._newest_committed is None:
             # One listing per store object: commits every 50 ms would list the store each time.
             # A store has one writer at a time (the coordinator), so what it committed last stays newest.
@@ -255,16 +113,13 @@ class SnapshotStore:
         if snapshot_id < self._newest_committed:
             raise ValueError(f"snapshot {snapshot_id} is older than the newest committed one, {self._newest_committed}")
         snap = self._snapshot_dir(snapshot_id)
-        # The checksum goes last, spliced in rather than encoded again: a reader drops it and
-        # re-encodes the rest with sorted keys, which gives ``text`` back.
-        stored = f'{text[:-1]}, "{CHECKSUM}": "{_digest(text)}"}}'
         # Readers only ever open MANIFEST.json: the temporary name (a dot, a random part)
         # is invisible to them, and the move replaces the name in one step (a rename on
         # local disks and HDFS; on object stores the final object appears whole).
         tmp = f"{snap}/.{MANIFEST}.{uuid.uuid4().hex}.tmp"
-        self._write(snap, tmp, stored.encode("utf-8"))
+        self._write(snap, tmp, stored)
         (os.replace if self.is_local else self.fs.move)(tmp, f"{snap}/{MANIFEST}")
-        self._links[snapshot_id] = _links_in(manifest)
+        self._links[snapshot_id] = links_in(manifest)
         self._newest_committed = snapshot_id
         self._committed_since_prune += 1
         if self._committed_since_prune >= self.prune_every:
@@ -292,23 +147,11 @@ class SnapshotStore:
             return None, None, path
         with self.fs.open_input_stream(path) as f:
             data = f.read()
-        try:
-            manifest = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            return None, "does not parse", path
-        if not isinstance(manifest, dict):
-            return None, "is not a JSON object", path
-        expected = manifest.pop(CHECKSUM, None)
-        if expected is None:
-            if not self._unchecked_noted:
-                self._unchecked_noted = True
-                log.info("snapshot store %s: manifest %s has no checksum (written before manifests had one): read unchecked",
-                         self.uri, path)
-            return manifest, None, path
-        got = _digest(json.dumps(manifest, sort_keys=True))
-        if got != expected:
-            return None, f"does not match its checksum ({got} where {expected!r} was written: it was changed after its commit)", path
-        return manifest, None, path
+        manifest, problem = decode_manifest(data)
+        if manifest is not None and not self._unchecked_noted and not has_checksum(data):
+            self._unchecked_noted = True
+            log.info("snapshot store %s: manifest %s has no checksum (written before manifests had one): read unchecked", self.uri, path)
+        return manifest, problem, path
 
     def read_latest_manifest(self) -> Optional[dict]:
         """The manifest of the newest committed snapshot that can be used, or None when
@@ -371,20 +214,10 @@ class SnapshotStore:
         if len(committed) <= self.keep:
             return []
         usable = [sid for sid in committed if self._links_of(sid) is not None]  # ascending
-        window = usable[-self.keep :]
-        if len(window) < self.keep:
+        kept, required = kept_snapshots(usable, self._links_of, self.keep)
+        if not kept:
             return []
-        newest, oldest_kept = window[-1], window[0]
-        requires, bases = self._links_of(newest)
-        kept = set(window)
-        # For each base the newest is built on, the newest manifest before it: the one before
-        # the oldest base is independent of the newest now, the others will be once the
-        # participants on older bases take new ones. Without "bases" any required snapshot may be one.
-        for base in (bases if bases is not None else {*requires, newest}):
-            below = bisect.bisect_left(usable, base)
-            if below:
-                kept.add(usable[below - 1])
-        required = {i for sid in kept for i in self._links_of(sid)[0]}
+        oldest_kept = usable[-self.keep]
         for snapshot_id in committed:
             if snapshot_id < oldest_kept and snapshot_id not in kept and snapshot_id in required:
                 self._retire(snapshot_id)
@@ -395,11 +228,11 @@ class SnapshotStore:
         return doomed
 
     def _links_of(self, snapshot_id: int) -> Optional[tuple]:
-        """``(requires, bases)`` of the manifest of ``snapshot_id`` (:func:`_links_in`); None if it is not usable."""
+        """``(requires, bases)`` of the manifest of ``snapshot_id`` (``manifest_text.links_in``); None if it is not usable."""
         # Manifests never change once committed, so each is read once.
         if snapshot_id not in self._links:
             manifest = self.read_manifest(snapshot_id)
-            self._links[snapshot_id] = None if manifest is None else _links_in(manifest)
+            self._links[snapshot_id] = None if manifest is None else links_in(manifest)
         return self._links[snapshot_id]
 
     def requires(self, snapshot_id: int) -> Optional[list]:
@@ -430,14 +263,6 @@ class SnapshotStore:
 
     # -- paths --------------------------------------------------------------------------------
 
-    def _snapshot_dir(self, snapshot_id: int) -> str:
-        _check_id(snapshot_id)
-        return f"{self.root}/{snapshot_id:0{_ID_DIGITS}d}"
-
-    def _participant_dir(self, snapshot_id: int, participant: str) -> str:
-        participant = _segment("participant name", participant, reserved=(MANIFEST, QUARANTINED, CORRUPT_NOTE))
-        return f"{self._snapshot_dir(snapshot_id)}/{participant}"
-
     def __repr__(self) -> str:
         return f"SnapshotStore({self.uri!r}, keep={self.keep})"
 
@@ -447,50 +272,3 @@ class NoUsableManifest(CorruptSnapshot):
 
     def __reduce__(self):
         return (NoUsableManifest, (str(self), self.snapshot_id, self.file))
-
-
-def _links_in(manifest: dict) -> tuple:
-    """``(requires, bases)``: the older snapshots whose files ``manifest`` is built on, and the
-    snapshots of its participants' bases (None when it does not say: written before it did)."""
-    bases = manifest.get("bases")
-    return [int(i) for i in manifest.get("requires", [])], None if bases is None else [int(i) for i in bases]
-
-
-def _digest(text: str) -> str:
-    """``sha256:<hex>`` of a manifest's canonical JSON. O(its length)."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _link_tree(src: Path, dest: Path) -> bool:
-    """Hard-link the files under ``src`` into ``dest`` (a local store on the same filesystem):
-    O(files) instead of O(bytes). Safe for checkpoints, whose files are never written again.
-    False (and nothing left behind) if linking is not possible, e.g. across filesystems."""
-    linked = []
-    try:
-        for path in src.rglob("*"):
-            target = dest / path.relative_to(src)
-            if path.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-            else:
-                os.link(path, target)
-                linked.append(target)
-    except OSError:
-        for target in linked:
-            target.unlink(missing_ok=True)
-        return False
-    return True
-
-
-def _segment(what: str, name: str, reserved: tuple = ()) -> str:
-    """``name`` if it is safe as one path segment of the store (a participant or file name)."""
-    if not isinstance(name, str) or not _PARTICIPANT.match(name) or name in reserved:
-        raise ValueError(
-            f"{what} {name!r} must be one path segment of letters, digits, '.', '_', '=' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def _check_id(snapshot_id: Any) -> None:
-    if type(snapshot_id) is not int or snapshot_id < 0:
-        raise ValueError(f"a snapshot id is a non-negative int, not {snapshot_id!r}")
