@@ -20,7 +20,7 @@ from driftstream.engine.windows import Session
 from driftstream.examples.benchmarks.backlog import documents
 from driftstream.examples.inverted_index.corpus import QUICK_CONF, get_spark
 from driftstream.examples.inverted_index.ground_truth import GroundTruth, check, ground_truth
-from driftstream.examples.inverted_index.pipeline import kafka_flow
+from driftstream.examples.inverted_index import pipeline
 from driftstream.examples.inverted_index.throughput import produce_backlog
 
 from tests.engine.api.test_joins import build as join_flow
@@ -41,6 +41,22 @@ def wait_until(count, n: int, what: str, timeout: float = 120.0, explain=lambda:
         assert time.time() < deadline, f"{got} of {n} {what} after {timeout} s; {explain()}"
         time.sleep(0.1)
     return got
+
+
+def paced_document(raw: bytes) -> dict:
+    """The index's decoding, 10 ms a document: 800 documents take a source at least 4 s, so
+    that each rescale finds documents unread (unpaced, the backlog was done in ~2 s, before
+    the first rescale had returned)."""
+    time.sleep(0.01)
+    return pipeline._document(raw)
+
+
+def paced_kafka_flow(bs: str, src: str, out: str, name: str):
+    """:func:`~driftstream.examples.inverted_index.pipeline.kafka_flow` with edits, decoding at :func:`paced_document`'s pace."""
+    from driftstream.engine import KafkaSink, KafkaSource
+
+    return pipeline.build(KafkaSource(src, bs, value_format=paced_document), KafkaSink(out, bs), name=name, edits=True,
+                          bad_documents="dead-letter")
 
 
 def edited(docs: list) -> list:
@@ -83,17 +99,20 @@ def test_the_inverted_index_rescaled_2_4_2_through_a_kafka_backlog(ray_session, 
     def written() -> int:
         return topic_end(c, out, 4)
 
-    # Sources read at most 10 documents past the watermark: the backlog is read as it is
-    # processed, so a rescale's drain leaves most of it in the topic.
-    handle = kafka_flow(bs, src, out, name=f"ii-rescale-{tag}", edits=True).start(
+    # Sources read at most 10 documents past the watermark, at paced_document's pace: the
+    # backlog is read as it is processed, so a rescale's drain leaves most of it in the topic.
+    handle = paced_kafka_flow(bs, src, out, name=f"ii-rescale-{tag}").start(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.5, snapshot_dir=str(tmp_path / "snaps"),
         max_inflight=10, batch_size=5)
     try:
         out_at = [0]
         for parallelism in (4, 2):
-            wait_until(written, out_at[-1] + 1, "change records")
+            # min: an output complete before this rescale fails the assert below, not a wait
+            wait_until(written, min(out_at[-1] + 1, n), "change records", explain=lambda: f"status: {handle.status()}")
+            began = time.time()
             assert handle.rescale(parallelism)["to"] == parallelism
             out_at.append(written())
+            print(f"rescaled to {parallelism} in {time.time() - began:.1f} s: {out_at[-1]} of {n} change records out")
         wait_until(written, n, "change records", explain=lambda: f"status: {handle.status()}")
         status = handle.status()
     finally:
@@ -103,7 +122,7 @@ def test_the_inverted_index_rescaled_2_4_2_through_a_kafka_backlog(ray_session, 
     assert status["parallelism"] == 2 and [len(status["key_groups"][s]) for s in ("by_page", "by_word")] == [2, 2]
     # A drain releases all that was read: output after the second one (so after the first,
     # too) came from documents still unread, read at the new parallelism.
-    assert out_at[-1] < n
+    assert out_at[-1] < n, f"the output was complete before the last rescale ({out_at} of {n}): nothing read at the new parallelism"
     got = [v for _, v in read_kafka_sink(bs, out)]
     assert check(got, truth) == []
     assert len(got) == n  # nothing twice
