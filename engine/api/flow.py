@@ -292,7 +292,8 @@ class Stream:
         Every step that runs a function takes ``on_error``: ``"fail"`` (a ``StepError``
         stops the run) or ``"dead-letter"``: an element the function raises on leaves the
         stream there and goes to the flow's dead-letter sink (:meth:`Flow.dead_letters`) as a
-        ``DeadLetter(step, element, t, error, traceback)``, counted in ``metrics.dead_letters``
+        ``DeadLetter(step, element, t, error, traceback, truncated, element_size)`` (cut at
+        64 KiB), counted in ``metrics.dead_letters``
         and ``status()``; the run goes on.
         """
         return self._then(MAP, fn, name, on_error)
