@@ -55,6 +55,7 @@ from driftstream.ordering.accelerators import accelerator
 
 from .backend import RocksDBBackend
 from .changelog import REMOVED
+from .cache_budget import LOW_WATER, CacheBudget  # noqa: F401 - LOW_WATER: the budget's, named here too
 from .clean_states import CleanStates
 from .memory_size import DEFAULT_BUDGET_BYTES, MeanSize
 
@@ -65,9 +66,6 @@ _put_all = None if _written is None else _written.put_all
 
 _MISSING = object()
 
-#: Over budget, the cache drops states until it holds this fraction of the budget.
-LOW_WATER = 0.9
-
 #: Keys changed since the last snapshot beyond which it writes a base instead of a delta (see
 #: :meth:`StateCache.take_changes`). A delta row costs ~4 us to encode, a base row ~5-13 us
 #: plus 15-20 ms of flush and checkpoint: at this size a base is no dearer than the delta
@@ -75,7 +73,7 @@ LOW_WATER = 0.9
 MAX_DELTA_KEYS = 4096
 
 
-class StateCache:
+class StateCache(CacheBudget):
     """Decoded settled states over ``db``; writes happen through :meth:`write`, or a spill.
 
     ``track_changes=False``: no snapshot will ask for :meth:`take_changes` (a run
@@ -298,65 +296,6 @@ class StateCache:
         self._written_sizes.clear()
         self._bases_pending = max(0, self._bases_pending - 1)
         self._evict()
-
-    # -- the budget -------------------------------------------------------------------------
-
-    @property
-    def cached_bytes(self) -> int:
-        """Bytes the cached states hold: measured for clean ones, the mean size for dirty ones. O(1)."""
-        return self._clean.bytes + (len(self._states) - len(self._clean)) * self._sizes.mean
-
-    @property
-    def over_budget(self) -> bool:
-        """True while the cache holds more than its budget: only while a base is being written
-        (no dirty state may spill then; see the module doc). O(1)."""
-        return self.cached_bytes > self.budget
-
-    def _evict(self) -> None:
-        """Drop clean states, then spill dirty ones, down to LOW_WATER of the budget (see module doc).
-        O(1) under budget; a pass over the states it drops otherwise."""
-        if self.cached_bytes <= self.budget:
-            return
-        if not self._clean and (self._bases_pending or not self._unwritten):
-            return  # nothing may go: not even a walk over the slots of the emptied dict
-        excess = self.cached_bytes - int(self.budget * LOW_WATER)
-        before = self._clean.bytes
-        victims = self._clean.drop_oldest(excess)
-        states = self._states
-        for key in victims:
-            del states[key]
-        if victims:
-            self.complete = False  # RocksDB now holds states the cache does not
-        self.evicted += len(victims)
-        freed = before - self._clean.bytes
-        if freed < excess and not self._bases_pending:
-            self._spill(excess - freed)
-
-    def _spill(self, excess: int) -> None:
-        """Write dirty states to RocksDB and drop them, about ``excess`` bytes."""
-        mean, states = self._sizes.mean, self._states
-        victims = []
-        for key in self._unwritten:
-            if len(victims) * mean >= excess:
-                break
-            victims.append(key)
-        if victims:
-            self.complete = False  # RocksDB now holds states the cache does not
-        for key in victims:
-            self.db.put(key, states.pop(key))
-            del self._unwritten[key]
-        self.spilled += len(victims)
-
-    def stats(self) -> dict:
-        """What the cache holds and did: for ``status()`` and metrics. O(1)."""
-        return {
-            "records": len(self._states),
-            "bytes": self.cached_bytes,
-            "budget": self.budget,
-            "evicted": self.evicted,
-            "spilled": self.spilled,
-            "read_back": self.read_back,
-        }
 
     # -- the rest ---------------------------------------------------------------------------
 
