@@ -189,18 +189,21 @@ class Flow:
         if not any(s.kind.is_sink for s in self.steps):
             raise FlowError(f"flow {self.name!r} has no sink: end a stream with .sink(MemorySink('out')) or another Sink")
 
-    def plan(self, parallelism: int = 1) -> "Plan":
-        """Stages (fused operator chains), their steps and actor names.
+    def plan(self, parallelism: int = 1, fuse: bool = True) -> "Plan":
+        """Stages (fused operator chains), their steps and actor names. At parallelism 1 a
+        ``key_by`` stays in its input's stage unless ``fuse=False`` (see :mod:`~driftstream.engine.model.plan`).
 
         >>> from driftstream.engine.testing import MemorySource, MemorySink
         >>> f = Flow("p")
         >>> f.source(MemorySource([1]), name="src").map(abs, name="abs").key_by(str, name="k").sink(MemorySink("o"))
+        >>> [(s.name, s.steps, s.actor_names) for s in f.plan(parallelism=2).stages]
+        [('src', ['src', 'abs'], ['p/src/0', 'p/src/1']), ('k', ['k', 'o'], ['p/k/0', 'p/k/1'])]
         >>> [(s.name, s.steps, s.actor_names) for s in f.plan(parallelism=1).stages]
-        [('src', ['src', 'abs'], ['p/src/0']), ('k', ['k', 'o'], ['p/k/0'])]
+        [('src', ['src', 'abs', 'k', 'o'], ['p/src/0'])]
         """
         from driftstream.engine.model.plan import compile_plan
 
-        return compile_plan(self, parallelism)
+        return compile_plan(self, parallelism, fuse=fuse)
 
     def run(self, parallelism: int = 1, runtime: str = "ray", *, address: Optional[str] = None,
             **options: Unpack[RunOptions]) -> "RunResult":
@@ -227,13 +230,13 @@ class Flow:
         if runtime == "ray":
             from driftstream.engine.control.launch import run_on_ray
 
-            return run_on_ray(self.plan(parallelism), address=address, **options)
+            return run_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, **options)
         if runtime == "simulator":
             from driftstream.engine.control.resume import check_sources
             from driftstream.engine.model.config import RunConfig
             from driftstream.engine.runtime.simulator import run_simulated
 
-            plan = self.plan(parallelism)
+            plan = self.plan(parallelism, fuse=options.get("fuse", True))
             check_sources(plan)  # as on Ray: a source that cannot be reached fails first, not a sink opened before it
             return run_simulated(plan, RunConfig.from_options(**options))
         raise FlowError(f"unknown runtime {runtime!r}: use runtime='ray' or runtime='simulator'")
@@ -251,7 +254,7 @@ class Flow:
         """
         from driftstream.engine.api.handle import start_on_ray
 
-        return start_on_ray(self.plan(parallelism), address=address, detached=detached, **options)
+        return start_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, detached=detached, **options)
 
 
 #: Partitions a dead-letter topic the flow creates gets (at most the flow's max_parallelism):

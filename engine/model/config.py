@@ -166,6 +166,10 @@ class RunConfig:
     #: each stage instance merges its senders' batches in t order, holding a sender that runs
     #: ahead of another (see ordering/input_merge.py); False: batches are taken as they come
     input_merge: bool = True
+    #: at parallelism 1, run the whole flow in one stage actor: a ``key_by`` computes its key
+    #: in its input's stage, no data plane between them (see model/plan.py); False: the
+    #: layout of every other parallelism, a stage per key_by
+    fuse: bool = True
     #: the run's figures as Ray metrics (Prometheus, the dashboard), recorded every
     #: ``metrics_interval`` seconds from the coordinator; only where Ray collects metrics
     #: (see engine/control/metrics_export.py)
@@ -200,7 +204,7 @@ class RunConfig:
                 raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
         if type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1:
             raise FlowError(f"state_cache_bytes is a positive int (bytes per stateful step instance), not {self.state_cache_bytes!r}")
-        for name in ("resume", "fresh", "allow_state_changes", "allow_new_partitions", "keep_parallelism", "input_merge"):
+        for name in ("resume", "fresh", "allow_state_changes", "allow_new_partitions", "keep_parallelism", "input_merge", "fuse"):
             if type(getattr(self, name)) is not bool:
                 raise FlowError(f"{name} is True or False, not {getattr(self, name)!r}")
         if self.resume and self.fresh:
@@ -274,6 +278,7 @@ class RunOptions(TypedDict, total=False):
     state_cache_bytes: int
     source_alignment: Any
     input_merge: bool
+    fuse: bool
     export_metrics: bool
     metrics_interval: float
     data_plane_tls: Union[DataPlaneTLS, Mapping[str, str], None]

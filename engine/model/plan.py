@@ -5,6 +5,19 @@ A new stage starts at every source, every ``key_by`` (the shuffle) and every
 actor of their input, like Flink's operator chaining. An edge between two
 stages is a channel: keyed (to a key_by: by stable hash of the key) or
 forward (instance i to instance i).
+
+At parallelism 1 a shuffle moves nothing (one instance owns every key group), so a
+``key_by`` stays in its input's stage (``fuse``, the default): it computes its key there
+and the steps after it run in the same actor, called directly, with no data plane
+between them. ``fuse=False`` keeps the layout of every other parallelism.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> f = Flow("p"); f.source(MemorySource([1]), name="src").key_by(str, name="k").count(name="n").sink(MemorySink("o"))
+>>> [s.steps for s in f.plan(1).stages], [s.steps for s in f.plan(1, fuse=False).stages]
+([['src', 'k', 'n', 'o']], [['src'], ['k', 'n', 'o']])
+>>> [len(f.plan(1).with_parallelism(n).stages) for n in (2, 1)]    # the layout follows the parallelism
+[2, 1]
 """
 
 from __future__ import annotations
@@ -69,6 +82,13 @@ class Plan:
     channels: dict  # step id -> list of Channel out of it
     #: the flow's key groups: a key's group and, at ``parallelism``, its instance
     key_groups: KeyGroups = field(default_factory=KeyGroups)
+    #: whether a ``key_by`` at parallelism 1 stays in its input's stage (see the module doc)
+    fuse: bool = True
+
+    @property
+    def fused(self) -> bool:
+        """Whether a ``key_by`` runs in its input's stage (its key computed there, no shuffle)."""
+        return any(s.kind.shuffles and self.stage_of[s.inputs[0]] == self.stage_of[s.id] for s in self.steps)
 
     @property
     def max_parallelism(self) -> int:
@@ -81,8 +101,9 @@ class Plan:
 
     @property
     def keyed_stages(self) -> list:
-        """The stages their input reaches through a ``key_by`` (their instances own key groups)."""
+        """The stages their input reaches through a ``key_by``, or holding one (their instances own key groups)."""
         keyed = {ch.dst_stage for chans in self.channels.values() for ch in chans if ch.keyed}
+        keyed |= {self.stage_of[s.id] for s in self.steps if s.kind.shuffles}
         return [s for s in self.stages if s.index in keyed]
 
     def key_group_range(self, instance: Instance) -> GroupRange:
@@ -104,8 +125,13 @@ class Plan:
         ['p/k/0', 'p/k/1', 'p/k/2']
         """
         _check_parallelism(parallelism, self.max_parallelism)
-        stages = [replace(s, parallelism=parallelism, actor_names=[f"{self.flow_name}/{s.name}/{i}" for i in range(parallelism)]) for s in self.stages]
-        return replace(self, parallelism=parallelism, stages=stages)
+        stages, stage_of, successors, channels = _layout(self.flow_name, self.steps, parallelism, self.fuse)
+        return replace(self, parallelism=parallelism, stages=stages, stage_of=stage_of, successors=successors, channels=channels)
+
+    def unfused(self) -> "Plan":
+        """The same flow with a stage per ``key_by`` at any parallelism (``fuse=False``): the
+        layout of every snapshot written before fused plans."""
+        return replace(self, fuse=False).with_parallelism(self.parallelism)
 
     @property
     def source_instances(self) -> list:
@@ -139,40 +165,61 @@ class Plan:
         return f"{self.flow_name}-{self.stages[stage].name}"
 
     def describe(self) -> str:
+        """The stages, their steps and actors; a stage whose ``key_by`` runs in it says ``(fused)``.
+
+        >>> from driftstream.engine import Flow
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> f = Flow("p"); f.source(MemorySource([1]), name="src").key_by(str, name="k").sink(MemorySink("o"))
+        >>> print(f.plan(1).describe())
+        flow 'p', parallelism 1
+          stage src (fused): src -> k -> o
+            actors: p/src/0
+        """
         lines = [f"flow {self.flow_name!r}, parallelism {self.parallelism}"]
+        fused = {self.stage_of[s.id] for s in self.steps if s.kind.shuffles and self.stage_of[s.inputs[0]] == self.stage_of[s.id]}
         for s in self.stages:
-            lines.append(f"  stage {s.name}: {' -> '.join(s.steps)}")
+            lines.append(f"  stage {s.name}{' (fused)' if s.index in fused else ''}: {' -> '.join(s.steps)}")
             lines.append(f"    actors: {', '.join(s.actor_names)}")
         return "\n".join(lines)
 
 
-def compile_plan(flow, parallelism: int) -> Plan:
-    """Validate ``flow`` and split it into stages; raises FlowError with a fix."""
+def compile_plan(flow, parallelism: int, fuse: bool = True) -> Plan:
+    """Validate ``flow`` and split it into stages (``fuse``: see the module doc); raises FlowError with a fix."""
     if not isinstance(parallelism, int) or parallelism < 1:
         raise FlowError(f"parallelism must be an int >= 1, got {parallelism!r}")
     key_groups = KeyGroups(getattr(flow, "max_parallelism", None) or KeyGroups().max_parallelism)
     _check_parallelism(parallelism, key_groups.max_parallelism)
     flow.validate()
     steps = flow.steps_to_run()
+    stages, stage_of, successors, channels = _layout(flow.name, steps, parallelism, fuse)
+    for step in steps:
+        if step.kind.is_sink and (successors[step.id] or channels[step.id]):
+            raise FlowError(f"step {step.name!r}: nothing can follow a sink")
+        if step.kind.is_sink and not steps[step.inputs[0]].kind.shuffles and step.sink.partition_key(key_groups.max_parallelism) is not None:
+            # Stream.sink puts the shuffle there: without it two instances would write one part
+            raise FlowError(f"sink {step.name!r} routes its input by partition (e.g. KafkaSink key=): add it with "
+                            f"stream.sink(...), which puts the shuffle before it")
+    reaches_sink = _reaching_sink(steps, successors, channels)
+    for step in steps:
+        if step.kind.is_source and step.id not in reaches_sink:
+            raise FlowError(f"source {step.name!r} reaches no sink: end its stream with .sink(...)")
+    return Plan(flow.name, parallelism, steps, stages, stage_of, successors, channels, key_groups, fuse)
+
+
+def _layout(flow_name: str, steps: list, parallelism: int, fuse: bool) -> tuple:
+    """``(stages, stage_of, successors, channels)`` of ``steps`` at ``parallelism``. O(steps + edges)."""
     stage_of: dict = {}
     stages: list = []
+    # At parallelism 1 every key group has one owner: a key_by moves nothing between instances.
+    fusing = fuse and parallelism == 1
 
     def new_stage(step) -> int:
         idx = len(stages)
-        stages.append(
-            StagePlan(
-                idx,
-                step.name,
-                [],
-                [],
-                parallelism,
-                [f"{flow.name}/{step.name}/{i}" for i in range(parallelism)],
-            )
-        )
+        stages.append(StagePlan(idx, step.name, [], [], parallelism, [f"{flow_name}/{step.name}/{i}" for i in range(parallelism)]))
         return idx
 
     for step in steps:  # steps are created after their inputs: already topological
-        if step.kind.is_source or step.kind.shuffles:
+        if step.kind.is_source or (step.kind.shuffles and not fusing):
             st = new_stage(step)
         elif step.kind.merges:
             homes = {stage_of[i] for i in step.inputs}
@@ -198,18 +245,7 @@ def compile_plan(flow, parallelism: int) -> Plan:
                 channels[i].append(Channel(i, step.id, stage_of[step.id], step.kind.shuffles, tag))
                 if step.id not in stages[stage_of[step.id]].entries:
                     stages[stage_of[step.id]].entries.append(step.id)
-    for step in steps:
-        if step.kind.is_sink and (successors[step.id] or channels[step.id]):
-            raise FlowError(f"step {step.name!r}: nothing can follow a sink")
-        if step.kind.is_sink and not steps[step.inputs[0]].kind.shuffles and step.sink.partition_key(key_groups.max_parallelism) is not None:
-            # Stream.sink puts the shuffle there: without it two instances would write one part
-            raise FlowError(f"sink {step.name!r} routes its input by partition (e.g. KafkaSink key=): add it with "
-                            f"stream.sink(...), which puts the shuffle before it")
-    reaches_sink = _reaching_sink(steps, successors, channels)
-    for step in steps:
-        if step.kind.is_source and step.id not in reaches_sink:
-            raise FlowError(f"source {step.name!r} reaches no sink: end its stream with .sink(...)")
-    return Plan(flow.name, parallelism, steps, stages, stage_of, successors, channels, key_groups)
+    return stages, stage_of, successors, channels
 
 
 def _check_parallelism(parallelism: int, max_parallelism: int) -> None:

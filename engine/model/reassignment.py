@@ -1,5 +1,6 @@
 """What each instance of a plan restores from a snapshot taken at another parallelism
-(or by another layout of stages): key groups and source partitions follow their owners.
+(or by another layout of stages, e.g. a fused plan's at parallelism 1): key groups and
+source partitions follow their owners, and a step's state its step, whichever stage runs it.
 
 A part's state for a step is a list of *slices*: a participant's chain (base and
 deltas in the store) restricted to the key groups ``[start, end)`` the new instance
@@ -26,6 +27,9 @@ regrouped as they are read.
 ({'0': [5, 5], '2': [5, 5]}, {'1': [5, 5]})
 >>> reassign(old, flow.plan(3)) == dict(old.parts)     # the same layout: every part as it is
 True
+>>> one = reassign(old, flow.plan(1))      # fused: one stage reads every partition, holds every group
+>>> sorted(one), [s["participant"] for s in one["0/0"].states["n"]], sorted(one["0/0"].sources)
+(['0/0'], ['f-k-0-n', 'f-k-1-n', 'f-k-2-n'], ['0', '1', '2'])
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ from driftstream.engine.model.plan import Instance, Plan
 
 def stage_names(manifest: Manifest, plan: Plan) -> tuple:
     """The names of the snapshot's stages by index (a version 1 manifest did not record them:
-    the plan's, whose layout it must then have)."""
-    return manifest.stages if manifest.stages is not None else tuple(s.name for s in plan.stages)
+    the plan's, whose layout it must then have, a stage per key_by: it predates fused plans)."""
+    return manifest.stages if manifest.stages is not None else tuple(s.name for s in plan.unfused().stages)
 
 
 def same_layout(manifest: Manifest, plan: Plan) -> bool:
@@ -67,25 +71,32 @@ def reassign(manifest: Manifest, plan: Plan, source_partitions: Optional[Mapping
 
 
 def _reassigned_parts(manifest: Manifest, plan: Plan) -> dict:
+    # A step's state follows the step, whichever stage holds it in either layout (a fused
+    # plan runs a keyed step in its source's stage); read positions follow the source's
+    # stage, named after the source in every layout.
     names = stage_names(manifest, plan)
     groups = KeyGroups(manifest.max_parallelism or plan.max_parallelism)
     stateful = set(plan.stateful_steps)
     old_by_stage: dict = {}
+    old_states: dict = {}  # step name -> [(the key groups its participant held, its state)]
     for label, part in manifest.parts.items():
         stage, index = (int(x) for x in label.split("/"))
         held = None if manifest.legacy else groups.range_of(index, manifest.parallelism)
-        old_by_stage.setdefault(names[stage], []).append((held, part))
+        old_by_stage.setdefault(names[stage], []).append(part)
+        for step, state in part.states.items():
+            old_states.setdefault(step, []).append((held, state))
     parts = {}
     for stage in plan.stages:
-        old = old_by_stage.get(stage.name, [])
+        old = old_by_stage.get(stage.name, []) if stage.source_id >= 0 else []
+        steps = [step for step in stage.steps if step in stateful]
         for index in range(stage.parallelism):
             owned = groups.range_of(index, stage.parallelism)
             states: dict = {}
             sources: dict = {}
-            for held, part in old:
-                for step, state in part.states.items():
-                    if step in stateful:
-                        states.setdefault(step, []).extend(_cut(s, held, owned) for s in slices_of(state))
+            for step in steps:
+                for held, state in old_states.get(step, ()):
+                    states.setdefault(step, []).extend(_cut(s, held, owned) for s in slices_of(state))
+            for part in old:
                 sources.update({p: pos for p, pos in part.sources.items() if int(p) % stage.parallelism == index})
             states = {step: sorted((s for s in slices if s is not None), key=lambda s: s["participant"]) for step, slices in states.items()}
             new = SnapshotPart(states={k: v for k, v in states.items() if v}, sources=dict(sorted(sources.items(), key=lambda kv: int(kv[0]))))

@@ -34,7 +34,7 @@ from driftstream.engine.model.errors import dead_letter
 from driftstream.engine.model.steps import Step
 from driftstream.engine.runtime.arrow_operators import FlatMapBatches, MapBatches
 from driftstream.engine.runtime.operators import (
-    DeadLettering, DeadLetterSplit, Filter, FlatMap, Keyed, Lookup, Map, Operator, Passthrough, SinkStep, StepContext, Timed,
+    DeadLettering, DeadLetterSplit, Filter, FlatMap, KeyBy, Keyed, Lookup, Map, Operator, Passthrough, SinkStep, StepContext, Timed,
 )
 
 #: how a step's operator is built from the step and its stage instance's context
@@ -96,6 +96,15 @@ def _passthrough(step: Step, ctx: StepContext) -> Operator:
     return Passthrough(step.name)
 
 
+def _key_by(step: Step, ctx: StepContext) -> Operator:
+    """Entered by a keyed channel, which routes and computes the key: a passthrough. In its
+    input's stage (a fused plan) it computes the key itself."""
+    plan = ctx.plan
+    if plan.stage_of[step.inputs[0]] != plan.stage_of[step.id]:
+        return Passthrough(step.name)
+    return KeyBy(step.name, step.fn, step.on_error == "dead-letter")
+
+
 def _sink(step: Step, ctx: StepContext) -> Operator:
     sink = ctx.sink_opener(step.id, ctx.instance) if ctx.sink_opener else step.sink.open(ctx.instance, ctx.plan.parallelism)
     return SinkStep(step.name, Barrier(), sink)
@@ -108,7 +117,7 @@ def _dead_letters(step: Step, ctx: StepContext) -> Operator:
 #: step kind -> how its operator is built
 BUILDERS: dict = {
     kinds.SOURCE: _passthrough,
-    kinds.KEY_BY: _passthrough,  # the channel into it routes
+    kinds.KEY_BY: _key_by,
     kinds.MERGE: _passthrough,
     kinds.MAP: _stateless(Map),
     kinds.FLAT_MAP: _stateless(FlatMap),

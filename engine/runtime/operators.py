@@ -89,6 +89,38 @@ class Passthrough(Operator):
         return items
 
 
+class KeyBy(Operator):
+    """A ``key_by`` in its input's stage (a fused plan, parallelism 1): each item goes on with
+    ``fn(payload)`` as its key, as the keyed channel into an unfused one computes it (same
+    errors; with ``divert``, an item ``fn`` raises on leaves as its dead letter keyed by the
+    step's name, for the dead-letter split after it).
+
+    >>> KeyBy("k", len, False).run([((0,), "ab", None)])
+    [((0,), 'ab', 2)]
+    """
+
+    __slots__ = ("fn", "divert")
+
+    def __init__(self, name: str, fn: Callable, divert: bool) -> None:
+        super().__init__(name)
+        self.fn, self.divert = fn, divert
+
+    def run(self, items: list) -> list:
+        fn, out = self.fn, []
+        append = out.append
+        try:
+            for item in items:
+                try:
+                    append((item[0], item[1], fn(item[1])))
+                except Exception as exc:
+                    if not self.divert:
+                        raise
+                    append((item[0], dead_letter(self.name, item[0], item[1], exc), self.name))
+        except Exception as exc:
+            raise step_error(self.name, item[0], item[1], exc) from exc
+        return out
+
+
 class Stateless(Operator):
     """A map, flat_map or filter: ``fn`` per payload, no state.
 

@@ -388,7 +388,7 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     than silently left out."""
     config = config or RunConfig()
     refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes",
-                                  "source_alignment", "input_merge")
+                                  "source_alignment", "input_merge", "fuse")
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()

@@ -23,7 +23,7 @@ def _host(plan, index: int, sent: list, **options) -> InstanceHost:
 def _two_stages(fn=lambda x: x + 1):
     f = Flow("host")
     f.source(MemorySource(list(range(6)))).key_by(lambda x: x % 2, name="parity").map(fn, name="plus").sink(MemorySink("out"))
-    return f.plan(1)
+    return f.plan(1, fuse=False)  # unfused: the source's stage sends batches to the key_by's
 
 
 def test_a_flush_sends_batches_then_one_ack_with_the_bound_and_the_bound_once_per_move():

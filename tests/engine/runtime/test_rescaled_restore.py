@@ -1,7 +1,8 @@
 """Restoring at another parallelism: each new instance gets exactly the keys of its key
 groups, with the states of the snapshot, whatever mix of bases and deltas the old
 instances' chains hold (real RocksDB files, a local store, the reassignment of
-engine/model/reassignment.py); and a snapshot from before key groups regroups its keys."""
+engine/model/reassignment.py), the fused plan at parallelism 1 among them (its keyed step in
+the source's stage); and a snapshot from before key groups regroups its keys."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ def _plan(parallelism: int):
     return flow.plan(parallelism)
 
 
+def _keyed(plan) -> int:
+    """The index of the stage holding step "n": its own at parallelism > 1, the source's in a fused plan at 1."""
+    return plan.stage_of[next(s.id for s in plan.steps if s.name == "n")]
+
+
 def _take(snaps: StageSnapshots, snapshot_id: int) -> SnapshotPart:
     async def go():
         done = asyncio.get_running_loop().create_future()
@@ -50,7 +56,8 @@ def _run_old(store: str, n: int, history: list) -> tuple:
     """Instances of a parallelism-n run fold ``history`` (per snapshot: key -> inputs), each
     key in the instance owning its group; returns (manifest of the last snapshot, expected states)."""
     plan, groups = _plan(n), KeyGroups(M)
-    snaps = [StageSnapshots(store, plan.participant(Instance(1, i)), None, base_every_s=0 if i % 2 else 3600) for i in range(n)]
+    k = _keyed(plan)
+    snaps = [StageSnapshots(store, plan.participant(Instance(k, i)), None, base_every_s=0 if i % 2 else 3600) for i in range(n)]
     caches = [s.backend("n", append, False, KEYS) for s in snaps]
     expected: dict = {}
     parts: dict = {}
@@ -61,7 +68,7 @@ def _run_old(store: str, n: int, history: list) -> tuple:
                 state = append(state, x)[0]
             expected[key] = state
             caches[groups.owner(groups.group_of(key), n)].fold(key, state, inputs)
-        parts = {Instance(1, i): _take(s, sid) for i, s in enumerate(snaps)}
+        parts = {Instance(k, i): _take(s, sid) for i, s in enumerate(snaps)}
     for s in snaps:
         s.close()
     return manifest_of(plan, len(history), (0,), parts, missing=[]), expected
@@ -79,8 +86,9 @@ def test_every_new_instance_restores_exactly_its_groups(tmp_path_factory, n1, n2
     parts = reassign(manifest, new_plan)
     union: dict = {}
     for i in range(n2):
-        part = parts.get(Instance(1, i).label, SnapshotPart())
-        snaps = StageSnapshots(store, new_plan.participant(Instance(1, i)), part)
+        k = _keyed(new_plan)
+        part = parts.get(Instance(k, i).label, SnapshotPart())
+        snaps = StageSnapshots(store, new_plan.participant(Instance(k, i)), part)
         snaps.backend("n", append, False, KEYS)
         got = dict(snaps.backends["n"].items())
         snaps.close()
@@ -93,18 +101,18 @@ def test_every_new_instance_restores_exactly_its_groups(tmp_path_factory, n1, n2
 def test_a_rescaled_instance_writes_a_base_first_then_goes_on_with_deltas(tmp_path):
     store = str(tmp_path / "store")
     manifest, expected = _run_old(store, 2, [{"a": [1], "b": [2], "c": [3]}, {"a": [4]}])
-    part = reassign(manifest, _plan(1))["1/0"]
+    part = reassign(manifest, _plan(1))["0/0"]  # fused: "n" runs in the source's stage
     assert len(part.states["n"]) == 2  # a slice of each old instance
-    snaps = StageSnapshots(store, "f-k-0", part, base_every_s=3600)
+    snaps = StageSnapshots(store, "f-src-0", part, base_every_s=3600)
     cache = snaps.backend("n", append, False, KEYS)
     cache.fold("a", append(expected["a"], 5)[0], [5])
     first = _take(snaps, 10).states["n"]
     cache.fold("b", append(expected["b"], 6)[0], [6])
     second = _take(snaps, 11).states["n"]
     snaps.close()
-    assert first == {"participant": "f-k-0-n", "base": 10, "deltas": []}
-    assert second == {"participant": "f-k-0-n", "base": 10, "deltas": [11]}
-    again = StageSnapshots(store, "f-k-0", SnapshotPart(states={"n": second}))
+    assert first == {"participant": "f-src-0-n", "base": 10, "deltas": []}
+    assert second == {"participant": "f-src-0-n", "base": 10, "deltas": [11]}
+    again = StageSnapshots(store, "f-src-0", SnapshotPart(states={"n": second}))
     again.backend("n", append, False, KEYS)
     assert dict(again.backends["n"].items()) == {"a": (1, 4, 5), "b": (2, 6), "c": (3,)}
     again.close()
@@ -133,9 +141,10 @@ def test_a_snapshot_from_before_key_groups_restores_at_any_parallelism(tmp_path)
     expected["w0"] = ("w0", "x")
     for n in (1, 2, 3):
         plan, union = _plan(n), {}
-        for i, part in ((i, reassign(manifest, plan).get(Instance(1, i).label, SnapshotPart())) for i in range(n)):
+        k = _keyed(plan)
+        for i, part in ((i, reassign(manifest, plan).get(Instance(k, i).label, SnapshotPart())) for i in range(n)):
             assert all(s.get("legacy") for s in part.states.get("n", []))
-            snaps = StageSnapshots(str(tmp_path / "store"), plan.participant(Instance(1, i)), part)
+            snaps = StageSnapshots(str(tmp_path / "store"), plan.participant(Instance(k, i)), part)
             snaps.backend("n", append, False, KEYS)
             got = dict(snaps.backends["n"].items())
             snaps.close()

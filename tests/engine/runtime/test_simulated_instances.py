@@ -14,7 +14,7 @@ from driftstream.engine.testing import MemorySink, MemorySource
 def _plan():
     f = Flow("instances")
     f.source(MemorySource(list(range(6)))).key_by(lambda x: x % 2, name="parity").map(lambda x: x + 1, name="plus").sink(MemorySink("out"))
-    return f.plan(1)  # two stages: the source's sends its batches to the other
+    return f.plan(1, fuse=False)  # two stages: the source's sends its batches to the other
 
 
 def _start_all(live: SimulatedInstances, plan, bundles: list, sent: list = None) -> None:

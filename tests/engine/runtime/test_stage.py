@@ -72,7 +72,7 @@ def test_a_window_stage_keeps_its_results_samples_bounded():
 
     flow = Flow("windows")
     flow.source(MemorySource([]), name="s").key_by(lambda x: x % 7, name="k").window(Tumbling(1)).count().sink(MemorySink("out"))
-    plan = flow.plan(1)
+    plan = flow.plan(1, fuse=False)  # the keyed stage of its own, which batches enter
     stage = next(i for i, s in enumerate(plan.stages) if s.source_id < 0)
     rt = StageRuntime(plan, stage_index=stage, instance=0, seed=1, max_samples=64, merging=False)
     entry = plan.stages[stage].step_ids[0]
@@ -116,7 +116,7 @@ def test_a_batch_partly_released_by_the_merge_holds_the_watermark_only_at_what_i
 
     flow = Flow("merge")
     flow.source(MemorySource([]), name="s").key_by(lambda x: x, name="k").stateful_map(lambda s, x: (x, x), name="keep").sink(MemorySink("out"))
-    plan = flow.plan(1)
+    plan = flow.plan(1, fuse=False)  # the keyed stage of its own, which batches enter
     stage = next(i for i, s in enumerate(plan.stages) if s.source_id < 0)
     entry = plan.stages[stage].step_ids[0]
     rt = StageRuntime(plan, stage_index=stage, instance=0, seed=1)
