@@ -242,3 +242,19 @@ def test_watermark_never_exceeds_the_earliest_unprocessed_time(times, depth, see
 def test_source_bound_without_xors(bound):
     a = Acker(sources=1)
     assert a.update({}, source=0, bound=bound) == successor(bound)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.lists(st.tuples(st.integers(0, 5), st.integers(0, 8)), max_size=60))
+def test_least_bound_kept_as_min_of_bounds(sources, updates):
+    """The acker keeps the least bound incrementally (min over the sources per update cost
+    O(sources)); after any sequence of bounds, in any order, it is min(bounds) and the
+    watermark is its successor."""
+    a = Acker(sources=sources)
+    for source, k in updates:
+        source %= sources
+        a.update({}, source=source, bound=T(k))
+        assert a._least == min(a.bounds)
+        assert a._at_least == a.bounds.count(min(a.bounds))
+    if all(b != BOTTOM for b in a.bounds):
+        assert a.watermark >= successor(min(a.bounds))
