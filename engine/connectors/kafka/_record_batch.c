@@ -1,5 +1,6 @@
 /* A Kafka sink's records and record batches, in C: sink.sink_records and
- * record_batch.encoded_batches, one call a bundle instead of about ten Python calls a record.
+ * record_batch.encoded_batches, one call a bundle instead of about ten Python calls a record;
+ * and a FileSink's JSON lines (json_lines), on the same Meta and payload encoders.
  *
  * The inverted index's sink writes ~50 small records a document; in Python its thread took
  * 18-19% of an index instance's interpreter in a backlog (py-spy --gil): a JSON call for the
@@ -161,8 +162,9 @@ static Py_ssize_t meta_json(PyObject *meta, char *out) {
 
 /* payload's JSON through orjson's dumps (option: its flags), as json_bytes makes it: what
  * orjson refuses (TypeError) or writes with a null in it goes to json_bytes itself (it falls
- * back to json, and refuses NaN). A copy of orjson's bytes, for the reason json_bytes gives. */
-static PyObject *fast_json(PyObject *payload, PyObject *dumps, PyObject *option_kw, PyObject *json_bytes) {
+ * back to json, and refuses NaN). With copy, a copy of orjson's bytes, for the reason
+ * json_bytes gives; without (a caller that copies them into its own buffer at once), orjson's. */
+static PyObject *fast_json(PyObject *payload, PyObject *dumps, PyObject *option_kw, PyObject *json_bytes, int copy) {
     PyObject *args[2] = {payload, PyTuple_GET_ITEM(option_kw, 1)};
     PyObject *data = PyObject_Vectorcall(dumps, args, 1, PyTuple_GET_ITEM(option_kw, 0));
     if (data == NULL) {
@@ -177,10 +179,25 @@ static PyObject *fast_json(PyObject *payload, PyObject *dumps, PyObject *option_
     }
     const char *s = PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    PyObject *out = memmem(s, n, "null", 4) != NULL ? PyObject_CallOneArg(json_bytes, payload)
-                                                    : PyBytes_FromStringAndSize(s, n);
+    int has_null = memmem(s, n, "null", 4) != NULL;
+    if (!has_null && !copy)
+        return data;
+    PyObject *out = has_null ? PyObject_CallOneArg(json_bytes, payload) : PyBytes_FromStringAndSize(s, n);
     Py_DECREF(data);
     return out;
+}
+
+/* (kwnames, option): orjson.dumps(payload, option=option) by vectorcall; the name is
+ * interned, as orjson matches its keywords' names by identity. */
+static PyObject *option_kwargs(PyObject *option) {
+    PyObject *name = PyUnicode_InternFromString("option");
+    PyObject *kwnames = name == NULL ? NULL : PyTuple_Pack(1, name);
+    Py_XDECREF(name);
+    if (kwnames == NULL)
+        return NULL;
+    PyObject *option_kw = PyTuple_Pack(2, kwnames, option);
+    Py_DECREF(kwnames);
+    return option_kw;
 }
 
 /* sink_records(elements, encode, json_bytes, dumps, option, header) -> [(value, [(header, meta json)])]
@@ -195,19 +212,8 @@ static PyObject *sink_records(PyObject *mod, PyObject *const *args, Py_ssize_t n
     }
     PyObject *encode = args[1], *json_bytes = args[2], *dumps = args[3], *header = args[5];
     PyObject *option_kw = NULL, *items = NULL, *out = NULL;
-    if (dumps != Py_None) {
-        /* (kwnames, option): orjson.dumps(payload, option=option) by vectorcall */
-        /* interned: orjson matches its keywords' names by identity */
-        PyObject *name = PyUnicode_InternFromString("option");
-        PyObject *kwnames = name == NULL ? NULL : PyTuple_Pack(1, name);
-        Py_XDECREF(name);
-        if (kwnames == NULL)
-            return NULL;
-        option_kw = PyTuple_Pack(2, kwnames, args[4]);
-        Py_DECREF(kwnames);
-        if (option_kw == NULL)
-            return NULL;
-    }
+    if (dumps != Py_None && (option_kw = option_kwargs(args[4])) == NULL)
+        return NULL;
     items = PySequence_Fast(args[0], "sink_records takes (meta, payload) elements");
     if (items == NULL)
         goto fail;
@@ -223,7 +229,7 @@ static PyObject *sink_records(PyObject *mod, PyObject *const *args, Py_ssize_t n
             goto fail;
         }
         PyObject *meta = PyTuple_GET_ITEM(item, 0), *payload = PyTuple_GET_ITEM(item, 1);
-        PyObject *value = option_kw != NULL ? fast_json(payload, dumps, option_kw, json_bytes)
+        PyObject *value = option_kw != NULL ? fast_json(payload, dumps, option_kw, json_bytes, 1)
                                             : PyObject_CallOneArg(encode, payload);
         if (value == NULL)
             goto fail;
@@ -260,6 +266,70 @@ fail:
     Py_XDECREF(items);
     Py_XDECREF(option_kw);
     return NULL;
+}
+
+/* -- json_lines -------------------------------------------------------------------------- */
+
+static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+/* json_lines(elements, json_bytes, dumps, option, line) -> bytes
+ *
+ * A FileSink's lines for a bundle's (meta, payload) elements, one buffer:
+ * {"t":<meta>,"value":<payload>}\n each, the bytes json_bytes({"t": meta, "value": payload})
+ * gives (orjson writes a nested value as it writes it alone). A meta meta_json does not take,
+ * or one that is not an exact tuple (a Meta namedtuple sends orjson's whole record to json),
+ * is line(meta, payload)'s, the Python's own. Raises what an encoder raised; the caller then
+ * runs the Python, whose error names the sink and the element. */
+static PyObject *json_lines(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "json_lines(elements, json_bytes, dumps, option, line)");
+        return NULL;
+    }
+    PyObject *json_bytes = args[1], *dumps = args[2], *line = args[4];
+    PyObject *option_kw = option_kwargs(args[3]), *items = NULL, *out = NULL;
+    Buf b = {NULL, 0, 0};
+    if (option_kw == NULL)
+        return NULL;
+    items = PySequence_Fast(args[0], "json_lines takes (meta, payload) elements");
+    if (items == NULL)
+        goto fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
+    char js[512];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "json_lines takes (meta, payload) elements");
+            goto fail;
+        }
+        PyObject *meta = PyTuple_GET_ITEM(item, 0), *payload = PyTuple_GET_ITEM(item, 1);
+        Py_ssize_t jn = PyTuple_CheckExact(meta) ? meta_json(meta, js) : -1;
+        PyObject *value = jn >= 0 ? fast_json(payload, dumps, option_kw, json_bytes, 0) : PyObject_CallFunctionObjArgs(line, meta, payload, NULL);
+        if (value == NULL)
+            goto fail;
+        if (!PyBytes_Check(value)) {
+            Py_DECREF(value);
+            PyErr_SetString(PyExc_TypeError, "json_lines: an encoder returned something other than bytes");
+            goto fail;
+        }
+        int bad = jn >= 0 ? (buf_put(&b, "{\"t\":", 5) < 0 || buf_put(&b, js, jn) < 0 || buf_put(&b, ",\"value\":", 9) < 0 ||
+                             buf_put(&b, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0 || buf_put(&b, "}\n", 2) < 0)
+                          : (buf_put(&b, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value)) < 0 || buf_put(&b, "\n", 1) < 0);
+        Py_DECREF(value);
+        if (bad)
+            goto fail;
+    }
+    out = PyBytes_FromStringAndSize((const char *)b.data, b.len);
+fail:
+    PyMem_Free(b.data);
+    Py_XDECREF(items);
+    Py_DECREF(option_kw);
+    return out;
 }
 
 /* -- encoded_batches --------------------------------------------------------------------- */
@@ -501,6 +571,8 @@ static PyMethodDef methods[] = {
     {"murmur2", (PyCFunction)murmur2, METH_O, "partitioner.murmur2 of a bytes-like object"},
     {"sink_records", (PyCFunction)(void (*)(void))sink_records, METH_FASTCALL,
      "sink.sink_records of a bundle's elements, in one call"},
+    {"json_lines", (PyCFunction)(void (*)(void))json_lines, METH_FASTCALL,
+     "file_sink's JSON lines of a bundle's elements, in one buffer"},
     {"encoded_batches", (PyCFunction)(void (*)(void))encoded_batches, METH_FASTCALL,
      "record_batch.encoded_batches of a list of records, in one call"},
     {NULL, NULL, 0, NULL},

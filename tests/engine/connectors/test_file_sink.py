@@ -1,18 +1,23 @@
 """FileSink on real files: order across bundles, t_last after reopen, a torn trailing
 line ignored and cut off (so a partial bundle is still exact), one fsync per bundle,
-non-JSON payloads named by sink and t, and read_file_sink's merge in Meta order."""
+non-JSON payloads named by sink and t, and read_file_sink's merge in Meta order; the C
+lines (``json_lines`` of ``_record_batch.c``) are the Python's bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 
+import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from driftstream.barriers.bundle import Bundle
-from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
+from driftstream.barriers.json_payloads import ORJSON_OPTIONS, json_bytes
+from driftstream.engine.connectors import file_sink
+from driftstream.engine.connectors.file_sink import FileSink, json_lines, python_json_lines, read_file_sink
 from driftstream.ordering.meta import Meta
 
 
@@ -205,6 +210,50 @@ def test_any_json_value_reads_back_as_json_gives_it(values):
         part.write(Bundle([(T(i), v) for i, v in enumerate(values)]))
         part.close()
         assert [v for _, v in read_file_sink(d, "out")] == [json.loads(json.dumps(v)) for v in values]
+
+
+native = pytest.mark.skipif(file_sink.NATIVE is None, reason="the C lines are not built (tests/ordering/test_in_order_path.py says why)")
+
+
+def c_lines(elements):
+    """The C's lines, called directly: json_lines would quietly take the Python's if the C raised."""
+    return file_sink.NATIVE.json_lines(elements, json_bytes, orjson.dumps, ORJSON_OPTIONS, file_sink._line)
+
+
+@native
+def test_the_c_lines_are_the_pythons_bytes_for_odd_metas_and_payloads():
+    """What the C writes itself (plain 6-tuples of small ints) and what it hands back to the
+    Python per line (a Meta namedtuple, which sends json_bytes' whole record to json: \\u
+    escapes; ints past 64 bits; more than 8 child ids; a bool as a time), payloads orjson
+    refuses (big ints, bytes) or writes with a null in it."""
+
+    @dataclasses.dataclass
+    class Row:
+        word: str
+        n: int
+
+    payloads = ["été", None, "nullify", {"w": None}, 2**70, [1, 2**65], b"\xff", b"ok", Row("ü", 3), {7: "int key"},
+                (1, 2), 1.5, -0.0, True, {"nested": [{"a": "日本"}]}]
+    metas = [T(1), T(2, 3, 4), T(3, tombstone=True), Meta(4, 0, 0, 4), T(2**70), T(5, *range(9)), (True, 0, 0, 6, (), False),
+             (-7, 1, 2, 3, (0,), False)]
+    elements = [(m, p) for m in metas for p in payloads]
+    assert c_lines(elements) == python_json_lines(elements)
+    assert c_lines([]) == python_json_lines([]) == b""
+
+
+@native
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(JSON_VALUES, max_size=8))
+def test_the_c_lines_are_the_pythons_bytes(values):
+    elements = [(T(i, i % 3), v) for i, v in enumerate(values)]
+    assert c_lines(elements) == json_lines(elements) == python_json_lines(elements)
+
+
+@pytest.mark.parametrize("bad", [object(), float("nan"), {"deep": [float("inf")]}])
+def test_a_payload_the_c_refuses_is_named_by_the_python(bad):
+    with pytest.raises(TypeError) as info:
+        json_lines([(T(1), "fine"), (T(2, 5), bad)], "orders")
+    assert "FileSink 'orders' cannot write the element at t=(2, 0, 0, 2, (5,), False)" in str(info.value)
 
 
 def test_read_file_sink_merges_partitions_in_meta_order(tmp_path):
