@@ -31,9 +31,10 @@ from typing import Optional
 NOT_THE_RUNS = ("ray::IDLE", "DashboardAgent", "RuntimeEnvAgent")
 
 
-def processes(match: str, exclude: tuple = NOT_THE_RUNS) -> dict:
+def processes(match: str, exclude: tuple = NOT_THE_RUNS, within: Optional[int] = None) -> dict:
     """pid -> command line of the processes whose command line contains ``match`` and none of
-    ``exclude``, from Linux's /proc."""
+    ``exclude``, from Linux's /proc; with ``within``, only descendants of that pid (a Ray
+    session this process started: not another's on the same machine)."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -43,15 +44,31 @@ def processes(match: str, exclude: tuple = NOT_THE_RUNS) -> dict:
         except OSError:
             continue
         if match in cmdline and not any(x in cmdline for x in exclude) and "py-spy" not in cmdline:
-            found[int(entry)] = cmdline
+            if within is None or _descends(int(entry), within):
+                found[int(entry)] = cmdline
     return found
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is among ``pid``'s parents (Linux's /proc)."""
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])  # ppid, after state
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
 
 
 class Flames:
     """py-spy recorders over the processes matching ``match``, an SVG per process in ``out``."""
 
-    def __init__(self, out: Path, match: str = "ray::", rate: int = 97, py_spy: Optional[str] = None) -> None:
-        self.out, self.match, self.rate = Path(out), match, rate
+    def __init__(self, out: Path, match: str = "ray::", rate: int = 97, py_spy: Optional[str] = None,
+                 fmt: str = "flamegraph", within: Optional[int] = None) -> None:
+        # fmt "raw": py-spy's collapsed stacks (a text file per process, one "stack count" a
+        # line) for grouping the samples by code (files_basis.step_kind_costs), not an SVG
+        self.out, self.match, self.rate, self.fmt, self.within = Path(out), match, rate, fmt, within
         beside = Path(sys.executable).with_name("py-spy")  # a virtualenv's, when it is not on PATH
         self.py_spy = py_spy or shutil.which("py-spy") or (str(beside) if beside.exists() else None)
         self.recorders: dict = {}
@@ -72,13 +89,13 @@ class Flames:
     def _attach(self, label: str) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         started = 0
-        for pid, cmdline in processes(self.match).items():
+        for pid, cmdline in processes(self.match, within=self.within).items():
             if pid in self.recorders:
                 continue
             title = cmdline.split()[0].replace("ray::", "").replace("/", "_").replace(":", "_")[:60]
-            svg = self.out / f"{label}{title}-{pid}.svg"
+            svg = self.out / f"{label}{title}-{pid}.{'txt' if self.fmt == 'raw' else 'svg'}"
             self.recorders[pid] = (subprocess.Popen(
-                [self.py_spy, "record", "--pid", str(pid), "--rate", str(self.rate), "--nonblocking", "--format", "flamegraph",
+                [self.py_spy, "record", "--pid", str(pid), "--rate", str(self.rate), "--nonblocking", "--format", self.fmt,
                  "--output", str(svg)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), svg)
             started += 1
         return started

@@ -853,7 +853,7 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any, ray_sess
     from .bytewax_baseline import bytewax_python
     from .flink_baseline import flink_python
 
-    engines = [e for e in args.engines.split(",") if e]
+    engines = [e for e in (args.engines or "driftstream,driftstream-arrow,spark,flink,bytewax").split(",") if e]
     finders = {"flink": flink_python, "bytewax": bytewax_python}
     pythons = {e: _python_or_none(console, e, finders[e]) for e in engines if e in finders}
     engines = [e for e in engines if pythons.get(e, "") is not None]
@@ -891,6 +891,40 @@ def _throughput(args: Any, bootstrap: str, workdir: Path, console: Any, ray_sess
     (out / "throughput.json").write_text(json.dumps({"started": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))
     console.print(table(rows))
     console.print(f"results: {out / 'throughput.json'}")
+    return 0 if all(r.get("correct") for r in rows) else 1
+
+
+def _throughput_files(args: Any, workdir: Path, console: Any, ray_session_s: Optional[float] = None) -> int:
+    """``--throughput --basis files``: every engine over the same two JSON-lines files, no broker
+    (:mod:`.files_basis`); prints the table (and driftstream's µs per record per step kind with
+    ``--profile``) and writes the figures to ``--out``/throughput-files.json."""
+    from driftstream.examples.benchmarks.backlog import documents
+
+    from .bytewax_baseline import bytewax_python
+    from .files_basis import FILES_ENGINES, files_table, run_all_files, step_kind_costs, step_kind_table
+    from .pathway_baseline import pathway_python
+
+    engines = [e for e in (args.engines or ",".join(FILES_ENGINES)).split(",") if e]
+    finders = {"bytewax": bytewax_python, "bytewax-no-recovery": bytewax_python, "pathway": pathway_python}
+    pythons = {e: _python_or_none(console, e, finders[e]) for e in engines if e in finders}
+    engines = [e for e in engines if pythons.get(e, "") is not None]
+    docs = documents(args.docs)
+    console.print(f"[bold]files basis[/] {len(docs):,} documents in 2 files, engines: {', '.join(engines)}")
+    profile = Path(args.profile) if getattr(args, "profile", None) else None
+    work = workdir / f"files-{int(time.time())}"
+    rows = run_all_files(docs, engines, work, pythons={k.split("-")[0]: v for k, v in pythons.items()},
+                         report=lambda r: console.print(json.dumps(r)), profile=profile)
+    results: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "basis": "files", "docs": len(docs),
+                     "command": "driftstream bench inverted-index " + " ".join(getattr(args, "argv", [])),
+                     "ray_session_s": None if ray_session_s is None else round(ray_session_s, 2), "rows": rows}
+    console.print(files_table(rows))
+    if profile is not None:
+        results["step_kinds"] = step_kind_costs(profile, rows)
+        console.print(step_kind_table(results["step_kinds"]))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "throughput-files.json").write_text(json.dumps(results, indent=1))
+    console.print(f"results: {out / 'throughput-files.json'}")
     return 0 if all(r.get("correct") for r in rows) else 1
 
 
@@ -977,9 +1011,17 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                             help="documents of the --throughput backlog (default 10,000; the corpus has 26,210)")
         parser.add_argument("--flames", default=None, metavar="DIR",
                             help="--throughput: a py-spy flame graph (SVG) of each of driftstream's actors into DIR")
-        parser.add_argument("--engines", default="driftstream,driftstream-arrow,spark,flink,bytewax",
-                            help="engines of the --throughput run (flink and bytewax where installed, see flink_baseline.py "
-                            "and bytewax_baseline.py)")
+        parser.add_argument("--engines", default=None,
+                            help="engines of the --throughput run: with --basis kafka (default driftstream,driftstream-arrow,"
+                            "spark,flink,bytewax; flink and bytewax where installed, see flink_baseline.py and bytewax_baseline.py); "
+                            "with --basis files (default loop,driftstream,driftstream-p1,bytewax,bytewax-no-recovery,pathway; "
+                            "bytewax and pathway where installed, see files_basis.py)")
+        parser.add_argument("--basis", choices=["kafka", "files"], default="kafka",
+                            help="--throughput's basis: kafka (the index between two topics of the broker) or files "
+                            "(every engine from and to JSON-lines files, no broker; files_basis.py)")
+        parser.add_argument("--profile", default=None, metavar="DIR",
+                            help="--basis files: py-spy's stacks of driftstream's actors into DIR and a table of the "
+                            "engine's µs of CPU per record per step kind")
         parser.add_argument("--rounds", type=int, default=4,
                             help="driftstream grid runs per configuration, interleaved; percentiles pool them (default 4)")
         parser.add_argument("--metrics-ab", action="store_true",
@@ -998,14 +1040,19 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
     from driftstream.engine.connectors.local_kafka import start_local_kafka
     from driftstream.engine.runtime.ray_session import ensure_ray
 
-    broker = None if args.bootstrap else start_local_kafka()
-    bootstrap = args.bootstrap or broker.bootstrap_servers
-    console.print(f"[bold]broker[/] {bootstrap}" + ("" if args.bootstrap else " (local Tansu)"))
+    files_basis = getattr(args, "throughput", False) and args.basis == "files"  # no broker: none is started
+    broker = None if args.bootstrap or files_basis else start_local_kafka()
+    bootstrap = args.bootstrap or (broker.bootstrap_servers if broker is not None else None)
+    if bootstrap:
+        console.print(f"[bold]broker[/] {bootstrap}" + ("" if args.bootstrap else " (local Tansu)"))
     started_ray = False
     try:
         if getattr(args, "throughput", False):
             began = time.time()
             started_ray = ensure_ray(None)
+            if files_basis:
+                args.argv = list(argv if argv is not None else sys.argv[1:])
+                return _throughput_files(args, workdir, console, ray_session_s=time.time() - began if started_ray else None)
             return _throughput(args, bootstrap, workdir, console, ray_session_s=time.time() - began if started_ray else None)
         rates = [] if demo or args.quick or args.no_ladder else [float(x) for x in args.rates.split(",")]
         n_corpus = max([docs] + [step_docs(r, args.skip) for r in rates])

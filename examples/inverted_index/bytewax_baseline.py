@@ -41,6 +41,7 @@ Install (kept out of the default install, as Flink)::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -117,6 +118,57 @@ def run_workers(input_dir: Path, output_dir: Path, recovery_dir: Optional[Path],
                for i in range(processes)]
     codes = [w.wait() for w in workers]
     return next((c for c in codes if c), 0)
+
+
+def files_flow(input_dir: str, output_dir: str, stamp: str) -> Any:
+    """The files basis's Dataflow (:mod:`.files_basis`): the same steps over the two ``*.jsonl``
+    files, one output file; the first ``next_batch`` of any file partition stamps ``stamp``."""
+    import orjson
+    import bytewax.operators as op
+    from bytewax.connectors.files import DirSink, DirSource
+
+    from bytewax.dataflow import Dataflow
+
+    from .files_basis import stamp_first_read
+
+    class Stamped(DirSource):
+        def build_part(self, step_id: str, for_part: str, resume_state: Any) -> Any:
+            part = super().build_part(step_id, for_part, resume_state)
+            batch = part.next_batch
+
+            def first_batch() -> Any:
+                stamp_first_read(Path(stamp))
+                part.next_batch = batch  # from now on the partition's own
+                return batch()
+
+            part.next_batch = first_batch
+            return part
+
+    f = Dataflow("inverted_index_files")
+    lines = op.input("documents", f, Stamped(Path(input_dir), glob_pat="*.jsonl"))
+    changes = op.flat_map("words", op.map("parse", lines, orjson.loads), document_changes)
+    records = op.stateful_map("index", op.key_on("by_word", changes, lambda c: c[0]), index_step)
+    op.output("changes", records, DirSink(Path(output_dir), 1))
+    return f
+
+
+def run_files_worker(input_dir: Path, output_dir: Path, stamp: Path, recovery_dir: Optional[Path],
+                     snapshot_interval: int) -> None:
+    """One worker in this process (``bytewax.run``'s own entry, without a second interpreter):
+    recovery partitions and snapshots every ``snapshot_interval`` s where ``recovery_dir`` is given."""
+    from datetime import timedelta
+
+    from bytewax.recovery import RecoveryConfig, init_db_dir
+    from bytewax.run import cli_main
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    options: dict = {}
+    if recovery_dir is not None:
+        recovery_dir.mkdir(parents=True, exist_ok=True)
+        init_db_dir(recovery_dir, 1)
+        # backup_interval 0: no extra snapshots kept for backups of the recovery partitions
+        options = {"epoch_interval": timedelta(seconds=snapshot_interval), "recovery_config": RecoveryConfig(recovery_dir, timedelta(0))}
+    cli_main(files_flow(str(input_dir), str(output_dir), str(stamp)), workers_per_process=1, **options)
 
 
 # ------------------------------------------------------------------ the driver's side (no bytewax needed)
@@ -214,6 +266,35 @@ def run_bytewax_backlog(docs: list, workdir: Path, *, processes: int = 2, snapsh
     )
 
 
+def run_bytewax_files(docs: list, inputs: Sequence[Path], workdir: Path, *, snapshot_interval: Optional[int] = 1,
+                      python: Optional[str] = None, timeout: Optional[float] = None) -> dict:
+    """The files basis's row (:mod:`.files_basis`): one worker over ``inputs`` (the two files),
+    timed from the process's launch and from its first read, output checked without order."""
+    from .files_basis import STAMP, check_records, files_row, read_stamp
+
+    python = bytewax_python(python)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    args = ["files-job", "--input", str(Path(inputs[0]).parent), "--output", str(workdir / "output"), "--stamp", str(workdir / STAMP)]
+    if snapshot_interval is not None:
+        args += ["--recovery", str(workdir / "recovery"), "--snapshot-interval", str(snapshot_interval)]
+    launched = time.time()
+    try:
+        done = subprocess.run([python, "-m", MODULE, *args], capture_output=True, text=True,
+                              timeout=timeout if timeout is not None else 120 + len(docs) / 5)
+        problems = [] if done.returncode == 0 else [f"the Bytewax job failed ({done.returncode}): {done.stderr[-2000:]}"]
+    except subprocess.TimeoutExpired:
+        problems = [f"the Bytewax job did not end within {timeout} s"]
+    ended = time.time()
+    out = workdir / "output"
+    lines = [line for p in sorted(out.iterdir()) for line in p.read_bytes().splitlines() if line.strip()] if out.exists() else []
+    records = [json.loads(line) for line in lines]
+    problems += check_records(records, docs, None)
+    name = "bytewax, 1 worker, " + (f"recovery every {snapshot_interval} s" if snapshot_interval is not None else "no recovery")
+    return files_row(name, len(docs), len(records), launched, read_stamp(workdir / STAMP), ended, problems,
+                     output="a line per change, in no fixed order of the two files (df checked as a multiset)")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -223,7 +304,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     job.add_argument("--recovery", type=Path, default=None, help="recovery partitions' directory (none: no snapshots)")
     job.add_argument("--snapshot-interval", type=int, default=1, help="whole seconds (bytewax.run takes no less)")
     job.add_argument("--processes", type=int, default=2)
+    files = sub.add_parser("files-job", help="the files basis's one worker, in this process (files_basis.py)")
+    files.add_argument("--input", required=True, type=Path)
+    files.add_argument("--output", required=True, type=Path)
+    files.add_argument("--stamp", required=True, type=Path)
+    files.add_argument("--recovery", type=Path, default=None, help="recovery partitions' directory (none: no snapshots)")
+    files.add_argument("--snapshot-interval", type=int, default=1, help="whole seconds")
     args = ap.parse_args(argv)
+    if args.command == "files-job":
+        run_files_worker(args.input, args.output, args.stamp, args.recovery, args.snapshot_interval)
+        return 0
     return run_workers(args.input, args.output, args.recovery, args.snapshot_interval, args.processes)
 
 

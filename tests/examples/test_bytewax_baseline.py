@@ -84,3 +84,18 @@ def test_a_failing_job_is_reported_not_hidden(tmp_path):
         taken.listen()
         figures = run_bytewax_backlog(DOCS[:5], tmp_path, snapshot_interval=None, python=_bytewax_python(), timeout=8)
     assert figures["correct"] is False and figures["problems"]
+
+
+@pytest.mark.slow
+def test_the_files_basis_one_worker_row_is_correct_with_and_without_recovery(tmp_path):
+    from driftstream.examples.inverted_index.bytewax_baseline import run_bytewax_files
+    from driftstream.examples.inverted_index.files_basis import write_files
+
+    python = _bytewax_python()
+    paths = write_files(DOCS, tmp_path / "in")
+    for interval in (1, None):
+        row = run_bytewax_files(DOCS, paths, tmp_path / f"run-{interval}", snapshot_interval=interval, python=python)
+        assert row["correct"] is True, row["problems"]
+        assert row["records"] == sum(len(word_positions(d["text"])) for d in DOCS)
+        assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"]
+    assert any((tmp_path / "run-1" / "recovery").iterdir()) and not (tmp_path / "run-None" / "recovery").exists()

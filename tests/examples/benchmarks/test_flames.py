@@ -49,3 +49,28 @@ def test_following_a_run_records_the_processes_it_starts_after_the_call(tmp_path
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_raw_stacks_of_only_the_descendants_of_a_process(tmp_path):
+    """``fmt="raw"``: py-spy's collapsed stacks as text; ``within``: a matching process that is
+    not a descendant of the given pid (another's on the same machine) is left alone."""
+    import os
+
+    marker = f"flames-within-{time.time_ns()}"
+    mine = subprocess.Popen([sys.executable, "-c", BUSY, marker])
+    # a grandchild of a process that exits at once: re-parented away from this one
+    subprocess.run(["sh", "-c", f"{sys.executable} -c '{BUSY}' {marker} >/dev/null 2>&1 &"], check=True)
+    try:
+        time.sleep(0.5)
+        assert len(processes(marker)) == 2
+        assert list(processes(marker, within=os.getpid())) == [mine.pid]
+        with Flames(tmp_path / "stacks", match=marker, fmt="raw", within=os.getpid()) as flames:
+            assert flames.attach("r-") == 1
+            time.sleep(1.5)
+        assert [f.suffix for f in flames.files] == [".txt"]
+        assert any("spin_here" in line and line.rsplit(" ", 1)[1].isdigit() for line in flames.files[0].read_text().splitlines())
+    finally:
+        mine.kill()
+        mine.wait()
+        for pid in processes(marker):
+            os.kill(pid, 9)
