@@ -44,6 +44,8 @@ from typing import Any, Callable, Iterable
 
 import msgpack
 
+from driftstream.ordering.accelerators import accelerator
+
 __all__ = ["encode", "encode_many", "decode", "encode_key", "encode_keys", "DecodeError", "SUPPORTED_TYPES"]
 
 #: The types ``encode`` accepts (exactly these types, not subclasses).
@@ -191,7 +193,23 @@ def encode_pairs(keys: Iterable, starts: dict, start_of: Callable[[str], tuple],
     >>> keys = [("the", 7), ("a", 2**70), ("b", -3), "x", ("c", ("size",)), ("d", 1.0), ("e", 0.5)]
     >>> encode_pairs(keys, {}, start_of, lambda k: b"G" + encode_key(k)) == [b"G" + encode_key(k) for k in keys]
     True
+
+    The loop runs in C where ``snapshots/_written.c`` is built (``pair_keys``: 0.4-0.7 us a
+    key here, a third of a base row); this one is the reference, and the one without it.
     """
+    if _pair_keys is not None:
+        return _pair_keys(keys if type(keys) is list else list(keys), starts, start_of, other, _tail_of, _TUPLE_HEADS)
+    return _encode_pairs(keys, starts, start_of, other)
+
+
+def _tail_of(second: Any) -> bytes:
+    """The packed second item of a pair key that is not an int (or is past 64 bits), as
+    :func:`encode_key` packs it."""
+    return _pack(_canonical_key(second))
+
+
+def _encode_pairs(keys: Iterable, starts: dict, start_of: Callable[[str], tuple], other: Callable[[Any], bytes]) -> list:
+    """:func:`encode_pairs` in Python: the reference of its C loop."""
     pack, heads, get = _flat_packer().pack, _TUPLE_HEADS, starts.get
     tails: dict = {}  # second items that are not ints, packed as encode_key packs them
     out = []
@@ -337,3 +355,7 @@ def _canonical_key(k: Any) -> Any:
 
 #: the version byte and a tuple's extension header, by payload length below 256
 _TUPLE_HEADS = [_HEADER + _ext_header(_TUPLE, n) for n in range(256)]
+
+_written = accelerator("driftstream.snapshots._written")
+#: encode_pairs's loop in C (snapshots/_written.c), or None: the Python alone
+_pair_keys = getattr(_written, "pair_keys", None)

@@ -14,6 +14,7 @@ from collections import defaultdict, namedtuple
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from driftstream.snapshots import codec
 from driftstream.snapshots.codec import DecodeError, decode, encode, encode_key, encode_keys, encode_many, encode_pairs, pair_start
 
 # -- strategies ---------------------------------------------------------------------------
@@ -124,6 +125,37 @@ def test_pairs_encoded_from_a_cache_of_their_starts_are_the_keys_encoded_one_by_
 
     twice = keys + keys  # the second time every start comes from the cache
     assert encode_pairs(twice, starts, start_of, lambda k: b"P" + encode_key(k)) == [b"P" + encode_key(k) for k in twice]
+
+
+_int_edges = st.sampled_from([0, 1, 31, 32, 127, 128, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1,
+                              2**64, -1, -31, -32, -33, -128, -129, -32_768, -32_769, -(2**31), -(2**31) - 1, -(2**63),
+                              -(2**63) - 1])
+
+
+@pytest.mark.skipif(codec._pair_keys is None, reason="snapshots._written is not built (test_the_accelerator_is_built says why)")
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(hashables, st.tuples(st.text(max_size=300), st.one_of(_int_edges, st.integers(), st.booleans(), hashables)),
+                         st.tuples(st.sampled_from(["x" * n for n in (1, 13, 14, 240, 250, 254, 260)]),
+                                   st.one_of(_int_edges, st.just(("__driftstream_size__",)), st.floats(allow_nan=False))))))
+def test_the_pair_keys_loop_in_c_writes_the_bytes_of_the_python(keys):
+    # a base's keys go through pair_keys (snapshots/_written.c), which packs ints itself: every
+    # MessagePack int width and both ends of 64 bits, against the reference loop
+    made = {"c": 0, "py": 0}
+
+    def starts_of(side):
+        starts: dict = {}
+
+        def start_of(s):
+            made[side] += 1
+            starts[s] = (b"G" + s[:1].encode("utf-8", "surrogatepass"), pair_start(s))
+            return starts[s]
+        return starts, start_of
+
+    other = lambda k: b"O" + encode_key(k)  # noqa: E731
+    twice = keys + keys
+    fast = codec._pair_keys(twice, *starts_of("c"), other, codec._tail_of, codec._TUPLE_HEADS)
+    assert fast == codec._encode_pairs(twice, *starts_of("py"), other)
+    assert made["c"] == made["py"]  # the same starts asked for: one per str, the cache's
 
 
 def _has_nan(x) -> bool:
