@@ -226,7 +226,8 @@ class RaySupervisor:
         status = dataclasses.replace(
             self.live.read(latency_since, latency_samples), parallelism=plan.parallelism, max_parallelism=plan.max_parallelism,
             rescales=self.rescaler.reports(), corrupt_snapshots=list(self.corrupt.records),
-            key_groups={s.name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)] for s in plan.keyed_stages})
+            key_groups={name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)]
+                        for s in plan.keyed_stages for name in plan.keyed_names(s)})
         return status.to_dict()
 
     def _inject(self, moment: str) -> None:

@@ -106,6 +106,13 @@ class Plan:
         keyed |= {self.stage_of[s.id] for s in self.steps if s.kind.shuffles}
         return [s for s in self.stages if s.index in keyed]
 
+    def keyed_names(self, stage: StagePlan) -> list:
+        """What ``status()`` lists keyed ``stage``'s key groups under: its name (a shuffle enters
+        it, and it is named after that key_by), or the names of the key_bys fused into it."""
+        fused = [self.steps[i].name for i in stage.step_ids
+                 if self.steps[i].kind.shuffles and self.stage_of[self.steps[i].inputs[0]] == stage.index]
+        return fused or [stage.name]
+
     def key_group_range(self, instance: Instance) -> GroupRange:
         """The key groups ``instance`` owns (its stage is keyed) or would own."""
         return self.key_groups.range_of(instance.index, self.stages[instance.stage].parallelism)
