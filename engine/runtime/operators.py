@@ -259,7 +259,7 @@ class Keyed(Operator):
 
     def run(self, items: list) -> list:
         try:
-            return [(m, p, None) for m, p in self.state.apply_batch(self.inputs(items))]
+            return self.state.apply_items(self.inputs(items))
         except StateFnError as exc:
             raise step_error(self.name, exc.meta, exc.payload, exc.__cause__) from exc.__cause__
 
@@ -332,9 +332,7 @@ class SinkStep(Operator):
         self.barrier, self.sink = barrier, sink
 
     def run(self, items: list) -> list:
-        add = self.barrier.add
-        for meta, payload, _ in items:
-            add(meta, payload)
+        self.barrier.add_many(items)
         return []
 
 

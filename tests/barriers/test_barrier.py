@@ -281,3 +281,69 @@ def test_releases_at_any_watermarks_give_every_element_once_in_order(times, cuts
     released += barrier.release((10**9,)).elements
     # in t order; among equal t, in the order they were added (a stable sort of what was added)
     assert [p for _, p in released] == sorted(added, key=lambda p: p[0]) and len(barrier) == 0
+
+
+# -- add_many and release against the plain algorithm ----------------------------------
+
+
+class PlainBarrier:
+    """The barrier's rules the plainest way (everything held re-sorted each release, each
+    released element looked up among the tombstones): the reference for Barrier's runs,
+    its tombstones found by bisection and its replayed prefix cut by bisection."""
+
+    def __init__(self, drop_through=None):
+        self.held, self.tombstones, self.drop_through = [], {}, drop_through
+        self.tombstones_released = self.dropped_replayed = 0
+
+    def add(self, meta, payload):
+        if meta[5]:
+            self.tombstones.setdefault(meta._replace(tombstone=False), []).append(payload)
+        else:
+            self.held.append((meta, payload))
+
+    def release(self, w):
+        ready = sorted((e for e in self.held if e[0] < w), key=lambda e: e[0])
+        self.held = [e for e in self.held if not e[0] < w]
+        kept = []
+        for meta, payload in ready:
+            cancel = self.tombstones.get(meta)
+            if cancel and payload in cancel:
+                cancel.remove(payload)
+            else:
+                kept.append((meta, payload))
+        for meta in [m for m in self.tombstones if m < w]:
+            self.tombstones_released += len(self.tombstones.pop(meta))
+        if self.drop_through is not None:
+            self.dropped_replayed += sum(1 for m, _ in kept if not m > self.drop_through)
+            kept = [e for e in kept if e[0] > self.drop_through]
+        return kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios(), st.lists(st.tuples(meta_keys, st.text("xyz", min_size=1, max_size=2)), max_size=3),
+       st.one_of(st.none(), meta_keys), st.booleans())
+def test_add_many_and_releases_give_the_plain_algorithms_bundles(scenario, lone, through, batched):
+    """Corrections, duplicates, tombstones whose element never comes (counted, kept visible)
+    and a replayed prefix to drop: ``add_many`` of a step's triples and each release give the
+    bundles and counts of the plain algorithm."""
+    _, order, release_after = scenario
+    order = list(order) + [(Meta(ts, 0, part, ts, child, True), p) for (ts, part, child), p in lone]
+    drop = None if through is None else Meta(through[0], 0, through[1], through[0], through[2])
+    b, plain = Barrier(), PlainBarrier(drop)
+    if drop is not None:
+        b.skip_through(drop)
+    pending, w = [], BOTTOM
+    for i, (meta, payload) in enumerate(order):
+        pending.append((meta, payload, None))
+        plain.add(meta, payload)
+        if i + 1 in release_after or i + 1 == len(order):
+            if batched:
+                b.add_many(pending)
+            else:
+                for m, p, _ in pending:
+                    b.add(m, p)
+            pending = []
+            # A legal watermark: every element and tombstone below it has arrived.
+            w = max(w, min((m.time for m, _ in order[i + 1:]), default=TOP))
+            assert released(b.release(w)) == [(tuple(m), p) for m, p in plain.release(w)]
+    assert (b.tombstones_released, b.dropped_replayed) == (plain.tombstones_released, plain.dropped_replayed)
