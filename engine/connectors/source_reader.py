@@ -2,18 +2,27 @@
 
 >>> from driftstream.engine.testing import MemorySource
 >>> src = MemorySource(["a", "b", "c"], partitions=2)
->>> reader = SourceReader(src, source_id=0, instance=0, instances=1, max_inflight=10)
+>>> reader = SourceReader(src, source_id=0, instance=0, instances=1, max_inflight=10, merged=False)
 >>> [(m[0], p) for m, p in reader.poll(10)]       # (ts, payload): partition 0 first
 [(0, 'a'), (2, 'c')]
 >>> [(m[0], p) for m, p in reader.poll(10)]
 [(1, 'b')]
 >>> reader.done, reader.bound()
 (True, (inf,))
+
+Merged (the default), an instance of several partitions emits their records in t order
+while each has data ready: a keyed step after it then applies them in order instead of
+repairing its state (``out_of_order``). See :meth:`SourceReader._poll_merged`.
+
+>>> merged = SourceReader(src, source_id=0, instance=0, instances=1, max_inflight=10)
+>>> [[(m[0], p) for m, p in merged.poll(10)] for _ in range(3)]
+[[(0, 'a')], [(1, 'b')], [(2, 'c')]]
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections import deque
 from typing import Any, Optional
 
@@ -50,10 +59,12 @@ class SourceReader:
         batch_size: int = 1,
         starts: Optional[dict] = None,
         alignment_slack: Any = None,
+        merged: bool = True,
     ) -> None:
         """``alignment_slack``: how far past the frontier of all source instances (in the
         source's time units) a partition may emit, told by :meth:`align`; ``"auto"``: the
-        source's own ``alignment_slack``; None: no alignment (see :mod:`.alignment`)."""
+        source's own ``alignment_slack``; None: no alignment (see :mod:`.alignment`).
+        ``merged``: emit several partitions' records in t order (see :meth:`_poll_merged`)."""
         starts = starts or {}
         self.numbers = [p for p in range(source.partitions()) if p % instances == instance]
         self.parts = [source.open(p, source_id, starts.get(p)) for p in self.numbers]
@@ -61,7 +72,12 @@ class SourceReader:
         self.alignment = None if slack is None else Alignment(slack)
         if self.alignment is not None:
             self.parts = [HeldPartition(part, self.alignment) for part in self.parts]
-        self._last: list = [BOTTOM] * len(self.parts)
+        self._last: list = [BOTTOM] * len(self.parts)  # per partition: the last time emitted
+        self.merged = merged and len(self.parts) > 1
+        # Merged: per partition, records read but not emitted yet (they wait for the others'
+        # earlier ones; at most one read's worth), and whether its last read found nothing.
+        self._held: list = [[] for _ in self.parts]
+        self._dry: list = [False] * len(self.parts)
         self.max_inflight = max(max_inflight, (len(self.parts) + 1) * batch_size, 2 * len(self.parts) + 1)
         self._inflight: list = [deque() for _ in self.parts]  # per partition: times emitted, not yet below the watermark
         self._in_flight = 0
@@ -72,7 +88,10 @@ class SourceReader:
 
     @property
     def done(self) -> bool:
-        return all(p.done for p in self.parts)
+        return all(p.done for p in self.parts) and not any(self._held)
+
+    def _live(self, i: int) -> bool:
+        return not self.parts[i].done or bool(self._held[i])
 
     @classmethod
     def of_instance(cls, plan: Plan, key: Instance, config: InstanceConfig) -> Optional["SourceReader"]:
@@ -83,19 +102,31 @@ class SourceReader:
             return None
         step = plan.steps[stage.source_id]
         return cls(step.source, step.id, key.index, stage.parallelism, config.max_inflight, config.batch_size,
-                   starts=config.restore.positions(), alignment_slack=plan_alignment(plan, config.source_alignment))
+                   starts=config.restore.positions(), alignment_slack=plan_alignment(plan, config.source_alignment),
+                   merged=config.input_merge)
 
     def has_credit(self) -> bool:
         return self._in_flight < self.max_inflight
 
     def bound(self) -> Time:
         """Every time at or below the bound that this instance will ever emit has been emitted."""
-        live = [self._bound(i) for i, part in enumerate(self.parts) if not part.done]
+        live = [self._bound(i) for i in range(len(self.parts)) if self._live(i)]
         return min(live) if live else TOP
 
     def _bound(self, i: int) -> Time:
+        held = self._held[i]
+        if held:  # read, not emitted: the partition's own bound is past them
+            # Just below the first held record: nothing of the partition lies between (offsets
+            # are ints), so the watermark may pass what the others emitted below it.
+            ts, source, partition, offset = held[0][0][:4]
+            return (ts, source, partition, offset - 1) if type(offset) is int else self._last[i]
         known = self.parts[i].bound()
         return known if known is not None else self._last[i]
+
+    def _next(self, i: int) -> Time:
+        """A time at or below everything partition ``i`` has still to emit (its first held record's)."""
+        held = self._held[i]
+        return held[0][0][:4] if held else self._bound(i)
 
     def poll(self, max_items: int) -> list:
         """Read up to ``max_items`` (fewer when credit runs low) from the partition
@@ -109,6 +140,8 @@ class SourceReader:
         leaves 2 credits to each other one that has read nothing (its first element stays in
         flight until it reads the next), and 1 more when it is not the laggard itself.
         """
+        if self.merged:
+            return self._poll_merged(max_items)
         free = self.max_inflight - self._in_flight
         order = sorted((self._bound(i), i) for i, part in enumerate(self.parts) if not part.done)
         unread = sum(1 for bound, _ in order if bound == BOTTOM)
@@ -119,15 +152,53 @@ class SourceReader:
                 continue
             items = self.parts[i].read(budget)
             if items:
-                self._last[i] = items[-1][0][:4]
-                append = self._inflight[i].append
-                for meta, _ in items:
-                    append(meta[:4])
-                self._in_flight += len(items)
-                if not self.emitted:
-                    self.first_read_at = time.time()
-                self.emitted += len(items)
-                return items
+                return self._emit(i, items)
+        return []
+
+    def _emit(self, i: int, items: list) -> list:
+        """``items`` of partition ``i`` leave: their credit is taken, its bound moves."""
+        self._last[i] = items[-1][0][:4]
+        append = self._inflight[i].append
+        for meta, _ in items:
+            append(meta[:4])
+        self._in_flight += len(items)
+        if not self.emitted:
+            self.first_read_at = time.time()
+        self.emitted += len(items)
+        return items
+
+    def _poll_merged(self, max_items: int) -> list:
+        """:meth:`poll` emitting in t order across partitions: from the partition whose next
+        record is earliest, the records up to the next record of any other partition; the
+        rest of its read waits (``_held``), counted in no bound. A partition whose last read
+        found nothing (an idle Kafka partition) holds nobody back: order is then given up for
+        latency (a keyed step repairs what comes late). Each round emits, or reads into a
+        partition that held nothing: at most partitions + 1 rounds. O(partitions) per round
+        and one bisect per read; nothing per record beyond a slice."""
+        free, n = self.max_inflight - self._in_flight, len(self.parts)
+        for _ in range(n + 1):
+            order = sorted((self._next(i), i) for i in range(n) if self._live(i))
+            unread = sum(1 for t, _ in order if t == BOTTOM)
+            for rank, (t, i) in enumerate(order):
+                budget = min(max_items, free - 2 * (unread - (t == BOTTOM)) - (rank > 0))
+                if budget <= 0:
+                    continue
+                items = self._held[i]
+                if not items:
+                    items = self.parts[i].read(budget)
+                    self._dry[i] = not items
+                    if not items:
+                        continue
+                limit = min((self._next(j) for j in range(n) if j != i and self._live(j) and (self._held[j] or not self._dry[j])),
+                            default=TOP)
+                cut = len(items) if items[-1][0][:4] <= limit else bisect_right(items, limit, key=lambda item: item[0][:4])
+                cut = min(cut, budget)
+                self._held[i] = items[cut:]
+                if cut:
+                    return self._emit(i, items[:cut])
+                break  # all of the read waits: order the partitions again
+            else:
+                return []
         return []
 
     def align(self, frontier: Time) -> None:
@@ -145,16 +216,19 @@ class SourceReader:
         return sum(p.skip_after(t) for p in self.parts if not p.done)
 
     def lag(self) -> Optional[int]:
-        """Records not yet read, summed over this instance's partitions (None if none knows)."""
+        """Records not yet emitted, summed over this instance's partitions (None if none knows)."""
         lags = [p.lag() for p in self.parts]
         known = [x for x in lags if x is not None]
-        return sum(known) if known else None
+        held = sum(len(h) for h in self._held)
+        return sum(known) + held if known else (held or None)
 
     def fetch_states(self) -> list:
         """:meth:`SourcePartition.fetch_state` of each partition that has one."""
         return [st for st in (p.fetch_state() for p in self.parts) if st is not None]
 
     def next_ready_in(self) -> Optional[float]:
+        if any(self._held):
+            return 0.0
         waits = [w for w in (p.next_ready_in() for p in self.parts if not p.done) if w is not None]
         return min(waits) if waits else None
 
@@ -167,8 +241,10 @@ class SourceReader:
         running ts reproduces the same times (the running max is idempotent).
         """
         out: dict = {}
-        for p, part, times in zip(self.numbers, self.parts, self._inflight):
+        for p, part, times, held in zip(self.numbers, self.parts, self._inflight, self._held):
             first = next((time_ for time_ in times if time_ >= t), None)
+            if first is None and held:  # read, not emitted: a replay reads it again
+                first = held[0][0]
             out[p] = part.position() if first is None else (first[3], first[0])
         return out
 

@@ -164,7 +164,8 @@ class RunConfig:
     #: (see engine/connectors/alignment.py)
     source_alignment: Any = DEFAULT_SOURCE_ALIGNMENT
     #: each stage instance merges its senders' batches in t order, holding a sender that runs
-    #: ahead of another (see ordering/input_merge.py); False: batches are taken as they come
+    #: ahead of another (see ordering/input_merge.py), and a source instance its partitions'
+    #: records (connectors/source_reader.py); False: batches and reads are taken as they come
     input_merge: bool = True
     #: at parallelism 1, run the whole flow in one stage actor: a ``key_by`` computes its key
     #: in its input's stage, no data plane between them (see model/plan.py); False: the
