@@ -244,3 +244,15 @@ def test_a_kafka_sources_bad_records_go_to_its_own_topic_and_step_failures_share
         two.steps_to_run()
     two.dead_letters(MemorySink("dlq"))
     assert sinks(two) == {} and [s.name for s in two.steps_to_run()][-2:] == ["dlq.all", "dlq"]
+
+
+def test_a_fused_key_by_diverts_the_same_dead_letters_as_a_keyed_channel():
+    """At parallelism 1 the key_by computes its key in its input's stage (fused): its dead
+    letters, their tracebacks and the counts are those of the unfused layout."""
+    flow = build([("a", 1), ("a", -1), ("b", 17), ("a", 29), ("a", 5), ("c", 3)], partitions=2)
+    assert flow.plan(1).fused and not flow.plan(1, fuse=False).fused
+    fused, unfused = flow.run(runtime="simulator", seed=4), flow.run(runtime="simulator", seed=4, fuse=False)
+    letters = [[(d.step, d.element, d.t, d.error, d.traceback) for d in r.output("dlq")] for r in (fused, unfused)]
+    assert letters[0] == letters[1] and [s for s, *_ in letters[0]].count("key_by") == 1
+    assert fused.output("out") == unfused.output("out")
+    assert fused.metrics.step_dead_letters == unfused.metrics.step_dead_letters

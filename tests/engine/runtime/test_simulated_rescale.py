@@ -108,3 +108,20 @@ def test_a_crash_after_a_commit_while_a_rescale_drains_emits_no_window_twice():
     result = sim.run()
     assert sim.crash_points == ["after a commit (rescale draining)"]
     assert result.output("out") == _reference("sliding panes")["out"]
+
+
+@pytest.mark.parametrize("name", sorted(FLOWS))
+def test_a_fused_run_at_1_rescaled_to_2_and_back_through_crashes_gives_the_reference(name):
+    """At parallelism 1 the plan is fused (a key_by in its input's stage); a rescale to 2 moves
+    its state, stored under the source's stage, to the key_by's stages and back again."""
+    flow, _ = FLOWS[name]()
+    assert flow.plan(1).fused and not flow.plan(1, fuse=False).fused and not flow.plan(2).fused
+    done = []
+    for seed in range(4):
+        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=0.01)
+        sim = Simulation(flow.plan(1), config, crashes=seed % 2, rescales=[2, 1])
+        result = sim.run()
+        done += [n for n, _ in sim.rescaled]
+        for sink, expected in _reference(name).items():
+            assert result.output(sink) == expected, (sink, seed, sim.crash_points)
+    assert 2 in done  # (a short run may end before its second rescale)
