@@ -40,7 +40,7 @@ class CacheBudget:
         for key in victims:
             del states[key]
         if victims:
-            self.complete = False  # RocksDB now holds states the cache does not
+            self._incomplete()
         self.evicted += len(victims)
         freed = before - self._clean.bytes
         if freed < excess and not self._bases_pending:
@@ -55,11 +55,18 @@ class CacheBudget:
                 break
             victims.append(key)
         if victims:
-            self.complete = False  # RocksDB now holds states the cache does not
+            self._incomplete()
         for key in victims:
             self.db.put(key, states.pop(key))
             del self._unwritten[key]
         self.spilled += len(victims)
+
+    def _incomplete(self) -> None:
+        """RocksDB now holds states the cache does not: misses read it from here on, so its
+        bulk mode (a memtable written, never read) ends now, between two writes (no iterator
+        open), not at the first read."""
+        self.complete = False
+        self.db.end_bulk()
 
     def stats(self) -> dict:
         """What the cache holds and did: for ``status()`` and metrics. O(1)."""

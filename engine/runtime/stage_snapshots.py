@@ -134,7 +134,8 @@ class StageSnapshots:
         started = time.perf_counter()
         if not slices:
             self.chains[step_name] = Chain(self.base_every_s)
-            db = RocksDBBackend(path, keys)
+            # fresh: written, not read, until its cache drops a state (RocksDBBackend's bulk mode)
+            db = RocksDBBackend(path, keys, bulk=True)
         elif len(slices) == 1 and "groups" not in slices[0] and not slices[0].get("legacy"):
             entry = slices[0]
             self.store.download(entry["base"], entry["participant"], path)

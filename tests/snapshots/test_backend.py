@@ -15,6 +15,7 @@ from driftstream.ordering.keyed_state import DictBackend, DriftingKeyedState
 from driftstream.ordering.meta import TOP, Meta
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.ordering.key_groups import KeyGroups
+from driftstream.snapshots.changelog import REMOVED
 from driftstream.snapshots.codec import decode
 from driftstream.snapshots.state_keys import PREFIX_BYTES, StateKeys
 
@@ -207,3 +208,56 @@ def test_drifting_keyed_state_on_rocksdb_matches_the_dict_backend(tmp_path):
         cp = rdb.checkpoint(tmp_path / "cp")
     with RocksDBBackend.restore(cp, tmp_path / "restored") as r:
         assert dict(r.items()) == dict(on_dict.backend.items())
+
+
+# -- bulk mode: a vector memtable until the first point read ------------------------------------
+
+
+def test_a_bulk_database_holds_its_writes_in_checkpoints_and_the_first_read_ends_the_mode(tmp_path):
+    # a fresh instance's database (StageSnapshots opens it bulk): bases write, checkpoints
+    # link, nothing reads; then a cache miss reads, and the database goes on as before
+    states = _random_states(3000, seed=5)
+    items = list(states.items())
+    b = RocksDBBackend(tmp_path / "db", bulk=True)
+    b.put_many(items[:2000])
+    b.put(items[0][0], "changed")
+    b.put_many([(items[1][0], REMOVED)])
+    b.start_flush()
+    deadline = time.monotonic() + 10
+    while b.flushing() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    cp = b.checkpoint(tmp_path / "cp1")
+    b.put_many(items[2000:])  # after the checkpoint: in the memtable, out of the checkpoint
+    expected = dict(items[:2000]) | {items[0][0]: "changed"}
+    del expected[items[1][0]]
+    restored = RocksDBBackend.restore(cp, tmp_path / "r1")
+    assert dict(restored.items()) == expected
+    restored.close()
+    assert b.bulk and dict(b.items()) == expected | dict(items[2000:])  # an iterator reads the vector memtable too
+    assert b.get(items[2500][0]) == items[2500][1] and not b.bulk  # a point read ends bulk: nothing lost
+    assert b.get(items[1][0]) is None and b.get(items[0][0]) == "changed"
+    b.put(items[3][0], "later")
+    cp2 = b.checkpoint(tmp_path / "cp2")
+    restored = RocksDBBackend.restore(cp2, tmp_path / "r2")
+    assert dict(restored.items()) == expected | dict(items[2000:]) | {items[3][0]: "later"}
+    restored.close()
+    b.close()
+
+
+def test_a_cache_over_a_bulk_database_ends_the_mode_at_its_first_drop_and_reads_back_what_it_dropped(tmp_path):
+    # a drop makes the cache incomplete: misses read RocksDB from then on, so the bulk mode
+    # ends there (between writes), before any read
+    from driftstream.snapshots.memory_size import RECORD_OVERHEAD
+    from driftstream.snapshots.state_cache import StateCache
+
+    cache = StateCache(RocksDBBackend(tmp_path / "db", bulk=True), budget_bytes=50 * (RECORD_OVERHEAD + 100), track_changes=False)
+    assert cache.complete and cache.db.bulk
+    for i in range(10):
+        cache.put(("w", i), [i] * 5)
+    assert cache.complete and cache.db.bulk and not cache.spilled
+    for i in range(10, 400):
+        cache.put(("w", i), [i] * 5)
+    assert cache.spilled and not cache.complete and not cache.db.bulk
+    assert [cache.get(("w", i)) for i in range(400)] == [[i] * 5 for i in range(400)]
+    assert cache.read_back
+    cache.close()
