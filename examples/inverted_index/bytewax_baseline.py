@@ -270,7 +270,7 @@ def run_bytewax_files(docs: list, inputs: Sequence[Path], workdir: Path, *, snap
                       python: Optional[str] = None, timeout: Optional[float] = None) -> dict:
     """The files basis's row (:mod:`.files_basis`): one worker over ``inputs`` (the two files),
     timed from the process's launch and from its first read, output checked without order."""
-    from .files_basis import STAMP, check_records, files_row, read_stamp
+    from .files_basis import STAMP, check_records, files_row, launch, read_stamp
 
     python = bytewax_python(python)
     workdir = Path(workdir)
@@ -278,20 +278,13 @@ def run_bytewax_files(docs: list, inputs: Sequence[Path], workdir: Path, *, snap
     args = ["files-job", "--input", str(Path(inputs[0]).parent), "--output", str(workdir / "output"), "--stamp", str(workdir / STAMP)]
     if snapshot_interval is not None:
         args += ["--recovery", str(workdir / "recovery"), "--snapshot-interval", str(snapshot_interval)]
-    launched = time.time()
-    try:
-        done = subprocess.run([python, "-m", MODULE, *args], capture_output=True, text=True,
-                              timeout=timeout if timeout is not None else 120 + len(docs) / 5)
-        problems = [] if done.returncode == 0 else [f"the Bytewax job failed ({done.returncode}): {done.stderr[-2000:]}"]
-    except subprocess.TimeoutExpired:
-        problems = [f"the Bytewax job did not end within {timeout} s"]
-    ended = time.time()
+    run = launch([python, "-m", MODULE, *args], "the Bytewax job", timeout if timeout is not None else 120 + len(docs) / 5)
     out = workdir / "output"
     lines = [line for p in sorted(out.iterdir()) for line in p.read_bytes().splitlines() if line.strip()] if out.exists() else []
     records = [json.loads(line) for line in lines]
-    problems += check_records(records, docs, None)
+    problems = run.problems + check_records(records, docs, None)
     name = "bytewax, 1 worker, " + (f"recovery every {snapshot_interval} s" if snapshot_interval is not None else "no recovery")
-    return files_row(name, len(docs), len(records), launched, read_stamp(workdir / STAMP), ended, problems,
+    return files_row(name, len(docs), len(records), run.launched, read_stamp(workdir / STAMP), run.ended, problems, cpu_s=run.cpu_s,
                      output="a line per change, in no fixed order of the two files (df checked as a multiset)")
 
 

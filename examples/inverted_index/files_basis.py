@@ -36,6 +36,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -168,12 +169,15 @@ def check_records(records: Sequence[dict], docs: Sequence[dict], order: Optional
 
 
 def files_row(engine: str, docs: int, records: int, launched: float, first_read: Optional[float], ended: float,
-              problems: list, **extra: Any) -> dict:
-    """One engine's figures: docs/s and seconds from its launch and from its first read.
+              problems: list, cpu_s: Optional[float] = None, **extra: Any) -> dict:
+    """One engine's figures: docs/s and seconds from its launch and from its first read, and
+    its CPU seconds (all its processes) and µs of CPU per change record.
 
-    >>> r = files_row("x", 100, 500, 10.0, 12.0, 14.0, [])
+    >>> r = files_row("x", 100, 500, 10.0, 12.0, 14.0, [], cpu_s=1.0)
     >>> r["seconds_from_launch"], r["docs_per_s"], r["seconds_from_first_read"], r["docs_per_s_from_first_read"], r["correct"]
     (4.0, 25.0, 2.0, 50.0, True)
+    >>> r["cpu_s"], r["cpu_us_per_record"]
+    (1.0, 2000.0)
     """
     from_launch = max(ended - launched, 1e-9)
     from_read = max(ended - first_read, 1e-9) if first_read is not None else None
@@ -185,6 +189,8 @@ def files_row(engine: str, docs: int, records: int, launched: float, first_read:
         "docs_per_s": round(docs / from_launch, 1),
         "seconds_from_first_read": round(from_read, 2) if from_read is not None else None,
         "docs_per_s_from_first_read": round(docs / from_read, 1) if from_read is not None else None,
+        "cpu_s": cpu_s,
+        "cpu_us_per_record": round(cpu_s / records * 1e6, 2) if cpu_s is not None and records else None,
         "correct": not problems,
         "problems": problems[:10],
         **extra,
@@ -201,30 +207,33 @@ def with_ratios(rows: list, loop_engine: str = "plain loop") -> list:
     loop = next((r for r in rows if r["engine"] == loop_engine), None)
     for r in rows:
         if loop is None:
-            r["of_loop"] = r["of_loop_from_first_read"] = None
+            r["of_loop"] = r["of_loop_from_first_read"] = r["of_loop_by_cpu"] = None
             continue
         r["of_loop"] = round(r["docs_per_s"] / loop["docs_per_s"], 3)
         a, b = r.get("docs_per_s_from_first_read"), loop.get("docs_per_s_from_first_read")
         r["of_loop_from_first_read"] = round(a / b, 3) if a and b else None
+        # CPU per record, the loop's over the engine's: the share of a machine's cores' work that is the flow's own
+        a, b = r.get("cpu_us_per_record"), loop.get("cpu_us_per_record")
+        r["of_loop_by_cpu"] = round(b / a, 3) if a and b else None
     return rows
 
 
 def files_table(rows: Sequence[dict]) -> str:
     """The rows as a Markdown table.
 
-    >>> print(files_table(with_ratios([files_row("plain loop", 10, 5, 0.0, 1.0, 2.0, [], output="a line per change")])))
-    | engine | docs/s | records | from launch, s | from first read, s | docs/s from first read | of the loop (from launch / first read) | correct | output |
-    |---|---:|---:|---:|---:|---:|---:|---|---|
-    | plain loop | 5.0 | 5 | 2.0 | 1.0 | 10.0 | 1.0 / 1.0 | yes | a line per change |
+    >>> print(files_table(with_ratios([files_row("plain loop", 10, 5, 0.0, 1.0, 2.0, [], cpu_s=0.5, output="a line per change")])))
+    | engine | docs/s | records | from launch, s | from first read, s | docs/s from first read | of the loop (from launch / first read) | CPU s | CPU µs/record | of the loop by CPU | correct | output |
+    |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|
+    | plain loop | 5.0 | 5 | 2.0 | 1.0 | 10.0 | 1.0 / 1.0 | 0.5 | 100000.0 | 1.0 | yes | a line per change |
     """
     lines = ["| engine | docs/s | records | from launch, s | from first read, s | docs/s from first read | "
-             "of the loop (from launch / first read) | correct | output |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+             "of the loop (from launch / first read) | CPU s | CPU µs/record | of the loop by CPU | correct | output |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         lines.append(f"| {r['engine']} | {r['docs_per_s']:,} | {r['records']:,} | {r['seconds_from_launch']} | "
                      f"{r.get('seconds_from_first_read')} | {r.get('docs_per_s_from_first_read')} | "
-                     f"{r.get('of_loop')} / {r.get('of_loop_from_first_read')} | {'yes' if r['correct'] else 'NO'} | "
-                     f"{r.get('output', '')} |")
+                     f"{r.get('of_loop')} / {r.get('of_loop_from_first_read')} | {r.get('cpu_s')} | {r.get('cpu_us_per_record')} | "
+                     f"{r.get('of_loop_by_cpu')} | {'yes' if r['correct'] else 'NO'} | {r.get('output', '')} |")
     return "\n".join(lines)
 
 
@@ -235,21 +244,87 @@ def _lines(paths: Sequence[Path]) -> list:
     return [line for p in paths for line in Path(p).read_bytes().splitlines() if line.strip()]
 
 
-def run_loop(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path, python: str = sys.executable) -> dict:
-    """The plain loop as a process of its own (``python -m`` this module ``loop``)."""
+@dataclass
+class Launch:
+    """A job process's run: when it was launched and ended, its CPU (its process tree's, from
+    the kernel's account of waited-for children) and what went wrong (empty: nothing)."""
+
+    launched: float
+    ended: float
+    cpu_s: float
+    problems: list
+
+
+def launch(cmd: Sequence[str], what: str, timeout: float, env: Optional[dict] = None) -> Launch:
+    """Run ``cmd`` to its end (or ``timeout`` s); ``what`` names it in a problem."""
+    import resource
     import subprocess
 
+    def children() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    before, launched = children(), time.time()
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, env=env, timeout=timeout)
+        problems = [] if done.returncode == 0 else [f"{what} failed ({done.returncode}): {done.stderr[-2000:]}"]
+    except subprocess.TimeoutExpired:
+        problems = [f"{what} did not end within {timeout:.0f} s"]
+    return Launch(launched, time.time(), round(children() - before, 2), problems)
+
+
+class TreeCpu:
+    """CPU seconds of this process's descendants (a Ray session it started: raylet, actors)
+    over a run, from Linux's /proc sampled every ``every`` s (a process that exits between
+    two samples loses its last moments: a lower bound); py-spy's processes are left out."""
+
+    def __init__(self, every: float = 0.25) -> None:
+        import threading
+
+        self.every, self.root = every, os.getpid()
+        self.base = self._sample()
+        self.last = dict(self.base)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> dict:
+        from driftstream.examples.benchmarks.flames import _descends
+
+        tick, out = os.sysconf("SC_CLK_TCK"), {}
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            pid = int(entry)
+            try:
+                if b"py-spy" in Path(f"/proc/{pid}/cmdline").read_bytes() or not _descends(pid, self.root):
+                    continue
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (after pid, comm)
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.last.update(self._sample())
+
+    def stop(self) -> float:
+        """Stop sampling; the CPU seconds used since the start."""
+        self._stop.set()
+        self._thread.join()
+        self.last.update(self._sample())
+        return round(sum(cpu - self.base.get(pid, 0.0) for pid, cpu in self.last.items()), 2)
+
+
+def run_loop(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path, python: str = sys.executable) -> dict:
+    """The plain loop as a process of its own (``python -m`` this module ``loop``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     out, stamp = workdir / "loop.jsonl", workdir / STAMP
-    launched = time.time()
-    done = subprocess.run([python, "-m", MODULE, "loop", "--output", str(out), "--stamp", str(stamp), *map(str, inputs)],
-                          capture_output=True, text=True)
-    ended = time.time()
-    problems = [] if done.returncode == 0 else [f"the loop failed ({done.returncode}): {done.stderr[-2000:]}"]
+    run = launch([python, "-m", MODULE, "loop", "--output", str(out), "--stamp", str(stamp), *map(str, inputs)],
+                 "the loop", timeout=60 + len(docs) / 50)
     records = [orjson.loads(line) for line in _lines([out])] if out.exists() else []
-    problems += check_records(records, docs, file_order(docs, "loop"))
-    return files_row("plain loop", len(docs), len(records), launched, read_stamp(stamp), ended, problems,
-                     output="a line per change (the reference's records)")
+    problems = run.problems + check_records(records, docs, file_order(docs, "loop"))
+    return files_row("plain loop", len(docs), len(records), run.launched, read_stamp(stamp), run.ended, problems,
+                     cpu_s=run.cpu_s, output="a line per change (the reference's records)")
 
 
 def _stamped_source(inputs: Sequence[Path], stamp: Path) -> Any:
@@ -278,12 +353,14 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
 
         # the Ray session this process started (not another's on the machine): its processes descend from this one
         recorders = Flames(profile, match="ray::", rate=PROFILE_RATE, fmt="raw", within=os.getpid()).follow(label=f"{tag}-", every=0.2)
+    cpu = TreeCpu()
     launched = time.time()
     try:
         result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
                           snapshot_dir=str(run_dir / "snapshots"))
     finally:
         ended = time.time()
+        cpu_s = cpu.stop()
         if recorders is not None:
             recorders.stop()
     records = [value for _, value in read_file_sink(str(run_dir / "out"), "changes")]
@@ -291,7 +368,7 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
     problems = [f"{len(dead)} dead letter(s)"] if dead else []
     problems += check_records(records, docs, file_order(docs, "driftstream"))
     return files_row(f"driftstream, parallelism {parallelism}", len(docs), len(records), launched, read_stamp(run_dir / STAMP),
-                     ended, problems, snapshots=result.metrics.snapshots, parallelism=parallelism,
+                     ended, problems, cpu_s=cpu_s, snapshots=result.metrics.snapshots, parallelism=parallelism,
                      **({"profile_tag": tag} if profile is not None else {}),
                      output="a line per change, {t, value} (the reference's records as values)")
 

@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -152,7 +150,7 @@ def run_pathway_files(docs: Sequence[dict], inputs: Sequence[Path], workdir: Pat
                       threads: int = THREADS, timeout: Optional[float] = None) -> dict:
     """The files basis's row (:mod:`.files_basis`): the job over ``inputs``, timed from its
     process's launch and from its first read; the insertions checked in the list's order."""
-    from .files_basis import STAMP, check_records, file_order, files_row, read_stamp
+    from .files_basis import STAMP, check_records, file_order, files_row, launch, read_stamp
 
     python = pathway_python(python)
     workdir = Path(workdir)
@@ -160,17 +158,12 @@ def run_pathway_files(docs: Sequence[dict], inputs: Sequence[Path], workdir: Pat
     output, stamp = workdir / "changelog.jsonl", workdir / STAMP
     cmd = [python, "-m", MODULE, "job", "--output", str(output), "--stamp", str(stamp), *map(str, inputs)]
     env = {**os.environ, "PATHWAY_THREADS": str(threads)}
-    launched = time.time()
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout if timeout is not None else 120 + len(docs) / 5)
-        problems = [] if done.returncode == 0 else [f"the Pathway job failed ({done.returncode}): {done.stderr[-2000:]}"]
-    except subprocess.TimeoutExpired:
-        problems = ["the Pathway job did not end in time"]
-    ended = time.time()
+    run = launch(cmd, "the Pathway job", timeout if timeout is not None else 120 + len(docs) / 5, env=env)
     lines = [line for line in output.read_bytes().splitlines() if line.strip()] if output.exists() else []
     records, retractions = parse_changelog(lines)
-    problems += check_records(records, docs, file_order(docs, "pathway"))
-    return files_row(f"pathway, {threads} threads", len(docs), len(records), launched, read_stamp(stamp), ended, problems,
+    problems = run.problems + check_records(records, docs, file_order(docs, "pathway"))
+    return files_row(f"pathway, {threads} threads", len(docs), len(records), run.launched, read_stamp(stamp), run.ended, problems,
+                     cpu_s=run.cpu_s,
                      retractions=retractions,
                      output=f"a changelog row per (word, document) insertion, the records counted here, plus {retractions:,} "
                             "retractions of a word's previous row")

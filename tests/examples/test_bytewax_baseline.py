@@ -97,5 +97,5 @@ def test_the_files_basis_one_worker_row_is_correct_with_and_without_recovery(tmp
         row = run_bytewax_files(DOCS, paths, tmp_path / f"run-{interval}", snapshot_interval=interval, python=python)
         assert row["correct"] is True, row["problems"]
         assert row["records"] == sum(len(word_positions(d["text"])) for d in DOCS)
-        assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"]
+        assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"] and row["cpu_s"] > 0
     assert any((tmp_path / "run-1" / "recovery").iterdir()) and not (tmp_path / "run-None" / "recovery").exists()

@@ -4,10 +4,8 @@ parts, the plain loop as a process of its own, and driftstream's row on a real R
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import orjson
-import pytest
 
 from driftstream.examples.inverted_index.files_basis import (
     check_records,
@@ -68,6 +66,7 @@ def test_the_loops_row_times_its_process_from_launch_and_from_first_read(tmp_pat
     assert row["records"] == _expected(DOCS)
     # the interpreter's start is in the launch clock, not in the first read's
     assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"]
+    assert row["cpu_s"] > 0 and row["cpu_us_per_record"] == round(row["cpu_s"] / row["records"] * 1e6, 2)
 
 
 def test_the_check_catches_a_missing_record_a_duplicate_and_a_wrong_df():
@@ -81,11 +80,12 @@ def test_the_check_catches_a_missing_record_a_duplicate_and_a_wrong_df():
 
 
 def test_rows_ratios_and_table():
-    rows = with_ratios([files_row("plain loop", 1000, 50, 0.0, 0.5, 1.0, []),
-                        files_row("driftstream, parallelism 2", 1000, 50, 10.0, 11.0, 14.0, ["x"], output="{t, value}")])
+    rows = with_ratios([files_row("plain loop", 1000, 50, 0.0, 0.5, 1.0, [], cpu_s=0.5),
+                        files_row("driftstream, parallelism 2", 1000, 50, 10.0, 11.0, 14.0, ["x"], cpu_s=4.0, output="{t, value}")])
     assert rows[1]["docs_per_s"] == 250.0 and rows[1]["of_loop"] == 0.25 and rows[1]["of_loop_from_first_read"] == 0.167
+    assert rows[1]["of_loop_by_cpu"] == 0.125
     table = files_table(rows)
-    assert "| driftstream, parallelism 2 | 250.0 | 50 | 4.0 | 3.0 | 333.3 | 0.25 / 0.167 | NO | {t, value} |" in table
+    assert "| driftstream, parallelism 2 | 250.0 | 50 | 4.0 | 3.0 | 333.3 | 0.25 / 0.167 | 4.0 | 80000.0 | 0.125 | NO | {t, value} |" in table
     assert with_ratios([files_row("x", 1, 1, 0.0, None, 1.0, [])])[0]["of_loop"] is None  # no loop row: no ratio
 
 
@@ -115,3 +115,4 @@ def test_driftstreams_row_on_ray_is_exactly_the_references_output(tmp_path, ray_
     assert row["engine"] == "driftstream, parallelism 2"
     # the source stamped its first read in its actor: after the flow's launch, before its end
     assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"]
+    assert row["cpu_s"] > 0.5  # the Ray session's processes counted (an actor's start alone is more)

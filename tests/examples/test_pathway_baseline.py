@@ -63,3 +63,4 @@ def test_a_run_gives_every_change_record_in_the_lists_order(tmp_path):
     assert row["correct"] is True, row["problems"]
     assert row["records"] == len(reference_changes(DOCS)) and row["retractions"] > 0
     assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"]
+    assert row["cpu_s"] > 0  # its process tree's, from the kernel
