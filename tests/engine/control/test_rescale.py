@@ -156,6 +156,38 @@ def test_rescale_a_running_flow_with_a_kill_during_its_restore(ray_session, kafk
     check_counts(bs, src, dst, 3 * PHASE)
 
 
+def test_a_fused_run_recovers_from_a_kill_reports_every_step_and_rescales_to_2_and_back(ray_session, kafka_broker, tmp_path):
+    """At parallelism 1 the whole flow runs in one actor (a fused plan): a kill of it recovers
+    exactly-once; status() lists every step and the key_by's groups; a live rescale to 2
+    moves the count's state from the source's stage to the key_by's, and back to 1."""
+    import ray
+
+    bs = kafka_broker.bootstrap_servers
+    src, dst = topics(bs)
+    feed(bs, src, 0, PHASE)
+    flow = counting_flow(bs, src, dst, name="fused")
+    steps = [s.name for s in flow.plan(1).steps]  # the source's dead letters among them
+    assert [s.steps for s in flow.plan(1).stages] == [steps] and "by_key" in steps
+    handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+    try:
+        wait_released(bs, dst, PHASE // 3, handle)
+        ray.kill(ray.get_actor("fused/docs/0", namespace="driftstream"), no_restart=True)
+        wait_released(bs, dst, PHASE, handle)
+        status = handle.status()
+        assert status["recoveries"] and status["key_groups"] == {"by_key": ["0-127"]}
+        assert list(status["steps"]) == steps and status["steps"]["by_key"]["elements"] > 0
+        assert handle.rescale(2)["to"] == 2
+        feed(bs, src, PHASE, PHASE)
+        wait_released(bs, dst, 2 * PHASE, handle)
+        assert len(handle.status()["key_groups"]["by_key"]) == 2
+        assert handle.rescale(1)["to"] == 1
+        feed(bs, src, 2 * PHASE, PHASE // 2)
+        wait_released(bs, dst, 2 * PHASE + PHASE // 2, handle)
+    finally:
+        handle.stop(timeout=60)
+    check_counts(bs, src, dst, 2 * PHASE + PHASE // 2)
+
+
 def test_a_driver_killed_then_resumed_at_another_parallelism(ray_session, tmp_path, tmp_path_factory):
     """A crash leaves output past the newest snapshot in the sinks: the resume at 3 first
     replays at the snapshot's parallelism until it has caught up, then rescales; the output
