@@ -108,7 +108,7 @@ static int path_ready(const InOrderPath *self) {
 
 static PyObject *s_logs, *s_heads, *s_pending, *s_size, *s_land, *s_push, *s_pop_below, *s_fn, *s_flat,
     *s_backend, *s_overlay, *s_get, *s_fold, *s_replay_failed, *s_not_a_pair, *s_emit_diff, *s_diverted, *s_check_pending,
-    *s__fold, *s_read_view, *s_complete;
+    *s__fold, *s_read_view, *s_complete, *s_out_of_order, *s_tombstones;
 
 /* ---- small helpers ---- */
 
@@ -116,19 +116,20 @@ static PyObject *s_logs, *s_heads, *s_pending, *s_size, *s_land, *s_push, *s_pop
  * each record once and meets the overlay and the cache's states with that hash. */
 #define GET_H(d, k, h) _PyDict_GetItem_KnownHash((d), (k), (h))
 
-/* state._size += delta; keeps an exception that is being raised. */
-static int add_size(PyObject *state, Py_ssize_t delta) {
+/* state.<name> += delta (a counter the C keeps in a local until the call ends); keeps an
+ * exception that is being raised. */
+static int add_to(PyObject *state, PyObject *name, Py_ssize_t delta) {
     if (delta == 0)
         return 0;
     PyObject *etype, *evalue, *etb;
     PyErr_Fetch(&etype, &evalue, &etb);
     int rc = -1;
-    PyObject *old = PyObject_GetAttr(state, s_size);
+    PyObject *old = PyObject_GetAttr(state, name);
     if (old != NULL) {
         PyObject *d = PyLong_FromSsize_t(delta);
         PyObject *now = d ? PyNumber_Add(old, d) : NULL;
         if (now != NULL)
-            rc = PyObject_SetAttr(state, s_size, now);
+            rc = PyObject_SetAttr(state, name, now);
         Py_XDECREF(now);
         Py_XDECREF(d);
         Py_DECREF(old);
@@ -141,6 +142,8 @@ static int add_size(PyObject *state, Py_ssize_t delta) {
     }
     return rc;
 }
+
+#define add_size(state, delta) add_to((state), s_size, (delta))
 
 static LogFields *as_log(PyObject *obj) {
     if (!PyObject_TypeCheck(obj, &LogFieldsType)) {
@@ -252,8 +255,99 @@ static int append_pair(PyObject *out, PyObject *a, PyObject *b) {
     return rc;
 }
 
+/* What one apply_batch call emits into: its list, whether its items are ``(meta, payload, None)``
+ * (``triples``: what Keyed.run hands on, built here instead of by a comprehension over pairs)
+ * or ``(meta, payload)``, and the tombstones emitted so far (added to the state's count once). */
+typedef struct {
+    PyObject *out;
+    int triples;
+    Py_ssize_t tombstones;
+} Emit;
+
+static int emit(Emit *e, PyObject *meta, PyObject *payload) {
+    PyObject *item = e->triples ? PyTuple_Pack(3, meta, payload, Py_None) : PyTuple_Pack(2, meta, payload);
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(e->out, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+/* (m0, m1, m2, m3, ids, True): tombstone_of */
+static PyObject *tombstone_meta(PyObject *meta) {
+    if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 6) {
+        PyErr_SetString(PyExc_TypeError, "a meta is a 6-tuple");
+        return NULL;
+    }
+    PyObject *t = PyTuple_New(6);
+    if (t == NULL)
+        return NULL;
+    for (int f = 0; f < 6; f++) {
+        PyObject *v = f == 5 ? Py_True : PyTuple_GET_ITEM(meta, f);
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(t, f, v);
+    }
+    return t;
+}
+
+/* DriftingLogs._emit_diff: the outputs of ``meta`` were ``old`` and are ``new``; each one that
+ * changed is invalidated (a tombstone) and emitted anew. Equality as Python's ``==`` (no
+ * identity shortcut), as the reference compares. */
+static int emit_diff(Emit *e, PyObject *meta, PyObject *old, PyObject *new, int flat) {
+    Py_ssize_t n_old = PyList_GET_SIZE(old), n_new = PyList_GET_SIZE(new);
+    for (Py_ssize_t k = 0; k < n_old || k < n_new; k++) {
+        if (k < n_old && k < n_new) {
+            PyObject *a = PyList_GET_ITEM(old, k), *b = PyList_GET_ITEM(new, k);
+            Py_INCREF(a);
+            Py_INCREF(b);
+            PyObject *eq = PyObject_RichCompare(a, b, Py_EQ);
+            int same = eq == NULL ? -1 : PyObject_IsTrue(eq);
+            Py_XDECREF(eq);
+            Py_DECREF(a);
+            Py_DECREF(b);
+            if (same < 0)
+                return -1;
+            if (same)
+                continue;
+            n_old = PyList_GET_SIZE(old);  /* an __eq__ may not change them, but must not crash us */
+            n_new = PyList_GET_SIZE(new);
+        }
+        PyObject *m = flat ? child_meta(meta, k) : (Py_INCREF(meta), meta);
+        if (m == NULL)
+            return -1;
+        int r = 0;
+        if (k < n_old) {
+            PyObject *t = tombstone_meta(m);
+            r = t == NULL ? -1 : emit(e, t, PyList_GET_ITEM(old, k));
+            Py_XDECREF(t);
+            if (r == 0)
+                e->tombstones++;
+        }
+        if (r == 0 && k < n_new)
+            r = emit(e, m, PyList_GET_ITEM(new, k));
+        Py_DECREF(m);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Items a Python callback appended as pairs (``_land``, ``_replay_failed``) become triples. */
+static int pairs_to_triples(PyObject *out) {
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(out); k++) {
+        PyObject *item = PyList_GET_ITEM(out, k);
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
+            PyObject *t = PyTuple_Pack(3, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1), Py_None);
+            if (t == NULL)
+                return -1;
+            PyList_SetItem(out, k, t);  /* steals t; releases the pair */
+        }
+    }
+    return 0;
+}
+
 /* DriftingLogs._record: entry j produced ``result``; emit what changed. 0 or -1. */
-static int record(const InOrderPath *p, PyObject *state, LogFields *log, Py_ssize_t j, PyObject *result, int flat, PyObject *out) {
+static int record(const InOrderPath *p, LogFields *log, Py_ssize_t j, PyObject *result, int flat, Emit *e) {
     PyObject *new;
     if (flat)
         new = result == Py_None ? (Py_INCREF(p->no_output), p->no_output) : PySequence_List(result);
@@ -279,18 +373,18 @@ static int record(const InOrderPath *p, PyObject *state, LogFields *log, Py_ssiz
         if (replaces < 0) {
             r = -1;
         } else if (replaces) {
-            PyObject *res = PyObject_CallMethodObjArgs(state, s_emit_diff, meta, old, new, out, NULL);
-            r = res == NULL ? -1 : 0;
-            Py_XDECREF(res);
+            r = PyList_Check(old) ? emit_diff(e, meta, old, new, flat) : -1;
+            if (!PyList_Check(old))
+                PyErr_SetString(PyExc_TypeError, "a log entry's outputs are a list");
         } else if (flat) {
             r = 0;
             for (Py_ssize_t k = 0; k < PyList_GET_SIZE(new) && r == 0; k++) {
                 PyObject *child = child_meta(meta, k);
-                r = child == NULL ? -1 : append_pair(out, child, PyList_GET_ITEM(new, k));
+                r = child == NULL ? -1 : emit(e, child, PyList_GET_ITEM(new, k));
                 Py_XDECREF(child);
             }
         } else {
-            r = append_pair(out, meta, result);
+            r = emit(e, meta, result);
         }
         Py_DECREF(meta);
         if (r < 0)
@@ -749,35 +843,46 @@ fail:
     return -1;
 }
 
-/* EntryKeyedState._replay */
-static int replay_entries(PyObject *state, Form *f, PyObject *key, PyObject *logobj, Py_ssize_t i, PyObject *out) {
+/* EntryKeyedState._replay. One handle serves the key's elements while the function keeps no
+ * reference to it (its journal swapped per element): an allocation and a collector's
+ * track and untrack less per element. */
+static int replay_entries(PyObject *state, Form *f, PyObject *key, PyObject *logobj, Py_ssize_t i, Emit *e) {
     LogFields *log = (LogFields *)logobj;
     Py_ssize_t n = PyList_GET_SIZE(log->metas);
+    EntryHandle *handle = NULL;
+    int rc = -1;
     for (Py_ssize_t j = i; j < n && j < PyList_GET_SIZE(log->after); j++) {
         PyObject *journal = PyList_New(0);
         if (journal == NULL)
-            return -1;
+            goto done;
         Py_INCREF(journal);
         PyList_SetItem(log->after, j, journal);
-        PyObject *handle = handle_new(f->path, f->overlay, f->reader, key, journal);
-        Py_DECREF(journal);
-        if (handle == NULL)
-            return -1;
-        PyObject *payload = PyList_GET_ITEM(log->payloads, j);
-        Py_INCREF(payload);
-        PyObject *result = PyObject_CallFunctionObjArgs(f->fn, handle, payload, NULL);
-        Py_DECREF(payload);
-        Py_DECREF(handle);
-        int ok = result != NULL && record(f->path, state, log, j, result, f->flat, out) == 0;
+        if (handle != NULL && Py_REFCNT(handle) == 1) {
+            Py_SETREF(handle->journal, journal);
+        } else {
+            Py_XDECREF(handle);
+            handle = (EntryHandle *)handle_new(f->path, f->overlay, f->reader, key, journal);
+            Py_DECREF(journal);
+            if (handle == NULL)
+                goto done;
+        }
+        PyObject *args[2] = {(PyObject *)handle, PyList_GET_ITEM(log->payloads, j)};
+        Py_INCREF(args[1]);
+        PyObject *result = PyObject_Vectorcall(f->fn, args, 2, NULL);
+        Py_DECREF(args[1]);
+        int ok = result != NULL && record(f->path, log, j, result, f->flat, e) == 0;
         Py_XDECREF(result);
-        if (!ok && replay_failed(state, key, logobj, j, out) < 0)
-            return -1;
+        if (!ok && replay_failed(state, key, logobj, j, e->out) < 0)
+            goto done;
     }
-    return 0;
+    rc = 0;
+done:
+    Py_XDECREF(handle);
+    return rc;
 }
 
 /* DriftingKeyedState._replay */
-static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logobj, Py_ssize_t i, PyObject *out) {
+static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logobj, Py_ssize_t i, Emit *e) {
     LogFields *log = (LogFields *)logobj;
     PyObject *current;
     if (i > 0) {
@@ -790,17 +895,17 @@ static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logo
     int rc = -1;
     Py_ssize_t n = PyList_GET_SIZE(log->metas);
     for (Py_ssize_t j = i; j < n && j < PyList_GET_SIZE(log->after); j++) {
-        PyObject *payload = PyList_GET_ITEM(log->payloads, j);
-        Py_INCREF(payload);
-        PyObject *pair = PyObject_CallFunctionObjArgs(f->fn, current, payload, NULL);
-        Py_DECREF(payload);
+        PyObject *args[2] = {current, PyList_GET_ITEM(log->payloads, j)};
+        Py_INCREF(args[1]);
+        PyObject *pair = PyObject_Vectorcall(f->fn, args, 2, NULL);
+        Py_DECREF(args[1]);
         PyObject *new = NULL;
         int ok = 0;
         if (pair != NULL) {
             if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
                 new = PyTuple_GET_ITEM(pair, 0);
                 Py_INCREF(new);
-                ok = record(f->path, state, log, j, PyTuple_GET_ITEM(pair, 1), f->flat, out) == 0;
+                ok = record(f->path, log, j, PyTuple_GET_ITEM(pair, 1), f->flat, e) == 0;
             } else {  /* the error the Python path raises: DriftingKeyedState.not_a_state_pair */
                 PyObject *err = PyObject_CallMethodOneArg(state, s_not_a_pair, pair);
                 if (err != NULL) {
@@ -820,7 +925,7 @@ static int replay_values(PyObject *state, Form *f, PyObject *key, PyObject *logo
             }
         } else {
             Py_XDECREF(new);
-            if (replay_failed(state, key, logobj, j, out) < 0)
+            if (replay_failed(state, key, logobj, j, e->out) < 0)
                 goto done;
         }
         Py_INCREF(current);
@@ -911,26 +1016,147 @@ static int unpack_item(PyObject *item, PyObject **meta, PyObject **payload, PyOb
     return -1;
 }
 
-/* The tail of key's log, or a new log: the index landed at, or -2 when the class's _land must decide. */
-static Py_ssize_t land_in_order(const InOrderPath *p, PyObject *logs, PyObject *heads, PyObject *meta, PyObject *payload, PyObject *key,
-                                Py_ssize_t *delta) {
-    PyObject *found = PyDict_GetItemWithError(logs, key);
+/* The first i of a sorted list whose item is above x (bisect_right, as the reference's
+ * KeyLog.insert: after any equal item); -1 on error. */
+static Py_ssize_t bisect_right(PyObject *list, PyObject *x) {
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(list);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (mid >= PyList_GET_SIZE(list))
+            break;  /* a comparison shrank the list: stop where we are */
+        PyObject *item = PyList_GET_ITEM(list, mid);
+        Py_INCREF(item);
+        int lt = PyObject_RichCompareBool(x, item, Py_LT);
+        Py_DECREF(item);
+        if (lt < 0)
+            return -1;
+        if (lt)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* EntryKeyedState._undo: pop what one element wrote (the newest applied element of its key). */
+static int undo_journal(PyObject *overlay, PyObject *key, PyObject *journal) {
+    if (journal == Py_None)
+        return 0;
+    if (!PyList_Check(journal)) {
+        PyErr_SetString(PyExc_TypeError, "a journal is a list");
+        return -1;
+    }
+    for (Py_ssize_t w = PyList_GET_SIZE(journal) - 1; w >= 0; w--) {
+        if (w >= PyList_GET_SIZE(journal))
+            continue;
+        PyObject *record = PyTuple_Pack(2, key, PyList_GET_ITEM(journal, w));
+        if (record == NULL)
+            return -1;
+        Py_hash_t h = PyObject_Hash(record);
+        PyObject *stack = h == -1 ? NULL : GET_H(overlay, record, h);
+        int r = -1;
+        if (stack == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, record);
+        } else if (!PyList_Check(stack) || PyList_GET_SIZE(stack) == 0) {
+            PyErr_SetString(PyExc_TypeError, "an overlay stack is a non-empty list");
+        } else {
+            Py_INCREF(stack);
+            Py_ssize_t n = PyList_GET_SIZE(stack);
+            r = PyList_SetSlice(stack, n - 1, n, NULL);
+            if (r == 0 && PyList_GET_SIZE(stack) == 0)
+                r = _PyDict_DelItem_KnownHash(overlay, record, h);
+            Py_DECREF(stack);
+        }
+        Py_DECREF(record);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* EntryKeyedState._roll_back: undo the writes of entries i.. of the log, newest first. The
+ * applied entries of a log are a prefix of it (an element lands unapplied, and what lies after
+ * it is rolled back), so the first entry not applied ends the scan: an element landing among
+ * many not yet re-applied costs its own writes, not a pass over them all. */
+static int roll_back_entries(PyObject *overlay, PyObject *key, LogFields *log, Py_ssize_t i) {
+    PyObject *journals = log->after;
+    Py_ssize_t end = i;
+    while (end < PyList_GET_SIZE(journals) && PyList_GET_ITEM(journals, end) != Py_None)
+        end++;
+    for (Py_ssize_t j = end - 1; j >= i; j--) {
+        if (j >= PyList_GET_SIZE(journals))
+            continue;
+        PyObject *journal = PyList_GET_ITEM(journals, j);
+        Py_INCREF(journal);
+        int r = undo_journal(overlay, key, journal);
+        Py_DECREF(journal);
+        if (r < 0)
+            return -1;
+        if (j < PyList_GET_SIZE(journals)) {
+            Py_INCREF(Py_None);
+            PyList_SetItem(journals, j, Py_None);  /* steals; releases the journal */
+        }
+    }
+    return 0;
+}
+
+/* What one apply_batch call lands with: the state's logs and heads, and its counts, which go
+ * to the state's attributes once at the end. */
+typedef struct {
+    PyObject *logs, *heads;
+    Py_ssize_t delta;  /* entries added to the logs (``_size``) */
+    Py_ssize_t late;   /* elements that landed before the tail (``out_of_order``) */
+} Landing;
+
+static int push_head(PyObject *heads, PyObject *meta, PyObject *key) {
+    PyObject *res = PyObject_CallMethodObjArgs(heads, s_push, meta, key, NULL);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+/* DriftingLogs._land for an element (not a tombstone, none pending) of a key with a log: after
+ * any equal meta; when that is before the tail, the entries after it are rolled back (values:
+ * nothing to undo) to be re-applied. The index it landed at, or -1 on error. */
+static Py_ssize_t land_before_tail(const InOrderPath *p, Form *f, Landing *l, PyObject *found, PyObject *meta,
+                                   PyObject *payload, PyObject *key) {
+    LogFields *log = (LogFields *)found;
+    Py_INCREF(found);  /* the lists below must outlive any comparison's Python */
+    Py_ssize_t i = bisect_right(log->metas, meta);
+    int r = i < 0 || PyList_Insert(log->metas, i, meta) < 0 || PyList_Insert(log->payloads, i, payload) < 0 ||
+            PyList_Insert(log->after, i, Py_None) < 0 || PyList_Insert(log->outputs, i, p->no_output) < 0;
+    if (!r && i < PyList_GET_SIZE(log->metas) - 1) {
+        l->late++;
+        if (p->entries)
+            r = roll_back_entries(f->overlay, key, log, i + 1) < 0;
+    }
+    Py_DECREF(found);
+    if (r)
+        return -1;
+    l->delta++;
+    if (i == 0 && push_head(l->heads, meta, key) < 0)
+        return -1;
+    return i;
+}
+
+/* DriftingLogs._land for an element (not a tombstone, none pending): the index it landed at in
+ * its key's log (0: a new log), or -1 on error. */
+static Py_ssize_t land(const InOrderPath *p, Form *f, Landing *l, PyObject *meta, PyObject *payload, PyObject *key) {
+    PyObject *found = PyDict_GetItemWithError(l->logs, key);
     if (found == NULL) {
         if (PyErr_Occurred())
             return -1;
         PyObject *log = log_of(p, meta, payload);
         if (log == NULL)
             return -1;
-        int r = PyDict_SetItem(logs, key, log);
+        int r = PyDict_SetItem(l->logs, key, log);
         Py_DECREF(log);
         if (r < 0)
             return -1;
-        *delta += 1;
-        PyObject *res = PyObject_CallMethodObjArgs(heads, s_push, meta, key, NULL);
-        if (res == NULL)
-            return -1;
-        Py_DECREF(res);
-        return 0;
+        l->delta++;
+        return push_head(l->heads, meta, key) < 0 ? -1 : 0;
     }
     LogFields *log = as_log(found);
     if (log == NULL)
@@ -944,7 +1170,7 @@ static Py_ssize_t land_in_order(const InOrderPath *p, PyObject *logs, PyObject *
         if (in_order < 0)
             return -1;
         if (!in_order)
-            return -2;
+            return land_before_tail(p, f, l, found, meta, payload, key);
     }
     Py_INCREF(found);  /* the lists below must outlive any callback */
     int r = PyList_Append(log->metas, meta) < 0 || PyList_Append(log->payloads, payload) < 0 ||
@@ -952,13 +1178,9 @@ static Py_ssize_t land_in_order(const InOrderPath *p, PyObject *logs, PyObject *
     Py_DECREF(found);
     if (r)
         return -1;
-    *delta += 1;
-    if (n == 0) {  /* a new head */
-        PyObject *res = PyObject_CallMethodObjArgs(heads, s_push, meta, key, NULL);
-        if (res == NULL)
-            return -1;
-        Py_DECREF(res);
-    }
+    l->delta++;
+    if (n == 0 && push_head(l->heads, meta, key) < 0)  /* a new head */
+        return -1;
     return n;
 }
 
@@ -968,120 +1190,140 @@ static int is_tombstone(PyObject *meta) {
     return PyObject_IsTrue(PyTuple_GET_ITEM(meta, 5));
 }
 
-static PyObject *path_apply_batch(InOrderPath *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "apply_batch(state, items)");
-        return NULL;
-    }
-    if (!path_ready(self))
-        return NULL;
-    PyObject *state = args[0];
-    PyObject *items = PySequence_Fast(args[1], "apply_batch takes a list of items");
-    if (items == NULL)
-        return NULL;
-    PyObject *out = PyList_New(0), *touched = PyDict_New();
-    PyObject *logs = PyObject_GetAttr(state, s_logs);
-    PyObject *heads = logs ? PyObject_GetAttr(state, s_heads) : NULL;
-    PyObject *pending = heads ? PyObject_GetAttr(state, s_pending) : NULL;
-    Py_ssize_t delta = 0;
-    Form form = {0};
-    int loaded = 0;
-    if (out == NULL || touched == NULL || pending == NULL)
-        goto fail;
-    if (!PyDict_Check(logs) || !PyDict_Check(pending)) {
-        PyErr_SetString(PyExc_TypeError, "logs and pending_tombstones must be dicts");
-        goto fail;
-    }
+/* The counts a call kept in locals go to the state (also when it fails: what landed is there). */
+static int landing_done(PyObject *state, Landing *l, Emit *e) {
+    int rc = add_size(state, l->delta) | add_to(state, s_out_of_order, l->late) | add_to(state, s_tombstones, e->tombstones);
+    l->delta = l->late = e->tombstones = 0;
+    return rc < 0 ? -1 : 0;
+}
+
+/* Lands each item; the earliest index changed per key goes to ``touched`` (in first-touch order). */
+static int land_items(InOrderPath *self, PyObject *state, Form *form, Landing *l, PyObject *pending, PyObject *items,
+                      PyObject *touched, Emit *e) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
     for (Py_ssize_t k = 0; k < count; k++) {
         PyObject *meta, *payload, *key;
         if (unpack_item(PySequence_Fast_GET_ITEM(items, k), &meta, &payload, &key) < 0)
-            goto fail;
+            return -1;
         Py_ssize_t i = -2;
         if (PyDict_GET_SIZE(pending) == 0) {
             int tomb = is_tombstone(meta);
             if (tomb < 0)
-                goto fail;
-            if (!tomb) {
-                i = land_in_order(self, logs, heads, meta, payload, key, &delta);
-                if (i == -1)
-                    goto fail;
-            }
+                return -1;
+            if (!tomb && (i = land(self, form, l, meta, payload, key)) == -1)
+                return -1;
         }
-        if (i == -2) {
-            if (add_size(state, delta) < 0)
-                goto fail;
-            delta = 0;
-            PyObject *res = PyObject_CallMethodObjArgs(state, s_land, meta, payload, key, out, NULL);
+        if (i == -2) {  /* a tombstone, or tombstones wait: the class's _land decides */
+            if (landing_done(state, l, e) < 0)
+                return -1;
+            PyObject *res = PyObject_CallMethodObjArgs(state, s_land, meta, payload, key, e->out, NULL);
             if (res == NULL)
-                goto fail;
+                return -1;
             i = PyLong_AsSsize_t(res);
             Py_DECREF(res);
             if (i == -1 && PyErr_Occurred())
-                goto fail;
+                return -1;
         }
         if (i >= 0) {
             PyObject *seen = PyDict_GetItemWithError(touched, key);
             if (seen == NULL && PyErr_Occurred())
-                goto fail;
+                return -1;
             if (seen == NULL || PyLong_AsSsize_t(seen) > i) {
                 PyObject *at = PyLong_FromSsize_t(i);
                 int r = at == NULL ? -1 : PyDict_SetItem(touched, key, at);
                 Py_XDECREF(at);
                 if (r < 0)
-                    goto fail;
+                    return -1;
             }
         }
     }
-    if (add_size(state, delta) < 0)
-        goto fail;
-    delta = 0;
-    if (form_load(state, self, &form, 1) < 0)
-        goto fail;
-    loaded = 1;
+    return 0;
+}
+
+/* Re-applies each touched key's log from its earliest change. */
+static int replay_touched(InOrderPath *self, PyObject *state, Form *form, PyObject *logs, PyObject *touched, Emit *e) {
     Py_ssize_t pos = 0;
     PyObject *key, *at;
     while (PyDict_Next(touched, &pos, &key, &at)) {
         PyObject *found = PyDict_GetItemWithError(logs, key);
         if (found == NULL) {
             if (PyErr_Occurred())
-                goto fail;
+                return -1;
             continue;
         }
         LogFields *log = as_log(found);
         if (log == NULL)
-            goto fail;
+            return -1;
         if (PyList_GET_SIZE(log->metas) == 0) {
             if (PyDict_DelItem(logs, key) < 0)
-                goto fail;
+                return -1;
             continue;
         }
         Py_INCREF(found);
         Py_INCREF(key);
         Py_ssize_t i = PyLong_AsSsize_t(at);
-        int r = self->entries ? replay_entries(state, &form, key, found, i, out)
-                              : replay_values(state, &form, key, found, i, out);
+        int r = self->entries ? replay_entries(state, form, key, found, i, e) : replay_values(state, form, key, found, i, e);
         Py_DECREF(key);
         Py_DECREF(found);
         if (r < 0)
-            goto fail;
+            return -1;
     }
+    return 0;
+}
+
+static PyObject *path_apply_batch(InOrderPath *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "apply_batch(state, items, triples=False)");
+        return NULL;
+    }
+    if (!path_ready(self))
+        return NULL;
+    PyObject *state = args[0];
+    int triples = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (triples < 0)
+        return NULL;
+    PyObject *items = PySequence_Fast(args[1], "apply_batch takes a list of items");
+    if (items == NULL)
+        return NULL;
+    Emit e = {PyList_New(0), triples, 0};
+    PyObject *touched = PyDict_New();
+    Landing l = {NULL, NULL, 0, 0};
+    l.logs = PyObject_GetAttr(state, s_logs);
+    l.heads = l.logs ? PyObject_GetAttr(state, s_heads) : NULL;
+    PyObject *pending = l.heads ? PyObject_GetAttr(state, s_pending) : NULL;
+    Form form = {0};
+    int loaded = 0;
+    if (e.out == NULL || touched == NULL || pending == NULL)
+        goto fail;
+    if (!PyDict_Check(l.logs) || !PyDict_Check(pending)) {
+        PyErr_SetString(PyExc_TypeError, "logs and pending_tombstones must be dicts");
+        goto fail;
+    }
+    if (form_load(state, self, &form, 1) < 0)
+        goto fail;
+    loaded = 1;
+    if (land_items(self, state, &form, &l, pending, items, touched, &e) < 0 || landing_done(state, &l, &e) < 0)
+        goto fail;
+    if (replay_touched(self, state, &form, l.logs, touched, &e) < 0 || landing_done(state, &l, &e) < 0)
+        goto fail;
+    if (triples && pairs_to_triples(e.out) < 0)
+        goto fail;
     form_release(&form);
     Py_DECREF(items);
     Py_DECREF(touched);
-    Py_DECREF(logs);
-    Py_DECREF(heads);
+    Py_DECREF(l.logs);
+    Py_DECREF(l.heads);
     Py_DECREF(pending);
-    return out;
+    return e.out;
 fail:
-    add_size(state, delta);
+    landing_done(state, &l, &e);
     if (loaded)
         form_release(&form);
     Py_DECREF(items);
-    Py_XDECREF(out);
+    Py_XDECREF(e.out);
     Py_XDECREF(touched);
-    Py_XDECREF(logs);
-    Py_XDECREF(heads);
+    Py_XDECREF(l.logs);
+    Py_XDECREF(l.heads);
     Py_XDECREF(pending);
     return NULL;
 }
@@ -1304,6 +1546,7 @@ PyMODINIT_FUNC PyInit__drifting(void) {
     INTERN(s_get, "get"); INTERN(s_fold, "fold"); INTERN(s_replay_failed, "_replay_failed"); INTERN(s_not_a_pair, "not_a_state_pair");
     INTERN(s_emit_diff, "_emit_diff"); INTERN(s_diverted, "diverted"); INTERN(s_check_pending, "_check_pending");
     INTERN(s__fold, "_fold"); INTERN(s_read_view, "read_view"); INTERN(s_complete, "complete");
+    INTERN(s_out_of_order, "out_of_order"); INTERN(s_tombstones, "tombstones_emitted");
     for (int k = 0; k < 8; k++) {
         PyObject *n = PyLong_FromLong(k);
         if (n == NULL || (small_ints[k] = PyTuple_Pack(1, n)) == NULL)

@@ -213,9 +213,15 @@ class EntryKeyedState(DriftingLogs):
                 del overlay[(key, entry)]
 
     def _roll_back(self, key: Hashable, log: KeyLog, i: int) -> None:
-        """Undo the writes of entries i.. of the log, newest first."""
+        """Undo the writes of entries i.. of the log, newest first. The applied entries of a log
+        are a prefix of it (an element lands unapplied, and what lies after it is rolled back),
+        so the first one not applied ends the work: a late element landing among many that
+        wait to be re-applied costs the writes it undoes, not a pass over the waiting ones."""
         journals = log.after
-        for j in range(len(journals) - 1, i - 1, -1):
+        end, n = i, len(journals)
+        while end < n and journals[end] is not None:
+            end += 1
+        for j in range(end - 1, i - 1, -1):
             self._undo(key, journals[j])
             journals[j] = None
 

@@ -262,6 +262,13 @@ class DriftingLogs:
                 del self.logs[key]
         return out
 
+    def apply_items(self, items: list) -> list:
+        """:meth:`apply_batch`, each output as a step's item ``(meta, payload, None)`` (what a
+        keyed step hands on: the C builds them so, with no pair per output to convert)."""
+        if self._path is not None:
+            return self._path.apply_batch(self, items, True)
+        return [(m, p, None) for m, p in self.apply_batch(items)]
+
     def _roll_back(self, key: Hashable, log: KeyLog, i: int) -> None:
         """Entries i.. of the log are about to be re-applied (nothing to undo for values)."""
 
