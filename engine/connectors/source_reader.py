@@ -173,8 +173,8 @@ class SourceReader:
         rest of its read waits (``_held``), counted in no bound. A partition whose last read
         found nothing (an idle Kafka partition) holds nobody back: order is then given up for
         latency (a keyed step repairs what comes late). Each round emits, or reads into a
-        partition that held nothing: at most partitions + 1 rounds. O(partitions) per round
-        and one bisect per read; nothing per record beyond a slice."""
+        partition that held nothing: at most partitions + 1 rounds, usually one. O(partitions
+        log partitions) per round and one bisect per read; nothing per record beyond a slice."""
         free, n = self.max_inflight - self._in_flight, len(self.parts)
         for _ in range(n + 1):
             order = sorted((self._next(i), i) for i in range(n) if self._live(i))
@@ -189,8 +189,8 @@ class SourceReader:
                     self._dry[i] = not items
                     if not items:
                         continue
-                limit = min((self._next(j) for j in range(n) if j != i and self._live(j) and (self._held[j] or not self._dry[j])),
-                            default=TOP)
+                # The others' next times are as ordered: only partition i read in this round.
+                limit = next((t_j for t_j, j in order if j != i and (self._held[j] or not self._dry[j])), TOP)
                 cut = len(items) if items[-1][0][:4] <= limit else bisect_right(items, limit, key=lambda item: item[0][:4])
                 cut = min(cut, budget)
                 self._held[i] = items[cut:]
