@@ -1,4 +1,5 @@
-/* The barrier's sort in C: (meta, payload) pairs put in Meta order, ties as they were.
+/* The barrier's sort in C: (meta, payload) pairs put in Meta order, ties as they were; and the
+ * latency samples of a release (sampled_times, at the end).
  *
  * A release sorts what arrived since the last one (the keyed step's outputs, grouped by key,
  * so in runs of a few elements) and merges runs. list.sort(key=meta) compares Meta tuples
@@ -207,8 +208,62 @@ static PyObject *sort_pairs(PyObject *mod, PyObject *list) {
     Py_RETURN_FALSE;
 }
 
+/* sampled_times(items, every) -> [t[:4], ...] or None
+ *
+ * LatencySamples.add's samples of (meta, ...) items: the first four fields of each Meta whose
+ * offset is a multiple of every, or, for a window's result (a negative offset), whose time
+ * is; one for each run of equal ones (a document's outputs share them: the same dict after
+ * the update, a slice and a hash per run instead of per element). None for an item this does
+ * not take (the Python then samples them all). */
+static PyObject *sampled_times(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "sampled_times(items: list, every: int)");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    long long every = PyLong_AsLongLong(args[1]);
+    if (every == -1 && PyErr_Occurred())
+        return NULL;
+    if (every < 1) {
+        PyErr_SetString(PyExc_ValueError, "sampled_times: every is at least 1");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    int64_t last[4] = {0, 0, 0, 0};
+    int have_last = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        PyObject *meta = PyTuple_Check(item) && PyTuple_GET_SIZE(item) >= 1 ? PyTuple_GET_ITEM(item, 0) : NULL;
+        int64_t f[4];
+        int ok = meta != NULL && PyTuple_Check(meta) && PyTuple_GET_SIZE(meta) >= 4;
+        for (int k = 0; ok && k < 4; k++)
+            ok = read_int(PyTuple_GET_ITEM(meta, k), &f[k]);
+        if (!ok) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        if (!(f[3] % every == 0 || (f[3] < 0 && f[0] % every == 0)))
+            continue;
+        if (have_last && f[0] == last[0] && f[1] == last[1] && f[2] == last[2] && f[3] == last[3])
+            continue;
+        PyObject *t = PyTuple_GetSlice(meta, 0, 4);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+        memcpy(last, f, sizeof last);
+        have_last = 1;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"sort_pairs", (PyCFunction)sort_pairs, METH_O, "sort (meta, payload) pairs in Meta order, ties as they were"},
+    {"sampled_times", (PyCFunction)(void (*)(void))sampled_times, METH_FASTCALL, "LatencySamples.add's samples, a run of equal times once"},
     {NULL, NULL, 0, NULL},
 };
 

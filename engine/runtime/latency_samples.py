@@ -22,6 +22,14 @@ and releases still join on their times.
 
 from __future__ import annotations
 
+from typing import Any
+
+from driftstream.ordering.accelerators import accelerator
+
+#: ``barriers/_meta_sort.c``, whose ``sampled_times`` takes the samples of a call (None where
+#: it is not built: the comprehensions below)
+NATIVE = accelerator("driftstream.barriers._meta_sort")
+
 
 class LatencySamples:
     """``times``: ``t[:4]`` -> wall clock, for the sampled elements (a dict the runtime reports as is)."""
@@ -34,15 +42,14 @@ class LatencySamples:
         self.max_samples = max_samples
 
     def add(self, elements: list, now: float) -> None:
-        """Sample ``(meta, payload, ...)`` items at ``now``. One comprehension per call (a loop
-        that stamped releases was 7% of Nexmark q1's instances); O(len(elements)), plus an
-        amortised O(1) per sample for the thinning."""
+        """Sample ``(meta, payload, ...)`` items at ``now``. One C call or one comprehension per
+        call (a loop that stamped releases was 7% of Nexmark q1's instances); O(len(elements)),
+        plus an amortised O(1) per sample for the thinning."""
         every = self.every
-        if every == 1:  # until the first thinning: every element
-            hits = [item[0][:4] for item in elements]
-        else:
-            # -1 % every is never 0 here: a window's result falls through to its close time
-            hits = [item[0][:4] for item in elements if item[0][3] % every == 0 or (item[0][3] < 0 and item[0][0] % every == 0)]
+        # In C: a run of equal times (a document's outputs) sliced and hashed once, not per element.
+        hits = NATIVE.sampled_times(elements, every) if NATIVE is not None and type(elements) is list else None
+        if hits is None:
+            hits = sampled_times(elements, every)
         if hits:
             times = self.times
             times.update(dict.fromkeys(hits, now))
@@ -55,3 +62,12 @@ class LatencySamples:
         times = self.times
         for t in [t for t in times if (t[3] if t[3] >= 0 else t[0]) % every]:
             del times[t]
+
+
+def sampled_times(elements: Any, every: int) -> list:
+    """The times ``t[:4]`` of the sampled ``(meta, ...)`` items (repeats kept): the reference
+    of ``sampled_times`` in ``barriers/_meta_sort.c``, which keeps one of each run."""
+    if every == 1:  # until the first thinning: every element
+        return [item[0][:4] for item in elements]
+    # -1 % every is never 0 here: a window's result falls through to its close time
+    return [item[0][:4] for item in elements if item[0][3] % every == 0 or (item[0][3] < 0 and item[0][0] % every == 0)]
