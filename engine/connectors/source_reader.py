@@ -15,8 +15,8 @@ while each has data ready: a keyed step after it then applies them in order inst
 repairing its state (``out_of_order``). See :meth:`SourceReader._poll_merged`.
 
 >>> merged = SourceReader(src, source_id=0, instance=0, instances=1, max_inflight=10)
->>> [[(m[0], p) for m, p in merged.poll(10)] for _ in range(3)]
-[[(0, 'a')], [(1, 'b')], [(2, 'c')]]
+>>> [[(m[0], p) for m, p in merged.poll(10)] for _ in range(2)]   # (partition 1's b is read after a)
+[[(0, 'a')], [(1, 'b'), (2, 'c')]]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import deque
+from operator import itemgetter
 from typing import Any, Optional
 
 from driftstream.ordering.meta import BOTTOM, TOP, Time
@@ -123,11 +124,6 @@ class SourceReader:
         known = self.parts[i].bound()
         return known if known is not None else self._last[i]
 
-    def _next(self, i: int) -> Time:
-        """A time at or below everything partition ``i`` has still to emit (its first held record's)."""
-        held = self._held[i]
-        return held[0][0][:4] if held else self._bound(i)
-
     def poll(self, max_items: int) -> list:
         """Read up to ``max_items`` (fewer when credit runs low) from the partition
         that is furthest behind in time and has data ready.
@@ -168,38 +164,64 @@ class SourceReader:
         return items
 
     def _poll_merged(self, max_items: int) -> list:
-        """:meth:`poll` emitting in t order across partitions: from the partition whose next
-        record is earliest, the records up to the next record of any other partition; the
-        rest of its read waits (``_held``), counted in no bound. A partition whose last read
-        found nothing (an idle Kafka partition) holds nobody back: order is then given up for
-        latency (a keyed step repairs what comes late). Each round emits, or reads into a
-        partition that held nothing: at most partitions + 1 rounds, usually one. O(partitions
-        log partitions) per round and one bisect per read; nothing per record beyond a slice."""
-        free, n = self.max_inflight - self._in_flight, len(self.parts)
-        for _ in range(n + 1):
-            order = sorted((self._next(i), i) for i in range(n) if self._live(i))
-            unread = sum(1 for t, _ in order if t == BOTTOM)
-            for rank, (t, i) in enumerate(order):
-                budget = min(max_items, free - 2 * (unread - (t == BOTTOM)) - (rank > 0))
+        """:meth:`poll` emitting in t order across partitions. Reads go to the partition whose
+        read frontier is least (the one holding the merge back) and wait in ``_held``; a poll
+        emits every held record at or below the least frontier, the partitions' runs merged
+        (a read's worth from each in a backlog, not a record at a time: their times
+        interleave finely). A partition whose last read found nothing (an idle Kafka
+        partition) holds nobody back: order is then given up for latency (a keyed step
+        repairs what comes late). A held record counts in no bound. O(partitions) per round,
+        at most partitions + 2 rounds; per record, a slice and a merge of sorted runs."""
+        n, held = len(self.parts), self._held
+        free = self.max_inflight - self._in_flight
+        # as poll(): 2 credits left to each partition that has emitted nothing and holds nothing
+        unread = sum(1 for i in range(n) if self._live(i) and self._last[i] == BOTTOM and not held[i])
+        for _ in range(n + 2):
+            waits = sorted((self._front(i), i) for i in range(n) if self._live(i) and (held[i] or not self._dry[i]))
+            out = self._emit_merged(waits[0][0] if waits else TOP, min(max_items, free - 2 * unread))
+            if out:
+                return out
+            # nothing held at or below the least frontier: read the laggard (an idle one too: it may have data now)
+            for _, i in sorted((self._front(i), i) for i in range(n) if not self.parts[i].done):
+                fresh = self._last[i] == BOTTOM and not held[i]
+                budget = min(max_items, free - 2 * (unread - fresh))
                 if budget <= 0:
                     continue
-                items = self._held[i]
-                if not items:
-                    items = self.parts[i].read(budget)
-                    self._dry[i] = not items
-                    if not items:
-                        continue
-                # The others' next times are as ordered: only partition i read in this round.
-                limit = next((t_j for t_j, j in order if j != i and (self._held[j] or not self._dry[j])), TOP)
-                cut = len(items) if items[-1][0][:4] <= limit else bisect_right(items, limit, key=lambda item: item[0][:4])
-                cut = min(cut, budget)
-                self._held[i] = items[cut:]
-                if cut:
-                    return self._emit(i, items[:cut])
-                break  # all of the read waits: order the partitions again
+                items = self.parts[i].read(budget)
+                self._dry[i] = not items
+                if items:
+                    held[i] = held[i] + items
+                    break
             else:
-                return []
+                return self._emit_merged(TOP, min(max_items, free - 2 * unread)) if any(held) else []
         return []
+
+    def _front(self, i: int) -> Time:
+        """Partition ``i``'s read frontier: every record it has still to read is past it."""
+        if self.parts[i].done:
+            return TOP
+        held = self._held[i]
+        last = held[-1][0][:4] if held else self._last[i]
+        known = self.parts[i].bound()
+        return last if known is None or known < last else known
+
+    def _emit_merged(self, limit: Time, budget: int) -> list:
+        """Emit the held records at or below ``limit`` (at most ``budget``), merged in t order."""
+        if budget <= 0:
+            return []
+        held = self._held
+        cuts = [(i, _cut(h, limit)) for i, h in enumerate(held) if h]
+        cuts = [(i, c) for i, c in cuts if c]
+        if not cuts:
+            return []
+        if sum(c for _, c in cuts) > budget:  # lower the limit to the budget's last record
+            limit = sorted((item for i, c in cuts for item in held[i][:c]), key=_first)[budget - 1][0][:4]
+            cuts = [(i, c) for i, c in ((i, _cut(held[i], limit)) for i, _ in cuts) if c]
+        chunks = []
+        for i, c in cuts:
+            chunk, held[i] = held[i][:c], held[i][c:]
+            chunks.append(self._emit(i, chunk))
+        return chunks[0] if len(chunks) == 1 else sorted([item for chunk in chunks for item in chunk], key=_first)
 
     def align(self, frontier: Time) -> None:
         """The least bound over every source instance now (from the acker): partitions may
@@ -264,3 +286,15 @@ class SourceReader:
         for p in self.parts:
             p.close()
 
+
+#: an item's meta (what merged runs are ordered by)
+_first = itemgetter(0)
+
+
+def _time(item: tuple) -> Time:
+    return item[0][:4]
+
+
+def _cut(run: list, limit: Time) -> int:
+    """How many of ``run`` (one partition's records, in t order) are at or below ``limit``."""
+    return len(run) if run[-1][0][:4] <= limit else bisect_right(run, limit, key=_time)

@@ -91,7 +91,7 @@ def test_a_held_record_is_read_again_by_a_replay_and_holds_the_bound_below_it():
     reader = SourceReader(LateSource([(list(range(0, 40, 2)), 0), (list(range(1, 40, 2)), 0)]), source_id=0, instance=0,
                           instances=1, max_inflight=100, batch_size=4)
     first = reader.poll(4)
-    assert [m[0] for m, _ in first] == [0]  # partition 0 read 0, 2, 4, 6; partition 1 read 1, 3, 5, 7
-    assert reader.bound() == (1, 0, 1, -1) and reader.lag() == 7  # just below partition 1's first, held
+    assert [m[0] for m, _ in first] == [0, 1, 2, 3]  # partition 0 read 0, 2, 4, 6; partition 1 read 1, 3, 5, 7
+    assert reader.bound() == (4, 0, 0, 1) and reader.lag() == 4  # just below partition 0's first held
     positions = reader.resume_positions(reader.bound())
-    assert positions[0] == (1, 2)  # partition 0 replays from its record at offset 1 (ts 2), held
+    assert positions == {0: (2, 4), 1: (2, 5)}  # each replays from its first held record (offset 2)
