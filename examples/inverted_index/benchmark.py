@@ -909,12 +909,15 @@ def _throughput_files(args: Any, workdir: Path, console: Any, ray_session_s: Opt
     pythons = {e: _python_or_none(console, e, finders[e]) for e in engines if e in finders}
     engines = [e for e in engines if pythons.get(e, "") is not None]
     docs = documents(args.docs)
+    started, load_before = time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
     console.print(f"[bold]files basis[/] {len(docs):,} documents in 2 files, engines: {', '.join(engines)}")
     profile = Path(args.profile) if getattr(args, "profile", None) else None
     work = workdir / f"files-{int(time.time())}"
     rows = run_all_files(docs, engines, work, pythons={k.split("-")[0]: v for k, v in pythons.items()},
                          report=lambda r: console.print(json.dumps(r)), profile=profile)
-    results: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "basis": "files", "docs": len(docs),
+    # the load averages say how shared the machine was (the wall clocks of a loaded machine are the others' too)
+    results: dict = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average_before": load_before,
+                     "load_average_after": os.getloadavg(), "basis": "files", "docs": len(docs),
                      "command": "driftstream bench inverted-index " + " ".join(getattr(args, "argv", [])),
                      "ray_session_s": None if ray_session_s is None else round(ray_session_s, 2), "rows": rows}
     console.print(files_table(rows))

@@ -460,9 +460,19 @@ def stack_counts(path: Path) -> Any:
 
 
 def step_kind_costs(profile: Path, rows: Sequence[dict], rate: int = PROFILE_RATE) -> list:
-    """Per profiled driftstream row, CPU seconds and µs per change record of each step kind,
-    from py-spy's samples of the run's processes (``rate`` a second: a sample of a thread not
-    waiting is 1/rate s of CPU; waits are left out, :data:`IDLE_LEAVES`)."""
+    """Per profiled driftstream row, each step kind's share of py-spy's samples of the run's
+    processes (waits left out, :data:`IDLE_LEAVES`) and its µs of CPU per change record: the
+    share of the row's CPU per record (the kernel's account, ``cpu_us_per_record``). Samples
+    alone would overstate it on a loaded machine: a thread waiting for a core is sampled as
+    running. ``sampled_s``: the samples over ``rate``, for comparison.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "p1-1-StageActor-9.txt").write_text("a (engine/runtime/outbound.py:1) 3\\nb (engine/connectors/file_sink.py:2) 1\\n")
+    >>> [(k["kind"][:7], k["share"], k["us_per_record"]) for k in step_kind_costs(d, [{"engine": "p1", "records": 4,
+    ...     "cpu_us_per_record": 20.0, "profile_tag": "p1-1"}], rate=1)[0]["kinds"]]
+    [('routing', 0.75, 15.0), ('sink: J', 0.25, 5.0)]
+    """
     out = []
     for r in rows:
         tag = r.get("profile_tag")
@@ -475,10 +485,11 @@ def step_kind_costs(profile: Path, rows: Sequence[dict], rate: int = PROFILE_RAT
                 if kind is not None:
                     samples[kind] = samples.get(kind, 0) + n
         total = sum(samples.values()) or 1
-        kinds = [{"kind": k, "cpu_s": round(n / rate, 2), "us_per_record": round(n / rate / max(r["records"], 1) * 1e6, 2),
-                  "share": round(n / total, 3)} for k, n in sorted(samples.items(), key=lambda kv: -kv[1])]
-        out.append({"engine": r["engine"], "records": r["records"], "cpu_s": round(total / rate, 2),
-                    "us_per_record": round(total / rate / max(r["records"], 1) * 1e6, 2), "kinds": kinds})
+        per_record = r.get("cpu_us_per_record") or total / rate / max(r["records"], 1) * 1e6
+        kinds = [{"kind": k, "share": round(n / total, 3), "us_per_record": round(n / total * per_record, 2),
+                  "sampled_s": round(n / rate, 2)} for k, n in sorted(samples.items(), key=lambda kv: -kv[1])]
+        out.append({"engine": r["engine"], "records": r["records"], "cpu_s": r.get("cpu_s"), "us_per_record": per_record,
+                    "sampled_s": round(total / rate, 2), "kinds": kinds})
     return out
 
 
@@ -486,7 +497,7 @@ def step_kind_table(costs: Sequence[dict]) -> str:
     """µs of CPU per change record per step kind, a column per profiled run.
 
     >>> print(step_kind_table([{"engine": "a", "records": 10, "cpu_s": 1.0, "us_per_record": 1e5,
-    ...                         "kinds": [{"kind": "x", "cpu_s": 1.0, "us_per_record": 1e5, "share": 1.0}]}]))
+    ...                         "kinds": [{"kind": "x", "us_per_record": 1e5, "share": 1.0}]}]))
     | step kind | a, µs/record (share) |
     |---|---:|
     | x | 100000.0 (100%) |

@@ -100,11 +100,14 @@ def test_step_kinds_of_stacks_and_their_costs(tmp_path):
         "main (a.py:1);Outbound.route (engine/runtime/outbound.py:139) 100\n")
     (tmp_path / "p2-8-StageActor-2.txt").write_text("main (a.py:1);Outbound.route (engine/runtime/outbound.py:139) 100\n")
     costs = step_kind_costs(tmp_path, [{"engine": "p1", "records": 1000, "profile_tag": "p1-7"}, {"engine": "loop", "records": 5}], rate=100)
-    assert len(costs) == 1 and costs[0]["cpu_s"] == 4.0  # the waits left out
+    assert len(costs) == 1 and costs[0]["sampled_s"] == 4.0  # the waits left out
     kinds = {k["kind"]: k for k in costs[0]["kinds"]}
     assert kinds["the user's functions (document_words, index_update, the key)"]["us_per_record"] == 3000.0
     assert kinds["routing (key_by, key groups)"]["share"] == 0.25
     assert "| routing (key_by, key groups) | 1000.0 (25%) |" in step_kind_table(costs)
+    # with the kernel's CPU of the run, the samples give the shares only
+    scaled = step_kind_costs(tmp_path, [{"engine": "p1", "records": 1000, "cpu_us_per_record": 40.0, "profile_tag": "p1-7"}], rate=100)
+    assert {k["kind"][:7]: k["us_per_record"] for k in scaled[0]["kinds"]} == {"the use": 30.0, "routing": 10.0}
 
 
 def test_driftstreams_row_on_ray_is_exactly_the_references_output(tmp_path, ray_session):
