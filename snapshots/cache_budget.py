@@ -12,7 +12,8 @@ LOW_WATER = 0.9
 
 class CacheBudget:
     """The budget side of a StateCache, on its attributes: ``budget``, ``_states``, ``_clean``
-    (a CleanStates), ``_sizes`` (a MeanSize), ``_unwritten``, ``_bases_pending``, ``db``,
+    (a CleanStates), ``_sizes`` (a MeanSize), ``_unwritten``, ``_bases_pending``, ``_deferred``
+    (and ``_mark_deferred``), ``db``,
     ``complete`` and the counters ``evicted``, ``spilled``, ``read_back``."""
 
     @property
@@ -31,6 +32,8 @@ class CacheBudget:
         O(1) under budget; a pass over the states it drops otherwise."""
         if self.cached_bytes <= self.budget:
             return
+        if self._deferred:
+            self._mark_deferred()  # written bases' rows not marked clean yet: droppable once marked
         if not self._clean and (self._bases_pending or not self._unwritten):
             return  # nothing may go: not even a walk over the slots of the emptied dict
         excess = self.cached_bytes - int(self.budget * LOW_WATER)

@@ -279,10 +279,13 @@ class StageSnapshots:
                 raise
         # Only once every step's writes succeeded (a failure puts the bases' keys back as
         # unwritten, and a key marked clean may be evicted meanwhile), and in slices: marking
-        # a base's rows clean is O(rows), ~12 ms in one callback for 12k rows.
+        # a base's rows clean is O(rows), ~12 ms in one callback for 12k rows. Far below its
+        # budget a cache lets the marks wait (StateCache.written): only a drop needs them.
         for step_name, (kind, batch) in jobs.items():
             if kind == "base":
-                yield from self._in_slices(_chunks(batch.items(), WRITE_CHUNK), self.backends[step_name].mark_items_written)
+                cache = self.backends[step_name]
+                for due, sizes in cache.written(batch):
+                    yield from self._in_slices(_chunks(due.items(), WRITE_CHUNK), lambda rows: cache.mark_items_written(rows, sizes))
 
     def _in_slices(self, items: Iterable, fn: Callable[[Any], Any]) -> Generator:
         """``fn(item)`` for every item, yielding (a pause of 0: the event loop's turn) after each

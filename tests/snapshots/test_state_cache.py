@@ -431,3 +431,92 @@ def test_the_caches_loops_in_c_do_what_the_python_does(tmp_path_factory, ops, re
         assert fast._unwritten == reference._unwritten and fast._changed == reference._changed
     for cache in caches:
         cache.close()
+
+
+# -- a base's marks wait while the cache is far below its budget ------------------------------
+
+
+def base_as_a_snapshot_writes_it(cache: StateCache) -> int:
+    """A base the way StageSnapshots writes it: its rows, then the marks :meth:`written` says are
+    due (none while they wait). Returns the rows marked."""
+    batch = cache.take_unwritten()
+    cache.write(batch)
+    marked = 0
+    for due, sizes in cache.written(batch):
+        cache.mark_items_written(list(due.items()), sizes)
+        marked += len(due)
+    cache.end_write()
+    return marked
+
+
+def test_a_bases_marks_wait_far_below_the_budget_and_are_all_made_past_half_of_it(tmp_path):
+    row = RECORD_OVERHEAD + approx_size([0])
+    cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=700 * row)
+    for base in range(3):
+        for i in range(50):
+            cache.put((base, i), [i])
+        assert base_as_a_snapshot_writes_it(cache) == 0  # 50..150 rows cached and as many waiting: under half
+    assert len(cache._clean) == 0 and cache._deferred_rows == 150
+    for i in range(50):
+        cache.put((3, i), [i])
+    assert base_as_a_snapshot_writes_it(cache) == 200  # past half: every written base's rows, in order
+    assert len(cache._clean) == 200 and not cache._deferred
+    assert list(cache._clean.sizes)[:2] == [(0, 0), (0, 1)]  # the oldest first: dropped first
+    cache.close()
+
+
+def test_a_cache_over_budget_marks_the_waiting_rows_before_it_drops_and_loses_none(tmp_path):
+    # marks waited (budget far away), then the budget shrinks below what the cache holds: the
+    # next put marks them and evicts clean states, which read back from RocksDB
+    row = RECORD_OVERHEAD + approx_size([0])
+    cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=10_000 * row)
+    for i in range(300):
+        cache.put(("w", i), [i])
+    cache.remove(("w", 0))
+    assert base_as_a_snapshot_writes_it(cache) == 0 and ("w", 0) in cache._states  # a removed state stays until marked
+    cache.budget = 100 * row
+    cache.put(("w", 1), [-1])
+    assert not cache._deferred and cache.evicted and cache.cached_bytes <= cache.budget
+    assert ("w", 0) not in cache._states  # its deletion written and marked: gone from the cache
+    assert [cache.get(("w", i)) for i in range(300)] == [None, [-1]] + [[i] for i in range(2, 300)]
+    cache.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=_mark_ops, records=st.integers(1, 30))
+def test_a_cache_whose_marks_wait_holds_what_one_marking_at_once_holds(tmp_path_factory, ops, records):
+    # the same operations on two caches, one marking every base at once (mark_written), one
+    # as a snapshot does (written: marks wait below half the budget): the same states read back,
+    # in both RocksDB and the cache, and the budget kept once no base is pending
+    budget = records * (RECORD_OVERHEAD + approx_size(10**6))
+    caches = [StateCache(RocksDBBackend(tmp_path_factory.mktemp("db") / "db"), budget_bytes=budget) for _ in range(2)]
+    pending: list = [[], []]
+    for op in ops:
+        for n, (cache, taken) in enumerate(zip(caches, pending)):
+            if op[0] == "put":
+                cache.put(op[1], op[2])
+            elif op[0] == "fold":
+                cache.put_many(op[1], deleted=DELETED)
+            elif op[0] == "remove":
+                cache.remove(op[1])
+            elif op[0] == "remove_many":
+                cache.remove_many(op[1])
+            elif op[0] == "take":
+                batch = cache.take_unwritten()
+                cache.write(batch)
+                taken.append(batch)
+            elif taken:
+                batch = taken.pop(0)
+                if n == 0:
+                    cache.mark_written(batch)
+                else:
+                    for due, sizes in cache.written(batch):
+                        cache.mark_items_written(due.items(), sizes)
+                    cache.end_write()
+        eager, waiting = caches
+        for key in range(12):  # every key _keys makes
+            assert waiting.get(key) == eager.get(key)
+        if not waiting._bases_pending:
+            assert waiting.cached_bytes <= waiting.budget or not (waiting._clean or waiting._unwritten)
+    for cache in caches:
+        cache.close()

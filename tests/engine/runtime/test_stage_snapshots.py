@@ -223,9 +223,11 @@ def test_a_base_marks_its_rows_clean_in_slices_and_a_row_changed_meanwhile_stays
     callbacks in between; a row changed in between is not marked clean (the base wrote its
     older state), so the next base writes it again."""
     import driftstream.engine.runtime.stage_snapshots as stage_snapshots
+    import driftstream.snapshots.state_cache as state_cache
 
     monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every chunk of rows,
     monkeypatch.setattr(stage_snapshots, "WRITE_CHUNK", 1)  # of one row
+    monkeypatch.setattr(state_cache, "DEFER_MARKS_BELOW", 0.0)  # marked at once, not when the cache fills
     snaps = StageSnapshots(str(tmp_path / "store"), "f-s-0", None, base_every_s=3600)
     cache = snaps.backend("count", append)
     keys = list(range(40))
