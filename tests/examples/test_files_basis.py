@@ -119,3 +119,17 @@ def test_driftstreams_row_on_ray_is_exactly_the_references_output(tmp_path, ray_
     # the source stamped its first read in its actor: after the flow's launch, before its end
     assert 0 < row["seconds_from_first_read"] < row["seconds_from_launch"]
     assert row["cpu_s"] > 0.5  # the Ray session's processes counted (an actor's start alone is more)
+
+
+def test_the_bench_command_runs_the_files_basis_without_a_broker(tmp_path, ray_session, capsys):
+    """``driftstream bench inverted-index --throughput --basis files``: no broker is started, the
+    rows asked for run over the corpus's documents, and the figures land in --out."""
+    from driftstream.examples.inverted_index.benchmark import main
+
+    code = main(["--throughput", "--basis", "files", "--docs", "30", "--engines", "loop,driftstream-p1",
+                 "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")])
+    results = json.loads((tmp_path / "out" / "throughput-files.json").read_text())
+    assert code == 0, results["rows"]
+    assert [r["engine"] for r in results["rows"]] == ["plain loop", "driftstream, parallelism 1"]
+    assert all(r["correct"] and r["of_loop"] for r in results["rows"]) and results["docs"] == 30
+    assert "--basis files" in results["command"] and "broker" not in capsys.readouterr().out
