@@ -75,6 +75,22 @@ class Acker:
             least = self._least = min(bounds)
             self._at_least = bounds.count(least)
 
+    def update_many(self, xors: Mapping, bounds: Mapping) -> Time:
+        """Fold a shard's batch (:class:`~.ack_shards.AckShard`): the net XORs of whole flushes
+        and the newest bound of each source among them (source index -> bound). The XORs go in
+        before the bounds, as a single flush's do. Returns the watermark after the update.
+
+        >>> a = Acker(sources=2)
+        >>> a.update_many({(1, 0, 0, 1): 7}, {0: (1, 0, 0, 1), 1: (2, 0, 1, 2)})
+        (1, 0, 0, 1)
+        """
+        heap = self._heap
+        for t in self.entries.fold(xors):
+            heapq.heappush(heap, t)
+        for source, bound in bounds.items():
+            self._set_bound(source, bound)
+        return self._recompute()
+
     def in_flight(self) -> int:
         """Number of global times with elements still in flight (O(1))."""
         return len(self.entries)

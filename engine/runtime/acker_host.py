@@ -26,7 +26,7 @@ from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
 
 from driftstream.engine.model.manifest import PartCollector
-from driftstream.engine.runtime.protocol import Align, Prepared, Watermark
+from driftstream.engine.runtime.protocol import Align, Prepared, ShardFlush, Watermark
 
 
 def at_once(fn: Callable[[], None]) -> None:
@@ -55,7 +55,8 @@ class AckerHost:
         self.pushed = self.table.watermark
         self.frontier_told: dict = {}
         self.push_scheduled = self.align_scheduled = False
-        self.updates = 0
+        #: flushes folded, and the times they held (a shard's batch: its net times), for the figures
+        self.updates = self.entries = 0
         # snapshot id -> (its PartCollector, called once every part is in), while it is taken
         self.pending: dict = {}
 
@@ -64,20 +65,33 @@ class AckerHost:
         self.table.update(xors)
 
     def receive(self, message: Any) -> None:
-        """A stage instance's ``Ack`` (XORs, a source's bound) or ``Prepared`` part."""
-        if type(message) is Prepared:
+        """A stage instance's ``Ack`` (XORs, a source's bound) or ``Prepared`` part, or an acker
+        shard's ``ShardFlush`` (:class:`.acker_shard.AckShardHost`)."""
+        kind = type(message)
+        if kind is Prepared:
             pending = self.pending.get(message.snapshot_id)
             if pending is not None:  # else: a snapshot given up on (a reset or a crash since)
                 collector, complete = pending
                 if collector.add(message.instance, message.part):
                     complete(collector)
             return
-        self.table.update(message.xors, message.source_index, message.bound)
-        self.updates += 1
+        if kind is ShardFlush:  # a shard's batch of whole flushes (ordering/ack_shards.py)
+            self.table.update_many(message.xors, message.bounds)
+            self.updates += message.flushes
+            self.entries += len(message.xors)
+            bounded = bool(message.bounds)
+        else:
+            self.table.update(message.xors, message.source_index, message.bound)
+            self.updates += 1
+            self.entries += len(message.xors)
+            bounded = message.bound is not None
         if self.table.watermark > self.pushed and not self.push_scheduled:
             self.push_scheduled = True
             self._defer(self._push)
-        if message.bound is not None and self.aligned is not None and not self.align_scheduled:
+        if kind is ShardFlush:
+            for part in message.parts:
+                self.receive(part)
+        if bounded and self.aligned is not None and not self.align_scheduled:
             self.align_scheduled = True
             self._defer(self._align)
 
@@ -128,5 +142,5 @@ class AckerHost:
     def status(self) -> dict:
         """The figures ``FlowHandle.status()`` shows of the acker."""
         table = self.table
-        return {"watermark": table.watermark, "in_flight": table.in_flight(), "updates": self.updates, "settled": table.settled(),
+        return {"watermark": table.watermark, "in_flight": table.in_flight(), "updates": self.updates, "entries": self.entries, "settled": table.settled(),
                 "bounds": list(table.bounds)}

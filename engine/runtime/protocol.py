@@ -14,6 +14,9 @@ message                   from -> to                 meaning
 :class:`Align`            acker -> source stage      the least bound over every source instance
                                                      (aligned sources, see connectors/alignment.py)
 :class:`Prepared`         stage -> acker             this instance's part of a snapshot is durable
+:class:`ShardFlush`       acker shard -> acker       the net XORs of whole flushes of the shard's
+                                                     instances, their sources' newest bounds and
+                                                     snapshot parts (ordering/ack_shards.py)
 :class:`SnapshotTaken`    acker -> supervisor        every part of a snapshot is in
 :class:`ScheduleEnded`    acker -> supervisor        a schedule of snapshots ended
 ========================  =========================  ==============================================
@@ -64,6 +67,17 @@ class Prepared(NamedTuple):
     snapshot_id: int
     instance: tuple
     part: dict
+
+
+class ShardFlush(NamedTuple):
+    """An acker shard's batch (:class:`~driftstream.ordering.ack_shards.ShardBatch`) for the root
+    acker: ``xors`` (time -> net XOR), ``bounds`` (source index -> newest bound), the number of
+    ``flushes`` folded in, and the :class:`Prepared` ``parts`` that came with them, in order."""
+
+    xors: dict
+    bounds: dict
+    flushes: int
+    parts: list
 
 
 class SnapshotTaken(NamedTuple):

@@ -47,6 +47,7 @@ import time
 from collections import deque
 from typing import Callable, Optional, Sequence
 
+from driftstream.ordering.ack_shards import shard_of
 from driftstream.ordering.meta import TOP
 from driftstream.snapshots.store import SnapshotStore
 
@@ -58,6 +59,7 @@ from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.acker_host import AckerHost
+from driftstream.engine.runtime.acker_shard import AckShardHost
 from driftstream.engine.runtime.instance_host import ACKER
 from driftstream.engine.runtime.protocol import Push, Watermark
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
@@ -86,11 +88,15 @@ class Simulation:
     ``resets_in_place``: each crash is a reset of the live instances in place, as Ray resets
     survivors: the same :class:`~.instance_host.InstanceHost` teardown and setup, and the
     sink writes in progress land before the restart instead of being lost.
+    ``acker_shards``: that many :class:`~.acker_shard.AckShardHost` fold the instances'
+    messages to the acker (round robin), each flushing its batch when the scheduler says.
     """
 
     def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
-                 resets_in_place: bool = False) -> None:
+                 resets_in_place: bool = False, acker_shards: int = 0) -> None:
         config = config or RunConfig()
+        #: acker shards between the instances and the acker (0: none; see _to_acker)
+        self.shard_count = acker_shards
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         if crashes and not config.takes_snapshots:
@@ -153,6 +159,9 @@ class Simulation:
         self.restoring = list(self.plan.instances)
         self.acker = AckerHost(len(self.source_keys), lambda to, message: self._send_control(ACKER, to, message), subscribers=self.plan.instances,
                                aligned=self.aligned)
+        self.acker_shards = [AckShardHost(lambda message, j=j: self._send_control(("acker shard", j), ACKER, message), defer=lambda fn: None)
+                             for j in range(self.shard_count)]
+        self.shard_by_instance = {key: shard_of(i, self.shard_count) for i, key in enumerate(self.plan.instances)} if self.shard_count else {}
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
         self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
@@ -249,6 +258,8 @@ class Simulation:
             kinds.append(self._deliver_data)
         if any(self.control.values()):
             kinds.append(self._deliver_control)
+        if any(shard.pending for shard in self.acker_shards):
+            kinds.append(self._flush_acker_shard)
         if self.rescale_phase is None and any(self.live.source_ready(k) for k in self.readers):
             kinds.append(self._read_source)
         if self.rescale_phase == "draining" and not kinds and not self.writes and self.acker.collecting is None:
@@ -297,11 +308,22 @@ class Simulation:
         sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
         message = self.control[(sender, receiver)].popleft()
         if receiver == ACKER:
-            self.acker.receive(message)
+            self._to_acker(sender, message)
         else:
             self._to_stage(receiver, message)
             if receiver in self.stages:  # else: a crash at the marker
                 self._flush(receiver)
+
+    def _to_acker(self, sender, message) -> None:
+        """A message for the acker: through the sender's shard when the run has shards."""
+        j = self.shard_by_instance.get(sender)
+        if j is None:
+            self.acker.receive(message)  # no shards, or a shard's batch
+        else:
+            self.acker_shards[j].receive(message)
+
+    def _flush_acker_shard(self) -> None:
+        self.rng.choice([shard for shard in self.acker_shards if shard.pending]).flush()
 
     def _read_source(self) -> None:
         instance = self.rng.choice([k for k in self.readers if self.live.source_ready(k)])
