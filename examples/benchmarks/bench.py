@@ -851,6 +851,7 @@ DELEGATED = {
     "rescale": "driftstream.examples.benchmarks.rescale",
     "step-costs": "driftstream.examples.benchmarks.step_costs",
     "index-stage": "driftstream.examples.benchmarks.index_stage",
+    "acker": "driftstream.examples.benchmarks.acker_capacity",
     "nexmark": "driftstream.examples.nexmark.bench",
     "inverted-index": "driftstream.examples.inverted_index.benchmark",
 }
@@ -872,6 +873,8 @@ def main(argv: Optional[list] = None) -> int:
     sub.add_parser("step-costs", help="µs per element of each step kind in one process, the engine's part beside the user's function (--help for options)")
     sub.add_parser("index-stage", help="the inverted index's stages in one process with their RocksDB state and snapshots: "
                    "µs a change record per part (--help for options)")
+    sub.add_parser("acker", help="the acker's capacity: acks/s it folds (in one process, and on Ray from synthetic senders, with or "
+                   "without shards) and the acks/s the inverted index and Nexmark q5 send it (--help for options)")
     sub.add_parser("kafka-codecs", help="KafkaSink's compression: CPU and bytes per codec on the inverted index's output (--help for options)")
     sub.add_parser("keyed-sink", help="KafkaSink(key=...) against the unkeyed sink: a partition's write and a flow on Ray, records/s (--help for options)")
     sub.add_parser("rescale", help="the inverted index rescaled while it runs (2 -> 3 -> 2): downtime at the output's consumer, "
