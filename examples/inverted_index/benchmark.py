@@ -901,7 +901,7 @@ def _throughput_files(args: Any, workdir: Path, console: Any, ray_session_s: Opt
     from driftstream.examples.benchmarks.backlog import documents
 
     from .bytewax_baseline import bytewax_python
-    from .files_basis import FILES_ENGINES, files_table, run_all_files, step_kind_costs, step_kind_table
+    from .files_basis import FILES_ENGINES, files_table, floors, run_all_files, step_kind_costs, step_kind_table
     from .pathway_baseline import pathway_python
 
     engines = [e for e in (args.engines or ",".join(FILES_ENGINES)).split(",") if e]
@@ -921,6 +921,9 @@ def _throughput_files(args: Any, workdir: Path, console: Any, ray_session_s: Opt
                      "command": "driftstream bench inverted-index " + " ".join(getattr(args, "argv", [])),
                      "ray_session_s": None if ray_session_s is None else round(ray_session_s, 2), "rows": rows}
     console.print(files_table(rows))
+    results["floors"] = floors(rows)
+    for f in results["floors"]:
+        console.print(f"floor {f['floor']}: {'met' if f['met'] else 'missed'} ({f['ratio']} by docs/s, {f['ratio_by_cpu']} by CPU)")
     if profile is not None:
         results["step_kinds"] = step_kind_costs(profile, rows)
         console.print(step_kind_table(results["step_kinds"]))

@@ -218,6 +218,35 @@ def with_ratios(rows: list, loop_engine: str = "plain loop") -> list:
     return rows
 
 
+def floors(rows: Sequence[dict]) -> list:
+    """Issue 57's floors on the files basis, from the rows of one invocation: driftstream at
+    parallelism 2 at least Bytewax's one worker with 1 s recovery, and at parallelism 1 at
+    least half the plain loop; docs/s from launch and by CPU per record. A floor whose rows
+    did not run (or came out wrong) is left out.
+
+    >>> rows = with_ratios([files_row("plain loop", 100, 10, 0.0, 0.0, 1.0, [], cpu_s=1.0),
+    ...                     files_row("driftstream, parallelism 2", 100, 10, 0.0, 0.0, 4.0, [], cpu_s=4.0),
+    ...                     files_row("driftstream, parallelism 1", 100, 10, 0.0, 0.0, 2.0, [], cpu_s=2.0),
+    ...                     files_row("bytewax, 1 worker, recovery every 1 s", 100, 10, 0.0, 0.0, 5.0, [], cpu_s=5.0)])
+    >>> [(f["floor"][:40], f["ratio"], f["met"], f["ratio_by_cpu"]) for f in floors(rows)]
+    [('driftstream, parallelism 2 >= bytewax, 1', 1.25, True, 1.25), ('driftstream, parallelism 1 >= 0.5 of the', 1.0, True, 1.0)]
+    """
+    by = {r["engine"]: r for r in rows if r.get("correct")}
+    out = []
+    for engine, against, share in (("driftstream, parallelism 2", "bytewax, 1 worker, recovery every 1 s", 1.0),
+                                   ("driftstream, parallelism 1", "plain loop", 0.5)):
+        if engine not in by or against not in by:
+            continue
+        a, b = by[engine], by[against]
+        ratio = round(a["docs_per_s"] / (share * b["docs_per_s"]), 3)
+        # by CPU: the other's µs per record over this one's, against the same share
+        ca, cb = a.get("cpu_us_per_record"), b.get("cpu_us_per_record")
+        cpu = round(cb / (share * ca), 3) if ca and cb else None
+        out.append({"floor": f"{engine} >= {'' if share == 1 else f'{share} of the '}{against}", "ratio": ratio,
+                    "met": ratio >= 1.0, "ratio_by_cpu": cpu})
+    return out
+
+
 def files_table(rows: Sequence[dict]) -> str:
     """The rows as a Markdown table.
 

@@ -133,3 +133,4 @@ def test_the_bench_command_runs_the_files_basis_without_a_broker(tmp_path, ray_s
     assert [r["engine"] for r in results["rows"]] == ["plain loop", "driftstream, parallelism 1"]
     assert all(r["correct"] and r["of_loop"] for r in results["rows"]) and results["docs"] == 30
     assert "--basis files" in results["command"] and "broker" not in capsys.readouterr().out
+    assert [f["floor"] for f in results["floors"]] == ["driftstream, parallelism 1 >= 0.5 of the plain loop"]
