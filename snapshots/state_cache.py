@@ -73,9 +73,9 @@ _MISSING = object()
 MAX_DELTA_KEYS = 4096
 
 #: A written base's rows are marked clean only once the cache, with the rows of the written
-#: bases not yet marked counted at the mean size, holds this fraction of its budget (see
-#: :meth:`StateCache.written`).
-DEFER_MARKS_BELOW = 0.5
+#: bases not yet marked counted again at the mean size, holds this fraction of its budget (see
+#: :meth:`StateCache.written`): the budget's low water, so what waits stays within the budget.
+DEFER_MARKS_BELOW = LOW_WATER
 
 
 class StateCache(CacheBudget):
@@ -286,7 +286,7 @@ class StateCache(CacheBudget):
 
         Marking is dict work on the cache's largest dicts, ~0.3 us a row (a third of a base's
         cost once its keys are packed in C), and only a drop needs it. So while the cache and
-        the waiting rows (at the mean size: a batch holds states since replaced) stay below
+        the waiting rows (again, at the mean size: a batch holds states since replaced) stay below
         :data:`DEFER_MARKS_BELOW` of the budget, they wait; the first base past it marks them
         all, in order, and then each base its own. A cache over budget marks them before it
         drops anything (:meth:`_mark_deferred`). Until marked, a removed state stays cached.
@@ -297,7 +297,7 @@ class StateCache(CacheBudget):
         >>> cache.put("k", 1); batch = cache.take_unwritten(); cache.write(batch)
         >>> cache.written(batch), len(cache._clean)       # far below the budget: the marks wait
         ([], 0)
-        >>> cache.budget = 600; due = cache.written({}); [len(b) for b, _ in due]   # past half of it
+        >>> cache.budget = 400; due = cache.written({}); [len(b) for b, _ in due]   # past its low water
         [1, 0]
         >>> for b, sizes in due: cache.mark_items_written(b.items(), sizes)
         >>> cache.end_write(); len(cache._clean)

@@ -449,17 +449,17 @@ def base_as_a_snapshot_writes_it(cache: StateCache) -> int:
     return marked
 
 
-def test_a_bases_marks_wait_far_below_the_budget_and_are_all_made_past_half_of_it(tmp_path):
+def test_a_bases_marks_wait_below_the_budgets_low_water_and_are_all_made_past_it(tmp_path):
     row = RECORD_OVERHEAD + approx_size([0])
-    cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=700 * row)
+    cache = StateCache(RocksDBBackend(tmp_path / "db"), budget_bytes=400 * row)  # low water: 360 rows
     for base in range(3):
         for i in range(50):
             cache.put((base, i), [i])
-        assert base_as_a_snapshot_writes_it(cache) == 0  # 50..150 rows cached and as many waiting: under half
+        assert base_as_a_snapshot_writes_it(cache) == 0  # 50..150 rows cached and as many waiting: under 360
     assert len(cache._clean) == 0 and cache._deferred_rows == 150
     for i in range(50):
         cache.put((3, i), [i])
-    assert base_as_a_snapshot_writes_it(cache) == 200  # past half: every written base's rows, in order
+    assert base_as_a_snapshot_writes_it(cache) == 200  # 200 and 200: every written base's rows, in order
     assert len(cache._clean) == 200 and not cache._deferred
     assert list(cache._clean.sizes)[:2] == [(0, 0), (0, 1)]  # the oldest first: dropped first
     cache.close()
@@ -486,7 +486,7 @@ def test_a_cache_over_budget_marks_the_waiting_rows_before_it_drops_and_loses_no
 @given(ops=_mark_ops, records=st.integers(1, 30))
 def test_a_cache_whose_marks_wait_holds_what_one_marking_at_once_holds(tmp_path_factory, ops, records):
     # the same operations on two caches, one marking every base at once (mark_written), one
-    # as a snapshot does (written: marks wait below half the budget): the same states read back,
+    # as a snapshot does (written: marks wait below the budget's low water): the same states read back,
     # in both RocksDB and the cache, and the budget kept once no base is pending
     budget = records * (RECORD_OVERHEAD + approx_size(10**6))
     caches = [StateCache(RocksDBBackend(tmp_path_factory.mktemp("db") / "db"), budget_bytes=budget) for _ in range(2)]
