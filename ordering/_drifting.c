@@ -218,7 +218,21 @@ static PyObject *child_meta(PyObject *meta, Py_ssize_t k) {
         if (suffix == NULL)
             return NULL;
     }
-    PyObject *ids = PySequence_Concat(PyTuple_GET_ITEM(meta, 4), suffix);
+    PyObject *parent = PyTuple_GET_ITEM(meta, 4), *ids;
+    if (PyTuple_CheckExact(parent)) {  /* ids + (k,), without the generic concatenation's dispatch */
+        Py_ssize_t n = PyTuple_GET_SIZE(parent);
+        ids = PyTuple_New(n + 1);
+        if (ids != NULL) {
+            for (Py_ssize_t q = 0; q < n; q++) {
+                Py_INCREF(PyTuple_GET_ITEM(parent, q));
+                PyTuple_SET_ITEM(ids, q, PyTuple_GET_ITEM(parent, q));
+            }
+            Py_INCREF(PyTuple_GET_ITEM(suffix, 0));
+            PyTuple_SET_ITEM(ids, n, PyTuple_GET_ITEM(suffix, 0));
+        }
+    } else {
+        ids = PySequence_Concat(parent, suffix);
+    }
     Py_DECREF(suffix);
     if (ids == NULL)
         return NULL;
@@ -350,7 +364,10 @@ static int pairs_to_triples(PyObject *out) {
 static int record(const InOrderPath *p, LogFields *log, Py_ssize_t j, PyObject *result, int flat, Emit *e) {
     PyObject *new;
     if (flat)
-        new = result == Py_None ? (Py_INCREF(p->no_output), p->no_output) : PySequence_List(result);
+        /* a list nothing else holds (the function built it and let go) is taken as it is, not copied:
+         * no one can change it after (the reference copies: list(result)) */
+        new = result == Py_None ? (Py_INCREF(p->no_output), p->no_output)
+              : (PyList_CheckExact(result) && Py_REFCNT(result) == 1) ? (Py_INCREF(result), result) : PySequence_List(result);
     else if (result == Py_None)
         new = (Py_INCREF(p->no_output), p->no_output);
     else
@@ -434,6 +451,9 @@ typedef struct {
     PyObject *removed;  /* the states' mark of a removed record */
     PyObject *cache;    /* its ``complete`` says whether a miss is a record with no value */
     PyObject *deleted;  /* what the backend's get returns for a record with no value */
+    int complete;       /* the cache's ``complete`` once a miss asked it (-1: not yet): it cannot
+                         * change within a call, as only a ``get`` (not made while complete) or a
+                         * fold can change the cache */
 } BackendReader;
 
 static int reader_traverse(BackendReader *self, visitproc visit, void *arg) {
@@ -477,6 +497,7 @@ static PyObject *reader_new(PyObject *backend, PyObject *deleted) {
     if (r == NULL)
         return NULL;
     r->getter = r->states = r->removed = r->cache = NULL;
+    r->complete = -1;
     Py_INCREF(deleted); r->deleted = deleted;
     PyObject_GC_Track(r);
     if ((r->getter = PyObject_GetAttr(backend, s_get)) == NULL)
@@ -518,12 +539,15 @@ static PyObject *reader_get(BackendReader *r, PyObject *record, Py_hash_t h) {
         }
         if (PyErr_Occurred())
             return NULL;
-        PyObject *c = PyObject_GetAttr(r->cache, s_complete);
-        int complete = c == NULL ? -1 : PyObject_IsTrue(c);
-        Py_XDECREF(c);
-        if (complete < 0)
-            return NULL;
-        if (complete) {
+        if (r->complete < 0) {
+            PyObject *c = PyObject_GetAttr(r->cache, s_complete);
+            int complete = c == NULL ? -1 : PyObject_IsTrue(c);
+            Py_XDECREF(c);
+            if (complete < 0)
+                return NULL;
+            r->complete = complete;
+        }
+        if (r->complete) {
             Py_INCREF(r->deleted);
             return r->deleted;
         }
@@ -539,7 +563,8 @@ typedef struct {
     PyObject *overlay;  /* dict: (key, entry) -> list of values, in log order */
     BackendReader *reader;  /* the backend's reads */
     PyObject *key;
-    PyObject *journal;  /* list: the entries this element wrote */
+    PyObject *journal;  /* list: the records (key, entry) this element wrote */
+    PyObject *size_record;  /* (key, SIZE), made at its first use (NULL: not yet) */
 } EntryHandle;
 
 static int handle_traverse(EntryHandle *self, visitproc visit, void *arg) {
@@ -548,6 +573,7 @@ static int handle_traverse(EntryHandle *self, visitproc visit, void *arg) {
     Py_VISIT(self->reader);
     Py_VISIT(self->key);
     Py_VISIT(self->journal);
+    Py_VISIT(self->size_record);
     return 0;
 }
 
@@ -557,6 +583,7 @@ static int handle_clear(EntryHandle *self) {
     Py_CLEAR(self->reader);
     Py_CLEAR(self->key);
     Py_CLEAR(self->journal);
+    Py_CLEAR(self->size_record);
     return 0;
 }
 
@@ -577,6 +604,7 @@ static PyObject *handle_new(InOrderPath *path, PyObject *overlay, BackendReader 
     Py_INCREF(reader); h->reader = reader;
     Py_INCREF(key); h->key = key;
     Py_INCREF(journal); h->journal = journal;
+    h->size_record = NULL;
     PyObject_GC_Track(h);
     return (PyObject *)h;
 }
@@ -597,10 +625,19 @@ static PyObject *read_record(PyObject *overlay, BackendReader *reader, PyObject 
     return reader_get(reader, record, h);
 }
 
+/* (key, SIZE), borrowed: made once per handle (len and every write that changes the count use it). */
+static PyObject *size_record_of(EntryHandle *self) {
+    if (self->size_record == NULL)
+        self->size_record = PyTuple_Pack(2, self->key, self->path->size_entry);
+    return self->size_record;
+}
+
 static PyObject *handle_read(EntryHandle *self, PyObject *entry) {
-    PyObject *record = PyTuple_Pack(2, self->key, entry);
+    PyObject *record = entry == self->path->size_entry ? size_record_of(self) : PyTuple_Pack(2, self->key, entry);
     if (record == NULL)
         return NULL;
+    if (record == self->size_record)
+        Py_INCREF(record);
     PyObject *value = read_record(self->overlay, self->reader, record);
     Py_DECREF(record);
     return value;
@@ -648,9 +685,10 @@ static int handle_write(EntryHandle *self, PyObject *entry, PyObject *value) {
             goto done;
         }
     } else {
-        size_record = PyTuple_Pack(2, self->key, self->path->size_entry);
+        size_record = size_record_of(self);
         if (size_record == NULL)
             goto done;
+        Py_INCREF(size_record);
         if ((hs = PyObject_Hash(size_record)) == -1)
             goto done;
         PyObject *sizes = GET_H(self->overlay, size_record, hs);
@@ -676,10 +714,10 @@ static int handle_write(EntryHandle *self, PyObject *entry, PyObject *value) {
         Py_DECREF(current);
         size = PyLong_FromLong(n + (now_deleted ? -1 : 1));
         if (size == NULL || push_value(self->overlay, size_record, hs, sizes, size) < 0 ||
-            PyList_Append(self->journal, self->path->size_entry) < 0)
+            PyList_Append(self->journal, size_record) < 0)
             goto done;
     }
-    if (push_value(self->overlay, record, h, stack, value) < 0 || PyList_Append(self->journal, entry) < 0)
+    if (push_value(self->overlay, record, h, stack, value) < 0 || PyList_Append(self->journal, record) < 0)
         goto done;
     rc = 0;
 done:
@@ -947,9 +985,8 @@ static int fold_entries(Form *f, PyObject *key, LogFields *log, Py_ssize_t n, Py
             return -1;
         }
         for (Py_ssize_t w = 0; w < PyList_GET_SIZE(journal); w++) {
-            PyObject *record = PyTuple_Pack(2, key, PyList_GET_ITEM(journal, w));
-            if (record == NULL)
-                return -1;
+            PyObject *record = PyList_GET_ITEM(journal, w);  /* the journal holds the records: none made here */
+            Py_INCREF(record);
             Py_hash_t h = PyObject_Hash(record);
             PyObject *stack = h == -1 ? NULL : GET_H(f->overlay, record, h);
             if (stack == NULL) {
@@ -1049,9 +1086,8 @@ static int undo_journal(PyObject *overlay, PyObject *key, PyObject *journal) {
     for (Py_ssize_t w = PyList_GET_SIZE(journal) - 1; w >= 0; w--) {
         if (w >= PyList_GET_SIZE(journal))
             continue;
-        PyObject *record = PyTuple_Pack(2, key, PyList_GET_ITEM(journal, w));
-        if (record == NULL)
-            return -1;
+        PyObject *record = PyList_GET_ITEM(journal, w);
+        Py_INCREF(record);
         Py_hash_t h = PyObject_Hash(record);
         PyObject *stack = h == -1 ? NULL : GET_H(overlay, record, h);
         int r = -1;
@@ -1142,8 +1178,9 @@ static Py_ssize_t land_before_tail(const InOrderPath *p, Form *f, Landing *l, Py
 }
 
 /* DriftingLogs._land for an element (not a tombstone, none pending): the index it landed at in
- * its key's log (0: a new log), or -1 on error. */
-static Py_ssize_t land(const InOrderPath *p, Form *f, Landing *l, PyObject *meta, PyObject *payload, PyObject *key) {
+ * its key's log (0: a new log), or -1 on error; ``*landed``: the log (borrowed from ``logs``). */
+static Py_ssize_t land(const InOrderPath *p, Form *f, Landing *l, PyObject *meta, PyObject *payload, PyObject *key,
+                       PyObject **landed) {
     PyObject *found = PyDict_GetItemWithError(l->logs, key);
     if (found == NULL) {
         if (PyErr_Occurred())
@@ -1155,9 +1192,11 @@ static Py_ssize_t land(const InOrderPath *p, Form *f, Landing *l, PyObject *meta
         Py_DECREF(log);
         if (r < 0)
             return -1;
+        *landed = log;  /* the dict holds it */
         l->delta++;
         return push_head(l->heads, meta, key) < 0 ? -1 : 0;
     }
+    *landed = found;
     LogFields *log = as_log(found);
     if (log == NULL)
         return -1;
@@ -1197,7 +1236,8 @@ static int landing_done(PyObject *state, Landing *l, Emit *e) {
     return rc < 0 ? -1 : 0;
 }
 
-/* Lands each item; the earliest index changed per key goes to ``touched`` (in first-touch order). */
+/* Lands each item: at the tail of a key not touched yet it is applied now (DriftingLogs.apply_batch);
+ * else the earliest index changed per key goes to ``touched`` (in first-touch order). */
 static int land_items(InOrderPath *self, PyObject *state, Form *form, Landing *l, PyObject *pending, PyObject *items,
                       PyObject *touched, Emit *e) {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
@@ -1206,11 +1246,12 @@ static int land_items(InOrderPath *self, PyObject *state, Form *form, Landing *l
         if (unpack_item(PySequence_Fast_GET_ITEM(items, k), &meta, &payload, &key) < 0)
             return -1;
         Py_ssize_t i = -2;
+        PyObject *landed = NULL;
         if (PyDict_GET_SIZE(pending) == 0) {
             int tomb = is_tombstone(meta);
             if (tomb < 0)
                 return -1;
-            if (!tomb && (i = land(self, form, l, meta, payload, key)) == -1)
+            if (!tomb && (i = land(self, form, l, meta, payload, key, &landed)) == -1)
                 return -1;
         }
         if (i == -2) {  /* a tombstone, or tombstones wait: the class's _land decides */
@@ -1224,17 +1265,37 @@ static int land_items(InOrderPath *self, PyObject *state, Form *form, Landing *l
             if (i == -1 && PyErr_Occurred())
                 return -1;
         }
-        if (i >= 0) {
-            PyObject *seen = PyDict_GetItemWithError(touched, key);
-            if (seen == NULL && PyErr_Occurred())
+        if (i < 0)
+            continue;
+        PyObject *seen = PyDict_GetItemWithError(touched, key);
+        if (seen == NULL && PyErr_Occurred())
+            return -1;
+        if (seen == NULL) {  /* the key's log was all applied: at its tail, the element is applied now */
+            int tomb = is_tombstone(meta);
+            if (tomb < 0)
                 return -1;
-            if (seen == NULL || PyLong_AsSsize_t(seen) > i) {
-                PyObject *at = PyLong_FromSsize_t(i);
-                int r = at == NULL ? -1 : PyDict_SetItem(touched, key, at);
-                Py_XDECREF(at);
+            if (!tomb && landed == NULL && (landed = PyDict_GetItemWithError(l->logs, key)) == NULL && PyErr_Occurred())
+                return -1;
+            LogFields *log = tomb || landed == NULL ? NULL : as_log(landed);
+            if (log == NULL && PyErr_Occurred())
+                return -1;
+            if (log != NULL && i == PyList_GET_SIZE(log->metas) - 1) {
+                Py_INCREF(landed);
+                Py_INCREF(key);
+                int r = self->entries ? replay_entries(state, form, key, landed, i, e) : replay_values(state, form, key, landed, i, e);
+                Py_DECREF(key);
+                Py_DECREF(landed);
                 if (r < 0)
                     return -1;
+                continue;
             }
+        }
+        if (seen == NULL || PyLong_AsSsize_t(seen) > i) {
+            PyObject *at = PyLong_FromSsize_t(i);
+            int r = at == NULL ? -1 : PyDict_SetItem(touched, key, at);
+            Py_XDECREF(at);
+            if (r < 0)
+                return -1;
         }
     }
     return 0;

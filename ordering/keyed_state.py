@@ -240,9 +240,12 @@ class DriftingLogs:
     def apply_batch(self, items: list) -> list:
         """Take ``(meta, payload, key)`` elements and tombstones; return what to emit.
 
-        The whole batch lands in the logs first, then each touched key is re-applied
-        once from its earliest change: a tombstone and its replacement arriving
-        together cost one re-application, not two.
+        An element that lands at the tail of a key the batch has not touched yet (its log is
+        all applied) is applied at once: a batch in t order gives its outputs in t order, in
+        one pass. Anything else (a tombstone, an element before its key's tail) marks its
+        key touched, and what lands on a touched key waits: each touched key is re-applied
+        once, from its earliest change, when the whole batch has landed (a tombstone and its
+        replacement arriving together cost one re-application, not two).
         """
         if self._path is not None:
             return self._path.apply_batch(self, items)
@@ -250,7 +253,16 @@ class DriftingLogs:
         touched: dict = {}  # key -> earliest log index changed
         for meta, payload, key in items:
             i = self._land(meta, payload, key, out)
-            if i >= 0 and (key not in touched or i < touched[key]):
+            if i < 0:
+                continue
+            if key in touched:
+                if i < touched[key]:
+                    touched[key] = i
+                continue
+            log = self.logs[key]
+            if not meta[5] and i == len(log.metas) - 1:
+                self._replay(key, log, i, out)
+            else:
                 touched[key] = i
         for key, i in touched.items():
             log = self.logs.get(key)
