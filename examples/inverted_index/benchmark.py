@@ -10,6 +10,7 @@ ground truth (every word's ``df`` sequence and the rebuilt index).
     driftstream bench inverted-index                 # grid, rate ladder, recovery; results/ + plots
     driftstream bench inverted-index --quick         # a short grid only
     driftstream bench inverted-index --throughput    # backlog throughput, engine against engine (throughput.py)
+    driftstream bench inverted-index --throughput --basis files   # the same from and to files, no broker (files_basis.py)
     driftstream demo                                 # README's first command: EO at 50 docs/s, ~1 min
 
 Python::
