@@ -52,6 +52,8 @@ class SnapshotFiles:
             self.root = root.rstrip("/")
         else:
             self.root = os.path.abspath(uri).rstrip("/")
+        # Per participant: the sums of its last uploaded checkpoint's files, by inode (dir_sums).
+        self._known_sums: dict = {}
 
     @property
     def fs(self) -> Any:
@@ -85,7 +87,8 @@ class SnapshotFiles:
         if self.fs.get_file_info(dest).type != _pafs().FileType.NotFound:
             self.fs.delete_dir(dest)
         self.fs.create_dir(dest, recursive=True)
-        sums = json.dumps(dir_sums(src)).encode()
+        # per participant: its checkpoints share their table files (hard links)
+        sums = json.dumps(dir_sums(src, self._known_sums.setdefault(participant, {}))).encode()
         if not (self.is_local and _link_tree(src, Path(dest))):
             _pafs().copy_files(str(src.resolve()), dest, source_filesystem=self._local, destination_filesystem=self.fs)
         self._write(dest, f"{dest}/{DIR_SUMS}", sums)  # last: a part with its sums is whole

@@ -400,3 +400,35 @@ def test_a_quarantined_snapshot_is_no_longer_committed_and_never_pruned(tmp_path
         store.write_manifest(sid, {"t": [sid]})
     assert store.committed_ids() == [3, 4] and store.snapshot_ids() == [2, 3, 4]  # 1 pruned, 2 kept for a look
     assert (tmp_path / "store" / "0000000002" / "CORRUPT.txt").read_text() == "p: DELTA differs"
+
+
+def test_a_checkpoints_table_files_shared_with_the_last_upload_are_not_read_again_and_damage_is_still_found(tmp_path, monkeypatch):
+    # each base's checkpoint hard-links the table files of the one before: summed once
+    import driftstream.snapshots.checksums as checksums
+    from driftstream.snapshots.checksums import CorruptSnapshot
+
+    read: list = []
+    real = checksums.file_crc
+    monkeypatch.setattr(checksums, "file_crc", lambda p: read.append(Path(p).name) or real(p))
+    store = SnapshotStore(str(tmp_path / "store"))
+    db = RocksDBBackend(tmp_path / "db")
+    for i in range(100):
+        db.put(("a", i), [i])
+    store.upload(1, "f-s-0", db.checkpoint(tmp_path / "cp1"))
+    first = {n for n in read if n.endswith(".sst")}
+    read.clear()
+    for i in range(100):
+        db.put(("b", i), [i])
+    store.upload(2, "f-s-0", db.checkpoint(tmp_path / "cp2"))
+    assert first and not first & set(read)  # the shared table files: not read again
+    assert {n for n in read if n.endswith(".sst")}  # the new one: read
+    restored = RocksDBBackend(store.download(2, "f-s-0", tmp_path / "r2"))
+    assert restored.get(("a", 7)) == [7] and restored.get(("b", 9)) == [9]
+    restored.close()
+    shared = tmp_path / "store" / f"{2:010d}" / "f-s-0" / sorted(first)[0]
+    data = bytearray(shared.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shared.write_bytes(bytes(data))  # the store's file (the same inode as the working one's)
+    with pytest.raises(CorruptSnapshot, match=sorted(first)[0]):
+        store.download(2, "f-s-0", tmp_path / "r2-again")
+    db.close()
