@@ -40,16 +40,19 @@ class AckerHost:
     ``send(to, message)``: a control message for stage instance ``to``; ``defer(fn)``: run
     ``fn`` soon, after the messages already received (the Ray loop's ``call_soon``: a burst
     of acks then pushes one watermark); ``finish(w)``: how the last watermark (TOP) goes
-    out (None: like any other). ``subscribers``: every stage instance; ``aligned``:
+    out (None: like any other). ``subscribers``: every stage instance (their snapshot parts are
+    collected); ``relays``: where watermarks and markers go instead, when acker shards pass them
+    on to their instances (:class:`.acker_shard.AckShardHost`); ``aligned``:
     ``(instance, group)`` of the source instances told their group's frontier, or None.
     """
 
     def __init__(self, sources: int, send: Callable[[Any, Any], None], defer: Callable[[Callable[[], None]], None] = at_once,
                  finish: Optional[Callable[[tuple], None]] = None, subscribers: Optional[list] = None,
-                 aligned: Optional[list] = None) -> None:
+                 aligned: Optional[list] = None, relays: Optional[list] = None) -> None:
         self.table = Acker(sources)
         self._send, self._defer, self._finish = send, defer, finish
         self.subscribers: list = list(subscribers or [])
+        self.relays = relays
         self.aligned = aligned
         #: the watermark last pushed to the subscribers
         self.pushed = self.table.watermark
@@ -104,7 +107,7 @@ class AckerHost:
         if w == TOP and self._finish is not None:
             self._finish(w)
             return
-        for key in self.subscribers:
+        for key in self.subscribers if self.relays is None else self.relays:
             self._send(key, Watermark(w))
 
     def _align(self) -> None:
@@ -125,7 +128,7 @@ class AckerHost:
         parts; ``complete(collector)`` once every part is in."""
         collector = PartCollector(snapshot_id, self.table.watermark, self.subscribers)
         self.pending[snapshot_id] = (collector, complete)
-        for key in self.subscribers:
+        for key in self.subscribers if self.relays is None else self.relays:
             self._send(key, Watermark(collector.t, snapshot_id))
         return collector
 

@@ -2,7 +2,9 @@
 instances (:class:`~.protocol.Ack`, :class:`~.protocol.Prepared`) and sends the root acker
 one :class:`~.protocol.ShardFlush` per turn of its loop (``defer``: the Ray loop's
 ``call_soon``; the simulator's scheduler chooses when). Why a batch of net XORs and not a
-shard's least time: :mod:`driftstream.ordering.ack_shards`.
+shard's least time: :mod:`driftstream.ordering.ack_shards`. With ``relay``, it also passes
+the root's watermarks and snapshot markers on to its instances, in the order they came
+(the root then sends a push to each shard, not to each instance).
 
 >>> from driftstream.engine.runtime.protocol import Ack, Prepared
 >>> sent, later = [], []
@@ -21,20 +23,23 @@ a net change).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from driftstream.ordering.ack_shards import AckShard
 
 from driftstream.engine.runtime.acker_host import at_once
-from driftstream.engine.runtime.protocol import Prepared, ShardFlush
+from driftstream.engine.runtime.protocol import Prepared, ShardFlush, Watermark
 
 
 class AckShardHost:
     """One acker shard: ``send(message)`` to the root acker, ``defer(fn)`` to run ``fn`` after
     the messages already received (a burst of flushes then makes one batch)."""
 
-    def __init__(self, send: Callable[[Any], None], defer: Callable[[Callable[[], None]], None] = at_once) -> None:
+    def __init__(self, send: Callable[[Any], None], defer: Callable[[Callable[[], None]], None] = at_once,
+                 relay: Optional[Callable[[Any, Any], None]] = None, instances: Optional[list] = None) -> None:
         self.shard = AckShard()
+        #: ``relay(instance, message)``: the transport to this shard's ``instances``
+        self._relay, self.instances = relay, list(instances or [])
         self.parts: list = []
         self._send, self._defer = send, defer
         self.scheduled = False
@@ -42,8 +47,14 @@ class AckShardHost:
         self.received = self.sent = 0
 
     def receive(self, message: Any) -> None:
-        """A stage instance's ``Ack`` (folded) or ``Prepared`` part (sent on after the acks before it)."""
-        if type(message) is Prepared:
+        """A stage instance's ``Ack`` (folded) or ``Prepared`` part (sent on after the acks before
+        it), or the root's ``Watermark`` (passed on to every instance of this shard at once)."""
+        kind = type(message)
+        if kind is Watermark:
+            for key in self.instances:
+                self._relay(key, message)
+            return
+        if kind is Prepared:
             self.parts.append(message)
         else:
             self.shard.add(message.xors, message.source_index, message.bound)

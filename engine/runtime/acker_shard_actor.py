@@ -1,8 +1,8 @@
 """The Ray actor of an acker shard: a thin shell over :class:`~.acker_shard.AckShardHost`,
 as :class:`~.actors.AckerActor` is over :class:`~.acker_host.AckerHost`. Stage instances
 send it their acks on the data plane; it sends the root acker one
-:class:`~.protocol.ShardFlush` per turn of its event loop. Watermarks still go from the
-root to every instance."""
+:class:`~.protocol.ShardFlush` per turn of its event loop and, once connected to its
+instances (:meth:`AckShardActor.connect_instances`), passes the root's watermarks on to them."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class AckShardActor:
         self.error: Optional[BaseException] = None
         self.endpoint = Endpoint(key, self._on_message, me=name, on_error=self._on_plane_error)
         self.host = AckShardHost(lambda message: self.endpoint.send("acker", message),
-                                 defer=lambda fn: asyncio.get_running_loop().call_soon(fn))
+                                 defer=lambda fn: asyncio.get_running_loop().call_soon(fn), relay=self.endpoint.send)
 
     def _on_message(self, message: Any) -> None:
         self.host.receive(message)
@@ -39,6 +39,13 @@ class AckShardActor:
     async def connect(self, acker_address: tuple) -> None:
         """Open the connection to the root acker."""
         await self.endpoint.connect("acker", acker_address)
+
+    async def connect_instances(self, addresses: dict) -> None:
+        """Open connections to this shard's instances (key -> address): the root's watermarks go
+        to this shard only, and on from here."""
+        for key, address in addresses.items():
+            await self.endpoint.connect(key, address)
+        self.host.instances = list(addresses)
 
     def _on_plane_error(self, peer: str, exc: BaseException) -> None:
         if self.error is None:

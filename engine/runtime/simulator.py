@@ -89,7 +89,8 @@ class Simulation:
     survivors: the same :class:`~.instance_host.InstanceHost` teardown and setup, and the
     sink writes in progress land before the restart instead of being lost.
     ``acker_shards``: that many :class:`~.acker_shard.AckShardHost` fold the instances'
-    messages to the acker (round robin), each flushing its batch when the scheduler says.
+    messages to the acker (round robin), each flushing its batch when the scheduler says,
+    and pass the acker's watermarks and markers on to their instances.
     """
 
     def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
@@ -157,14 +158,24 @@ class Simulation:
         """Forget everything in flight; instances are then restored one per step."""
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
-        self.acker = AckerHost(len(self.source_keys), lambda to, message: self._send_control(ACKER, to, message), subscribers=self.plan.instances,
-                               aligned=self.aligned)
-        self.acker_shards = [AckShardHost(lambda message, j=j: self._send_control(("acker shard", j), ACKER, message), defer=lambda fn: None)
-                             for j in range(self.shard_count)]
-        self.shard_by_instance = {key: shard_of(i, self.shard_count) for i, key in enumerate(self.plan.instances)} if self.shard_count else {}
+        self._start_acker()
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
         self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
+
+    def _start_acker(self) -> None:
+        """The acker, and its shards when the run has them: each folds its instances' messages
+        and passes the acker's watermarks on to them (FIFO queues both ways, as connections)."""
+        count, instances = self.shard_count, self.plan.instances
+        keys = [("acker shard", j) for j in range(count)]
+        self.acker = AckerHost(len(self.source_keys), lambda to, message: self._send_control(ACKER, to, message), subscribers=instances,
+                               aligned=self.aligned, relays=keys if count else None)
+        self.shard_by_instance = {key: shard_of(i, count) for i, key in enumerate(instances)} if count else {}
+        self.shard_by_key = {key: j for j, key in enumerate(keys)}
+        self.acker_shards = [AckShardHost(lambda message, key=key: self._send_control(key, ACKER, message), defer=lambda fn: None,
+                                          relay=lambda to, message, key=key: self._send_control(key, to, message),
+                                          instances=[k for k in instances if self.shard_by_instance[k] == j])
+                             for j, key in enumerate(keys)]
 
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
@@ -309,6 +320,8 @@ class Simulation:
         message = self.control[(sender, receiver)].popleft()
         if receiver == ACKER:
             self._to_acker(sender, message)
+        elif receiver in self.shard_by_key:  # the acker's watermark, for the shard to pass on
+            self.acker_shards[self.shard_by_key[receiver]].receive(message)
         else:
             self._to_stage(receiver, message)
             if receiver in self.stages:  # else: a crash at the marker

@@ -44,9 +44,9 @@ from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.protocol import Ack, ShardFlush, Watermark
 
 
-def t_of(k: int) -> tuple:
-    """The global time of flush ``k`` in the synthetic protocol."""
-    return (k, 0, 0, k)
+def t_of(k: int, sender: int = 0) -> tuple:
+    """The global time of flush ``k`` in the synthetic protocol (of ``sender``'s, spread: see :func:`synthetic_flush`)."""
+    return (k, 0, sender, k)
 
 
 def flush_id(sender: int, k: int) -> int:
@@ -58,22 +58,27 @@ def flush_id(sender: int, k: int) -> int:
     return (hash((0x5EED, sender, k)) & 0xFFFF_FFFF_FFFF_FFFF) | 1
 
 
-def synthetic_flush(k: int, sender: int, senders: int, source_index: Optional[int]) -> Ack:
+def synthetic_flush(k: int, sender: int, senders: int, source_index: Optional[int], spread: bool = False) -> Ack:
     """Flush ``k`` of ``sender``: its own id of flush ``k`` XORed in at ``T(k)`` (a batch sent),
     the previous sender's id of flush ``k - 1`` XORed out at ``T(k - 1)`` (that batch acked: a
     pair split between two instances, as a sender's and its receiver's are); a source
-    sends ``T(k)`` as its bound.
+    sends ``T(k)`` as its bound. ``spread``: each sender's times its own (``t_of(k, sender)``),
+    so that no two flushes share a time and a shard's batch cancels nothing (the fold's cost
+    at its highest; the watermark's lag is measured without).
 
     >>> a = synthetic_flush(1, 0, 2, 0); sorted(a.xors) == [t_of(0), t_of(1)], a.xors[t_of(0)] == flush_id(1, 0), a.bound
     (True, True, (1, 0, 0, 1))
+    >>> sorted(synthetic_flush(1, 0, 2, None, spread=True).xors)
+    [(0, 0, 1, 0), (1, 0, 0, 1)]
     """
-    xors = {t_of(k): flush_id(sender, k)}
+    previous = (sender - 1) % senders
+    xors = {t_of(k, sender if spread else 0): flush_id(sender, k)}
     if k:
-        xors[t_of(k - 1)] = flush_id((sender - 1) % senders, k - 1)
+        xors[t_of(k - 1, previous if spread else 0)] = flush_id(previous, k - 1)
     return Ack(xors, source_index, None if source_index is None else t_of(k))
 
 
-def synthetic_acks(senders: int, flushes: int) -> list:
+def synthetic_acks(senders: int, flushes: int, spread: bool = False) -> list:
     """Every sender's ``flushes`` flushes, round-robin (sender 0's flush k, sender 1's flush k, ...);
     senders ``0 .. senders // 2`` (at least one) are the sources.
 
@@ -84,7 +89,7 @@ def synthetic_acks(senders: int, flushes: int) -> list:
     (2, 0, 0, 2)
     """
     sources = max(1, senders // 2)
-    return [synthetic_flush(k, i, senders, i if i < sources else None) for k in range(flushes) for i in range(senders)]
+    return [synthetic_flush(k, i, senders, i if i < sources else None, spread) for k in range(flushes) for i in range(senders)]
 
 
 def shard_batches(acks: list, instances: int, shards: int, per_batch: int) -> list:
@@ -110,14 +115,16 @@ def shard_batches(acks: list, instances: int, shards: int, per_batch: int) -> li
     return out
 
 
-def fold_cost(instances: int, flushes: int, turn: int = 8, rounds: int = 3, shards: int = 0) -> dict:
+def fold_cost(instances: int, flushes: int, turn: int = 8, rounds: int = 3, shards: int = 0, spread: bool = False) -> dict:
     """µs of CPU per ack of the real AckerHost over ``instances`` synthetic senders (each
     also a subscriber), ``turn`` acks per loop turn; the best of ``rounds``. ``decode``: the
     frames' ``pickle.loads``; ``fold``: ``receive`` (the table, its heap, the bounds);
     ``push``: the coalesced watermarks, one pickled frame per subscriber. ``shards``: the
     root's part alone, its messages the batches of that many shards (each of ``turn``
-    flushes, a batch per shard a turn); what the shards spend is the one acker's fold split."""
-    acks = synthetic_acks(instances, flushes)
+    flushes, a batch per shard a turn), its pushes a frame per shard (they pass them on);
+    what the shards spend is the one acker's fold and pushes split.
+    ``spread``: see :func:`synthetic_flush`."""
+    acks = synthetic_acks(instances, flushes, spread)
     messages = acks if not shards else shard_batches(acks, instances, shards, turn)
     frames = [pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL) for a in messages]
     per_turn = turn if not shards else shards
@@ -130,7 +137,8 @@ def fold_cost(instances: int, flushes: int, turn: int = 8, rounds: int = 3, shar
             pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
             pushed[0] += 1
 
-        host = AckerHost(max(1, instances // 2), send, defer=deferred.append, subscribers=list(range(instances)))
+        host = AckerHost(max(1, instances // 2), send, defer=deferred.append, subscribers=list(range(instances)),
+                         relays=[("shard", j) for j in range(shards)] if shards else None)
         t0 = time.process_time()
         decoded = [pickle.loads(f) for f in frames]
         t1 = time.process_time()
@@ -150,7 +158,7 @@ def fold_cost(instances: int, flushes: int, turn: int = 8, rounds: int = 3, shar
         figures["total_us"] = figures["decode_us"] + figures["fold_us"] + figures["push_us"]
         if not best or figures["total_us"] < best["total_us"]:
             best = figures
-    best.update(instances=instances, acks=len(acks), turn=turn, shards=shards, root_messages=len(frames),
+    best.update(instances=instances, acks=len(acks), turn=turn, shards=shards, spread=spread, root_messages=len(frames),
                 capacity_acks_per_s=round(1e6 / best["total_us"]))
     for k in ("decode_us", "fold_us", "push_us", "total_us"):
         best[k] = round(best[k], 2)
@@ -262,8 +270,8 @@ def ray_ladder(senders: int, rates: list, seconds: float, shards: int = 0) -> li
     """The real acker actor under ``senders`` synthetic senders at each total ack rate of
     ``rates`` for ``seconds``: acks/s folded, the acker's CPU per ack, the watermark's lag.
     ``shards``: that many :class:`~driftstream.engine.runtime.acker_shard_actor.AckShardActor`
-    between the senders (sender ``i`` to shard ``i % shards``) and the acker (its watermarks
-    still to every sender); their CPU per ack beside the root's."""
+    between the senders (sender ``i`` to shard ``i % shards``) and the acker, which pushes its
+    watermarks to the shards, each passing them on to its senders; their CPU per ack beside the root's."""
     import ray
 
     from driftstream.engine.model.data_plane import PlaneKey
@@ -279,13 +287,16 @@ def ray_ladder(senders: int, rates: list, seconds: float, shards: int = 0) -> li
         actors = [Sender.remote(i, key, i if i < sources else None) for i in range(senders)]
         acker_address = ray.get(acker.listen.remote())
         addresses = dict(zip(range(senders), ray.get([a.listen.remote() for a in actors])))
-        ray.get(acker.connect.remote(dict(zip(range(senders), actors)), addresses))
         shard_actors = [AckShardActor.remote(key, f"acker shard {j}") for j in range(shards)]
-        if shards:
+        if shards:  # the senders' acks through their shard; the root's watermarks to the shards, and on
             shard_addresses = ray.get([s.listen.remote() for s in shard_actors])
+            keys = [("shard", j) for j in range(shards)]
+            ray.get(acker.connect.remote(dict(zip(keys, shard_actors)), dict(zip(keys, shard_addresses))))
             ray.get([s.connect.remote(acker_address) for s in shard_actors])
+            ray.get([s.connect_instances.remote({i: addresses[i] for i in range(senders) if i % shards == j}) for j, s in enumerate(shard_actors)])
             ray.get([a.connect.remote(shard_addresses[i % shards]) for i, a in enumerate(actors)])
         else:
+            ray.get(acker.connect.remote(dict(zip(range(senders), actors)), addresses))
             ray.get([a.connect.remote(acker_address) for a in actors])
         per_sender = rate / senders
         flushes = max(2, int(per_sender * seconds))
@@ -414,6 +425,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--instances", type=_ints, default=[4, 16, 64, 256, 1024], help="fold: subscribers = senders (comma-separated)")
     parser.add_argument("--flushes", type=int, default=0, help="fold: flushes per sender (default: about 40,000 acks in all)")
     parser.add_argument("--turn", type=int, default=8, help="fold: acks per event-loop turn (default 8)")
+    parser.add_argument("--spread", action="store_true", help="fold: each sender's times its own (no time shared by two flushes)")
     parser.add_argument("--senders", type=int, default=8, help="ray: synthetic sender actors (default 8)")
     parser.add_argument("--rates", type=_ints, default=[1000, 4000, 8000, 16000, 32000], help="ray: total acks/s, the ladder")
     parser.add_argument("--seconds", type=float, default=3.0, help="ray: seconds per rung (default 3)")
@@ -427,7 +439,7 @@ def main(argv: Optional[list] = None) -> int:
         figures["fold"] = []
         for shards in args.shards:
             for n in args.instances:
-                row = fold_cost(n, args.flushes or max(4, 40_000 // n), args.turn, shards=shards)
+                row = fold_cost(n, args.flushes or max(4, 40_000 // n), args.turn, shards=shards, spread=args.spread)
                 figures["fold"].append(row)
                 print(json.dumps(row), flush=True)
     if args.only in (None, "ray", "flows"):

@@ -84,3 +84,25 @@ def test_simulated_runs_through_acker_shards_give_the_sequential_output(name):
                 wrong.append((seed, sink, sim.crash_points, sim.rescaled))
     assert not wrong, f"seeds whose output differs (seed, sink, crash points, rescales): {wrong[:5]}"
     assert batches > 0
+
+
+def test_the_root_pushes_to_its_relays_and_collects_the_instances_parts():
+    sent = []
+    shards = [("acker shard", 0), ("acker shard", 1)]
+    root = AckerHost(1, lambda to, m: sent.append((to, m)), subscribers=[A, B], relays=shards)
+    collector = root.begin_snapshot(3)
+    root.receive(ShardFlush({}, {0: T1}, 1, []))
+    assert sent == [(shards[0], Watermark((-float("inf"),), 3)), (shards[1], Watermark((-float("inf"),), 3)),
+                    (shards[0], Watermark((1, 0, 0, 2))), (shards[1], Watermark((1, 0, 0, 2)))]
+    assert collector.missing == [A, B]  # the parts still come from the instances
+
+
+def test_a_shard_passes_the_roots_watermarks_on_to_its_instances_in_order():
+    relayed, later = [], []
+    shard = AckShardHost(lambda m: None, defer=later.append, relay=lambda to, m: relayed.append((to, m)), instances=[A, B])
+    shard.receive(Watermark(T1))
+    shard.receive(Watermark(T1, 4))
+    shard.receive(Watermark(T2))
+    assert relayed == [(A, Watermark(T1)), (B, Watermark(T1)), (A, Watermark(T1, 4)), (B, Watermark(T1, 4)),
+                       (A, Watermark(T2)), (B, Watermark(T2))]
+    assert later == []  # passed on at once, never held for a flush
