@@ -52,10 +52,17 @@ static int read_int(PyObject *x, int64_t *out) {
 
 /* pair -> key: 1, or 0 for a pair this does not take (any shape but a (meta, payload) pair
  * of a 6-field Meta of ints, a tuple of at most MAX_CHILDREN ints and a bool) */
+static int read_meta(PyObject *meta, Key *k);
+
 static int read_key(PyObject *item, Key *k) {
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1)
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 || !read_meta(PyTuple_GET_ITEM(item, 0), k))
         return 0;
-    PyObject *meta = PyTuple_GET_ITEM(item, 0);
+    k->item = item;
+    return 1;
+}
+
+/* a Meta alone -> key (its item left unset): 1, or 0 for a shape read_key does not take */
+static int read_meta(PyObject *meta, Key *k) {
     if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) != 6)
         return 0;
     for (int i = 0; i < 4; i++)
@@ -69,7 +76,6 @@ static int read_key(PyObject *item, Key *k) {
         if (!read_int(PyTuple_GET_ITEM(children, i), &k->child[i]))
             return 0;
     k->tomb = tomb == Py_True;
-    k->item = item;
     return 1;
 }
 
@@ -208,6 +214,50 @@ static PyObject *sort_pairs(PyObject *mod, PyObject *list) {
     Py_RETURN_FALSE;
 }
 
+/* lower_bounds(pairs, metas) -> [index, ...] or None
+ *
+ * For each of metas (in Meta order), the first index of the (meta, payload) pairs (in Meta
+ * order) whose Meta is not below it, as bisect.bisect_left over the pairs' Metas, each search
+ * starting where the last one ended: where a release finds the elements its settled tombstones
+ * invalidate. Keys are read only where the search looks. None for a Meta read_meta does not
+ * take (the Python bisects). O(len(metas) x log n). */
+static PyObject *lower_bounds(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "lower_bounds(pairs: list, metas: list)");
+        return NULL;
+    }
+    PyObject *pairs = args[0], *metas = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(pairs), m = PyList_GET_SIZE(metas), lo = 0;
+    PyObject *out = PyList_New(m);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        Key target, probe;
+        if (!read_meta(PyList_GET_ITEM(metas, j), &target))
+            goto refuse;
+        Py_ssize_t hi = n;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (!read_key(PyList_GET_ITEM(pairs, mid), &probe))
+                goto refuse;
+            if (compare(&probe, &target) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        PyObject *at = PyLong_FromSsize_t(lo);
+        if (at == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, j, at);
+    }
+    return out;
+refuse:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 /* sampled_times(items, every) -> [t[:4], ...] or None
  *
  * LatencySamples.add's samples of (meta, ...) items: the first four fields of each Meta whose
@@ -263,6 +313,7 @@ static PyObject *sampled_times(PyObject *mod, PyObject *const *args, Py_ssize_t 
 
 static PyMethodDef methods[] = {
     {"sort_pairs", (PyCFunction)sort_pairs, METH_O, "sort (meta, payload) pairs in Meta order, ties as they were"},
+    {"lower_bounds", (PyCFunction)(void (*)(void))lower_bounds, METH_FASTCALL, "bisect_left of each Meta over Meta-ordered pairs"},
     {"sampled_times", (PyCFunction)(void (*)(void))sampled_times, METH_FASTCALL, "LatencySamples.add's samples, a run of equal times once"},
     {NULL, NULL, 0, NULL},
 };

@@ -8,6 +8,7 @@ from collections import Counter
 
 from hypothesis import given, settings, strategies as st
 
+from driftstream.barriers import barrier as barrier_module
 from driftstream.barriers.barrier import Barrier
 from driftstream.barriers.bundle import Bundle
 from driftstream.ordering.meta import BOTTOM, TOP, Meta
@@ -329,21 +330,26 @@ def test_add_many_and_releases_give_the_plain_algorithms_bundles(scenario, lone,
     _, order, release_after = scenario
     order = list(order) + [(Meta(ts, 0, part, ts, child, True), p) for (ts, part, child), p in lone]
     drop = None if through is None else Meta(through[0], 0, through[1], through[0], through[2])
-    b, plain = Barrier(), PlainBarrier(drop)
-    if drop is not None:
-        b.skip_through(drop)
-    pending, w = [], BOTTOM
-    for i, (meta, payload) in enumerate(order):
-        pending.append((meta, payload, None))
-        plain.add(meta, payload)
-        if i + 1 in release_after or i + 1 == len(order):
-            if batched:
-                b.add_many(pending)
-            else:
-                for m, p, _ in pending:
-                    b.add(m, p)
-            pending = []
-            # A legal watermark: every element and tombstone below it has arrived.
-            w = max(w, min((m.time for m, _ in order[i + 1:]), default=TOP))
-            assert released(b.release(w)) == [(tuple(m), p) for m, p in plain.release(w)]
-    assert (b.tombstones_released, b.dropped_replayed) == (plain.tombstones_released, plain.dropped_replayed)
+    for native in (barrier_module.NATIVE, None):  # the C sort and bisection, and the Python's
+        saved, barrier_module.NATIVE = barrier_module.NATIVE, native
+        try:
+            b, plain = Barrier(), PlainBarrier(drop)
+            if drop is not None:
+                b.skip_through(drop)
+            pending, w = [], BOTTOM
+            for i, (meta, payload) in enumerate(order):
+                pending.append((meta, payload, None))
+                plain.add(meta, payload)
+                if i + 1 in release_after or i + 1 == len(order):
+                    if batched:
+                        b.add_many(pending)
+                    else:
+                        for m, p, _ in pending:
+                            b.add(m, p)
+                    pending = []
+                    # A legal watermark: every element and tombstone below it has arrived.
+                    w = max(w, min((m.time for m, _ in order[i + 1:]), default=TOP))
+                    assert released(b.release(w)) == [(tuple(m), p) for m, p in plain.release(w)]
+            assert (b.tombstones_released, b.dropped_replayed) == (plain.tombstones_released, plain.dropped_replayed)
+        finally:
+            barrier_module.NATIVE = saved

@@ -1,10 +1,11 @@
 """The barrier's sort in C (``barriers/_meta_sort.c``) against ``list.sort(key=meta)``, the
 reference: the same order for any Metas, ties (equal Metas) in the order they came, a list
 of two sorted runs (a merge of the barrier's runs); a list it does not take is left as it
-was for the Python to sort."""
+was for the Python to sort. Its ``lower_bounds`` against ``bisect_left``."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from operator import itemgetter
 
 import pytest
@@ -53,6 +54,19 @@ def test_a_meta_it_does_not_take_leaves_the_list_to_python(odd):
     assert barrier.NATIVE.sort_pairs(pairs) is False and pairs == untouched
     sort_pairs(pairs)  # the Python sorts it
     assert pairs == sorted(untouched, key=itemgetter(0))
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(st.lists(metas, max_size=80), st.lists(metas, max_size=12))
+def test_lower_bounds_are_bisect_lefts(ready, settled):
+    pairs = sorted(((m, i) for i, m in enumerate(ready)), key=itemgetter(0))
+    settled = sorted(set(settled))
+    keys = [m for m, _ in pairs]
+    assert barrier.NATIVE.lower_bounds(pairs, settled) == [bisect_left(keys, m) for m in settled]
+    odd = (2**70, 0, 0, 0, (), False)  # past 64 bits: the C takes it only if it never looks at it
+    assert barrier.NATIVE.lower_bounds(pairs + [(odd, "odd")], settled) in (None, [bisect_left(keys + [odd], m) for m in settled])
+    assert barrier.NATIVE.lower_bounds(pairs, [odd]) is None
 
 
 @settings(max_examples=100, deadline=None)
