@@ -171,11 +171,15 @@ def test_a_fused_run_recovers_from_a_kill_reports_every_step_and_rescales_to_2_a
     handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
     try:
         wait_released(bs, dst, PHASE // 3, handle)
-        ray.kill(ray.get_actor("fused/docs/0", namespace="driftstream"), no_restart=True)
-        wait_released(bs, dst, PHASE, handle)
-        status = handle.status()
-        assert status["recoveries"] and status["key_groups"] == {"by_key": ["0-127"]}
+        status = handle.status()  # (elements count this incarnation: read before the kill)
         assert list(status["steps"]) == steps and status["steps"]["by_key"]["elements"] > 0
+        ray.kill(ray.get_actor("fused/docs/0", namespace="driftstream"), no_restart=True)
+        deadline = time.time() + 60
+        while not handle.status()["recoveries"]:  # the kill was noticed and recovered from
+            assert time.time() < deadline, handle.status()
+            time.sleep(0.1)
+        wait_released(bs, dst, PHASE, handle)
+        assert handle.status()["key_groups"] == {"by_key": ["0-127"]}
         assert handle.rescale(2)["to"] == 2
         feed(bs, src, PHASE, PHASE)
         wait_released(bs, dst, 2 * PHASE, handle)
