@@ -193,7 +193,9 @@ class SourceReader:
                     held[i] = held[i] + items
                     break
             else:
-                return self._emit_merged(TOP, min(max_items, free - 2 * unread)) if any(held) else []
+                if not any(held):
+                    return []  # nothing read, nothing held: the pump waits
+                # the partitions read nothing (now dry: they hold nobody back) or lack credit
         return []
 
     def _front(self, i: int) -> Time:

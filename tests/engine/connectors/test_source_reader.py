@@ -95,3 +95,12 @@ def test_a_held_record_is_read_again_by_a_replay_and_holds_the_bound_below_it():
     assert reader.bound() == (4, 0, 0, 1) and reader.lag() == 4  # just below partition 0's first held
     positions = reader.resume_positions(reader.bound())
     assert positions == {0: (2, 4), 1: (2, 5)}  # each replays from its first held record (offset 2)
+
+
+def test_an_idle_partition_holds_nobody_back():
+    """A partition whose read finds nothing (an idle Kafka partition) does not hold the others'
+    records for the merge: latency at the live edge stays that of an unmerged reader."""
+    reader = SourceReader(LateSource([(list(range(10)), 0), ([0], 100)]), source_id=0, instance=0, instances=1,
+                          max_inflight=100, batch_size=4)
+    assert [m[3] for m, _ in reader.poll(4)] == [0, 1, 2, 3]
+    assert [m[3] for m, _ in reader.poll(4)] == [4, 5, 6, 7]
