@@ -214,6 +214,56 @@ static PyObject *sort_pairs(PyObject *mod, PyObject *list) {
     Py_RETURN_FALSE;
 }
 
+/* split_items(items) -> (pairs, tombstones) or None
+ *
+ * Barrier.add_many's split of a step's (meta, payload, key) items: (meta, payload) pairs of
+ * the elements, in order, and the tombstones' items, in order. None for an item that is not a
+ * 3-tuple whose Meta is a tuple with a bool at 5 (the Python's comprehension then runs, and
+ * raises what it raises). */
+static PyObject *split_items(PyObject *mod, PyObject *items) {
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "split_items takes a list of (meta, payload, key) items");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *pairs = PyList_New(n), *tombstones = PyList_New(0);
+    Py_ssize_t k = 0;
+    if (pairs == NULL || tombstones == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3)
+            goto refuse;
+        PyObject *meta = PyTuple_GET_ITEM(item, 0);
+        if (!PyTuple_Check(meta) || PyTuple_GET_SIZE(meta) < 6 || !PyBool_Check(PyTuple_GET_ITEM(meta, 5)))
+            goto refuse;
+        if (PyTuple_GET_ITEM(meta, 5) == Py_True) {
+            if (PyList_Append(tombstones, item) < 0)
+                goto fail;
+            continue;
+        }
+        PyObject *pair = PyTuple_Pack(2, meta, PyTuple_GET_ITEM(item, 1));
+        if (pair == NULL)
+            goto fail;
+        PyList_SET_ITEM(pairs, k++, pair);
+    }
+    /* the tombstones' places were left at the end: cut them off (they are NULL) */
+    if (k < n && PyList_SetSlice(pairs, k, n, NULL) < 0)
+        goto fail;
+    PyObject *out = PyTuple_Pack(2, pairs, tombstones);
+    Py_DECREF(pairs);
+    Py_DECREF(tombstones);
+    return out;
+refuse:
+    Py_DECREF(pairs);
+    Py_DECREF(tombstones);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(pairs);
+    Py_XDECREF(tombstones);
+    return NULL;
+}
+
 /* lower_bounds(pairs, metas) -> [index, ...] or None
  *
  * For each of metas (in Meta order), the first index of the (meta, payload) pairs (in Meta
@@ -313,6 +363,7 @@ static PyObject *sampled_times(PyObject *mod, PyObject *const *args, Py_ssize_t 
 
 static PyMethodDef methods[] = {
     {"sort_pairs", (PyCFunction)sort_pairs, METH_O, "sort (meta, payload) pairs in Meta order, ties as they were"},
+    {"split_items", (PyCFunction)split_items, METH_O, "Barrier.add_many's pairs and tombstones of a step's items"},
     {"lower_bounds", (PyCFunction)(void (*)(void))lower_bounds, METH_FASTCALL, "bisect_left of each Meta over Meta-ordered pairs"},
     {"sampled_times", (PyCFunction)(void (*)(void))sampled_times, METH_FASTCALL, "LatencySamples.add's samples, a run of equal times once"},
     {NULL, NULL, 0, NULL},

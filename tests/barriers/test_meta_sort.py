@@ -87,3 +87,15 @@ def test_a_barrier_releases_the_same_with_and_without_the_c(items, cuts):
         finally:
             barrier.NATIVE = saved
     assert out[0] == out[1]
+
+
+@native
+def test_split_items_is_the_comprehensions_split_and_leaves_odd_items_to_it():
+    items = [((1, 0, 0, 1, (), False), "a", "k"), ((2, 0, 0, 2, (), True), "b", "k"), ((3, 0, 0, 3, (0,), False), "c", None)]
+    assert barrier.NATIVE.split_items(items) == ([((1, 0, 0, 1, (), False), "a"), ((3, 0, 0, 3, (0,), False), "c")], [items[1]])
+    assert barrier.NATIVE.split_items([]) == ([], [])
+    for odd in (((1, 0, 0, 1, (), 0), "int flag", None), ((1, 0, 0, 1, (), False), "two"), ((1, 0, 0, 1), "short meta", None)):
+        assert barrier.NATIVE.split_items(items + [odd]) is None
+    b = Barrier()  # an int flag: the comprehension takes it (0 is an element, 1 a tombstone)
+    b.add_many([((1, 0, 0, 1, (), 0), "x", None), ((1, 0, 0, 1, (), 1), "x", None), ((2, 0, 0, 2, (), 0), "y", None)])
+    assert [p for _, p in b.release((9,)).elements] == ["y"]
