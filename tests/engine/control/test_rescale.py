@@ -158,8 +158,9 @@ def test_rescale_a_running_flow_with_a_kill_during_its_restore(ray_session, kafk
 
 def test_a_fused_run_recovers_from_a_kill_reports_every_step_and_rescales_to_2_and_back(ray_session, kafka_broker, tmp_path):
     """At parallelism 1 the whole flow runs in one actor (a fused plan): a kill of it recovers
-    exactly-once; status() lists every step and the key_by's groups; a live rescale to 2
-    moves the count's state from the source's stage to the key_by's, and back to 1."""
+    exactly-once, a standby taking its place; status() lists every step and the key_by's
+    groups; a live rescale to 2 moves the count's state from the source's stage to the
+    key_by's, and back to 1."""
     import ray
 
     bs = kafka_broker.bootstrap_servers
@@ -168,16 +169,22 @@ def test_a_fused_run_recovers_from_a_kill_reports_every_step_and_rescales_to_2_a
     flow = counting_flow(bs, src, dst, name="fused")
     steps = [s.name for s in flow.plan(1).steps]  # the source's dead letters among them
     assert [s.steps for s in flow.plan(1).stages] == [steps] and "by_key" in steps
-    handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+    handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
+                        standbys=1)
     try:
         wait_released(bs, dst, PHASE // 3, handle)
         status = handle.status()  # (elements count this incarnation: read before the kill)
         assert list(status["steps"]) == steps and status["steps"]["by_key"]["elements"] > 0
-        ray.kill(ray.get_actor("fused/docs/0", namespace="driftstream"), no_restart=True)
         deadline = time.time() + 60
+        while not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == "fused/standby/0"]:
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert ray.get(ray.get_actor("fused/standby/0", namespace="driftstream").ping.remote(), timeout=60)  # started
+        ray.kill(ray.get_actor("fused/docs/0", namespace="driftstream"), no_restart=True)
         while not handle.status()["recoveries"]:  # the kill was noticed and recovered from
             assert time.time() < deadline, handle.status()
             time.sleep(0.1)
+        assert "fused/docs/0 (standby)" in handle.status()["recoveries"][0]["resets_s"]  # the spare took its place
         wait_released(bs, dst, PHASE, handle)
         assert handle.status()["key_groups"] == {"by_key": ["0-127"]}
         assert handle.rescale(2)["to"] == 2
