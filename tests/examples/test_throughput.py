@@ -40,3 +40,25 @@ def test_a_run_that_left_documents_undone_is_not_correct():
     s = summary("x", 10, 5, 0.0, [(1.0, 4)], [])
     assert not s["correct"]
     assert s["problems"] == ["4 of 10 documents done"]
+
+
+def test_spark_one_batch_reads_the_whole_backlog_as_one_micro_batch(monkeypatch, tmp_path):
+    """Issue 57's Kafka basis compares with Spark reading the backlog as one micro-batch:
+    the ``spark-one-batch`` engine asks the native query for every document in one batch
+    and says so in its row (the ``spark`` engine keeps its 1,000 a batch)."""
+    from driftstream.examples.inverted_index import spark_native, throughput
+
+    asked = []
+
+    def fake_native(docs, workdir, docs_per_batch):  # the query's own run is Spark's (tests/benchmarks)
+        asked.append(docs_per_batch)
+        return {"rows_out": len(docs), "started": 0.0, "completions": [(2.0, len(docs))], "problems": [],
+                "docs_per_batch": docs_per_batch, "seconds_total": 5.0}
+
+    monkeypatch.setattr(spark_native, "run_spark_native", fake_native)
+    docs = [{"page_id": i, "text": "a b"} for i in range(1200)]
+    one, = throughput.run_all(docs, ["spark-one-batch"], None, tmp_path)
+    default, = throughput.run_all(docs, ["spark"], None, tmp_path)
+    assert asked == [1200, 1000]
+    assert one["engine"] == "spark (native SQL, one micro-batch)" and one["docs_per_batch"] == 1200
+    assert default["engine"] == "spark (native SQL)"
