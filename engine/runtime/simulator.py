@@ -47,7 +47,6 @@ import time
 from collections import deque
 from typing import Callable, Optional, Sequence
 
-from driftstream.ordering.ack_shards import shard_of
 from driftstream.ordering.meta import TOP
 from driftstream.snapshots.store import SnapshotStore
 
@@ -58,8 +57,7 @@ from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
-from driftstream.engine.runtime.acker_host import AckerHost
-from driftstream.engine.runtime.acker_shard import AckShardHost
+from driftstream.engine.runtime.simulated_acker import SimulatedAcker
 from driftstream.engine.runtime.instance_host import ACKER
 from driftstream.engine.runtime.protocol import Push, Watermark
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
@@ -96,7 +94,7 @@ class Simulation:
     def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
                  resets_in_place: bool = False, acker_shards: int = 0) -> None:
         config = config or RunConfig()
-        #: acker shards between the instances and the acker (0: none; see _to_acker)
+        #: acker shards between the instances and the acker (0: none; see SimulatedAcker)
         self.shard_count = acker_shards
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
@@ -158,24 +156,12 @@ class Simulation:
         """Forget everything in flight; instances are then restored one per step."""
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
-        self._start_acker()
+        #: the acker and its shards (:mod:`.simulated_acker`); ``acker``: the root, what the steps read
+        self.ackers = SimulatedAcker(len(self.source_keys), self._send_control, self.plan.instances, self.aligned, self.shard_count)
+        self.acker = self.ackers.root
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
         self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
-
-    def _start_acker(self) -> None:
-        """The acker, and its shards when the run has them: each folds its instances' messages
-        and passes the acker's watermarks on to them (FIFO queues both ways, as connections)."""
-        count, instances = self.shard_count, self.plan.instances
-        keys = [("acker shard", j) for j in range(count)]
-        self.acker = AckerHost(len(self.source_keys), lambda to, message: self._send_control(ACKER, to, message), subscribers=instances,
-                               aligned=self.aligned, relays=keys if count else None)
-        self.shard_by_instance = {key: shard_of(i, count) for i, key in enumerate(instances)} if count else {}
-        self.shard_by_key = {key: j for j, key in enumerate(keys)}
-        self.acker_shards = [AckShardHost(lambda message, key=key: self._send_control(key, ACKER, message), defer=lambda fn: None,
-                                          relay=lambda to, message, key=key: self._send_control(key, to, message),
-                                          instances=[k for k in instances if self.shard_by_instance[k] == j])
-                             for j, key in enumerate(keys)]
 
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
@@ -269,7 +255,7 @@ class Simulation:
             kinds.append(self._deliver_data)
         if any(self.control.values()):
             kinds.append(self._deliver_control)
-        if any(shard.pending for shard in self.acker_shards):
+        if self.ackers.pending:
             kinds.append(self._flush_acker_shard)
         if self.rescale_phase is None and any(self.live.source_ready(k) for k in self.readers):
             kinds.append(self._read_source)
@@ -319,24 +305,16 @@ class Simulation:
         sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
         message = self.control[(sender, receiver)].popleft()
         if receiver == ACKER:
-            self._to_acker(sender, message)
-        elif receiver in self.shard_by_key:  # the acker's watermark, for the shard to pass on
-            self.acker_shards[self.shard_by_key[receiver]].receive(message)
+            self.ackers.receive(sender, message)
+        elif self.ackers.relays(receiver):  # the acker's watermark, for a shard to pass on
+            self.ackers.relay(receiver, message)
         else:
             self._to_stage(receiver, message)
             if receiver in self.stages:  # else: a crash at the marker
                 self._flush(receiver)
 
-    def _to_acker(self, sender, message) -> None:
-        """A message for the acker: through the sender's shard when the run has shards."""
-        j = self.shard_by_instance.get(sender)
-        if j is None:
-            self.acker.receive(message)  # no shards, or a shard's batch
-        else:
-            self.acker_shards[j].receive(message)
-
     def _flush_acker_shard(self) -> None:
-        self.rng.choice([shard for shard in self.acker_shards if shard.pending]).flush()
+        self.ackers.flush_one(self.rng)
 
     def _read_source(self) -> None:
         instance = self.rng.choice([k for k in self.readers if self.live.source_ready(k)])

@@ -78,7 +78,7 @@ def test_simulated_runs_through_acker_shards_give_the_sequential_output(name):
         rescales = [1 + (seed + 1) % 3] if seed % 4 == 3 else []
         sim = Simulation(flow.plan(1 + seed % 3), config, crashes=seed % 3, rescales=rescales, acker_shards=1 + seed // 3 % 3)
         result = sim.run()
-        batches += sum(shard.sent for shard in sim.acker_shards)
+        batches += sum(shard.sent for shard in sim.ackers.shards)
         for sink, expected in _reference(name).items():
             if result.output(sink) != expected:
                 wrong.append((seed, sink, sim.crash_points, sim.rescaled))
