@@ -151,3 +151,87 @@ def test_an_instance_of_a_source_stage_gets_a_pump_over_its_own_partitions_and_o
     assert [sources[k].reader.numbers for k in sorted(sources)] == [[0, 2], [1, 3]]
     assert [sources[k].source_index for k in sorted(sources)] == [0, 1]
     assert sorted(stage.got) == list(range(8))
+
+
+class _Arrivals:
+    """A source of one partition whose records arrive from another thread (as a Kafka
+    fetcher hands them over); it counts the pump's reads and wakes the pump if asked."""
+
+    def __init__(self, wakes: bool) -> None:
+        import threading
+
+        from driftstream.engine.model.connectors import Source, SourcePartition
+
+        outer = self
+        self.items: list = []
+        self.reads = 0
+        self.lock = threading.Lock()
+        self.wake = None
+
+        class Part(SourcePartition):
+            def read(self, max_items: int) -> list:
+                outer.reads += 1
+                with outer.lock:
+                    out, outer.items[:] = list(outer.items), []
+                return out
+
+            def on_ready(self, wake) -> bool:
+                if wakes:
+                    outer.wake = wake
+                return wakes
+
+            def position(self) -> tuple:
+                return 0, None
+
+        class Src(Source):
+            def partitions(self) -> int:
+                return 1
+
+            def open(self, partition: int, source_id: int, start=None):
+                return Part()
+
+        self.source = Src()
+
+    def arrive(self, n: int) -> None:
+        with self.lock:
+            self.items.append(((n, 0, 0, n, (), False), n))
+        if self.wake is not None:
+            self.wake()
+
+
+def _idle_then_arrival(wakes: bool) -> tuple:
+    """The pump's reads over 0.3 s of an idle partition, and how long a record arriving
+    from another thread then took to be handed to the stage."""
+    import threading
+    import time
+
+    arrivals, stage = _Arrivals(wakes), Stage()
+    reader = SourceReader(arrivals.source, source_id=0, instance=0, instances=1, max_inflight=100, batch_size=10)
+
+    async def main():
+        pump = pump_of(reader, stage, batch_size=10)
+        pump.start()
+        await asyncio.sleep(0.3)
+        reads = arrivals.reads
+        sent = time.monotonic()
+        threading.Thread(target=arrivals.arrive, args=(1,)).start()
+        while not stage.got and time.monotonic() - sent < 5:
+            await asyncio.sleep(0.0005)
+        took = time.monotonic() - sent
+        pump.stop()
+        return reads, took
+
+    reads, took = asyncio.run(main())
+    assert stage.got == [1]
+    return reads, took
+
+
+def test_an_idle_partition_that_wakes_its_pump_is_not_polled_every_millisecond():
+    """A partition that calls on_ready's wake when it has more (the Kafka reader's fetcher)
+    is read when woken and at most every IDLE_WAIT_S while idle; one that does not is
+    polled every millisecond, as before."""
+    woken_reads, woken_took = _idle_then_arrival(wakes=True)
+    polled_reads, _ = _idle_then_arrival(wakes=False)
+    assert woken_reads <= 40  # 0.3 s / IDLE_WAIT_S = 30, with slack
+    assert polled_reads > 2 * woken_reads  # ~300 on a quiet machine
+    assert woken_took < 1.0  # the wake, not the next poll, hands the record over (timings are noisy: slack)
