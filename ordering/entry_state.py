@@ -10,7 +10,7 @@ Here the state of a key is a map of entries, changed in place through a
   :class:`EntryBackend` (a dict in tests, RocksDB in a run);
 - the *overlay* holds, per entry touched by an element at or above the watermark,
   the stack of values those elements wrote, in log order;
-- each log entry keeps its *journal*: the records ``(key, entry)`` it wrote, in order.
+- each log entry keeps its *journal*: the entries it wrote, in order.
 
 A late element rolls the key back by popping the journals of the elements after
 it (newest first), is applied, and the tail is re-applied: the cost is the writes
@@ -194,23 +194,23 @@ class EntryKeyedState(DriftingLogs):
                 sizes.append(size)
             else:
                 overlay[size_record] = [size]
-            journal.append(size_record)
+            journal.append(SIZE)
         if stack:
             stack.append(value)
         else:
             overlay[record] = [value]
-        journal.append(record)
+        journal.append(entry)
 
     def _undo(self, key: Hashable, journal: Optional[list]) -> None:
         """Pop what one element wrote (it is the newest applied element of its key)."""
         if not journal:
             return
         overlay = self.overlay
-        for record in reversed(journal):
-            stack = overlay[record]
+        for entry in reversed(journal):
+            stack = overlay[(key, entry)]
             stack.pop()
             if not stack:
-                del overlay[record]
+                del overlay[(key, entry)]
 
     def _roll_back(self, key: Hashable, log: KeyLog, i: int) -> None:
         """Undo the writes of entries i.. of the log, newest first. The applied entries of a log
@@ -251,7 +251,8 @@ class EntryKeyedState(DriftingLogs):
         pop, overlay = self.overlay.pop, self.overlay
         append = self._folding.append
         for journal in log.after[:n]:
-            for record in journal:  # the records (key, entry) it wrote: none made here
+            for entry in journal:
+                record = (key, entry)
                 stack = pop(record)  # one lookup: an entry written once in the log (the common case) leaves
                 append((record, stack[0]))
                 if len(stack) > 1:
