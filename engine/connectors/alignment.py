@@ -31,7 +31,7 @@ anyway. A partition that cannot say its lag (None) is held as one behind.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Optional
+from typing import Optional
 
 from driftstream.ordering.meta import BOTTOM, Time
 
@@ -154,9 +154,6 @@ class HeldPartition(SourcePartition):
 
     def next_ready_in(self) -> Optional[float]:
         return self.part.next_ready_in()
-
-    def on_ready(self, wake: Callable[[], None]) -> bool:
-        return self.part.on_ready(wake)
 
     def skip_after(self, t: Time) -> int:
         return self.part.skip_after(t)

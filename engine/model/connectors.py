@@ -50,12 +50,6 @@ class SourcePartition(ABC):
         """Seconds until the next element is ready, if the partition knows (paced sources)."""
         return None
 
-    def on_ready(self, wake: Callable[[], None]) -> bool:
-        """Call ``wake`` (from any thread) whenever :meth:`read` may return more than it last
-        did; True if the partition will. Then its pump waits for ``wake`` (or
-        :meth:`next_ready_in`) instead of polling an idle partition every millisecond."""
-        return False
-
     def position(self) -> tuple:
         """``(next offset, running ts)``: where a replay of what this partition has not read yet starts."""
         raise NotImplementedError(f"{type(self).__name__} cannot be replayed: it has no position()")

@@ -52,7 +52,6 @@ class SourcePump:
         self._process, self._flush, self._fail, self._alive = process, flush, fail, alive
         self.task: Optional[asyncio.Task] = None
         self.credit = asyncio.Event()
-        self._woken = False  # every partition wakes the pump when it has more (set by start)
 
     @classmethod
     def of_instance(cls, plan: Plan, key: Instance, config: InstanceConfig, **callbacks: Any) -> Optional["SourcePump"]:
@@ -65,23 +64,8 @@ class SourcePump:
         """Start reading (in the running loop). ``skip_after`` (at-most-once recovery): replay
         only up to that time, then skip to the live end; returns the records skipped."""
         skipped = self.reader.skip_after(skip_after) if skip_after is not None else 0
-        loop = asyncio.get_running_loop()
-        self._woken = self._wake_on_ready(loop)
-        self.task = loop.create_task(self._run())
+        self.task = asyncio.get_running_loop().create_task(self._run())
         return skipped
-
-    def _wake_on_ready(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Ask each partition to wake the pump when it has read more (from its own thread);
-        True if every one will (else an idle pump polls every millisecond)."""
-        credit = self.credit
-
-        def wake() -> None:
-            try:
-                loop.call_soon_threadsafe(credit.set)
-            except RuntimeError:  # the loop closed: the incarnation is gone
-                pass
-
-        return all([part.on_ready(wake) for part in self.reader.parts])  # every part told, not up to the first refusal
 
     def resume(self) -> None:
         """Read again after :meth:`pause` (a drain given up on), unless the run has failed."""
@@ -148,16 +132,6 @@ class SourcePump:
                     pass
             else:
                 wait = reader.next_ready_in()
-                if self._woken and (wait is None or wait > 0):
-                    # Every partition wakes the pump when it has more (SourcePartition.on_ready):
-                    # no millisecond polls of an idle source (in a backlog whose input was all
-                    # read, they took a third of a Kafka source instance's CPU from the stages)
-                    credit.clear()
-                    try:
-                        await asyncio.wait_for(credit.wait(), IDLE_WAIT_S if wait is None else min(wait, IDLE_WAIT_S))
-                    except asyncio.TimeoutError:
-                        pass
-                else:
-                    await asyncio.sleep(min(wait if wait is not None else 0.001, IDLE_WAIT_S))
+                await asyncio.sleep(min(wait if wait is not None else 0.001, IDLE_WAIT_S))
         if self._alive():
             self._flush(False)

@@ -167,9 +167,6 @@ class KafkaSource(Source):
     emits_dead_letters = True
     #: 2 ms of record time (aligned by default, see engine/model/config.py)
     alignment_slack = 2.0
-    #: the fetcher wakes the source's pump when it hands records over (False: the pump polls an
-    #: idle partition every millisecond, as before; kept for A/B runs)
-    wake_pump = True
 
     def __init__(
         self,
@@ -292,7 +289,6 @@ class KafkaPartitionReader(SourcePartition):
         self._registry = source.decode if isinstance(source.decode, RegistryDecoder) else None
         self._jump: Optional[tuple] = None  # (first offset not to replay, live end): at-most-once
         self.skipped = 0
-        self._wake: Optional[Callable[[], None]] = None  # the pump's, called when the fetcher hands over more
 
     def _new_fetcher(self, client_id: str) -> TopicFetcher:
         src = self.source
@@ -406,13 +402,9 @@ class KafkaPartitionReader(SourcePartition):
                     self._jump = None
                     log_.moved_to(jump[1])
                     fetched.append(jump)
-                    self._handed_over()
                     continue
                 step = log_.read()
                 if step is None:
-                    if log_.caught_up and not self._caught_up:
-                        self._caught_up = True
-                        self._handed_over()  # idle from now: the pump times the tick (next_ready_in)
                     self._caught_up = log_.caught_up
                     self._watch.idle(log_, self._caught_up)
                     continue
@@ -426,40 +418,13 @@ class KafkaPartitionReader(SourcePartition):
                     log_.moved_to(jump[1])
                     fetched.append(self._decoded(Step([r for r in step.records if r.offset < jump[0]], jump[0])))
                     fetched.append(jump)
-                    self._handed_over()
                     continue
                 fetched.append(self._decoded(step))
-                self._handed_over()
                 if self.end is not None and step.through >= self.end:
                     return
         except BaseException as exc:  # handed to the event loop by read()
             if not closing.is_set():
                 self._fetch_error = self._watch.refine(exc)
-                self._handed_over()
-
-    def _handed_over(self) -> None:
-        """The fetcher handed the event loop a step (or an error): wake its pump, if it waits."""
-        wake = self._wake
-        if wake is not None:
-            wake()
-
-    def on_ready(self, wake: Callable[[], None]) -> bool:
-        """The fetcher thread calls ``wake`` whenever it hands over a fetched step (or fails),
-        so an idle reader's pump need not poll it (:meth:`next_ready_in` says when a tick is due)."""
-        if not self.source.wake_pump:
-            return False
-        self._wake = wake
-        return True
-
-    def next_ready_in(self) -> Optional[float]:
-        """Seconds until this idle partition's tick is due (its pump must read then, to ask for
-        it), None when no tick is due: the fetcher wakes the pump when records come."""
-        if self._buffer or self._fetched:
-            return 0.001  # records wait for something else (another partition, the frontier): poll as before
-        interval = self.source.tick_interval
-        if interval is None or not self._caught_up:
-            return None
-        return max(0.0, interval - (time.time() - self._last_activity))
 
     def _decoded(self, step: Step) -> Step:
         return step if self._registry is None else decoded_off_loop(step, self._registry, self._closing)

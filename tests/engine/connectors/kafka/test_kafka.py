@@ -359,38 +359,3 @@ def test_a_reader_with_the_logs_tail_in_hand_does_not_poll_the_broker(kafka_brok
         assert [v for _, v in more] == [2000]
     finally:
         part.close()
-
-
-def test_the_fetcher_wakes_the_pump_when_records_come_and_an_idle_reader_says_when_its_tick_is_due(kafka_broker):
-    """The source's pump waits for the fetcher thread instead of polling an idle partition
-    every millisecond (SourcePartition.on_ready): the fetcher wakes it when it goes idle and
-    when it hands records over, and an idle reader's next_ready_in is when its tick is due."""
-    import threading
-
-    bs = kafka_broker.bootstrap_servers
-    topic = topic_name("wakes")
-    ensure_topic(bs, topic, 1)
-    reader = KafkaSource(topic, bs, tick_interval=0.05).open(0, 0)
-    woken = threading.Event()
-    try:
-        assert reader.on_ready(woken.set)
-        assert reader.read(10) == []  # starts the fetcher
-        assert woken.wait(10)  # idle: the pump is told once, to time the tick
-        woken.clear()
-        wait = reader.next_ready_in()
-        assert wait is not None and 0.0 <= wait <= 0.05
-        produce(bs, topic, [(0, 1000, json.dumps({"n": 1}).encode())])
-        assert woken.wait(10)  # the record was handed over
-        got, deadline = [], time.time() + 10
-        while not got and time.time() < deadline:
-            got = reader.read(10)
-        assert [v for _, v in got] == [{"n": 1}]
-    finally:
-        reader.close()
-    polled = KafkaSource(topic, bs)
-    polled.wake_pump = False  # the A/B's old way: the pump polls it
-    reader = polled.open(0, 0)
-    try:
-        assert not reader.on_ready(woken.set)
-    finally:
-        reader.close()
