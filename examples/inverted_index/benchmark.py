@@ -1020,7 +1020,8 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
                             help="--throughput: a py-spy flame graph (SVG) of each of driftstream's actors into DIR")
         parser.add_argument("--engines", default=None,
                             help="engines of the --throughput run: with --basis kafka (default driftstream,driftstream-arrow,"
-                            "spark,flink,bytewax; flink and bytewax where installed, see flink_baseline.py and bytewax_baseline.py); "
+                            "spark,flink,bytewax; flink and bytewax where installed, see flink_baseline.py and bytewax_baseline.py; "
+                            "spark-one-batch: Spark reading the backlog as one micro-batch); "
                             "with --basis files (default loop,driftstream,driftstream-p1,bytewax,bytewax-no-recovery,pathway; "
                             "bytewax and pathway where installed, see files_basis.py)")
         parser.add_argument("--basis", choices=["kafka", "files"], default="kafka",
