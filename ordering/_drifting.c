@@ -6,12 +6,14 @@
  * for everything else, so there is one definition of each rare case:
  *
  *   - apply_batch: an element that lands at the tail of its key's log (or starts one) is
- *     appended here; a tombstone, an element while tombstones wait for their invalidee, and
- *     an element that lands before the tail go to the class's ``_land``.
+ *     appended here, and applied at once when the batch has not touched its key; one that
+ *     lands before the tail is inserted here and the tail rolled back (entries: the journals
+ *     undone), to be re-applied when the batch has landed; a tombstone and an element while
+ *     tombstones wait for their invalidee go to the class's ``_land``.
  *   - replay: the user's function is called here with the state (a value, or an
- *     ``EntryHandle``: MapState's protocol over the overlay), and its output recorded; an
- *     element whose function raises goes to the class's ``_replay_failed``; an output that
- *     replaces an earlier one (after a late arrival) to its ``_emit_diff``.
+ *     ``EntryHandle``: MapState's protocol over the overlay), and its output recorded (an
+ *     output that replaces an earlier one: a tombstone and the new one); an element whose
+ *     function raises goes to the class's ``_replay_failed``.
  *   - advance: the keys whose head the watermark passed are folded here (entries: the
  *     bottoms of the overlay's stacks, every key's in one call of the backend's ``fold``;
  *     values: the last state), with the class's ``_fold`` when elements were diverted to
