@@ -157,7 +157,8 @@ class Simulation:
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
         #: the acker and its shards (:mod:`.simulated_acker`); ``acker``: the root, what the steps read
-        self.ackers = SimulatedAcker(len(self.source_keys), self._send_control, self.plan.instances, self.aligned, self.shard_count)
+        # late-bound: what replaces _send_control (a test's recorder) sees the acker's messages too
+        self.ackers = SimulatedAcker(len(self.source_keys), lambda *message: self._send_control(*message), self.plan.instances, self.aligned, self.shard_count)
         self.acker = self.ackers.root
         self.data: list = []  # (stage, instance, Batch)
         self.control: dict = {}  # (sender, receiver) -> deque of messages
