@@ -565,14 +565,9 @@ def run_all_files(docs: Sequence[dict], engines: Sequence[str], workdir: Path, p
                                                          python=pythons.get("bytewax")),
         "pathway": lambda: run_pathway_files(docs, inputs, workdir / "pathway", python=pythons.get("pathway")),
     }
-    unknown = [e for e in engines if e not in runs]
-    if unknown:
-        raise ValueError(f"unknown engine(s) of the files basis {', '.join(unknown)}: choose from {', '.join(FILES_ENGINES)}")
-    rows = []
-    for engine in engines:
-        rows.append(runs[engine]())
-        report(rows[-1])
-    return with_ratios(rows)
+    from .throughput import run_engines
+
+    return with_ratios(run_engines(runs, engines, report, "of the files basis "))
 
 
 #: The engines of the files basis, in their default order.

@@ -337,9 +337,24 @@ def run_all(docs: Sequence[dict], engines: Sequence[str], bootstrap: Optional[st
         "flink": lambda: run_flink(docs, workdir, python=pythons.get("flink")),
         "bytewax": lambda: run_bytewax(docs, workdir, python=pythons.get("bytewax")),
     }
+    return run_engines(runs, engines, report)
+
+
+def run_engines(runs: dict, engines: Sequence[str], report: Callable[[dict], None], basis: str = "") -> list:
+    """``runs[engine]()`` for each of ``engines`` in turn, each row reported as it comes; an
+    engine ``runs`` does not know is refused before any runs.
+
+    >>> run_engines({"a": lambda: {"engine": "a"}}, ["a"], print)
+    {'engine': 'a'}
+    [{'engine': 'a'}]
+    >>> run_engines({"a": dict}, ["b"], print, "of the files basis ")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown engine(s) of the files basis b: choose from a
+    """
     unknown = [e for e in engines if e not in runs]
     if unknown:
-        raise ValueError(f"unknown engine(s) {', '.join(unknown)}: choose from {', '.join(ENGINES)}")
+        raise ValueError(f"unknown engine(s) {basis}{', '.join(unknown)}: choose from {', '.join(runs)}")
     rows = []
     for engine in engines:
         rows.append(runs[engine]())
