@@ -15,7 +15,7 @@ from driftstream.ordering.ack_shards import AckShard, ShardBatch, shard_of
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import TOP
 
-from tests.ordering.test_acker import Model
+from tests.ordering.test_acker import Model, run_checking_the_watermark
 
 
 def test_a_pair_that_meets_in_a_shard_cancels_there():
@@ -122,18 +122,7 @@ class ShardedModel(Model):
 def test_sharded_watermark_is_safe_bounded_by_one_acker_and_completes(times, depth, shards, seed):
     per_source = [[(ts, s, 0, ts) for ts in tss] for s, tss in enumerate(times)]
     model = ShardedModel(per_source, depth, random.Random(seed), random.Random(seed ^ 0x5EED), shards)
-    last = model.acker.watermark
-    while True:
-        acts = model.actions()
-        if not acts:
-            break
-        model.step(model.rng.choice(acts))
-        w = model.acker.watermark
-        assert w >= last
-        last = w
-        earliest = model.earliest_unprocessed()
-        if earliest is not None:
-            assert not earliest < w, f"watermark {w} passed unprocessed time {earliest}"
+    run_checking_the_watermark(model)
     # Every shard drained and delivered, everything processed: the root is where one acker is.
     assert model.acker.in_flight() == 0
     assert model.acker.watermark == model.acker.one.watermark == TOP

@@ -212,6 +212,23 @@ class Model:
             self.acker.update(xors)
 
 
+def run_checking_the_watermark(model: "Model") -> None:
+    """Take the model's actions in its random order until none is left; after each, the
+    watermark has not moved back nor passed the earliest unprocessed time."""
+    last = model.acker.watermark
+    while True:
+        acts = model.actions()
+        if not acts:
+            return
+        model.step(model.rng.choice(acts))
+        w = model.acker.watermark
+        assert w >= last
+        last = w
+        earliest = model.earliest_unprocessed()
+        if earliest is not None:
+            assert not earliest < w, f"watermark {w} passed unprocessed time {earliest}"
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     times=st.lists(st.lists(st.integers(0, 20), max_size=8, unique=True).map(sorted), min_size=1, max_size=3),
@@ -221,18 +238,7 @@ class Model:
 def test_watermark_never_exceeds_the_earliest_unprocessed_time(times, depth, seed):
     per_source = [[(ts, s, 0, ts) for ts in tss] for s, tss in enumerate(times)]
     model = Model(per_source, depth, random.Random(seed), random.Random(seed ^ 0x5EED))
-    last = model.acker.watermark
-    while True:
-        acts = model.actions()
-        if not acts:
-            break
-        model.step(model.rng.choice(acts))
-        w = model.acker.watermark
-        assert w >= last
-        last = w
-        earliest = model.earliest_unprocessed()
-        if earliest is not None:
-            assert not earliest < w, f"watermark {w} passed unprocessed time {earliest}"
+    run_checking_the_watermark(model)
     # Everything processed and flushed, every source done: nothing holds the watermark.
     assert model.acker.in_flight() == 0
     assert model.acker.watermark == TOP
