@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -11,6 +13,26 @@ from driftstream.snapshots.changelog import REMOVED
 from driftstream.snapshots.memory_size import MEASURE_EVERY, MEASURE_FIRST, RECORD_OVERHEAD, approx_size
 from driftstream.snapshots.state_cache import StateCache, _mark_clean
 
+
+
+def apply_op(cache: StateCache, op: tuple, taken: list, mark: Callable[[Any], None]) -> None:
+    """One of the property tests' operations on ``cache``: a put, a fold, a removal, a base
+    taken and written (kept in ``taken``), or, for anything else, the oldest base taken
+    marked written by ``mark``."""
+    if op[0] == "put":
+        cache.put(op[1], op[2])
+    elif op[0] == "fold":
+        cache.put_many(op[1], deleted=DELETED)
+    elif op[0] == "remove":
+        cache.remove(op[1])
+    elif op[0] == "remove_many":
+        cache.remove_many(op[1])
+    elif op[0] == "take":
+        batch = cache.take_unwritten()
+        cache.write(batch)
+        taken.append(batch)
+    elif taken:
+        mark(taken.pop(0))
 
 
 def written_base(cache: StateCache) -> dict:
@@ -410,20 +432,7 @@ def test_the_caches_loops_in_c_do_what_the_python_does(tmp_path_factory, ops, re
     pending: list = [[], []]
     for op in ops:
         for cache, taken in zip(caches, pending):
-            if op[0] == "put":
-                cache.put(op[1], op[2])
-            elif op[0] == "fold":
-                cache.put_many(op[1], deleted=DELETED)
-            elif op[0] == "remove":
-                cache.remove(op[1])
-            elif op[0] == "remove_many":
-                cache.remove_many(op[1])
-            elif op[0] == "take":
-                batch = cache.take_unwritten()
-                cache.write(batch)
-                taken.append(batch)
-            elif taken:
-                cache.mark_written(taken.pop(0))
+            apply_op(cache, op, taken, cache.mark_written)
         fast, reference = caches
         assert list(fast._clean.sizes.items()) == list(reference._clean.sizes.items())
         assert fast._states == reference._states and fast._clean.bytes == reference._clean.bytes
@@ -491,28 +500,17 @@ def test_a_cache_whose_marks_wait_holds_what_one_marking_at_once_holds(tmp_path_
     budget = records * (RECORD_OVERHEAD + approx_size(10**6))
     caches = [StateCache(RocksDBBackend(tmp_path_factory.mktemp("db") / "db"), budget_bytes=budget) for _ in range(2)]
     pending: list = [[], []]
+
+    def waiting_marks(cache: StateCache) -> Callable:
+        def mark(batch: Any) -> None:
+            for due, sizes in cache.written(batch):
+                cache.mark_items_written(due.items(), sizes)
+            cache.end_write()
+        return mark
+
     for op in ops:
         for n, (cache, taken) in enumerate(zip(caches, pending)):
-            if op[0] == "put":
-                cache.put(op[1], op[2])
-            elif op[0] == "fold":
-                cache.put_many(op[1], deleted=DELETED)
-            elif op[0] == "remove":
-                cache.remove(op[1])
-            elif op[0] == "remove_many":
-                cache.remove_many(op[1])
-            elif op[0] == "take":
-                batch = cache.take_unwritten()
-                cache.write(batch)
-                taken.append(batch)
-            elif taken:
-                batch = taken.pop(0)
-                if n == 0:
-                    cache.mark_written(batch)
-                else:
-                    for due, sizes in cache.written(batch):
-                        cache.mark_items_written(due.items(), sizes)
-                    cache.end_write()
+            apply_op(cache, op, taken, cache.mark_written if n == 0 else waiting_marks(cache))
         eager, waiting = caches
         for key in range(12):  # every key _keys makes
             assert waiting.get(key) == eager.get(key)
