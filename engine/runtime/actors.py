@@ -36,7 +36,7 @@ from driftstream.engine.runtime import gc_policy
 from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.protocol import Push, ScheduleEnded, SnapshotTaken
 from driftstream.engine.runtime.ray_session import node_ip
-from driftstream.engine.runtime.batch_drain import BatchDrain
+from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, writer_turn
 from driftstream.engine.runtime.instance_host import InstanceHost
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
@@ -337,7 +337,8 @@ class StageActor:
         self.writers = SinkWriters(host.rt.barriers)
         self.pump = None if host.reader is None else SourcePump(
             host.reader, host.source_index, config.batch_size, process=lambda items: host.guarded(host.rt.process_source, items),
-            flush=host.flush_read, fail=host.fail, alive=lambda: not host.failed)
+            flush=host.flush_read, fail=host.fail, alive=lambda: not host.failed,
+            took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots))
         if self.pump is not None:
             host.source = self.pump  # a watermark or a frontier also wakes the reading task
         self.drain = BatchDrain(host.rt, snapshots, host.guarded, host.flush)

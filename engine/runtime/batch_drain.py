@@ -33,6 +33,21 @@ MAX_WRITER_SLICE_S = 0.25
 BUDGET_WAIT_S = 0.002
 
 
+def writer_turn(snapshots: StageSnapshots, took: float) -> None:
+    """The snapshot writer's next turn lasts as long as the owner's callback that ``took``
+    seconds (within bounds): a snapshot gets about half of a busy loop. O(1)."""
+    snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
+
+
+def hold_for_budget(snapshots: StageSnapshots) -> bool:
+    """True while a state cache is over its budget waiting for a base: the owner processes
+    nothing more meanwhile, and the writer gets its longest turns to catch up. O(stateful steps)."""
+    if snapshots.over_budget():
+        snapshots.slice_s = MAX_WRITER_SLICE_S
+        return True
+    return False
+
+
 class BatchDrain:
     """Incoming batches of one incarnation of a stage instance, for ``rt``.
 
@@ -63,8 +78,7 @@ class BatchDrain:
         if self.closed:
             return
         rt, snapshots = self.rt, self.snapshots
-        if snapshots.over_budget():
-            snapshots.slice_s = MAX_WRITER_SLICE_S
+        if hold_for_budget(snapshots):
             asyncio.get_running_loop().call_later(BUDGET_WAIT_S, self._drain)
             return
         inbox, n, size = self.inbox, 0, 0
@@ -87,8 +101,7 @@ class BatchDrain:
         # processing, a base of 17k entries (~0.1 s of work) took 15 s in a backlog, and the
         # changes waiting for it grew past the budget. At low rates a callback takes well
         # under a millisecond, so turns stay short: every element in flight waits behind each.
-        took = time.perf_counter() - started
-        snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
+        writer_turn(snapshots, time.perf_counter() - started)
 
     def release_later(self) -> None:
         """The input merge holds items for a sender that may have gone quiet: look again

@@ -23,6 +23,7 @@ read on). A watermark or an ``Align`` message wakes it.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Callable, Optional
 
 from driftstream.engine.connectors.source_reader import SourceReader
@@ -32,6 +33,9 @@ from driftstream.engine.model.plan import Instance, Plan
 #: Seconds the pump sleeps at most while its partitions have nothing to read.
 IDLE_WAIT_S = 0.01
 
+#: Seconds between looks at whether the owner still holds reading back (``held``).
+HELD_WAIT_S = 0.002
+
 
 class SourcePump:
     """Reads ``reader`` in batches of ``batch_size`` while it has credit.
@@ -40,16 +44,22 @@ class SourcePump:
     ``flush(more) -> int``: send what the stage made (``more``: records are left to read, so
     receivers should wait for this instance's next batch), returns the elements sent;
     ``fail(exc)``: the reader raised (the run must fail: a recovery would fail the same way);
-    ``alive() -> bool``: False once the run has failed (the pump then stops).
+    ``alive() -> bool``: False once the run has failed (the pump then stops);
+    ``took(seconds)``: one read took that long, processed and flushed (the owner gives the
+    snapshot writer a turn as long, see :func:`.batch_drain.writer_turn`);
+    ``held() -> bool``: True while the owner holds reading back (a state cache over its
+    budget waiting for a base).
     """
 
     def __init__(self, reader: SourceReader, source_index: int, batch_size: int, process: Callable[[list], bool],
                  flush: Callable[[bool], int], fail: Callable[[BaseException], None],
-                 alive: Callable[[], bool] = lambda: True) -> None:
+                 alive: Callable[[], bool] = lambda: True, took: Callable[[float], None] = lambda seconds: None,
+                 held: Callable[[], bool] = lambda: False) -> None:
         self.reader = reader
         self.source_index = source_index
         self.batch_size = batch_size
         self._process, self._flush, self._fail, self._alive = process, flush, fail, alive
+        self._took, self._held = took, held
         self.task: Optional[asyncio.Task] = None
         self.credit = asyncio.Event()
 
@@ -102,10 +112,14 @@ class SourcePump:
     async def _run(self) -> None:
         reader, credit = self.reader, self.credit
         while not reader.done and self._alive():
+            if self._held():
+                await asyncio.sleep(HELD_WAIT_S)
+                continue
             if not reader.has_credit():
                 credit.clear()
                 await credit.wait()
                 continue
+            started = time.perf_counter()
             try:
                 items = reader.poll(self.batch_size)
             except Exception as exc:
@@ -122,6 +136,10 @@ class SourcePump:
             sent = self._flush(bool(items) and (len(items) >= self.batch_size or bool(reader.lag())))
             if items:
                 reader.made(len(items), sent)
+                # In a stage whose source feeds its stateful steps (a fused flow) these reads are
+                # the loop's work: the snapshot writer's turns must match them, or a base written
+                # in 1 ms turns behind reads of ~100 ms never completes within the backlog.
+                self._took(time.perf_counter() - started)
                 await asyncio.sleep(0)
             elif reader.waiting():
                 # Every partition with data waits for the frontier: the next Align wakes it.

@@ -138,3 +138,17 @@ def test_a_source_that_cannot_read_on_fails_the_run_at_once(ray_session, tmp_pat
         flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, batch_size=4, snapshot_dir=str(tmp_path / "snaps"))
     assert sorted(opened.read_text().split()) == ["0", "1"]  # each partition opened once: no recovery
     assert flow_actors("unreadable/") == []
+
+
+def test_a_fused_flow_snapshots_while_its_source_drains_a_backlog(ray_session, tmp_path):
+    """At parallelism 1 the source's reads run the whole flow (fused): the snapshot writer's
+    turns must match them, as they match the batches of an unfused keyed stage. With 1 ms
+    turns behind each read of ~100 ms, a base never completed within a backlog: no snapshot."""
+    from driftstream.examples.benchmarks.backlog import documents
+    from driftstream.examples.inverted_index.pipeline import build as index_flow
+
+    flow = index_flow(MemorySource(documents(8000), partitions=2), MemorySink("changes"), name="fused-snapshots")
+    assert len(flow.plan(1).stages) == 1  # fused
+    result = flow.run(parallelism=1, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
+    assert result.output("changes")
+    assert result.metrics.snapshots >= 3, (result.metrics.snapshots, result.metrics.wall_time)

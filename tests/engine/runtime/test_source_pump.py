@@ -151,3 +151,25 @@ def test_an_instance_of_a_source_stage_gets_a_pump_over_its_own_partitions_and_o
     assert [sources[k].reader.numbers for k in sorted(sources)] == [[0, 2], [1, 3]]
     assert [sources[k].source_index for k in sorted(sources)] == [0, 1]
     assert sorted(stage.got) == list(range(8))
+
+
+def test_each_read_reports_how_long_it_took_and_a_held_owner_stops_reading_until_it_lets_go():
+    """The owner paces its snapshot writer by the reads' times (``took``) and holds reading
+    back while a state cache is over its budget (``held``)."""
+    from driftstream.engine.runtime.source_pump import SourcePump
+
+    stage, took, hold = Stage(), [], {"on": True}
+
+    async def main():
+        pump = SourcePump(reader_of(range(6)), 0, 2, process=stage.process, flush=stage.flush, fail=stage.failures.append,
+                          took=took.append, held=lambda: hold["on"])
+        pump.start()
+        await asyncio.sleep(0.05)
+        held = list(stage.got)
+        hold["on"] = False
+        await asyncio.wait_for(pump.task, 5)
+        return held
+
+    assert asyncio.run(main()) == []
+    assert stage.got == [0, 1, 2, 3, 4, 5]
+    assert len(took) == 3 and all(seconds >= 0 for seconds in took)
