@@ -43,7 +43,7 @@ def measure(docs: list, lag: int = 40, snapshot_every: int = 640) -> dict:
     from driftstream.examples.inverted_index.pipeline import build
     from driftstream.ordering.meta import TOP
 
-    plan = build(MemorySource([]), MemorySink("out")).plan(1)
+    plan = build(MemorySource([]), MemorySink("out")).plan(1, fuse=False)  # its two stages, timed apart
     work = tempfile.mkdtemp(prefix="index-stage-")
     snaps = StageSnapshots(Path(work, "store").as_uri(), "bench", scratch=work, deferred=True)
     words, index = (StageRuntime(plan, i, 0, seed=1, backend_factory=snaps.backend) for i in range(2))

@@ -112,7 +112,7 @@ def measure(elements: int, lag: int = 2_000) -> dict:
     from driftstream.engine.runtime.stage import StageRuntime
     from driftstream.ordering.meta import TOP
 
-    plan = flow().plan(1)
+    plan = flow().plan(1, fuse=False)  # a stage per key_by: the routing between them is one of the figures
     clock = _Clock()
     stages = [StageRuntime(plan, i, 0, seed=1) for i in range(len(plan.stages))]
     for rt in stages:

@@ -58,15 +58,18 @@ def test_any_delays_parallelism_and_kill_on_ray_give_the_sequential_output(ray_s
             def build(**sinks):
                 return windows.build(data, assigner, aggregate, lateness=0.002, partitions=2, name=name, rate=RATE, **sinks)
 
-            reference, flow, stateful = reference_outputs(build()), build(sink=out, late_sink=late), "key_by"
+            reference, flow = reference_outputs(build()), build(sink=out, late_sink=late)
         else:
             _, (op, how, window), two_sources, data = case
 
             def build(**sinks):
                 return joins.build(data, op, how, window, partitions=2, name=name, rate=RATE, two_sources=two_sources, **sinks)
 
-            reference, flow, stateful = reference_outputs(build()), build(sink=out), "left_key"
-        faults = {"before_commit": [f"{name}/{stateful}/{seed % parallelism}"]} if kill else {}
+            reference, flow = reference_outputs(build()), build(sink=out)
+        # an instance of the stage that holds the window or the join (at parallelism 1, fused, a source's)
+        plan = flow.plan(parallelism)
+        stage = next(st for st in plan.stages if any(plan.steps[i].kind.stateful for i in st.step_ids))
+        faults = {"before_commit": [stage.actor_names[seed % parallelism]]} if kill else {}
         result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=0.02, snapshot_dir=str(Path(tmp) / "snaps"),
                           chaos=chaos, seed=seed, batch_size=8, faults=faults)
         for sink in reference:
