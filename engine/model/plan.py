@@ -85,10 +85,16 @@ class Plan:
     #: whether a ``key_by`` at parallelism 1 stays in its input's stage (see the module doc)
     fuse: bool = True
 
+    def fused_key_by(self, step_id: int) -> bool:
+        """Whether step ``step_id`` is a ``key_by`` in its input's stage: it computes its key
+        there, no channel routes into it."""
+        step = self.steps[step_id]
+        return step.kind.shuffles and self.stage_of[step.inputs[0]] == self.stage_of[step_id]
+
     @property
     def fused(self) -> bool:
         """Whether a ``key_by`` runs in its input's stage (its key computed there, no shuffle)."""
-        return any(s.kind.shuffles and self.stage_of[s.inputs[0]] == self.stage_of[s.id] for s in self.steps)
+        return any(self.fused_key_by(s.id) for s in self.steps)
 
     @property
     def max_parallelism(self) -> int:
@@ -109,8 +115,7 @@ class Plan:
     def keyed_names(self, stage: StagePlan) -> list:
         """What ``status()`` lists keyed ``stage``'s key groups under: its name (a shuffle enters
         it, and it is named after that key_by), or the names of the key_bys fused into it."""
-        fused = [self.steps[i].name for i in stage.step_ids
-                 if self.steps[i].kind.shuffles and self.stage_of[self.steps[i].inputs[0]] == stage.index]
+        fused = [self.steps[i].name for i in stage.step_ids if self.fused_key_by(i)]
         return fused or [stage.name]
 
     def key_group_range(self, instance: Instance) -> GroupRange:
@@ -183,7 +188,7 @@ class Plan:
             actors: p/src/0
         """
         lines = [f"flow {self.flow_name!r}, parallelism {self.parallelism}"]
-        fused = {self.stage_of[s.id] for s in self.steps if s.kind.shuffles and self.stage_of[s.inputs[0]] == self.stage_of[s.id]}
+        fused = {self.stage_of[s.id] for s in self.steps if self.fused_key_by(s.id)}
         for s in self.stages:
             lines.append(f"  stage {s.name}{' (fused)' if s.index in fused else ''}: {' -> '.join(s.steps)}")
             lines.append(f"    actors: {', '.join(s.actor_names)}")

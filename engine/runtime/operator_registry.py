@@ -99,8 +99,7 @@ def _passthrough(step: Step, ctx: StepContext) -> Operator:
 def _key_by(step: Step, ctx: StepContext) -> Operator:
     """Entered by a keyed channel, which routes and computes the key: a passthrough. In its
     input's stage (a fused plan) it computes the key itself."""
-    plan = ctx.plan
-    if plan.stage_of[step.inputs[0]] != plan.stage_of[step.id]:
+    if not ctx.plan.fused_key_by(step.id):
         return Passthrough(step.name)
     return KeyBy(step.name, step.fn, step.on_error == "dead-letter")
 
