@@ -107,8 +107,13 @@ class AckerHost:
         if w == TOP and self._finish is not None:
             self._finish(w)
             return
-        for key in self.subscribers if self.relays is None else self.relays:
+        for key in self._watermark_receivers:
             self._send(key, Watermark(w))
+
+    @property
+    def _watermark_receivers(self) -> list:
+        """Where a watermark or a snapshot's marker goes: every instance, or the shards that relay it."""
+        return self.subscribers if self.relays is None else self.relays
 
     def _align(self) -> None:
         """Tell the aligned source instances their group's frontier, if it moved."""
@@ -128,7 +133,7 @@ class AckerHost:
         parts; ``complete(collector)`` once every part is in."""
         collector = PartCollector(snapshot_id, self.table.watermark, self.subscribers)
         self.pending[snapshot_id] = (collector, complete)
-        for key in self.subscribers if self.relays is None else self.relays:
+        for key in self._watermark_receivers:
             self._send(key, Watermark(collector.t, snapshot_id))
         return collector
 
