@@ -32,6 +32,7 @@ __all__ = [
     "FlowHandle",
     "attach",
     "list_flows",
+    "warm_up",
     "MapState",
     "FlowError",
     "StepError",
@@ -85,6 +86,10 @@ def __getattr__(name: str):
         from driftstream.engine.api import handle
 
         return getattr(handle, name)
+    if name == "warm_up":
+        from driftstream.engine.control.warm_actors import warm_up
+
+        return warm_up
     if name in _CONNECTORS:
         import importlib
 

@@ -23,14 +23,16 @@ __all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "wait_for
 
 def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None):
     """The live Ray actor playing instance ``name`` (``<flow>/<stage>/<i>``, namespace
-    ``driftstream``) once there is one: the actor of that name, or a standby that took its
-    place in a recovery. Skips the incarnation whose actor id is ``not_id``; None if ``stop``
+    ``driftstream``) once there is one: the actor of that name, or a standby (or warm actor,
+    see :func:`~driftstream.engine.warm_up`) playing it. Skips the incarnation whose actor id is ``not_id``; None if ``stop``
     is set first. For fault tests."""
     import ray  # here, not at the top: tests of the simulator and in-memory flows need no Ray
 
     from driftstream.engine.runtime.ray_session import NAMESPACE
 
-    standby_prefix = name.split("/")[0] + "/standby/"
+    from driftstream.engine.control.warm_actors import WARM_PREFIX
+
+    standby_prefixes = (name.split("/")[0] + "/standby/", WARM_PREFIX)
     while stop is None or not stop.is_set():
         try:
             handle = ray.get_actor(name, namespace=NAMESPACE)
@@ -39,7 +41,7 @@ def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[th
         except ValueError:
             pass
         for standby in ray.util.list_named_actors(all_namespaces=True):
-            if standby["namespace"] != NAMESPACE or not standby["name"].startswith(standby_prefix):
+            if standby["namespace"] != NAMESPACE or not standby["name"].startswith(standby_prefixes):
                 continue
             try:
                 handle = ray.get_actor(standby["name"], namespace=NAMESPACE)

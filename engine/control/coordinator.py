@@ -32,6 +32,7 @@ from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.resume import check_sources
 from driftstream.engine.control.stored_plan import StoredPlan, forget_plan
 from driftstream.engine.control.supervisor import RaySupervisor
+from driftstream.engine.control.warm_actors import WarmActors, end_warm, take_warm
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
 
@@ -48,7 +49,7 @@ class CoordinatorActor:
     newest snapshot, as a new coordinator does under :func:`run_coordinated`.
     """
 
-    def __init__(self, plan: Union[Plan, StoredPlan], config: RunConfig, detached: bool = False) -> None:
+    def __init__(self, plan: Union[Plan, StoredPlan], config: RunConfig, detached: bool = False, warm: Optional[WarmActors] = None) -> None:
         if isinstance(plan, StoredPlan):  # a detached flow's (start_detached): each incarnation loads it
             plan = plan.load()
         niceness = config.coordinator_niceness
@@ -70,7 +71,7 @@ class CoordinatorActor:
         self.outcome_: tuple = (None, None)
         self.exporter = None
         try:
-            self.supervisor: Optional[RaySupervisor] = RaySupervisor(plan, config)
+            self.supervisor: Optional[RaySupervisor] = RaySupervisor(plan, config, warm)
         except Exception as exc:  # run() hands it back as itself; raised here, the driver would see only its text
             self.supervisor, self.outcome_ = None, (None, exc)
             self.launched.set()
@@ -186,12 +187,13 @@ def run_coordinated(
     """
     check_sources(plan)
     restarts = 0
+    warm = take_warm()  # the first coordinator's launch resets them instead of starting processes
     while True:
         # On the driver's node: it shares the driver's fate anyway, and a worker node lost
         # to the cluster must cost a recovery of that node's actors, not a new coordinator.
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
         coordinator = CoordinatorActor.options(name=coordinator_name(plan), namespace=NAMESPACE, scheduling_strategy=here).remote(
-            plan, config
+            plan, config, warm=warm
         )
         if on_coordinator is not None:
             on_coordinator(coordinator)
@@ -206,6 +208,8 @@ def run_coordinated(
             continue
         finally:
             remove(coordinator, plan.flow_name)
+            end_warm(warm)  # not tied to the coordinator by Ray: none may outlive it
+            warm = None
         if error is not None:
             raise error  # the run's own, as it is: a new coordinator would only meet it again
         result.metrics.recoveries += restarts  # the new coordinator counts only its own

@@ -42,9 +42,11 @@ class Launcher:
     differs (a standby, or a new actor whose name Ray still held: ``<name>#<n>``).
     """
 
-    def __init__(self, rules: RecoveryRules, standbys: StandbyPool) -> None:
+    def __init__(self, rules: RecoveryRules, standbys: StandbyPool, warm_acker: Optional[tuple] = None) -> None:
         self.rules = rules
         self.standbys = standbys
+        #: a warm acker ``(handle, Ray name)`` the next launch that needs a new acker resets instead
+        self.warm_acker = warm_acker
         self.plan: Optional[Plan] = None
         self.acker = None
         self.actors: dict = {}
@@ -78,9 +80,13 @@ class Launcher:
         resets: list = []
         reset_names: list = []
         acker_name = acker_name_of(plan)
+        warm_acker = None
         if acker_name in survivors:
             acker = survivors[acker_name]
             resets.append(acker.reset.remote(len(plan.source_instances), plane))
+        elif self.warm_acker is not None:
+            (acker, warm_acker), self.warm_acker = self.warm_acker, None
+            resets.append(acker.reset.remote(len(plan.source_instances), plane, acker_name))
         else:
             acker = AckerActor.options(name=renamed.get(acker_name, acker_name), namespace=NAMESPACE,
                                        scheduling_strategy=next(placed)).remote(len(plan.source_instances), plane)
@@ -88,7 +94,9 @@ class Launcher:
         # day) are handed the plan they now run.
         moved = None if plan is self.plan else plan
         handles, names, actors, real_names = [acker], [acker_name], {}, {}
-        if acker_name in renamed:
+        if warm_acker is not None:
+            real_names[acker_name] = warm_acker
+        elif acker_name in renamed:
             real_names[acker_name] = renamed[acker_name]
         elif acker_name in survivors and acker_name in self.real_names:
             real_names[acker_name] = self.real_names[acker_name]

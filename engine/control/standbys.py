@@ -52,6 +52,11 @@ class StandbyPool:
             handle = StageActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(plan, None, None, None, None)
             self.entries.append((handle, name, handle.node.remote()))
 
+    def adopt(self, actors: list) -> None:
+        """Add started stage actors with no instance, ``(handle, Ray name)`` (warm actors, see
+        :mod:`.warm_actors`): launches take them before any new process."""
+        self.entries.extend((handle, name, handle.node.remote()) for handle, name in actors)
+
     def take(self) -> tuple:
         """The oldest standby, ``(handle, actor name)``, out of the pool."""
         handle, name, _ = self.entries.pop(0)

@@ -45,6 +45,7 @@ from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
 from driftstream.engine.control.snapshot_log import SnapshotRecord
 from driftstream.engine.control.standbys import StandbyPool
+from driftstream.engine.control.warm_actors import WarmActors
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
 from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 
@@ -52,7 +53,7 @@ from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 class RaySupervisor:
     """Runs one plan on Ray with a delivery guarantee. ``run()`` returns when bounded sources are done."""
 
-    def __init__(self, plan: Plan, config: RunConfig) -> None:
+    def __init__(self, plan: Plan, config: RunConfig, warm: Optional[WarmActors] = None) -> None:
         self.plan = plan
         self.config = config
         # Test-only fault injection: {"before_commit" | "after_restore" | "rescale_restore": [actor name, ...]}; each
@@ -62,7 +63,10 @@ class RaySupervisor:
         self.committer = SnapshotCommitter(plan, config, before_commit=functools.partial(self._inject, "before_commit"))
         self.snapshot_dir: Optional[str] = self.committer.snapshot_dir
         self.standbys = StandbyPool(config.standbys)
-        self.launcher = Launcher(RecoveryRules(config, self.snapshot_dir), self.standbys)
+        # Warm stage actors are standbys the first launch takes in order; a warm acker, its acker.
+        warm = warm or WarmActors()
+        self.standbys.adopt(warm.stages)
+        self.launcher = Launcher(RecoveryRules(config, self.snapshot_dir), self.standbys, warm_acker=warm.take_acker())
         self.failover = Failover(self.launcher, self.standbys)
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
         self.corrupt = CorruptSnapshots(self.committer)

@@ -79,25 +79,29 @@ class AckerActor:
     are folded in the order it sent them: a bound never overtakes its XORs.
     """
 
-    def __init__(self, sources: int, key: PlaneKey) -> None:
+    def __init__(self, sources: Optional[int], key: Optional[PlaneKey]) -> None:
         # Counts resets and ends of snapshot schedules: a schedule from before one stops (see snapshots).
         self.generation = 0
         self.schedule_changed = asyncio.Event()
         # The supervisor's snapshot inbox (a connection that outlives resets), once a schedule started.
         self.inbox: Optional[Endpoint] = None
         self.inbox_address: Optional[tuple] = None
-        self._setup(sources, key)
+        self.endpoint: Optional[Endpoint] = None
+        if sources is not None:  # else a warm actor (control/warm_actors.py): a flow's launch resets it
+            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker")
 
-    async def reset(self, sources: int, key: PlaneKey) -> None:
-        """Start over with an empty table (recovery of a surviving acker)."""
-        await self.endpoint.close()
-        self._setup(sources, key)
+    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None) -> None:
+        """Start over with an empty table (recovery of a surviving acker; a warm actor's first
+        flow, whose acker it becomes under ``name``)."""
+        if self.endpoint is not None:
+            await self.endpoint.close()
+        self._setup(sources, key, name or self.me)
 
-    def _setup(self, sources: int, key: PlaneKey) -> None:
+    def _setup(self, sources: int, key: PlaneKey, me: str) -> None:
         self._end_schedule()
         self.lost = LostPeers()
-        self.endpoint = Endpoint(key, self._on_message, me=ray.get_runtime_context().get_actor_name() or "acker", on_lost=self.lost.add,
-                                 on_error=self._on_plane_error)
+        self.me = me
+        self.endpoint = Endpoint(key, self._on_message, me=me, on_lost=self.lost.add, on_error=self._on_plane_error)
         #: the acker's protocol (its table, watermarks, frontiers, snapshot parts); this actor adds the transport
         self.host = AckerHost(sources, self.endpoint.send, defer=lambda fn: asyncio.get_running_loop().call_soon(fn), finish=self._last_watermark)
         self.subscribers: dict = {}
@@ -243,7 +247,8 @@ class AckerActor:
         return self.host.status()
 
     async def close(self) -> None:
-        await self.endpoint.close()
+        if self.endpoint is not None:
+            await self.endpoint.close()
         if self.inbox is not None:
             await self.inbox.close()
 
