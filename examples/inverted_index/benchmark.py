@@ -1021,8 +1021,10 @@ def main(argv: Optional[list] = None, demo: bool = False) -> int:
         parser.add_argument("--engines", default=None,
                             help="engines of the --throughput run: with --basis kafka (default driftstream,driftstream-arrow,"
                             "spark,flink,bytewax; flink and bytewax where installed, see flink_baseline.py and bytewax_baseline.py; "
-                            "spark-one-batch: Spark reading the backlog as one micro-batch); "
+                            "spark-one-batch: Spark reading the backlog as one micro-batch; driftstream-warm: the flow's "
+                            "actors started before its clock, driftstream.engine.warm_up); "
                             "with --basis files (default loop,driftstream,driftstream-p1,bytewax,bytewax-no-recovery,pathway; "
+                            "also driftstream-warm, driftstream-p1-warm; "
                             "bytewax and pathway where installed, see files_basis.py)")
         parser.add_argument("--basis", choices=["kafka", "files"], default="kafka",
                             help="--throughput's basis: kafka (the index between two topics of the broker) or files "

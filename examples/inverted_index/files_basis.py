@@ -364,9 +364,10 @@ def _stamped_source(inputs: Sequence[Path], stamp: Path) -> Any:
 
 
 def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path, parallelism: int,
-                    snapshot_interval: float = 1.0, profile: Optional[Path] = None) -> dict:
+                    snapshot_interval: float = 1.0, profile: Optional[Path] = None, warm: bool = False) -> dict:
     """The index flow from the files to a FileSink, exactly-once, on the Ray session that is up.
-    ``profile``: a directory for py-spy's raw stacks of each of the run's actors (:func:`step_kind_costs`)."""
+    ``profile``: a directory for py-spy's raw stacks of each of the run's actors (:func:`step_kind_costs`);
+    ``warm``: its stage actors and acker started before the clock starts (:func:`~driftstream.engine.warm_up`)."""
     from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 
     from .pipeline import build
@@ -382,6 +383,10 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
 
         # the Ray session this process started (not another's on the machine): its processes descend from this one
         recorders = Flames(profile, match="ray::", rate=PROFILE_RATE, fmt="raw", within=os.getpid()).follow(label=f"{tag}-", every=0.2)
+    if warm:
+        from driftstream.engine import warm_up
+
+        warm_up(stage_actors=len(flow.plan(parallelism).instances))
     cpu = TreeCpu()
     launched = time.time()
     try:
@@ -396,7 +401,7 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
     dead = read_file_sink(str(run_dir / "dead-letters"), "dead_letters") if (run_dir / "dead-letters").exists() else []
     problems = [f"{len(dead)} dead letter(s)"] if dead else []
     problems += check_records(records, docs, file_order(docs, "driftstream"))
-    return files_row(f"driftstream, parallelism {parallelism}", len(docs), len(records), launched, read_stamp(run_dir / STAMP),
+    return files_row(f"driftstream, parallelism {parallelism}{', warm actors' if warm else ''}", len(docs), len(records), launched, read_stamp(run_dir / STAMP),
                      ended, problems, cpu_s=cpu_s, snapshots=result.metrics.snapshots, parallelism=parallelism,
                      **({"profile_tag": tag} if profile is not None else {}),
                      output="a line per change, {t, value} (the reference's records as values)")
@@ -559,6 +564,8 @@ def run_all_files(docs: Sequence[dict], engines: Sequence[str], workdir: Path, p
         "loop": lambda: run_loop(docs, inputs, workdir / "loop"),
         "driftstream": lambda: run_driftstream(docs, inputs, workdir, 2, profile=profile),
         "driftstream-p1": lambda: run_driftstream(docs, inputs, workdir, 1, profile=profile),
+        "driftstream-warm": lambda: run_driftstream(docs, inputs, workdir, 2, profile=profile, warm=True),
+        "driftstream-p1-warm": lambda: run_driftstream(docs, inputs, workdir, 1, profile=profile, warm=True),
         "bytewax": lambda: run_bytewax_files(docs, inputs, workdir / "bytewax-recovery", snapshot_interval=1,
                                              python=pythons.get("bytewax")),
         "bytewax-no-recovery": lambda: run_bytewax_files(docs, inputs, workdir / "bytewax-none", snapshot_interval=None,
