@@ -44,7 +44,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections import deque
 from typing import Callable, Optional, Sequence
 
 from driftstream.ordering.meta import TOP
@@ -53,13 +52,11 @@ from driftstream.snapshots.store import SnapshotStore
 from driftstream.engine.model.config import RunConfig, aligned_sources
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
-from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
-from driftstream.engine.runtime.simulated_acker import SimulatedAcker
-from driftstream.engine.runtime.instance_host import ACKER
-from driftstream.engine.runtime.protocol import Push, Watermark
+from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
 #: What the simulator's scheduler gets when the run does not say: small batches and credit,
@@ -70,25 +67,27 @@ SIMULATOR_BATCH_SIZE, SIMULATOR_MAX_INFLIGHT = 8, 64
 #: where a wrong rule would lose or duplicate output.
 CRASH_POINTS = ("any step", "after a marker", "between prepared and commit", "after a commit", "during restore")
 
-#: Chance of a crash at any step, and at a critical point (a marker: shared by every
-#: instance's), while crashes remain; low enough that most crashes strike after a commit.
-CRASH_ANY, CRASH_AT_POINT = 0.004, 0.15
+#: Chance of a crash at any step while crashes remain (at a critical point: CRASH_AT_POINT,
+#: in simulated_incarnation.py, where the marker's is tried).
+CRASH_ANY = 0.004
 
 #: Chance per step that a pending rescale begins (its sources stop reading).
 RESCALE_AT = 0.03
 
 
 class Simulation:
-    """One seeded run. ``step()`` performs one scheduling decision; ``run()`` runs to the end.
+    """One seeded run across its incarnations: ``step()`` performs one scheduling decision,
+    ``run()`` runs to the end. This is the run's lifecycle (an incarnation's start and its
+    instances' restores, crashes, rescales, snapshots begun and committed, the result); the
+    moves within an incarnation are its :class:`~.simulated_incarnation.SimulatedIncarnation`'s.
 
-    ``crashes``: how many seeded crashes strike the run (it needs a guarantee: a run
-    without snapshots has nothing to recover from). ``crash_points`` lists where each struck.
+    ``crashes``: how many seeded crashes strike the run (it needs a guarantee: a run without
+    snapshots has nothing to recover from); ``crash_points`` lists where each struck.
     ``resets_in_place``: each crash is a reset of the live instances in place, as Ray resets
-    survivors: the same :class:`~.instance_host.InstanceHost` teardown and setup, and the
-    sink writes in progress land before the restart instead of being lost.
-    ``acker_shards``: that many :class:`~.acker_shard.AckShardHost` fold the instances'
-    messages to the acker (round robin), each flushing its batch when the scheduler says,
-    and pass the acker's watermarks and markers on to their instances.
+    survivors (the same :class:`~.instance_host.InstanceHost` teardown and setup; the sink
+    writes in progress land before the restart instead of being lost). ``acker_shards``: that
+    many :class:`~.acker_shard.AckShardHost` fold the instances' messages to the acker (round
+    robin), flush when the scheduler says, and pass the acker's watermarks and markers on.
     """
 
     def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
@@ -98,41 +97,23 @@ class Simulation:
         self.shard_count = acker_shards
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
-        if crashes and not config.takes_snapshots:
-            raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
-        if rescales and not config.takes_snapshots:
-            raise FlowError("rescales need a guarantee: a rescale restores from a snapshot")
-        for n in rescales:
-            plan.with_parallelism(n)  # a FlowError now, not mid-run
+        _refuse_impossible(plan, config, crashes, rescales)
         self.rescales = list(rescales)
-        #: None; "draining" (sources stopped, waiting for what they read to settle); or
-        #: "snapshot" (the rescale's snapshot is being taken)
+        #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
         self.rescaled: list = []  # per rescale done: (parallelism, the snapshot id it restored)
-        self.plan = plan
-        self.config = config
+        self.plan, self.config = plan, config
         self.rng = random.Random(config.seed)
-        self.clock_value = 0.0
-        self.steps_taken = 0
-        self.crashes_left = crashes
-        self.crash_points: list = []
-        self.commits = 0
-        self.skipped = 0
+        self.clock_value, self.steps_taken = 0.0, 0
+        self.crashes_left, self.crash_points = crashes, []
+        self.commits = self.skipped = 0
         self.recoveries: list = []  # per crash: the snapshot id its restart restored (None: the beginning)
-        self.snapshot_dir: Optional[str] = None
-        self.store: Optional[SnapshotStore] = None
-        self.live = SimulatedInstances(clock=self._clock)
-        if config.takes_snapshots:
-            self.snapshot_dir = config.snapshot_dir or os.path.join(self.live.scratch, "store")
-            self.store = SnapshotStore(self.snapshot_dir)
-            for sid in self.store.snapshot_ids():  # a run starts afresh, as on Ray without resume
-                self.store.delete_snapshot(sid)
+        self.live = SimulatedInstances(clock=lambda: self.clock_value)
+        self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
         self.base_every_s = self.rng.choice([0.0, 3600.0])
-        self.next_snapshot_id = 1
-        self.next_snapshot_at = config.snapshot_interval
-        self.source_keys = plan.source_instances
+        self.next_snapshot_id, self.next_snapshot_at = 1, config.snapshot_interval
         self.aligned = aligned_sources(plan, config.source_alignment)  # (instance, group) told frontiers
         try:
             self._start_incarnation(manifest=None, recovering=False)
@@ -156,13 +137,15 @@ class Simulation:
         """Forget everything in flight; instances are then restored one per step."""
         self.manifest, self.recovering = manifest, recovering
         self.restoring = list(self.plan.instances)
-        #: the acker and its shards (:mod:`.simulated_acker`); ``acker``: the root, what the steps read
         # late-bound: what replaces _send_control (a test's recorder) sees the acker's messages too
-        self.ackers = SimulatedAcker(len(self.source_keys), lambda *message: self._send_control(*message), self.plan.instances, self.aligned, self.shard_count)
-        self.acker = self.ackers.root
-        self.data: list = []  # (stage, instance, Batch)
-        self.control: dict = {}  # (sender, receiver) -> deque of messages
-        self.writes: list = []  # (instance, sink step, sink partition, bundle): written when the scheduler says
+        self.incarnation = SimulatedIncarnation(self.plan, self.live, self.rng, self.rules.settings["batch_size"], self.aligned, self.shard_count,
+                                                lambda *message: self._send_control(*message), self._maybe_crash)
+        #: the incarnation's acker and its shards; ``acker``: the root, what the lifecycle reads
+        self.ackers, self.acker = self.incarnation.ackers, self.incarnation.acker
+
+    def _send_control(self, sender, receiver, message) -> None:
+        """A control message joins its queue in the incarnation (the run's method: a test's recorder replaces it)."""
+        self.incarnation.enqueue(sender, receiver, message)
 
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
@@ -170,7 +153,7 @@ class Simulation:
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, self.manifest, self.recovering)
         host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
-                               lambda sid, sink, bundle: self.writes.append((instance, sid, sink, bundle)), self._sender(instance))
+                               self.incarnation.bundle_writer(instance), self.incarnation.sender(instance))
         seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
             self.acker.seed(seed)
@@ -184,14 +167,8 @@ class Simulation:
         self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
         hosts = self.live.hosts
         self.live.stop()
-        if self.resets_in_place:
-            # As StageActor.reset: the sink write in progress finishes (SinkWriters.close waits for
-            # it) before the new incarnation reads its sinks, and its callback finds the old
-            # incarnation closed. A crash otherwise loses it (the process died before it landed).
-            for instance, sid, sink, bundle in self.writes:
-                sink.write(bundle)
-                self.landed += 1
-                hosts[instance].bundle_written(sid, bundle)
+        if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
+            self.landed += self.incarnation.land_writes(hosts)
         self.rescale_phase = None  # a pending rescale begins again later
         data = self.store.read_latest_manifest()
         manifest = None if data is None else Manifest.from_json(data)
@@ -204,7 +181,7 @@ class Simulation:
         parallelism, whose routing wrote any output past the snapshot."""
         plan = self.plan.with_parallelism(self.rescales.pop(0))
         self.live.stop()
-        self.plan, self.source_keys, self.rescale_phase = plan, plan.source_instances, None
+        self.plan, self.rescale_phase = plan, None
         self.aligned = aligned_sources(plan, self.config.source_alignment)
         sid = self.next_snapshot_id
         self.next_snapshot_id += 1
@@ -219,55 +196,17 @@ class Simulation:
             return True
         return False
 
-    # -- messages -------------------------------------------------------------------------
-
-    def _clock(self) -> float:
-        return self.clock_value
-
-    def _send_control(self, sender, receiver, message) -> None:
-        self.control.setdefault((sender, receiver), deque()).append(message)
-
-    def _sender(self, instance: Instance) -> Callable:
-        """The transport of ``instance``'s host: a batch joins the data in flight (delivered in
-        any order), a message to the acker its FIFO control queue."""
-        def send(to, message) -> None:
-            if type(message) is Push:
-                self.data.append((*to, message.batch))
-            else:
-                self._send_control(instance, to, message)
-        return send
-
-    def _flush(self, instance: Instance) -> int:
-        """Send what ``instance`` has to send (see :meth:`InstanceHost.flush`); returns the elements sent."""
-        return self.live.hosts[instance].flush()
-
-    def _to_stage(self, instance: Instance, message) -> None:
-        self.live.hosts[instance].on_message(message)
-        if type(message) is Watermark and message.snapshot_id is not None:
-            self._maybe_crash("after a marker", CRASH_AT_POINT / len(self.plan.instances))
-
-    # -- scheduling: each choice is one of the methods below ---------------------------------
+    # -- scheduling ---------------------------------------------------------------------------
 
     def _choices(self) -> list:
+        """What may happen next: the incarnation's moves, and the lifecycle's (restore an
+        instance, the rescale's snapshot, begin or commit a snapshot), in a fixed order."""
         if self.restoring:
             return [self._restore_one]
-        kinds: list = []
-        if self.data:
-            kinds.append(self._deliver_data)
-        if any(self.control.values()):
-            kinds.append(self._deliver_control)
-        if self.ackers.pending:
-            kinds.append(self._flush_acker_shard)
-        if self.rescale_phase is None and any(self.live.source_ready(k) for k in self.readers):
-            kinds.append(self._read_source)
-        if self.rescale_phase == "draining" and not kinds and not self.writes and self.acker.collecting is None:
+        kinds = self.incarnation.deliveries(reading=self.rescale_phase is None)
+        if self.rescale_phase == "draining" and not kinds and not self.incarnation.writes and self.acker.collecting is None:
             return [self._rescale_snapshot]  # nothing in flight: the watermark stays where it is
-        if any(rt.holding for rt in self.stages.values()):
-            kinds.append(self._release_held)
-        if self.writes:
-            kinds.append(self._write_bundle)
-        if any(s.pending_writes() for s in self.live.snapshots.values()):
-            kinds.append(self._persist)
+        kinds += self.incarnation.completions()
         if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
         elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
@@ -290,62 +229,11 @@ class Simulation:
             # pause_reading): a bound sent later (a source with nothing left to read) would
             # move the watermark past the snapshot, and release output after it.
             for instance in self.readers:
-                self._flush(instance)
+                self.incarnation.flush(instance)
             return True
         choice: Callable[[], None] = self.rng.choice(kinds)
         choice()
         return True
-
-    def _deliver_data(self) -> None:
-        i = self.rng.randrange(len(self.data))
-        self.data[i], self.data[-1] = self.data[-1], self.data[i]
-        stage, index, batch = self.data.pop()
-        self.live.hosts[(stage, index)].receive([batch])
-
-    def _deliver_control(self) -> None:
-        sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
-        message = self.control[(sender, receiver)].popleft()
-        if receiver == ACKER:
-            self.ackers.receive(sender, message)
-        elif self.ackers.relays(receiver):  # the acker's watermark, for a shard to pass on
-            self.ackers.relay(receiver, message)
-        else:
-            self._to_stage(receiver, message)
-            if receiver in self.stages:  # else: a crash at the marker
-                self._flush(receiver)
-
-    def _flush_acker_shard(self) -> None:
-        self.ackers.flush_one(self.rng)
-
-    def _read_source(self) -> None:
-        instance = self.rng.choice([k for k in self.readers if self.live.source_ready(k)])
-        budget = self.rng.randint(1, self.rules.settings["batch_size"])
-        items = self.readers[instance].poll(budget)
-        if items:
-            self.live.hosts[instance].guarded(self.stages[instance].process_source, items)
-        # Senders never say more is coming here: a sender that did would hold the others for
-        # MERGE_MAX_HOLD_S of simulated time (a thousand steps), and the scheduler's random
-        # "release held" steps already give the merge every interleaving.
-        sent = self._flush(instance)
-        if items:
-            self.readers[instance].made(len(items), sent)
-
-    def _release_held(self) -> None:
-        instance = self.rng.choice([k for k, rt in self.stages.items() if rt.holding])
-        host = self.live.hosts[instance]
-        host.guarded(host.rt.release_held, self.rng.random() < 0.5)
-        self._flush(instance)
-
-    def _write_bundle(self) -> None:
-        instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))
-        sink.write(bundle)
-        self.live.hosts[instance].bundle_written(sid, bundle)
-        self._flush(instance)
-
-    def _persist(self) -> None:
-        instance = self.rng.choice([k for k, s in self.live.snapshots.items() if s.pending_writes()])
-        self.live.snapshots[instance].write_next()
-        self._flush(instance)
 
     def _rescale_snapshot(self) -> None:
         if self.acker.table.settled() and drained(self.acker.pushed, (rt.t_last() for rt in self.stages.values())):
@@ -390,6 +278,28 @@ class Simulation:
 
     def close(self) -> None:
         self.live.close()
+
+
+def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
+    """A FlowError now, not mid-run, for crashes or rescales a run cannot have."""
+    if crashes and not config.takes_snapshots:
+        raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
+    if rescales and not config.takes_snapshots:
+        raise FlowError("rescales need a guarantee: a rescale restores from a snapshot")
+    for n in rescales:
+        plan.with_parallelism(n)
+
+
+def _fresh_store(config: RunConfig, scratch: str) -> tuple:
+    """The run's snapshot directory and store (both None without a guarantee), emptied: a run
+    starts afresh, as on Ray without resume."""
+    if not config.takes_snapshots:
+        return None, None
+    snapshot_dir = config.snapshot_dir or os.path.join(scratch, "store")
+    store = SnapshotStore(snapshot_dir)
+    for sid in store.snapshot_ids():
+        store.delete_snapshot(sid)
+    return snapshot_dir, store
 
 
 def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = ()) -> RunResult:
