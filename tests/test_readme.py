@@ -1,5 +1,6 @@
-"""README.md says what is true: its Python blocks run as written and their asserts hold,
-its links reach files and headings that exist, and its test command is CI's.
+"""README.md says what is true: its Python blocks (and those of docs/api.md, the rest of the
+API's examples) run as written and their asserts hold, its links reach files and headings
+that exist, and its test command is CI's.
 
 A block runs in the fast tier on the simulator: ``Flow.run`` is redirected to
 ``runtime="simulator"`` (same seed and parallelism), which gives the same output as Ray by
@@ -23,6 +24,8 @@ from driftstream.engine.api.flow import Flow
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+#: the documents whose ```python blocks run: README and the API's examples it sends readers to
+EXAMPLE_DOCS = ["README.md", "docs/api.md"]
 #: what a ``# needs:`` line may name: Ray (the block runs on the ray_session) and Kafka (the
 #: block starts its own broker with local_kafka(), as a reader would)
 NEEDS = {"ray", "kafka"}
@@ -30,23 +33,24 @@ NEEDS = {"ray", "kafka"}
 
 @dataclass(frozen=True)
 class Block:
-    """A fenced ```python block of README: where it starts and what it needs."""
+    """A fenced ```python block of a document: where it starts and what it needs."""
 
     line: int
     code: str
     needs: frozenset
+    doc: str = "README.md"
 
     @property
     def id(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.doc}:{self.line}"
 
     def runs_on_ray(self) -> bool:
         """Whether the block uses Ray as written: a ``needs: ray`` or a ``run`` without the simulator."""
         return "ray" in self.needs or any("simulator" not in call for call in re.findall(r"\.run\([^)]*\)", self.code))
 
 
-def readme_blocks(text: str) -> list:
-    """The ```python blocks of a Markdown text."""
+def readme_blocks(text: str, doc: str = "README.md") -> list:
+    """The ```python blocks of a Markdown text, the document ``doc``."""
     blocks = []
     for m in re.finditer(r"^( *)```python\n(.*?)^\1```$", text, re.S | re.M):  # also fences indented in a list
         code = textwrap.dedent(m.group(2))
@@ -54,11 +58,11 @@ def readme_blocks(text: str) -> list:
         needs = frozenset()
         if first.startswith("# needs:"):
             needs = frozenset(n.strip() for n in first.removeprefix("# needs:").split(","))
-        blocks.append(Block(text.count("\n", 0, m.start()) + 2, code, needs))
+        blocks.append(Block(text.count("\n", 0, m.start()) + 2, code, needs, doc))
     return blocks
 
 
-BLOCKS = readme_blocks(README.read_text())
+BLOCKS = [block for doc in EXAMPLE_DOCS for block in readme_blocks((ROOT / doc).read_text(), doc)]
 
 
 def _exec(block: Block) -> None:
@@ -72,7 +76,9 @@ def test_blocks_indented_in_a_list_are_found():
 
 
 def test_blocks_are_found_and_their_needs_known():
-    assert len(BLOCKS) >= 8, "README.md's python blocks are not found: is the fence still ```python?"
+    for doc, least in [("README.md", 6), ("docs/api.md", 3)]:
+        found = sum(block.doc == doc for block in BLOCKS)
+        assert found >= least, f"{doc}: {found} python blocks found, {least} expected: is the fence still ```python?"
     for block in BLOCKS:
         assert block.needs <= NEEDS, f"{block.id}: '# needs:' names {sorted(block.needs - NEEDS)}; known: {sorted(NEEDS)}"
 
@@ -122,7 +128,7 @@ def _broken(link: str, doc: Path) -> Optional[str]:
 
 
 #: README and the documents it sends readers to whose sections move between them
-LINKED_DOCS = ["README.md", "examples/benchmarks/README.md", "docs/architecture.md", "docs/operations.md"]
+LINKED_DOCS = ["README.md", "examples/benchmarks/README.md", "docs/architecture.md", "docs/operations.md", "docs/api.md"]
 
 
 @pytest.mark.parametrize("name", LINKED_DOCS)
@@ -136,7 +142,7 @@ def test_links_reach_files_and_headings(name):
 
 def test_readme_links_the_docs_benchmarks_and_lab_book():
     links = set(re.findall(r"\]\(([^)#\s]+)", README.read_text()))
-    assert {"docs/operations.md", "docs/architecture.md", "examples/benchmarks/README.md",
+    assert {"docs/operations.md", "docs/architecture.md", "docs/api.md", "examples/benchmarks/README.md",
             "examples/inverted_index/results/README.md", "LICENSE"} <= links
 
 
