@@ -980,8 +980,10 @@ done:
 }
 
 /* EntryKeyedState._fold: the writes of the first n entries join ``writes``, in log order (the
- * backend takes those of every key an advance folds in one call). */
-static int fold_entries(Form *f, PyObject *key, LogFields *log, Py_ssize_t n, PyObject *writes) {
+ * backend takes those of every key an advance folds in one call). ``whole``: the n are the key's
+ * whole log, so every overlay stack of the key holds their values only: each record leaves with
+ * its last value, one write (a word's size entry, written by each of its n elements, goes once). */
+static int fold_entries(Form *f, PyObject *key, LogFields *log, Py_ssize_t n, PyObject *writes, int whole) {
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *journal = PyList_GET_ITEM(log->after, j);
         if (!PyList_Check(journal)) {
@@ -995,6 +997,10 @@ static int fold_entries(Form *f, PyObject *key, LogFields *log, Py_ssize_t n, Py
             Py_hash_t h = PyObject_Hash(record);
             PyObject *stack = h == -1 ? NULL : GET_H(f->overlay, record, h);
             if (stack == NULL) {
+                if (whole && !PyErr_Occurred()) {  /* left with its last value already */
+                    Py_DECREF(record);
+                    continue;
+                }
                 if (!PyErr_Occurred())
                     PyErr_SetObject(PyExc_KeyError, record);
                 Py_DECREF(record);
@@ -1004,9 +1010,9 @@ static int fold_entries(Form *f, PyObject *key, LogFields *log, Py_ssize_t n, Py
             int bad = !PyList_Check(stack) || PyList_GET_SIZE(stack) == 0;
             if (bad)
                 PyErr_SetString(PyExc_TypeError, "an overlay stack is a non-empty list");
-            int r = bad ? -1 : append_pair(writes, record, PyList_GET_ITEM(stack, 0));
+            int r = bad ? -1 : append_pair(writes, record, PyList_GET_ITEM(stack, whole ? PyList_GET_SIZE(stack) - 1 : 0));
             if (r == 0) {
-                if (PyList_GET_SIZE(stack) > 1)  /* the older value leaves; the rest stay */
+                if (!whole && PyList_GET_SIZE(stack) > 1)  /* the older value leaves; the rest stay */
                     r = PyList_SetSlice(stack, 0, 1, NULL);
                 else  /* written once in the log (the common case): the entry leaves */
                     r = _PyDict_DelItem_KnownHash(f->overlay, record, h);
@@ -1462,7 +1468,7 @@ static PyObject *path_advance(InOrderPath *self, PyObject *const *args, Py_ssize
         Py_ssize_t n = all ? len : bisect_left(log->metas, watermark);
         if (n < 0)
             goto next;
-        if ((self->entries ? fold_entries(&form, key, log, n, writes) : fold_values(state, &form, key, log, n)) < 0)
+        if ((self->entries ? fold_entries(&form, key, log, n, writes, n == len) : fold_values(state, &form, key, log, n)) < 0)
             goto next;
         delta -= n;
         if (n == PyList_GET_SIZE(log->metas)) {  /* all of it (the common case): the log goes whole */

@@ -247,9 +247,20 @@ class EntryKeyedState(DriftingLogs):
 
     def _fold(self, key: Hashable, log: KeyLog, n: int) -> None:
         """Move the writes of the first n entries out of the overlay, in log order, to go to the
-        backend with every other key's when the advance ends (:meth:`_folded`). O(writes)."""
+        backend with every other key's when the advance ends (:meth:`_folded`). O(writes).
+
+        When the n are the key's whole log (the common case), every overlay stack of the key
+        holds their values only: each record leaves with its last value, one write (a word's
+        size entry, written by each of its n elements, goes once, not n times)."""
         pop, overlay = self.overlay.pop, self.overlay
         append = self._folding.append
+        if n == len(log.metas):
+            for journal in log.after:
+                for entry in journal:
+                    stack = pop((key, entry), None)
+                    if stack is not None:  # else it left with its last value already
+                        append(((key, entry), stack[-1]))
+            return
         for journal in log.after[:n]:
             for entry in journal:
                 record = (key, entry)
