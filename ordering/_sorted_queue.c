@@ -8,7 +8,7 @@
  * and the Python pop the same sequence; ``tests/ordering/test_sorted_queue.py`` runs both.
  *
  * Costs: push O(1) in order, O(log h) into the heap; each item popped O(1) from the FIFO,
- * O(log h) from the heap; t compared with Python's rich comparison (a Meta tuple).
+ * O(log h) from the heap; t compared in C (``cmp3``: Python's order of a Meta's tuple).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -60,15 +60,65 @@ static int fifo_push(Queue *q, PyObject *t, PyObject *item) {
     return 0;
 }
 
+#define CMP_ERROR 2
+
+/* -1, 0 or 1 as x <, == or > y, CMP_ERROR on a comparison's error: Python's order of tuples
+ * (the first item that differs decides), with exact ints, floats, bools and tuples compared
+ * here. A Meta is (ts, source, partition, offset, child_ids, tombstone); through
+ * PyObject_RichCompareBool each comparison of two was a tuple's walk with an object
+ * comparison per item, and a heap step made two of them (a < b, then b < a). */
+static int cmp3(PyObject *x, PyObject *y) {
+    if (x == y)
+        return 0;
+    PyTypeObject *tx = Py_TYPE(x), *ty = Py_TYPE(y);
+    if (tx == ty) {
+        if (tx == &PyLong_Type) {
+            int ox, oy;
+            long long a = PyLong_AsLongLongAndOverflow(x, &ox), b = PyLong_AsLongLongAndOverflow(y, &oy);
+            if (!ox && !oy)
+                return a < b ? -1 : a > b;
+            PyErr_Clear();
+        } else if (tx == &PyFloat_Type) {
+            double a = PyFloat_AS_DOUBLE(x), b = PyFloat_AS_DOUBLE(y);
+            if (a < b)
+                return -1;
+            if (a > b)
+                return 1;
+            if (a == b)
+                return 0;  /* else a NaN: Python's own comparison below */
+        } else if (tx == &PyBool_Type) {
+            return x == Py_False ? -1 : 1;  /* distinct bools */
+        } else if (tx == &PyTuple_Type) {
+            Py_ssize_t nx = PyTuple_GET_SIZE(x), ny = PyTuple_GET_SIZE(y), n = nx < ny ? nx : ny;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int c = cmp3(PyTuple_GET_ITEM(x, i), PyTuple_GET_ITEM(y, i));
+                if (c != 0)
+                    return c;
+            }
+            return nx < ny ? -1 : nx > ny;
+        }
+    }
+    int eq = PyObject_RichCompareBool(x, y, Py_EQ);
+    if (eq != 0)
+        return eq < 0 ? CMP_ERROR : 0;
+    int lt = PyObject_RichCompareBool(x, y, Py_LT);
+    return lt < 0 ? CMP_ERROR : (lt ? -1 : 1);
+}
+
+/* x < y (op Py_LT) or x <= y (Py_LE) by cmp3; -1 on a comparison's error */
+static int t_below(PyObject *x, PyObject *y, int op) {
+    int c = cmp3(x, y);
+    if (c == CMP_ERROR)
+        return -1;
+    return op == Py_LT ? c < 0 : c <= 0;
+}
+
 /* a < b by (t, seq); -1 on a comparison's error */
 static int heap_less(const Entry *a, const Entry *b) {
-    int lt = PyObject_RichCompareBool(a->t, b->t, Py_LT);
-    if (lt != 0)
-        return lt;
-    int gt = PyObject_RichCompareBool(b->t, a->t, Py_LT);
-    if (gt != 0)
-        return gt < 0 ? -1 : 0;
-    return a->seq < b->seq;
+    int c = cmp3(a->t, b->t);
+    if (c == CMP_ERROR)
+        return -1;
+    return c ? c < 0 : a->seq < b->seq;
 }
 
 static int heap_push(Queue *q, PyObject *t, PyObject *item) {
@@ -181,7 +231,7 @@ static PyObject *queue_push(Queue *q, PyObject *const *args, Py_ssize_t nargs) {
     }
     int in_order = 1;
     if (q->fifo_n) {
-        in_order = PyObject_RichCompareBool(FIFO(q, q->fifo_n - 1).t, args[0], Py_LE);
+        in_order = t_below(FIFO(q, q->fifo_n - 1).t, args[0], Py_LE);
         if (in_order < 0)
             return NULL;
     }
@@ -216,11 +266,11 @@ static PyObject *popper_next(Popper *p) {
     Queue *q = p->queue;
     if (q->fifo_n) {
         Entry *front = &FIFO(q, 0);
-        int below = PyObject_RichCompareBool(front->t, p->bound, Py_LT);
+        int below = t_below(front->t, p->bound, Py_LT);
         if (below < 0)
             return NULL;
         if (below && q->heap_n) {
-            below = PyObject_RichCompareBool(front->t, q->heap[0].t, Py_LE);
+            below = t_below(front->t, q->heap[0].t, Py_LE);
             if (below < 0)
                 return NULL;
         }
@@ -233,7 +283,7 @@ static PyObject *popper_next(Popper *p) {
         }
     }
     if (q->heap_n) {
-        int below = PyObject_RichCompareBool(q->heap[0].t, p->bound, Py_LT);
+        int below = t_below(q->heap[0].t, p->bound, Py_LT);
         if (below < 0)
             return NULL;
         if (below) {

@@ -80,3 +80,27 @@ def test_a_t_that_does_not_compare_raises_as_in_python() -> None:
             q.push(("x",), "c")
         with pytest.raises(TypeError):
             list(q.pop_below(("y",)))
+
+
+#: Meta-like times, as the C compares them itself (``cmp3``): int or float ts (equal values of
+#: either type too), ints past 64 bits, child ids of any length, tombstone bools.
+metas = st.tuples(
+    st.one_of(st.integers(0, 6), st.integers(0, 6).map(float), st.just(2**70), st.just(2.5)),
+    st.integers(0, 1), st.integers(0, 1), st.integers(-1, 2),
+    st.lists(st.integers(0, 2), max_size=3).map(tuple), st.booleans(),
+)
+
+
+@pytest.mark.skipif(sorted_queue._native is None, reason="the C queue is not built")
+@given(pushes=st.lists(metas, max_size=60), bounds=st.lists(metas, max_size=4))
+def test_the_c_queue_orders_metas_as_python_compares_them(pushes: list, bounds: list) -> None:
+    queues = [PythonSortedQueue(), sorted_queue._native.SortedQueue()]
+    popped: list = [[], []]
+    for q, out in zip(queues, popped):
+        for n, t in enumerate(pushes):
+            q.push(t, n)
+        for bound in sorted(bounds) + [(float("inf"),)]:
+            out.append(list(q.pop_below(bound)))
+    assert popped[0] == popped[1]
+    ts = [pushes[n] for n in popped[1][-1]]
+    assert ts == sorted(ts)  # the last pop takes everything left, in Python's order of the tuples
