@@ -49,7 +49,7 @@ def _reference(name: str) -> tuple:
     return _REFERENCES[name]
 
 
-@settings(max_examples=150, deadline=None)  # passed at 1,500 (see the lab book)
+@settings(max_examples=80, deadline=None)  # passed at 1,500 (see the lab book); 8 a flow on average, other draws each run
 @given(name=st.sampled_from(sorted(FLOWS)), parallelisms=st.lists(st.integers(1, 4), min_size=2, max_size=4),
        crashes=st.integers(0, 2), seed=st.integers(0, 2**32), interval=st.sampled_from([0.005, 0.01, 0.02]))
 def test_any_rescales_and_crashes_give_the_unscaled_sequential_output(name, parallelisms, crashes, seed, interval):
@@ -73,7 +73,8 @@ def test_seeded_rescales_happen_and_crashes_strike_during_them():
     def reached() -> bool:  # what the asserts below ask of the seeds
         return done["up"] > 20 and done["down"] > 20 and any("draining" in p for p in points) and any("snapshot" in p for p in points)
 
-    # At least 75 seeds, then on (up to 150) only until the seeds have done what is asserted below.
+    # At least 45 seeds (by 50 the rescales are 25 up and 29 down, and all eight rescale crash
+    # points struck by 40), then on (up to 150) only until the seeds have done what is asserted below.
     for seed in range(150):
         config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=0.01)
         sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2, rescales=[1 + (seed // 3) % 4, 1 + seed % 3])
@@ -81,7 +82,7 @@ def test_seeded_rescales_happen_and_crashes_strike_during_them():
             wrong.append((seed, sim.rescaled, sim.crash_points))
         done.update("up" if n > m else "down" for (n, _), m in zip(sim.rescaled, [1 + seed % 3] + [n for n, _ in sim.rescaled]) if n != m)
         points.update(p for p in sim.crash_points if "rescale" in p)
-        if seed + 1 >= 75 and reached():
+        if seed + 1 >= 45 and reached():
             break
     assert not wrong, wrong[:5]
     assert done["up"] > 20 and done["down"] > 20, done
