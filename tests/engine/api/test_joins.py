@@ -97,8 +97,12 @@ def test_joins_survive_simulated_crashes(kind):
         flow = build(data, "interval", "outer", (-0.004, 0.003), partitions=3)
     else:
         flow = build(data, "lookup" if kind == "lookup" else "join", kind, Sliding(0.01, 0.005), partitions=3)
-    wrong, _ = crashed_runs_differing(flow, {"out": reference_outputs(flow)["out"]}, 100)
+    # At least 40 seeds (at 40: 14 to 37 restores of a committed snapshot, per kind), then on
+    # (up to 100) only until the restores asserted below have happened.
+    wrong, restored = crashed_runs_differing(flow, {"out": reference_outputs(flow)["out"]}, 100,
+                                             enough=lambda seeds, restored: seeds >= 40 and restored > 12)
     assert not wrong, wrong[:5]
+    assert restored > 12  # recoveries from a committed snapshot, with joins' state in it
 
 
 def test_invalid_joins_fail_when_built():
