@@ -1,14 +1,15 @@
 """Exactly-once when a whole Ray node goes away: a helper run in its own process.
 
-``python cluster_run.py RESULT.json [WORKDIR] [--hard] [--expected=OUTPUT.pickle]`` starts a Ray
+``python cluster_run.py RESULT.json [WORKDIR] [--removals=graceful,hard] [--expected=OUTPUT.pickle]`` starts a Ray
 cluster of a head and two worker nodes on this machine (``ray.cluster_utils.Cluster``), runs the
 pipeline of ``test_exactly_once.py`` once without failures (MemorySource; or takes that run's
 sink content, pickled, from ``--expected``: the test passes the one its session already has) and
-once paced under exactly-once while a background thread removes a worker node
-that hosts at least one of the run's actors (Ray's SPREAD is best-effort: if
-every actor landed on the head, nothing is removed and the run is repeated),
-then writes what it saw to RESULT.json. ``--hard`` removes the node without letting its processes shut
-down gracefully (SIGKILL, as when a machine dies). The cluster is always shut
+for each removal of ``--removals`` (default: graceful) in turn, paced under exactly-once,
+while a background thread removes a worker node that hosts at least one of the run's
+actors (Ray's SPREAD is best-effort: if every actor landed on the head, nothing is removed
+and the run is repeated); a new worker node takes the removed one's place before the next
+run. It writes what it saw to RESULT.json. ``hard`` removes the node without letting its
+processes shut down gracefully (SIGKILL, as when a machine dies). The cluster is always shut
 down. ``test_cluster.py`` runs this
 script and asserts on the JSON; it runs in a subprocess because the test suite
 shares one local Ray session (tests/conftest.py) and a process can only be
@@ -149,12 +150,58 @@ def remover(cluster: Cluster, workers: list, names: list, report: dict, deadline
     return thread
 
 
-def main(result_path: str, workdir: str, graceful: bool = True, expected_path: Optional[str] = None) -> int:
+def removal_run(cluster: Cluster, workers: list, workdir: str, expected: list, graceful: bool, report: dict) -> None:
+    """A paced exactly-once run of ``build``'s flow while :func:`remover` takes a worker node
+    of ``workers`` out (``graceful``: with a shutdown of its processes, else SIGKILL), against
+    ``expected``: what the run saw. Ray's SPREAD is best-effort: if no worker node got an
+    actor of the run, nothing is removed, and the run is repeated (under another name) up to
+    ATTEMPTS times. What it saw goes into ``report``."""
+    mode = "graceful" if graceful else "hard"
+    report.update(n=N, rate=RATE, parallelism=PARALLELISM, graceful=graceful, placements=[])
+    for attempt in range(ATTEMPTS):
+        name = f"cl-{mode}{attempt}"
+        out = os.path.join(workdir, name)
+        flow = build(name, FileSink(out, name="out"), paced=True)
+        report.pop("not_exercised", None)
+        thread = remover(cluster, workers, actor_names(flow), report, deadline=time.time() + 60, graceful=graceful)
+        t = time.time()
+        try:
+            result = flow.run(
+                parallelism=PARALLELISM,
+                guarantee="exactly-once",
+                snapshot_interval=SNAPSHOT_INTERVAL,
+                snapshot_dir=os.path.join(workdir, name + "-snaps"),
+                timeout=150,
+            )
+        finally:
+            report["run_s"] = time.time() - t
+            thread.join(timeout=30)
+            report["placements"].append(report.get("placement_before"))
+        if not report.get("not_exercised"):
+            break
+    report["attempts"] = attempt + 1
+    got = read_file_sink(out, "out")
+    report.update(
+        recoveries=result.metrics.recoveries,
+        recovery_s=result.metrics.recovery_s,
+        snapshots=result.metrics.snapshots,
+        expected_len=len(expected),
+        got_len=len(got),
+        equal=got == expected,
+        first_difference=next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None),
+        nodes_alive_after=sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]),
+    )
+
+
+def main(result_path: str, workdir: str, removals: tuple = ("graceful",), expected_path: Optional[str] = None) -> int:
+    """One cluster for each removal in ``removals`` ("graceful", "hard") in turn: before each
+    after the first, a new worker node takes the removed one's place (starting a node costs
+    less than starting a cluster). RESULT.json holds ``runs``: each removal's report."""
     own_tmpdir = "RAY_TMPDIR" not in os.environ
     if own_tmpdir:  # short: Ray's unix socket paths live under it (limit ~107 characters)
         os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="dsr-", dir="/tmp")
     ray_tmpdir = os.environ["RAY_TMPDIR"]
-    report: dict = {"n": N, "rate": RATE, "parallelism": PARALLELISM, "graceful": graceful, "ray_tmpdir": ray_tmpdir}
+    report: dict = {"removals": list(removals), "ray_tmpdir": ray_tmpdir, "runs": {}}
     t0 = time.time()
     cluster = None
     try:
@@ -176,43 +223,15 @@ def main(result_path: str, workdir: str, graceful: bool = True, expected_path: O
             expected = read_file_sink(os.path.join(workdir, "ref"), "out")
         report["reference_s"] = time.time() - t
 
-        # The same input, paced, exactly-once; a worker node is removed mid-stream. Ray's
-        # SPREAD is best-effort: if no worker node got an actor of the run, nothing is
-        # removed, and the run is repeated (under another name) up to ATTEMPTS times.
-        report["placements"] = []
-        for attempt in range(ATTEMPTS):
-            name = f"cl-eo{attempt}"
-            out = os.path.join(workdir, name)
-            flow = build(name, FileSink(out, name="out"), paced=True)
-            report.pop("not_exercised", None)
-            thread = remover(cluster, workers, actor_names(flow), report, deadline=time.time() + 60, graceful=graceful)
-            t = time.time()
-            try:
-                result = flow.run(
-                    parallelism=PARALLELISM,
-                    guarantee="exactly-once",
-                    snapshot_interval=SNAPSHOT_INTERVAL,
-                    snapshot_dir=os.path.join(workdir, name + "-snaps"),
-                    timeout=150,
-                )
-            finally:
-                report["run_s"] = time.time() - t
-                thread.join(timeout=30)
-                report["placements"].append(report.get("placement_before"))
-            if not report.get("not_exercised"):
-                break
-        report["attempts"] = attempt + 1
-        got = read_file_sink(out, "out")
-        report.update(
-            recoveries=result.metrics.recoveries,
-            recovery_s=result.metrics.recovery_s,
-            snapshots=result.metrics.snapshots,
-            expected_len=len(expected),
-            got_len=len(got),
-            equal=got == expected,
-            first_difference=next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None),
-            nodes_alive_after=sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]),
-        )
+        for mode in removals:
+            if report["runs"]:  # two worker nodes again: a new one in the removed one's place
+                removed = list(report["runs"].values())[-1].get("removed_node")
+                workers = [w for w in workers if w.node_id != removed]
+                while len(workers) < 2:
+                    workers.append(cluster.add_node(num_cpus=1, object_store_memory=store))
+                cluster.wait_for_nodes()
+            report["runs"][mode] = {}  # filled as the run goes: what it saw stays, should it raise
+            removal_run(cluster, workers, workdir, expected, mode == "graceful", report["runs"][mode])
     except BaseException:
         report["error"] = traceback.format_exc()
     finally:
@@ -230,16 +249,18 @@ def main(result_path: str, workdir: str, graceful: bool = True, expected_path: O
             shutil.rmtree(ray_tmpdir, ignore_errors=True)
         with open(result_path, "w") as f:
             json.dump(report, f, indent=1, default=str)
-        summary = ("attempts", "recoveries", "equal", "got_len", "actors_on_removed_node", "run_s", "total_s", "leftover_processes")
-        print("cluster_run:", json.dumps({k: report.get(k) for k in summary}, default=str), flush=True)
+        summary = ("attempts", "recoveries", "equal", "got_len", "actors_on_removed_node", "run_s")
+        runs = {mode: {k: run.get(k) for k in summary} for mode, run in report["runs"].items()}
+        print("cluster_run:", json.dumps({"runs": runs, "total_s": report["total_s"], "leftover_processes": report["leftover_processes"]},
+                                         default=str), flush=True)
     return 0 if "error" not in report else 1
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--hard" and not a.startswith("--expected=")]
-    graceful = "--hard" not in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    removals = tuple(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--removals=")), "graceful").split(","))
     expected_path = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--expected=")), None)
     if len(args) > 1:
-        sys.exit(main(args[0], args[1], graceful, expected_path))
+        sys.exit(main(args[0], args[1], removals, expected_path))
     with tempfile.TemporaryDirectory(prefix="driftstream-cluster-") as d:
-        sys.exit(main(args[0], d, graceful, expected_path))
+        sys.exit(main(args[0], d, removals, expected_path))

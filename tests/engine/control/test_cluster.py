@@ -48,18 +48,20 @@ def processes_with(marker: str) -> list:
     return pids
 
 
-def run_cluster(tmp_path: Path, hard: bool, expected: list) -> tuple:
-    """Run ``cluster_run.py`` (``--hard``: the node removed without a graceful shutdown) against
-    ``expected``, a failure-free run's output of its flow (the flow of ``test_exactly_once.py``);
-    returns its report, the tail of its output, and the cluster's processes left running."""
+def run_cluster(tmp_path: Path, removals: tuple, expected: list) -> tuple:
+    """Run ``cluster_run.py`` (``removals``: "graceful", "hard" (the node removed without a
+    graceful shutdown), each in a run of its own on the same cluster) against ``expected``, a
+    failure-free run's output of its flow (the flow of ``test_exactly_once.py``); checks
+    each run and that none of the cluster's processes is left running; returns each
+    removal's report and the tail of the script's output."""
     result_path = tmp_path / "result.json"
     expected_path = tmp_path / "expected.pickle"
     expected_path.write_bytes(pickle.dumps(expected))
     ray_tmp = tempfile.mkdtemp(prefix="dsr-", dir="/tmp")  # short: Ray's socket paths live under it
     env = dict(os.environ, RAY_TMPDIR=ray_tmp)
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(result_path), str(tmp_path / "work"), f"--expected={expected_path}"]
-        + (["--hard"] if hard else []),
+        [sys.executable, str(SCRIPT), str(result_path), str(tmp_path / "work"), f"--expected={expected_path}",
+         f"--removals={','.join(removals)}"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -67,7 +69,7 @@ def run_cluster(tmp_path: Path, hard: bool, expected: list) -> tuple:
         start_new_session=True,
     )
     try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
+        output, _ = proc.communicate(timeout=TIMEOUT * len(removals))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
@@ -85,32 +87,40 @@ def run_cluster(tmp_path: Path, hard: bool, expected: list) -> tuple:
 
     tail = "\n".join(output.splitlines()[-40:])
     assert result_path.exists(), f"cluster_run.py wrote no result (exit code {proc.returncode}):\n{tail}"
-    report = json.loads(result_path.read_text())
-    print(f"\nremoved a worker node hosting {report.get('actors_on_removed_node')}: "
-          f"{report.get('recoveries')} recoveries {report.get('recovery_s')}, run {report.get('run_s', 0):.1f} s, "
-          f"script {report.get('total_s', 0):.1f} s")
-    assert "error" not in report, f"{report['error']}\n--- subprocess output (tail) ---\n{tail}"
-    assert not report.get("remove_error"), report["remove_error"]
-    assert not report.get("not_exercised"), f"SPREAD placed every actor on the head in all attempts: {report['placements']}"
-    assert report["actors_on_removed_node"], report
-    assert report["recoveries"] >= 1, report
-    assert report["got_len"] == report["expected_len"] == report["n"], report
-    assert report["equal"], f"first differing element: {report['first_difference']}"
+    result = json.loads(result_path.read_text())
+    for mode, report in result["runs"].items():
+        print(f"\n{mode}: removed a worker node hosting {report.get('actors_on_removed_node')}: "
+              f"{report.get('recoveries')} recoveries {report.get('recovery_s')}, run {report.get('run_s', 0):.1f} s")
+    print(f"script {result.get('total_s', 0):.1f} s")
+    assert "error" not in result, f"{result['error']}\n--- subprocess output (tail) ---\n{tail}"
+    assert list(result["runs"]) == list(removals), result["runs"]
+    for report in result["runs"].values():
+        assert not report.get("remove_error"), report["remove_error"]
+        assert not report.get("not_exercised"), f"SPREAD placed every actor on the head in all attempts: {report['placements']}"
+        assert report["actors_on_removed_node"], report
+        assert report["recoveries"] >= 1, report
+        assert report["got_len"] == report["expected_len"] == report["n"], report
+        assert report["equal"], f"first differing element: {report['first_difference']}"
     assert leftovers == [], f"processes of the cluster left running: {leftovers}"
-    assert report["leftover_processes"] == []
-    return report, tail
+    assert result["leftover_processes"] == []
+    return result["runs"], tail
 
 
-def test_worker_node_removed_mid_stream(ray_session, tmp_path, tmp_path_factory):
-    report, _ = run_cluster(tmp_path, hard=False, expected=failure_free_output(tmp_path_factory))
-    assert report["removed_node"] not in report["nodes_alive_after"]
+def test_worker_node_removed_mid_stream_then_another_lost_without_shutdown_recovers_in_seconds(ray_session, tmp_path,
+                                                                                              tmp_path_factory):
+    """One cluster for both removals (each a run of its own; a new worker node replaces the
+    first removed one before the second run): starting a cluster costs more than a node.
 
+    Removed gracefully: the run recovers on the other nodes, exactly-once, and the node is gone.
 
-def test_worker_node_lost_without_shutdown_recovers_in_seconds(ray_session, tmp_path, tmp_path_factory):
-    """The node's processes killed at once (as when a machine dies): its actors' peers see
-    their connections end, the supervisor finds the node's raylet gone, and the replacements
-    go to the other nodes, all before Ray's health check (~14 s) declares the node dead."""
-    report, tail = run_cluster(tmp_path, hard=True, expected=failure_free_output(tmp_path_factory))
+    Then lost without shutdown, its processes killed at once (as when a machine dies): its
+    actors' peers see their connections end, the supervisor finds the node's raylet gone, and
+    the replacements go to the other nodes, all before Ray's health check (~14 s) declares the
+    node dead."""
+    runs, tail = run_cluster(tmp_path, ("graceful", "hard"), expected=failure_free_output(tmp_path_factory))
+    removed = runs["graceful"]
+    assert removed["removed_node"] not in removed["nodes_alive_after"]
+    report = runs["hard"]
     # One recovery: a replacement placed on the lost node would fail once Ray declares it
     # dead, and the launch would start over (a second recovery, ~14 s later).
     assert report["recoveries"] == 1, f"{report['recovery_s']}\n{tail}"
