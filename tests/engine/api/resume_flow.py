@@ -19,9 +19,9 @@ def rolling(state, x):
     return new, [x % 5, x, new]
 
 
-def build(out_dir: str, paced: bool = True) -> Flow:
+def build(out_dir: str, paced: bool = True, rate: float = 2000) -> Flow:
     items = list(range(N))
-    source = PacedSource(items, rate=2000, partitions=2) if paced else MemorySource(items, partitions=2)
+    source = PacedSource(items, rate=rate, partitions=2) if paced else MemorySource(items, partitions=2)
     flow = Flow("resume")
     flow.source(source, name="numbers").key_by(lambda x: x % 5, name="by_mod").stateful_map(rolling, name="roll").sink(
         FileSink(out_dir, name="out")

@@ -17,6 +17,7 @@ from driftstream.engine.connectors.file_sink import read_file_sink
 from driftstream.engine.model.config import COORDINATOR_NICENESS
 from driftstream.snapshots.store import SnapshotStore
 
+from tests.engine.api import resume_flow
 from tests.engine.api.resume_flow import N, build, failure_free_output
 
 pytestmark = pytest.mark.ray
@@ -134,6 +135,9 @@ def test_a_second_start_into_the_same_snapshots_is_refused_unless_resumed_or_fre
 
     out, snaps = tmp_path / "out", tmp_path / "snaps"
     options = dict(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps))
+    # Paced at 8,000/s: a second's input, snapshots taken through it (a resume starts past the
+    # first input), three runs in 3 s of input rather than 12 at the kill tests' 2,000/s.
+    build = lambda out: resume_flow.build(out, rate=8000)  # noqa: E731
     build(str(out)).run(**options)
     first = read_file_sink(out, "out")
     committed = SnapshotStore(str(snaps)).committed_ids()
