@@ -117,8 +117,11 @@ def test_dead_letters_survive_simulated_crashes_once_each(state):
     flow = build(data, partitions=3, state=state)
     expected = reference_outputs(flow)
     assert len(expected["dlq"]) > 5
-    wrong, _ = crashed_runs_differing(flow, expected, 100)
+    # At least 40 seeds (at 40: 13 restores of a committed snapshot with state="value", 7 with
+    # "entries"), then on (up to 100) only until the restores asserted below have happened.
+    wrong, restored = crashed_runs_differing(flow, expected, 100, enough=lambda seeds, restored: seeds >= 40 and restored > 6)
     assert not wrong, f"seeds whose output differs (seed, crash points): {wrong[:5]}"
+    assert restored > 6  # recoveries from a committed snapshot, dead letters' state in it
 
 
 def test_on_error_and_the_dead_letter_sink_are_checked_when_built():
