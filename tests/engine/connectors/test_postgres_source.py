@@ -349,7 +349,7 @@ def test_a_flow_whose_tables_are_idle_lets_its_slot_move_and_resumes_exactly(ray
         assert logged(5, deadline) == [1, 2, 3, 4, 5]
         writer = threading.Thread(target=_busy_writer, args=(postgres, busy, stop), daemon=True)
         writer.start()
-        time.sleep(3)
+        time.sleep(1.2)  # ~2 MB of WAL the source does not read, over four snapshot intervals
         stop.set()
         writer.join(timeout=10)
         end, moved_by = _wal_now(postgres), time.time() + 20
