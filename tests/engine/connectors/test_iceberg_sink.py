@@ -128,7 +128,8 @@ def test_the_index_exactly_once_with_a_stateful_kill(ray_session, catalog, tmp_p
     docs = _docs(400)
     name = f"ice-{uuid.uuid4().hex[:6]}"
     sink = IcebergSink(table, catalog, commit_interval_s=0.2)
-    handle = build(PacedSource(docs, rate=80, partitions=2), sink, name=name).start(
+    # 160 docs/s: 2.5 s of input, ~4,100 changes; the kill at 1,500 released leaves over half to come.
+    handle = build(PacedSource(docs, rate=160, partitions=2), sink, name=name).start(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(tmp_path / "snaps"))
     try:
         deadline = time.time() + 120
