@@ -46,7 +46,10 @@ def test_driver_killed_with_sigkill_then_resumed(ray_session, tmp_path, tmp_path
     before = len(read_file_sink(out, "out"))
     assert 0 < before < N
 
-    result = build(str(out)).run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.3, snapshot_dir=str(snaps), resume=True)
+    # The resume paced at 8,000/s: the pace only spaces the reads (an element's time is its
+    # index), so the rest of the input need not take the killed run's 2,000/s.
+    result = resume_flow.build(str(out), rate=8000).run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.3,
+                                                         snapshot_dir=str(snaps), resume=True)
     got = read_file_sink(out, "out")
     assert got == expected  # nothing lost, nothing twice, same order and Metas
     assert result.metrics.elements["numbers"] < N  # the source resumed from a snapshot rather than from the start
@@ -80,7 +83,9 @@ def test_start_status_stop_then_resume(ray_session, tmp_path, tmp_path_factory):
     assert tuple(SnapshotStore(str(snaps)).read_latest_manifest()["t"]) >= status["watermark"]
     assert handle.status()["running"] is False
 
-    resumed = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(snaps), resume=True)
+    # The same flow, its reads paced at 8,000/s (an element's time is its index, not its pace)
+    resumed = resume_flow.build(str(out), rate=8000).start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2,
+                                                            snapshot_dir=str(snaps), resume=True)
     resumed.wait(timeout=120)
     assert read_file_sink(out, "out") == expected
 
