@@ -121,7 +121,7 @@ def test_every_query_on_flink_equals_the_simulator(tmp_path, expected):
 @pytest.mark.slow
 def test_a_paced_q5_on_flink_is_correct_with_latencies(tmp_path):
     python = _flink_python(JOB_MODULE)
-    evs = events(1600, rate=200)  # 8 s fed: sliding windows close as it goes, the last ones by the flush
+    evs = events(800, rate=200)  # 4 s fed: sliding windows (every 2 s) close as it goes, the last ones by the flush
     row = run_flink_latency("q5", evs, tmp_path, rate=200, python=python)
     assert row["correct"] is True, row["problems"]
     assert row["results"] == len(expected_results("q5", evs)) and 0 < row["p50_ms"] <= row["p99_ms"]
