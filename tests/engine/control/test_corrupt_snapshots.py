@@ -108,7 +108,9 @@ def test_a_damaged_newest_base_falls_back_to_the_snapshot_before_that_base(ray_s
     state_file.unlink()  # a hard link to the actor's checkpoint: replace it rather than change both
     state_file.write_bytes(bytes(data))
 
-    flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=snaps, resume=True)
+    # The resume at build's usual pace (the output does not depend on it): 600/s was for the bases.
+    resumed = build("cb", FileSink(tmp_path / "out", name="out"), paced=True)
+    resumed.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=snaps, resume=True)
     assert read_file_sink(tmp_path / "out", "out") == expected  # nothing lost, nothing twice
     note = (Path(snaps) / f"{newest:010d}" / "CORRUPT.txt").read_text()
     assert state_file.name in note and "differs from what was written" in note
