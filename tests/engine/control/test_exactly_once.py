@@ -45,11 +45,13 @@ def failure_free_output(tmp_path_factory) -> list:
 
 
 def kill_when(progress, victims: list) -> threading.Thread:
-    """Kill ``victims`` (actor names) one after another, each once output has grown past a step."""
+    """Kill ``victims`` (actor names) one after another, each once output has grown past a step;
+    the last step leaves two of them to go (a recovery's catch-up on a loaded machine can pass
+    one before the thread sees it: the run then ends before the last kill)."""
 
     def run():
         for n, name in enumerate(victims, start=1):
-            while progress() < n * N // (len(victims) + 1):
+            while progress() < n * N // (len(victims) + 2):
                 time.sleep(0.02)
             try:
                 ray.kill(ray.get_actor(name, namespace="driftstream"), no_restart=True)
@@ -92,6 +94,7 @@ def test_stateful_actor_killed_three_times_file_sink(ray_session, tmp_path, tmp_
     )
     killer.join(timeout=5)
     got = read_file_sink(out, "out")
+    assert not killer.errors, killer.errors  # every kill landed while the run went on
     assert result.metrics.recoveries == 3
     assert result.metrics.snapshots > 0
     assert got == expected  # same payloads, same Metas, same order: no duplicate, no loss
