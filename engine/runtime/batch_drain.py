@@ -29,43 +29,21 @@ DRAIN_CHUNK = 4096
 #: The longest turn the snapshot writer gets when the loop is busy.
 MAX_WRITER_SLICE_S = 0.25
 
-#: The share of a live edge's time the snapshot writer takes (a turn, then a rest twice as
-#: long): at 200+ docs/s of the index every 1 s snapshot is a base (~0.1 s of CPU an
-#: instance), and written flat out the instances' bases came in one burst after each
-#: snapshot, while the elements in flight waited on every process of the flow.
-LIVE_WRITER_SHARE = 1 / 3
-
-#: A processing callback at least this long is a backlog's, even with nothing queued behind it
-#: (the end of a credit window): the writer then gets no rests.
-LIVE_CALLBACK_S = 0.01
-
-#: Seconds after the owner's last processing callback during which the writer still rests:
-#: past it nothing is in flight through this loop (a rescale's or a stop's snapshot, its
-#: sources stopped), and the snapshot is written at once.
-LIVE_HORIZON_S = 0.1
-
 #: Seconds between looks at a state cache over its budget, waiting for a base.
 BUDGET_WAIT_S = 0.002
 
 
-def writer_turn(snapshots: StageSnapshots, took: float, backlogged: bool = True) -> None:
+def writer_turn(snapshots: StageSnapshots, took: float) -> None:
     """The snapshot writer's next turn lasts as long as the owner's callback that ``took``
-    seconds (within bounds): a snapshot gets about half of a busy loop. At a live edge (the
-    owner had nothing more queued: not ``backlogged``, and the callback was short) the writer
-    also rests between turns, so it takes at most :data:`LIVE_WRITER_SHARE` of the loop (see
-    :attr:`StageSnapshots.pause_s`). The source pump of a fused flow calls it as backlogged:
-    its reads do not tell a live edge. O(1)."""
-    turn = snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
-    live = not backlogged and took < LIVE_CALLBACK_S
-    snapshots.pause_s = turn * (1.0 - LIVE_WRITER_SHARE) / LIVE_WRITER_SHARE if live else 0.0
-    snapshots.pace_until = time.perf_counter() + LIVE_HORIZON_S
+    seconds (within bounds): a snapshot gets about half of a busy loop. O(1)."""
+    snapshots.slice_s = min(MAX_WRITER_SLICE_S, max(SLICE_S, took))
 
 
 def hold_for_budget(snapshots: StageSnapshots) -> bool:
     """True while a state cache is over its budget waiting for a base: the owner processes
     nothing more meanwhile, and the writer gets its longest turns to catch up. O(stateful steps)."""
     if snapshots.over_budget():
-        snapshots.slice_s, snapshots.pause_s = MAX_WRITER_SLICE_S, 0.0
+        snapshots.slice_s = MAX_WRITER_SLICE_S
         return True
     return False
 
@@ -123,7 +101,7 @@ class BatchDrain:
         # processing, a base of 17k entries (~0.1 s of work) took 15 s in a backlog, and the
         # changes waiting for it grew past the budget. At low rates a callback takes well
         # under a millisecond, so turns stay short: every element in flight waits behind each.
-        writer_turn(snapshots, time.perf_counter() - started, backlogged)
+        writer_turn(snapshots, time.perf_counter() - started)
 
     def release_later(self) -> None:
         """The input merge holds items for a sender that may have gone quiet: look again

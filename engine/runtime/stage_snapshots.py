@@ -10,8 +10,7 @@ of work) is written at once. A larger delta, and a base every few seconds (the
 states changed since the last base written to RocksDB, then a checkpoint), are
 written by a task of the event loop, snapshot after snapshot in order, a slice
 of about a millisecond at a time with the loop's other callbacks in between (in a
-busy loop, as long as the owner's last callback took: ``slice_s``; at a live edge resting
-twice as long after each turn: ``pause_s``). A snapshot with more
+busy loop, as long as the owner's last callback took: ``slice_s``). A snapshot with more
 changed keys than a delta should hold (``MAX_DELTA_KEYS``) writes a base instead.
 Only a remote store's uploads go to a thread. See
 :mod:`driftstream.snapshots.changelog`. Processing never waits for more than a
@@ -89,12 +88,6 @@ class StageSnapshots:
         # Seconds of writing per turn of the event loop; the owner raises it to what its own
         # callbacks take when it is busy (a backlog), so that snapshots get a fair share.
         self.slice_s = SLICE_S
-        # Seconds the writer rests after a turn, until ``pace_until`` (perf_counter) and while only
-        # one snapshot waits: the owner sets both at a live edge (batch_drain.writer_turn). A writer
-        # behind by a snapshot, or in a loop that has had nothing to process for a while (a
-        # rescale's or a stop's snapshot, sources stopped), goes on at once.
-        self.pause_s = 0.0
-        self.pace_until = 0.0
         self.chains: dict = {}  # step name -> Chain
         self.scratch = scratch or tempfile.gettempdir()
         self.workdir: Optional[Path] = None  # made with the first backend
@@ -235,15 +228,9 @@ class StageSnapshots:
                     if isinstance(step, _Io):
                         reply = await loop.run_in_executor(self._io, _run_io, step)
                     else:
-                        reply = await asyncio.sleep(step or self._rest())
+                        reply = await asyncio.sleep(step)
         finally:
             self._writer = None
-
-    def _rest(self) -> float:
-        """How long the writer rests after a turn (see ``pause_s``). O(1)."""
-        if self.pause_s and len(self._queue) <= 1 and time.perf_counter() < self.pace_until:
-            return self.pause_s
-        return 0.0
 
     def _write_first(self) -> Generator:
         """Persist the oldest queued snapshot, then report it (:meth:`_written`). A generator:

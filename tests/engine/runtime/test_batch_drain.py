@@ -24,7 +24,7 @@ class Runtime:
 
 class Snapshots:
     def __init__(self, over: int = 0) -> None:
-        self.over, self.slice_s, self.pause_s, self.pace_until = over, 0.0, 0.0, 0.0
+        self.over, self.slice_s = over, 0.0
 
     def over_budget(self) -> bool:
         self.over -= 1
@@ -80,31 +80,3 @@ def test_a_failed_run_processes_nothing():
     drain = BatchDrain(rt, Snapshots(), lambda fn, *a: False, lambda: flushes.append(1))
     run(drain, [batch(5)])
     assert rt.calls == [] and flushes == []
-
-
-def test_the_snapshot_writer_rests_between_its_turns_at_a_live_edge_and_not_in_a_backlog(monkeypatch):
-    """Behind a backlog's chunk the writer gets a turn as long and no rest (about half of a
-    busy loop); after a short callback that emptied the queue it rests, taking LIVE_WRITER_SHARE
-    of the loop; a cache over budget gives it the longest turns and no rest."""
-    monkeypatch.setattr(batch_drain, "DRAIN_CHUNK", 100)
-    rt, snapshots = Runtime(), Snapshots()
-    seen = []
-    drain = BatchDrain(rt, snapshots, lambda fn, *a: fn(*a) is None, lambda: None)
-    drain._flush = lambda: seen.append(None)
-    turns = []
-    real_turn = batch_drain.writer_turn
-    monkeypatch.setattr(batch_drain, "writer_turn", lambda s, took, backlogged: (turns.append(backlogged), real_turn(s, took, backlogged)))
-    run(drain, [batch(60)] * 3)
-    assert turns == [True, False]  # a chunk with another queued behind it, then the last one
-    assert snapshots.pause_s > 0 and snapshots.pace_until > 0
-    share = snapshots.slice_s / (snapshots.slice_s + snapshots.pause_s)
-    assert abs(share - batch_drain.LIVE_WRITER_SHARE) < 1e-9
-    batch_drain.writer_turn(snapshots, 0.005, True)
-    assert (snapshots.slice_s, snapshots.pause_s) == (0.005, 0.0)
-    batch_drain.writer_turn(snapshots, 0.005, False)
-    assert snapshots.pause_s > 0
-    batch_drain.writer_turn(snapshots, batch_drain.LIVE_CALLBACK_S, False)  # a long chunk: a backlog's
-    assert snapshots.pause_s == 0.0
-    snapshots.over = 1
-    assert batch_drain.hold_for_budget(snapshots)
-    assert (snapshots.slice_s, snapshots.pause_s) == (batch_drain.MAX_WRITER_SLICE_S, 0.0)

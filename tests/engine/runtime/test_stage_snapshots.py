@@ -218,52 +218,6 @@ def test_large_deltas_and_bases_are_written_in_slices_between_other_callbacks(tm
     restored.close()
 
 
-def test_at_a_live_edge_the_writer_rests_after_each_turn_unless_a_snapshot_waits_behind(tmp_path, monkeypatch):
-    """With ``pause_s`` set (a live edge, see batch_drain.writer_turn) the writer rests that
-    long after each turn: with one snapshot queued, a base of many slices has written one
-    slice while the loop went on for 0.2 s. With a snapshot queued behind it, the writer has
-    fallen behind and does not rest until the first is written; nor past ``pace_until``, when
-    the loop has had nothing to process for a while (a rescale's snapshot)."""
-    import driftstream.engine.runtime.stage_snapshots as stage_snapshots
-
-    monkeypatch.setattr(stage_snapshots, "SLICE_S", 0.0)  # a turn after every chunk,
-    monkeypatch.setattr(stage_snapshots, "WRITE_CHUNK", 1)  # of one row
-
-    def run(tmp: str, snapshots: int, pace_until: float = float("inf")) -> tuple:
-        snaps = StageSnapshots(tmp, "f-s-0", None, base_every_s=3600)
-        cache = snaps.backend("count", append)
-        written = []
-        write_items = cache.write_items
-        cache.write_items = lambda rows: (written.append(len(rows)), write_items(rows))
-        snaps.pause_s, snaps.pace_until = 3600.0, pace_until  # a rest that outlasts the test
-
-        async def go() -> list:
-            loop = asyncio.get_running_loop()
-            parts = []
-            for snapshot_id in range(1, snapshots + 1):
-                for k in range(20):
-                    cache.fold((snapshot_id, k), (k,), [k])
-                parts.append(loop.create_future())
-                snaps.take(snapshot_id, (0,), None, parts[-1].set_result)
-            try:
-                if snapshots > 1 or pace_until == 0.0:
-                    await asyncio.wait_for(asyncio.shield(parts[0]), 30)
-                await asyncio.sleep(0.2)  # the loop's other callbacks, for ~100 bases' time without rests
-            finally:
-                if snaps._writer is not None:
-                    snaps._writer.cancel()  # resting
-            return [p.done() for p in parts]
-
-        done = asyncio.run(go())
-        snaps.close()
-        return len(written), done
-
-    assert run(str(tmp_path / "one"), 1) == (1, [False])  # one slice, then a rest
-    rows, done = run(str(tmp_path / "two"), 2)
-    assert done == [True, False] and rows == 20  # the first base whole, then the delta behind it rests
-    assert run(str(tmp_path / "quiet"), 1, pace_until=0.0) == (20, [True])  # nothing processed lately: no rest
-
-
 def test_a_base_marks_its_rows_clean_in_slices_and_a_row_changed_meanwhile_stays_dirty(tmp_path, monkeypatch):
     """Marking a base's rows clean is O(rows) (~12 ms for 12k): it goes in slices with other
     callbacks in between; a row changed in between is not marked clean (the base wrote its
