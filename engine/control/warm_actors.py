@@ -25,7 +25,7 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import ray
 
@@ -71,15 +71,19 @@ def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = Non
     ensure_ray(address)
     new = WarmActors()
     for _ in range(stage_actors):
-        name = f"{WARM_PREFIX}{os.getpid()}/{next(_count)}"
+        name = _next_name()
         new.stages.append((StageActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(None, None, None, None, None), name))
     for _ in range(ackers):
-        name = f"{WARM_PREFIX}{os.getpid()}/{next(_count)}"
+        name = _next_name()
         new.ackers.append((AckerActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(None, None), name))
     ray.get([h.ping.remote() for h in new.handles()])  # started: a flow taking them waits for no process
     with _lock:
         _pool.stages.extend(new.stages)
         _pool.ackers.extend(new.ackers)
+
+
+def _next_name() -> str:
+    return f"{WARM_PREFIX}{os.getpid()}/{next(_count)}"
 
 
 def take_warm() -> WarmActors:
@@ -95,7 +99,7 @@ def warm_count() -> int:
     return len(_pool)
 
 
-def end_warm(actors: Any) -> None:
+def end_warm(actors: Optional[WarmActors]) -> None:
     """Kill ``actors`` (a :class:`WarmActors` handed to a flow, or the pool's when None):
     their flow ended, or its coordinator died. Killing one already gone is harmless."""
     if actors is None:
