@@ -1,0 +1,138 @@
+"""The acker's XOR tables per channel incarnation, for local recovery (``recovery="local"``).
+
+The default acker (:class:`~.acker.Acker`) XORs every id into one table keyed by time, so
+what a dead instance held cannot be told from the rest. Here a batch's send and its ack
+meet in the table of its channel, ``(sender incarnation, receiver incarnation)`` (an
+instance's own timers: ``(its incarnation, its incarnation)``). A failure discards every
+table of the dead incarnation (its inputs and outputs not yet acked, its timers) and drops
+whatever XOR still comes for it; :meth:`ChannelAcker.hold` keeps a time open until the
+upstream replays are in the tables. The watermark is the least open time over all tables,
+holds and source bounds, and never moves back; :meth:`ChannelAcker.frontier_raw` is that
+least time without the clamp: what a replacement restored at ``T`` may be told while it
+catches up (the others are already past it).
+
+Keys of a flush are ``(channel, t)``; the cost per batch is the default's (a dict update),
+in a dict per channel.
+
+>>> a = ChannelAcker(sources=1)
+>>> a.update({((1, 2), (1, 0, 0, 1)): 0xA5}, source=0, bound=(1, 0, 0, 1))  # 1 sends to 2
+(1, 0, 0, 1)
+>>> a.discard(2)                     # incarnation 2 died: its channels go
+[(1, 2)]
+>>> a.update({((1, 2), (1, 0, 0, 1)): 0xA5})       # its late ack: dropped by its tag
+(1, 0, 0, 2)
+>>> a.hold("replay", (1, 0, 0, 1)); a.frontier_raw(), a.watermark
+((1, 0, 0, 1), (1, 0, 0, 2))
+>>> a.release("replay")
+(1, 0, 0, 2)
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Hashable, Mapping, Optional
+
+from .ack_table import AckTable
+from .acker import Acker
+from .meta import BOTTOM, TOP, Time, successor
+
+
+class ChannelAcker(Acker):
+    """:class:`~.acker.Acker` with a table per channel ``(sender incarnation, receiver
+    incarnation)``: :meth:`discard` forgets an incarnation's channels, :meth:`hold` keeps a
+    time open. ``update``'s keys are ``(channel, t)``; incarnations are any hashable tags."""
+
+    def __init__(self, sources: int) -> None:
+        super().__init__(sources)
+        #: channel -> its table (times still in flight on it)
+        self.tables: dict = {}
+        #: incarnations discarded: XORs of their channels are dropped
+        self.dead: set = set()
+        #: token -> the time it holds open
+        self.holds: dict = {}
+        self._heap: list = []  # (t, channel), lazily deleted
+
+    def _fold(self, xors: Mapping) -> None:
+        tables, dead, heap = self.tables, self.dead, self._heap
+        for (channel, t), x in xors.items():
+            if channel[0] in dead or channel[1] in dead:
+                continue  # the dead incarnation's, come late
+            table = tables.get(channel)
+            if table is None:
+                table = tables[channel] = AckTable()
+            v = table.get(t, 0) ^ x
+            if v:
+                if t not in table:
+                    heapq.heappush(heap, (t, channel))
+                table[t] = v
+            elif t in table:
+                del table[t]
+
+    def update(self, xors: Mapping, source: Optional[int] = None, bound: Optional[Time] = None) -> Time:
+        """Fold one flush: ``xors`` keyed ``(channel, t)`` (and a source's new bound)."""
+        self._fold(xors)
+        if bound is not None:
+            self._set_bound(source, bound)
+        return self._recompute()
+
+    def update_many(self, xors: Mapping, bounds: Mapping) -> Time:
+        """As :meth:`~.acker.Acker.update_many`, keys ``(channel, t)``."""
+        self._fold(xors)
+        for source, bound in bounds.items():
+            self._set_bound(source, bound)
+        return self._recompute()
+
+    def discard(self, incarnation: Hashable) -> list:
+        """Incarnation ``incarnation`` died: drop its channels' tables, and every XOR that comes
+        for them later. Returns the channels dropped. O(channels)."""
+        self.dead.add(incarnation)
+        gone = [ch for ch in self.tables if ch[0] == incarnation or ch[1] == incarnation]
+        for ch in gone:
+            del self.tables[ch]
+        return gone
+
+    def reset_bound(self, source: int) -> None:
+        """Source instance ``source`` restarts from a snapshot: its bound is unknown until it
+        reports one (the watermark does not move back; :meth:`frontier_raw` does)."""
+        self._set_bound(source, BOTTOM)
+
+    def hold(self, token: Any, t: Time) -> None:
+        """Keep ``t`` open until :meth:`release` of ``token`` (a replay not yet in the tables)."""
+        self.holds[token] = t
+
+    def release(self, token: Any) -> Time:
+        """End the hold of ``token``; returns the watermark."""
+        self.holds.pop(token, None)
+        return self._recompute()
+
+    def _least_entry(self) -> Time:
+        heap, tables = self._heap, self.tables
+        while heap:
+            t, channel = heap[0]
+            table = tables.get(channel)
+            if table is not None and t in table:
+                return t
+            heapq.heappop(heap)
+        return TOP
+
+    def frontier_raw(self) -> Time:
+        """The least open time over the tables, holds and bounds, unclamped: below it nothing
+        is in flight or can still come. Only a replacement catching up is told it."""
+        frontier = successor(self._least) if self.bounds else TOP
+        least = self._least_entry()
+        if least < frontier:
+            frontier = least
+        for t in self.holds.values():
+            if t < frontier:
+                frontier = t
+        return frontier
+
+    def in_flight(self) -> int:
+        """Open (channel, time) entries."""
+        return sum(len(table) for table in self.tables.values())
+
+    def _recompute(self) -> Time:
+        frontier = self.frontier_raw()
+        if frontier > self.watermark:
+            self.watermark = frontier
+        return self.watermark

@@ -1,0 +1,123 @@
+"""ChannelAcker: per channel incarnation tables. Without a failure it is the default acker;
+after one, any interleaving of sends, acks, late acks of the dead and holds gives the
+watermark a model computes from the surviving channels alone."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from driftstream.ordering.acker import Acker
+from driftstream.ordering.channel_tables import ChannelAcker
+from driftstream.ordering.meta import BOTTOM, TOP, successor
+
+
+def T(ts):
+    return (ts, 0, 0, ts)
+
+
+def test_a_dead_receivers_unacked_batch_no_longer_holds_the_watermark():
+    a = ChannelAcker(sources=1)
+    a.update({((1, 2), T(3)): 7}, source=0, bound=T(5))
+    assert a.watermark == T(3)  # held by the batch to incarnation 2
+    a.discard(2)
+    a.update({})
+    assert a.watermark == successor(T(5))
+    a.update({((1, 2), T(3)): 7})  # its ack, come late: dropped, no entry reopened
+    assert a.in_flight() == 0 and a.watermark == successor(T(5))
+
+
+def test_a_dead_senders_lost_hold_leaves_no_entry_open():
+    """The receiver acked a batch whose sender's XOR died with it: one table per channel, so
+    the lone XOR is discarded with the sender's channels."""
+    a = ChannelAcker(sources=1)
+    a.update({((9, 1), T(2)): 5}, source=0, bound=T(4))  # receiver 1 acks; sender 9's hold never came
+    assert a.watermark == T(2)
+    assert a.discard(9) == [(9, 1)]
+    assert a.update({}) == successor(T(4))
+
+
+def test_the_watermark_never_moves_back_but_the_raw_frontier_does():
+    a = ChannelAcker(sources=1)
+    a.update({}, source=0, bound=T(8))
+    assert a.watermark == successor(T(8))
+    a.reset_bound(0)  # the source instance restarts from a snapshot
+    a.hold("replay", T(2))
+    assert a.update({((3, 4), T(5)): 1}) == successor(T(8))
+    assert a.frontier_raw() == BOTTOM
+    a.update({}, source=0, bound=T(3))
+    assert a.frontier_raw() == T(2)
+    a.release("replay")
+    assert a.frontier_raw() == successor(T(3))
+    a.update({((3, 4), T(5)): 1}, source=0, bound=TOP)
+    assert a.frontier_raw() == TOP == a.watermark
+
+
+def _merged(xors: dict) -> dict:
+    out: dict = {}
+    for (_, t), x in xors.items():
+        out[t] = out.get(t, 0) ^ x
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 6)), max_size=25), st.randoms(use_true_random=False))
+def test_without_a_failure_it_is_the_default_acker(batches, rnd):
+    """Every batch sent and acked in any order, flushes of several at once: the same watermark as one table."""
+    events = [(i, side) for i in range(len(batches)) for side in (0, 1)]
+    rnd.shuffle(events)
+    ids = [rnd.getrandbits(64) | 1 for _ in batches]
+    plain, channels = Acker(sources=1), ChannelAcker(sources=1)
+    plain.update({}, source=0, bound=T(10))
+    channels.update({}, source=0, bound=T(10))
+    while events:
+        k = rnd.randint(1, 3)
+        flush, events = events[:k], events[k:]
+        xors: dict = {}
+        for i, _ in flush:
+            s, r, t = batches[i]
+            key = ((s, r), T(t))
+            xors[key] = xors.get(key, 0) ^ ids[i]
+        assert channels.update(xors) == plain.update(_merged(xors))
+    assert channels.watermark == plain.watermark == successor(T(10))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 6)), min_size=1, max_size=25),
+       st.integers(0, 3), st.randoms(use_true_random=False))
+def test_after_a_failure_the_watermark_is_the_survivors(batches, dead, rnd):
+    """Sends and acks in any order; incarnation ``dead`` fails at a random point, some of its
+    XORs never come and the rest come late; a hold stands until the replay is in. The raw
+    frontier is the least open time of the surviving channels (a model recomputed from
+    scratch), the watermark the most it ever was."""
+    events = [(i, side) for i in range(len(batches)) for side in (0, 1)]
+    rnd.shuffle(events)
+    ids = [rnd.getrandbits(64) | 1 for _ in batches]
+    fail_at = rnd.randrange(len(events) + 1)
+    a = ChannelAcker(sources=1)
+    a.update({}, source=0, bound=T(10))
+    folded: list = []  # (channel, t, id) the model counts
+    highest = a.watermark
+    for n, (i, side) in enumerate(events):
+        if n == fail_at:
+            a.discard(dead)
+            a.hold("replay", T(1))
+        s, r, t = batches[i]
+        if n >= fail_at and dead in (s, r) and rnd.random() < 0.5:
+            continue  # lost with the dead incarnation
+        a.update({((s, r), T(t)): ids[i]})
+        folded.append(((s, r), T(t), ids[i]))
+        if n == fail_at + 2:
+            a.release("replay")
+        open_: dict = {}
+        for ch, tt, x in folded:
+            if n >= fail_at and dead in ch:
+                continue
+            open_[(ch, tt)] = open_.get((ch, tt), 0) ^ x
+        model = min([tt for (_, tt), x in open_.items() if x] + [successor(T(10))])
+        if "replay" in a.holds:
+            model = min(model, T(1))
+        highest = max(highest, model)
+        assert a.frontier_raw() == model
+        assert a.watermark == highest
