@@ -18,36 +18,57 @@ from typing import Optional
 from driftstream.engine.connectors.local_kafka import local_kafka
 from driftstream.engine.connectors.memory import MemorySink, MemorySource, PacedSource
 
-__all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "wait_for_actor"]
+__all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "actor_of", "wait_for_actor", "cold_start"]
 
 
-def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None):
+def actor_of(name: str, not_id: Optional[object] = None):
     """The live Ray actor playing instance ``name`` (``<flow>/<stage>/<i>``, namespace
-    ``driftstream``) once there is one: the actor of that name, or a standby (or warm actor,
-    see :func:`~driftstream.engine.warm_up`) playing it. Skips the incarnation whose actor id is ``not_id``; None if ``stop``
-    is set first. For fault tests."""
+    ``driftstream``) now, or None: the actor of that name, or a standby (or warm actor, see
+    :func:`~driftstream.engine.warm_up`) playing it. Skips the incarnation whose actor id is
+    ``not_id``. For fault tests: ``ray.kill(actor_of("wc/count/0"))``."""
     import ray  # here, not at the top: tests of the simulator and in-memory flows need no Ray
 
+    from driftstream.engine.control.warm_actors import WARM_PREFIX
     from driftstream.engine.runtime.ray_session import NAMESPACE
 
-    from driftstream.engine.control.warm_actors import WARM_PREFIX
-
+    try:
+        handle = ray.get_actor(name, namespace=NAMESPACE)
+        if handle._actor_id != not_id:
+            return handle
+    except ValueError:
+        pass
     standby_prefixes = (name.split("/")[0] + "/standby/", WARM_PREFIX)
-    while stop is None or not stop.is_set():
+    for standby in ray.util.list_named_actors(all_namespaces=True):
+        if standby["namespace"] != NAMESPACE or not standby["name"].startswith(standby_prefixes):
+            continue
         try:
-            handle = ray.get_actor(name, namespace=NAMESPACE)
-            if handle._actor_id != not_id:
+            handle = ray.get_actor(standby["name"], namespace=NAMESPACE)
+            if handle._actor_id != not_id and ray.get(handle.playing.remote(), timeout=5) == name:
                 return handle
-        except ValueError:
+        except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             pass
-        for standby in ray.util.list_named_actors(all_namespaces=True):
-            if standby["namespace"] != NAMESPACE or not standby["name"].startswith(standby_prefixes):
-                continue
-            try:
-                handle = ray.get_actor(standby["name"], namespace=NAMESPACE)
-                if handle._actor_id != not_id and ray.get(handle.playing.remote(), timeout=5) == name:
-                    return handle
-            except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                pass
+    return None
+
+
+def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None,
+                   timeout: Optional[float] = None):
+    """:func:`actor_of` once there is one; None if ``stop`` is set first; TimeoutError after
+    ``timeout`` s."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while stop is None or not stop.is_set():
+        handle = actor_of(name, not_id)
+        if handle is not None:
+            return handle
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"no live actor plays {name} after {timeout:g} s")
         time.sleep(0.01)
     return None
+
+
+def cold_start():
+    """A context in which flows start processes for their instances and acker, as with no
+    :func:`~driftstream.engine.warm_up`: the driver's warm actors wait outside, untouched
+    (:func:`~driftstream.engine.control.warm_actors.fresh_pool`). For tests of the cold path."""
+    from driftstream.engine.control.warm_actors import fresh_pool
+
+    return fresh_pool(None)

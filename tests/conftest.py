@@ -47,13 +47,25 @@ def _ray_only_when_marked(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray instance shared by every test that needs one; shut down at the end."""
+    """A local Ray instance shared by every test that needs one, with warm actors (each flow's
+    start takes them instead of starting processes, and they come back when it ends: see
+    ``engine/control/warm_actors.py``; ``engine.testing.cold_start`` sets them aside for a
+    test of the cold path); shut down at the end."""
     import ray
+
+    from driftstream.engine import warm_up
+    from driftstream.engine.control.warm_actors import end_warm
 
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="driftstream", configure_logging=False)
+    warm_up(stage_actors=WARM_STAGE_ACTORS, ackers=1)
     yield ray
+    end_warm()
     ray.shutdown()
+
+
+#: The session's warm stage actors: the instances of most test flows (two stages at parallelism 2).
+WARM_STAGE_ACTORS = 4
 
 
 def flow_actors(prefix: str) -> list:

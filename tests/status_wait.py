@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from driftstream.engine.testing import wait_for_actor
+
 
 def wait_for_status(condition: Callable[[dict], bool], handle, what: str, timeout: float = 60.0, every: float = 0.05) -> dict:
     """The first ``handle.status()`` that meets ``condition``; fails naming ``what`` (with the
@@ -32,5 +34,5 @@ def kill_after(handle, victim: str, released: int, timeout: float = 120.0) -> No
 
     wait_for_status(lambda s: running(s).get("released", 0) >= released, handle, f"{released} elements released", timeout)
     recoveries = len(running(handle.status())["recoveries"])
-    ray.kill(ray.get_actor(victim, namespace="driftstream"), no_restart=True)
+    ray.kill(wait_for_actor(victim, timeout=30), no_restart=True)
     wait_for_status(lambda s: len(running(s)["recoveries"]) > recoveries, handle, f"a recovery from the kill of {victim}", timeout)

@@ -32,7 +32,7 @@ from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.resume import check_sources
 from driftstream.engine.control.stored_plan import StoredPlan, forget_plan
 from driftstream.engine.control.supervisor import RaySupervisor
-from driftstream.engine.control.warm_actors import WarmActors, end_warm, take_warm
+from driftstream.engine.control.warm_actors import WarmActors, hand_back, take_warm
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
 
@@ -70,10 +70,12 @@ class CoordinatorActor:
         self.done = threading.Event()
         self.outcome_: tuple = (None, None)
         self.exporter = None
+        self.retired_: list = []
         try:
             self.supervisor: Optional[RaySupervisor] = RaySupervisor(plan, config, warm)
         except Exception as exc:  # run() hands it back as itself; raised here, the driver would see only its text
             self.supervisor, self.outcome_ = None, (None, exc)
+            self.retired_ = warm.names() if warm is not None else []  # untouched: the driver's as they were
             self.launched.set()
             self.done.set()
             return
@@ -94,12 +96,17 @@ class CoordinatorActor:
             self.launched.set()
             if self.exporter is not None:
                 self.exporter.stop()
-            self.supervisor.shutdown()
+            self.retired_ = self.supervisor.shutdown()
         if outcome[0] is not None:
             outcome[0].metrics.recoveries += self.restarts
         self.outcome_ = outcome
         self.done.set()
         return outcome
+
+    def retired(self) -> list:
+        """After :meth:`run`: the names of the driver's warm actors this run retired (see
+        :func:`~driftstream.engine.control.warm_actors.hand_back`)."""
+        return self.retired_
 
     def wait_launched(self, timeout: float) -> Optional[BaseException]:
         """Block until the run's actors are up (or it failed first); its error, if any."""
@@ -187,7 +194,8 @@ def run_coordinated(
     """
     check_sources(plan)
     restarts = 0
-    warm = take_warm()  # the first coordinator's launch resets them instead of starting processes
+    # The first coordinator's launch resets them instead of starting processes.
+    warm = take_warm(len(plan.instances) + config.standbys, ackers=1)
     while True:
         # On the driver's node: it shares the driver's fate anyway, and a worker node lost
         # to the cluster must cost a recovery of that node's actors, not a new coordinator.
@@ -197,8 +205,11 @@ def run_coordinated(
         )
         if on_coordinator is not None:
             on_coordinator(coordinator)
+        retired = None
         try:
             result, error = ray.get(coordinator.run.remote(timeout))
+            if warm is not None:
+                retired = ray.get(coordinator.retired.remote())
         except RayActorError as exc:
             if not coordinator_died(exc, coordinator) or not config.takes_snapshots or restarts >= max_restarts:
                 raise
@@ -208,7 +219,8 @@ def run_coordinated(
             continue
         finally:
             remove(coordinator, plan.flow_name)
-            end_warm(warm)  # not tied to the coordinator by Ray: none may outlive it
+            # Not tied to the coordinator by Ray: the ones it did not retire (all, if it died) are killed.
+            hand_back(warm, retired)
             warm = None
         if error is not None:
             raise error  # the run's own, as it is: a new coordinator would only meet it again

@@ -45,7 +45,7 @@ from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
 from driftstream.engine.control.snapshot_log import SnapshotRecord
 from driftstream.engine.control.standbys import StandbyPool
-from driftstream.engine.control.warm_actors import WarmActors
+from driftstream.engine.control.warm_actors import WARM_PREFIX, WarmActors, retire
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
 from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 
@@ -247,11 +247,19 @@ class RaySupervisor:
         """See :meth:`.rescaler.Rescaler.request`."""
         return self.rescaler.request(self.plan, parallelism)
 
-    def shutdown(self) -> None:
-        """Kill the run's actors and standbys; close the snapshot inbox and commit hooks."""
+    def shutdown(self) -> list:
+        """Kill the run's actors and standbys, but retire its warm actors; close the snapshot
+        inbox and commit hooks. Returns the names of the warm actors that retired (they are
+        the driver's again, see :func:`.warm_actors.hand_back`)."""
         handles, names = self.standbys.release()
-        kill_actors(self.launcher.handles + handles, self.launcher.actor_names(self.launcher.names) + names)
+        handles, names = self.launcher.handles + handles, self.launcher.actor_names(self.launcher.names) + names
+        if self.launcher.warm_acker is not None:  # handed to a launch that never came
+            handles, names = handles + [self.launcher.warm_acker[0]], names + [self.launcher.warm_acker[1]]
+        warm = {i for i, name in enumerate(names) if name.startswith(WARM_PREFIX)}
+        kill_actors([h for i, h in enumerate(handles) if i not in warm], [n for i, n in enumerate(names) if i not in warm])
+        retired = retire([handles[i] for i in sorted(warm)], [names[i] for i in sorted(warm)])
         # Instances killed before they reported left their RocksDB files (on this node: a
         # cluster's other nodes clean up when an instance of the same name starts there).
         remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
         self.committer.close()
+        return retired

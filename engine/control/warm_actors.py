@@ -1,5 +1,5 @@
 """Warm actors: stage actors and ackers started ahead of a flow, with no flow yet, that the
-next flow this driver starts takes instead of starting processes.
+flows this driver starts take instead of starting processes.
 
 A flow's start on a running Ray session is mostly new processes: each costs ~0.45 s of CPU
 (Python, Ray's worker, the engine's imports), five of them ~2.3 s of wall time on two cores,
@@ -9,26 +9,33 @@ launch resets it into an instance (as it resets a standby), which takes millisec
 >>> import driftstream.engine as ds
 >>> ds.warm_up(stage_actors=4)                 # doctest: +SKIP
 >>> flow.run(parallelism=2)                    # doctest: +SKIP
+>>> other_flow.run(parallelism=2)              # doctest: +SKIP
 
-The run takes them: it starts no process but its coordinator.
+Each run takes as many as it needs (its instances, its standbys, an acker) and starts no
+process but its coordinator. When a flow ends, its coordinator retires them (each closes its
+instance's sinks, backends and connections, and removes its working directory) and they come
+back for the next flow. One that died with its flow, or did not retire, is killed and
+replaced in the background, so the pool keeps the size ``warm_up`` gave it;
+``end_warm()`` ends them all.
 
-A flow takes every warm actor there is (those it does not need stay its standbys) and they end
-with it; warm up again for the next one. Warm actors belong to this driver, not to the flow's
-coordinator: :func:`~driftstream.engine.control.coordinator.run_coordinated` kills the ones it
-handed out when the coordinator ends, so none outlives its flow (Ray ties the actors a
+Warm actors belong to this driver, not to a flow's coordinator:
+:func:`~driftstream.engine.control.coordinator.run_coordinated` kills those it handed out when
+the coordinator dies, so none runs on beside a new coordinator's actors (Ray ties the actors a
 coordinator starts to it; these it must be told to end). A detached flow takes none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import ray
 
+from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE, ensure_ray, kill_actors
 
@@ -59,16 +66,29 @@ class WarmActors:
 
 _lock = threading.Lock()
 _pool = WarmActors()
+#: how many stage actors and ackers the pool keeps (the sum of ``warm_up``'s counts since ``end_warm()``)
+_target = [0, 0]
 _count = itertools.count()
 
 
 def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = None) -> None:
     """Start ``stage_actors`` stage actors and ``ackers`` ackers (adding to those already warm),
-    for the next flow this driver starts. Connects to Ray first if needed (``address``: see
+    for the flows this driver starts. Connects to Ray first if needed (``address``: see
     :func:`~driftstream.engine.runtime.ray_session.ensure_ray`). Returns once they are up."""
     if stage_actors < 0 or ackers < 0:
         raise ValueError(f"warm_up takes counts >= 0, not stage_actors={stage_actors!r}, ackers={ackers!r}")
     ensure_ray(address)
+    new = _start(stage_actors, ackers)
+    ray.get([h.ping.remote() for h in new.handles()])  # started: a flow taking them waits for no process
+    with _lock:
+        _target[0] += stage_actors
+        _target[1] += ackers
+        _pool.stages.extend(new.stages)
+        _pool.ackers.extend(new.ackers)
+
+
+def _start(stage_actors: int, ackers: int) -> WarmActors:
+    """Create warm actors (their processes start in the background)."""
     new = WarmActors()
     for _ in range(stage_actors):
         name = _next_name()
@@ -76,21 +96,19 @@ def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = Non
     for _ in range(ackers):
         name = _next_name()
         new.ackers.append((AckerActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(None, None), name))
-    ray.get([h.ping.remote() for h in new.handles()])  # started: a flow taking them waits for no process
-    with _lock:
-        _pool.stages.extend(new.stages)
-        _pool.ackers.extend(new.ackers)
+    return new
 
 
 def _next_name() -> str:
     return f"{WARM_PREFIX}{os.getpid()}/{next(_count)}"
 
 
-def take_warm() -> WarmActors:
-    """Every warm actor, out of the pool (empty when there is none), for one flow's launch."""
-    global _pool
+def take_warm(stage_actors: Optional[int] = None, ackers: Optional[int] = None) -> WarmActors:
+    """Up to ``stage_actors`` warm stage actors and ``ackers`` ackers (None: all) out of the
+    pool (an empty set when there is none), for one flow's launch."""
     with _lock:
-        taken, _pool = _pool, WarmActors()
+        taken = WarmActors(_pool.stages[:stage_actors], _pool.ackers[:ackers])
+        del _pool.stages[:stage_actors], _pool.ackers[:ackers]
     return taken
 
 
@@ -99,10 +117,80 @@ def warm_count() -> int:
     return len(_pool)
 
 
-def end_warm(actors: Optional[WarmActors]) -> None:
-    """Kill ``actors`` (a :class:`WarmActors` handed to a flow, or the pool's when None):
-    their flow ended, or its coordinator died. Killing one already gone is harmless."""
+def warm_pool() -> WarmActors:
+    """The warm actors waiting for a flow now (a copy: taking nothing)."""
+    with _lock:
+        return WarmActors(list(_pool.stages), list(_pool.ackers))
+
+
+def retire(handles: list, names: list, timeout_s: float = 10.0) -> list:
+    """Retire the warm actors ``handles`` (each ends the instance it played, see
+    ``StageActor.retire``), killing any that fails to or does not answer within ``timeout_s``;
+    the names of those that retired."""
+    refs = [h.retire.remote() for h in handles]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    retired, failed = [], []
+    for ref, handle, name in zip(refs, handles, names):
+        try:
+            ray.get(ref, timeout=0)
+            retired.append(name)
+        except Exception:  # died with its flow, raised tearing it down, or hangs: no flow gets it again
+            failed.append((handle, name))
+    if failed:
+        kill_actors([h for h, _ in failed], [n for _, n in failed], wait_s=0)
+    return retired
+
+
+def hand_back(taken: Optional[WarmActors], retired: Optional[list]) -> None:
+    """A flow that took ``taken`` ended: those named in ``retired`` (that its coordinator
+    retired; None when it died) go back to the pool, the rest of ``taken`` are killed. Missing
+    ones are started again in the background, up to the pool's size."""
+    if taken is None or not len(taken):
+        return
+    back = set(retired or ())
+    lost = WarmActors([a for a in taken.stages if a[1] not in back], [a for a in taken.ackers if a[1] not in back])
+    if len(lost):
+        kill_actors(lost.handles(), lost.names(), wait_s=0)
+    with _lock:
+        _pool.stages.extend(a for a in taken.stages if a[1] in back)
+        _pool.ackers.extend(a for a in taken.ackers if a[1] in back)
+        missing = (max(0, _target[0] - len(_pool.stages)), max(0, _target[1] - len(_pool.ackers)))
+    if any(missing):
+        refill = _start(*missing)
+        with _lock:
+            _pool.stages.extend(refill.stages)
+            _pool.ackers.extend(refill.ackers)
+
+
+@contextlib.contextmanager
+def fresh_pool(plan: Optional[Plan] = None) -> Iterator[None]:
+    """Inside, the pool holds new warm actors for ``plan``'s instances and acker (none when
+    None: flows start processes); the driver's warm actors wait outside, untouched, and are
+    the pool again after (those made inside end). For a benchmark whose runs must not depend
+    on the runs before them, and tests of the cold path."""
+    global _pool
+    with _lock:
+        aside, target = _pool, list(_target)
+        _pool, _target[:] = WarmActors(), [0, 0]
+    try:
+        if plan is not None:
+            warm_up(stage_actors=len(plan.instances))
+        yield
+    finally:
+        end_warm()
+        with _lock:
+            _pool.stages.extend(aside.stages)
+            _pool.ackers.extend(aside.ackers)
+            _target[:] = target
+
+
+def end_warm(actors: Optional[WarmActors] = None) -> None:
+    """Kill ``actors`` (a :class:`WarmActors` handed to a flow), or, when None, every warm actor
+    in the pool (which then keeps none: ``warm_up`` starts it again). Killing one already gone is
+    harmless."""
     if actors is None:
+        with _lock:
+            _target[0] = _target[1] = 0
         actors = take_warm()
     if len(actors):
         kill_actors(actors.handles(), actors.names(), wait_s=0)

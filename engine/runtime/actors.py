@@ -62,6 +62,9 @@ class LostPeers:
         await asyncio.sleep(0.05)  # the peers of one lost node go within milliseconds: one answer
         return sorted(self.names)
 
+#: What a retired actor's :meth:`LostPeers.wait` answers (no peer has this name).
+RETIRED = "<retired>"
+
 #: The interpreter's thread switch interval in stage actors (see StageActor.__init__).
 SWITCH_INTERVAL_S = 0.001
 
@@ -107,6 +110,10 @@ class AckerActor:
         self.subscribers: dict = {}
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
+
+    async def playing(self) -> Optional[str]:
+        """The name of the acker this actor plays (None: a warm acker with no flow)."""
+        return None if self.endpoint is None else self.me
 
     async def seed(self, xors: list) -> None:
         """Before any source starts: the stage actors' XORs of :meth:`StageActor.take_seed`."""
@@ -252,6 +259,16 @@ class AckerActor:
         if self.inbox is not None:
             await self.inbox.close()
 
+    async def retire(self) -> None:
+        """End this acker's flow and wait, with none, for the next one's :meth:`reset` (a warm
+        actor handed back when its flow ended, see :mod:`~driftstream.engine.control.warm_actors`)."""
+        self._end_schedule()
+        await self.close()
+        self.endpoint = self.inbox = self.inbox_address = None
+        if getattr(self, "done", None) is not None:  # it ran a flow (a warm acker may come back unused)
+            self.lost.add(RETIRED)  # answers the old supervisor's held alive() call: no task is left waiting
+            self.done.set()
+
 
 @ray.remote(num_cpus=0)
 class StageActor:
@@ -293,7 +310,8 @@ class StageActor:
         reset can reach the new state.
         """
         t0 = time.perf_counter()
-        if self.key is not None:
+        fresh = self.key is None  # a standby or warm actor: no incarnation of its own yet
+        if not fresh:
             await self._tear_down()
         t1 = time.perf_counter()
         if key is not None:
@@ -301,12 +319,29 @@ class StageActor:
         if plan is not None:
             self.plan = plan
         self.setup_error = None
-        self._setup(config, plane)
+        try:
+            self._setup(config, plane)
+        except Exception as exc:
+            if not fresh:
+                raise
+            self.setup_error = exc  # as a new actor's (see __init__): listen() reports it as itself
+            return {"tear_down": 0.0, "setup": time.perf_counter() - t1, "restore": 0.0}
         return {"tear_down": t1 - t0, "setup": time.perf_counter() - t1, "restore": self.host.snapshots.restore_s}
 
     async def playing(self) -> Optional[str]:
         """The name of the instance this actor plays (None: a standby not used yet)."""
         return None if self.key is None else self.plan.actor_name(self.key)
+
+    async def retire(self) -> None:
+        """End the instance this actor plays and wait, with no flow, for the next one's
+        :meth:`reset` (a warm actor handed back when its flow ended, see
+        :mod:`~driftstream.engine.control.warm_actors`): its sinks, backends, reader and
+        connections closed, its working directory removed."""
+        if self.key is not None:
+            await self._tear_down()
+            self.lost.add(RETIRED)  # answers the old supervisor's held alive() call: no task is left waiting
+        self.key = self.plan = self.acker = self.pump = None
+        self.setup_error = None
 
     async def _tear_down(self) -> None:
         self.drain.close()

@@ -167,7 +167,10 @@ class InstanceHost:
 
     def close(self, keep_sinks: bool = False) -> None:
         """End this incarnation: its runtime (and its sink partitions, unless ``keep_sinks``:
-        the simulator's outlive a crash, as a topic does), backends and reader."""
+        the simulator's outlive a crash, as a topic does), backends and reader. Once:
+        ``report()`` closes it at a run's end, and a warm actor's retirement after it again."""
+        if self.closed:
+            return
         self.closed = True
         if not keep_sinks:
             self.rt.close()

@@ -383,20 +383,19 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
 
         # the Ray session this process started (not another's on the machine): its processes descend from this one
         recorders = Flames(profile, match="ray::", rate=PROFILE_RATE, fmt="raw", within=os.getpid()).follow(label=f"{tag}-", every=0.2)
-    if warm:
-        from driftstream.engine import warm_up
+    from driftstream.engine.control.warm_actors import fresh_pool
 
-        warm_up(stage_actors=len(flow.plan(parallelism).instances))
     cpu = TreeCpu()
     launched = time.time()
-    try:
-        result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
-                          snapshot_dir=str(run_dir / "snapshots"))
-    finally:
-        ended = time.time()
-        cpu_s = cpu.stop()
-        if recorders is not None:
-            recorders.stop()
+    with fresh_pool(flow.plan(parallelism) if warm else None):  # new processes, or warm ones, as the row says
+        try:
+            result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
+                              snapshot_dir=str(run_dir / "snapshots"))
+        finally:
+            ended = time.time()
+            cpu_s = cpu.stop()
+            if recorders is not None:
+                recorders.stop()
     records = [value for _, value in read_file_sink(str(run_dir / "out"), "changes")]
     dead = read_file_sink(str(run_dir / "dead-letters"), "dead_letters") if (run_dir / "dead-letters").exists() else []
     problems = [f"{len(dead)} dead letter(s)"] if dead else []

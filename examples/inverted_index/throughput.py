@@ -176,29 +176,28 @@ def run_driftstream(docs: Sequence[dict], bootstrap: str, workdir: Path, paralle
     handle = None
     recorders = None
     flow = kafka_flow(bootstrap, in_topic, out_topic, name=f"throughput-{tag}", state=state, words=words)
-    if warm:
-        from driftstream.engine import warm_up
+    from driftstream.engine.control.warm_actors import fresh_pool
 
-        warm_up(stage_actors=len(flow.plan(parallelism).instances))
-    try:
-        start = time.time()
-        handle = flow.start(
-            parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
-            snapshot_dir=str(workdir / f"snapshots-{tag}"),
-            **({} if state_cache_bytes is None else {"state_cache_bytes": state_cache_bytes}), **options,
-        )
-        if flames is not None:
-            from driftstream.examples.benchmarks.flames import Flames
+    with fresh_pool(flow.plan(parallelism) if warm else None):  # new processes, or warm ones, as the row says
+        try:
+            start = time.time()
+            handle = flow.start(
+                parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
+                snapshot_dir=str(workdir / f"snapshots-{tag}"),
+                **({} if state_cache_bytes is None else {"state_cache_bytes": state_cache_bytes}), **options,
+            )
+            if flames is not None:
+                from driftstream.examples.benchmarks.flames import Flames
 
-            recorders = Flames(flames, match="ray::")
-            recorders.attach("driftstream-")
-        meter.wait_for(expected, timeout=timeout or max(300.0, len(docs) / 10.0))
-        status = handle.status()
-    finally:
-        if recorders is not None:
-            recorders.stop()
-        arrivals = meter.stop()
-        result = handle.stop() if handle is not None else None
+                recorders = Flames(flames, match="ray::")
+                recorders.attach("driftstream-")
+            meter.wait_for(expected, timeout=timeout or max(300.0, len(docs) / 10.0))
+            status = handle.status()
+        finally:
+            if recorders is not None:
+                recorders.stop()
+            arrivals = meter.stop()
+            result = handle.stop() if handle is not None else None
     records = [r for _, r in arrivals]
     truth = GroundTruth(index=reference_index(docs), changes=reference_changes(docs))
     return summary(

@@ -12,6 +12,7 @@ from driftstream.barriers.json_payloads import json_default
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
 from driftstream.examples import enrichment, page_views, sessions
 from driftstream.examples.clicks import clicks
+from driftstream.engine.testing import wait_for_actor
 from tests.reference import reference_outputs
 
 
@@ -64,7 +65,7 @@ def test_page_views_from_kafka_exactly_once_with_a_kill(ray_session, kafka_broke
             time.sleep(0.05)
         import ray
 
-        ray.kill(ray.get_actor(f"views-{tag}/by_page/1", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(f"views-{tag}/by_page/1", timeout=30), no_restart=True)
         killed = True
         while len(read_kafka_sink(bootstrap, out)) < len(expected["per_minute"]):
             assert time.time() < deadline, handle.status()

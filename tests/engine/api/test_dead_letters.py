@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from driftstream.engine import Flow, MapState
 from driftstream.engine.model.errors import DeadLetter, FlowError
 from driftstream.engine.model.steps import MERGE, SINK
-from driftstream.engine.testing import MemorySink, MemorySource
+from driftstream.engine.testing import MemorySink, MemorySource, wait_for_actor
 from tests.reference import crashed_runs_differing, reference_outputs
 
 
@@ -197,7 +197,7 @@ def test_a_poison_pill_in_a_kafka_flow_exactly_once_with_a_kill(ray_session, kaf
         while not read_kafka_sink(bootstrap, f"{topic}.dlq"):  # the pill's dead letter is written
             assert time.time() < deadline, handle.status()
             time.sleep(0.1)
-        ray.kill(ray.get_actor(f"pill-{tag}/user/1", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(f"pill-{tag}/user/1", timeout=30), no_restart=True)
         while len(read_kafka_sink(bootstrap, out)) < len(reference["out"]) or not handle.status()["recoveries"]:
             assert time.time() < deadline, handle.status()
             time.sleep(0.2)

@@ -12,7 +12,7 @@ import pytest
 
 from driftstream.barriers.bundle import Bundle
 from driftstream.engine.connectors.iceberg_sink import IcebergSink
-from driftstream.engine.testing import MemorySource, PacedSource
+from driftstream.engine.testing import MemorySource, PacedSource, wait_for_actor
 from driftstream.examples.inverted_index.ground_truth import reference_changes
 from driftstream.examples.inverted_index.pipeline import build
 from driftstream.ordering.meta import Meta
@@ -136,7 +136,7 @@ def test_the_index_exactly_once_with_a_stateful_kill(ray_session, catalog, tmp_p
         while handle.status().get("released", 0) < 1500:
             assert time.time() < deadline, handle.status()
             time.sleep(0.05)
-        ray.kill(ray.get_actor(f"{name}/by_word/1", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(f"{name}/by_word/1", timeout=30), no_restart=True)
         while not handle.status().get("recoveries"):
             assert time.time() < deadline, handle.status()
             time.sleep(0.05)

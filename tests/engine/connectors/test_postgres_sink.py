@@ -15,7 +15,7 @@ from driftstream.engine import Flow
 from driftstream.engine.connectors.postgres_sink import PROGRESS_TABLE, PostgresSink, read_table
 from driftstream.engine.connectors.row_changes import Insert, Update
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.testing import MemorySink, MemorySource, PacedSource
+from driftstream.engine.testing import MemorySink, MemorySource, PacedSource, wait_for_actor
 from tests.conftest import flow_actors
 from tests.reference import reference_outputs
 
@@ -120,7 +120,7 @@ def test_exactly_once_with_a_kill_during_a_transaction_and_a_dropped_connection(
             assert time.time() < deadline, handle.status()
             time.sleep(0.05)
         _wait_for_a_transaction(postgres, f"driftstream-{table}-1", deadline)  # the killed actor's sink partition, mid-transaction
-        ray.kill(ray.get_actor(f"{name}/key/1", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(f"{name}/key/1", timeout=30), no_restart=True)
         while len(handle.status()["recoveries"]) < 1:
             assert time.time() < deadline, handle.status()
             time.sleep(0.05)

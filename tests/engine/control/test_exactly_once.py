@@ -15,7 +15,7 @@ from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.model.data_plane import PlaneKey
-from driftstream.engine.testing import MemorySource, PacedSource, wait_for_actor
+from driftstream.engine.testing import MemorySource, PacedSource, actor_of, cold_start, wait_for_actor
 
 from tests import reference
 
@@ -53,11 +53,11 @@ def kill_when(progress, victims: list) -> threading.Thread:
         for n, name in enumerate(victims, start=1):
             while progress() < n * N // (len(victims) + 2):
                 time.sleep(0.02)
-            try:
-                ray.kill(ray.get_actor(name, namespace="driftstream"), no_restart=True)
-            except ValueError as exc:  # no such actor: the run ended before this kill
-                thread.errors.append(f"{name} at progress {progress()}: {exc}")
+            victim = actor_of(name)
+            if victim is None:  # no such actor: the run ended before this kill
+                thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
                 return
+            ray.kill(victim, no_restart=True)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.errors = []
@@ -125,8 +125,9 @@ def test_standbys_take_the_place_of_killed_actors(ray_session, tmp_path, tmp_pat
 
     killer = threading.Thread(target=kill_three, daemon=True)
     killer.start()
-    result = build("eo-sb", FileSink(out, name="out"), paced=True, rate=1500).run(
-        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), standbys=1)
+    with cold_start():  # the flow's own standbys (the driver's warm actors would stand by instead)
+        result = build("eo-sb", FileSink(out, name="out"), paced=True, rate=1500).run(
+            parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), standbys=1)
     killer.join(timeout=5)
     assert result.metrics.recoveries == 3
     assert read_file_sink(out, "out") == expected
@@ -345,7 +346,7 @@ def test_at_most_once_skips_the_backlog_and_never_duplicates(ray_session, kafka_
     deadline = time.time() + 60
     while progress() < total // 4 and time.time() < deadline:
         time.sleep(0.05)
-    ray.kill(ray.get_actor(f"{flow.name}/by_key/0", namespace="driftstream"), no_restart=True)
+    ray.kill(wait_for_actor(f"{flow.name}/by_key/0", timeout=30), no_restart=True)
     killed.set()
     producer.join(timeout=60)
     last, stable_since = -1, time.time()

@@ -17,7 +17,7 @@ from driftstream.engine.connectors.kafka.io import ensure_topic
 from driftstream.engine.connectors.kafka.sink import read_kafka_sink
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest_fit import SnapshotMismatch
-from driftstream.engine.testing import PacedSource
+from driftstream.engine.testing import PacedSource, cold_start, wait_for_actor
 from driftstream.snapshots.store import SnapshotStore
 
 from tests.engine.api.resume_flow import build as build_numbers
@@ -167,33 +167,34 @@ def test_a_fused_run_recovers_from_a_kill_reports_every_step_and_rescales_to_2_a
     flow = counting_flow(bs, src, dst, name="fused")
     steps = [s.name for s in flow.plan(1).steps]  # the source's dead letters among them
     assert [s.steps for s in flow.plan(1).stages] == [steps] and "by_key" in steps
-    handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
-                        standbys=1)
-    try:
-        wait_released(bs, dst, PHASE // 3, handle)
-        status = handle.status()  # (elements count this incarnation: read before the kill)
-        assert list(status["steps"]) == steps and status["steps"]["by_key"]["elements"] > 0
-        deadline = time.time() + 60
-        while not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == "fused/standby/0"]:
-            assert time.time() < deadline
-            time.sleep(0.05)
-        assert ray.get(ray.get_actor("fused/standby/0", namespace="driftstream").ping.remote(), timeout=60)  # started
-        ray.kill(ray.get_actor("fused/docs/0", namespace="driftstream"), no_restart=True)
-        while not handle.status()["recoveries"]:  # the kill was noticed and recovered from
-            assert time.time() < deadline, handle.status()
-            time.sleep(0.1)
-        assert "fused/docs/0 (standby)" in handle.status()["recoveries"][0]["resets_s"]  # the spare took its place
-        wait_released(bs, dst, PHASE, handle)
-        assert handle.status()["key_groups"] == {"by_key": ["0-127"]}
-        assert handle.rescale(2)["to"] == 2
-        feed(bs, src, PHASE, PHASE)
-        wait_released(bs, dst, 2 * PHASE, handle)
-        assert len(handle.status()["key_groups"]["by_key"]) == 2
-        assert handle.rescale(1)["to"] == 1
-        feed(bs, src, 2 * PHASE, PHASE // 2)
-        wait_released(bs, dst, 2 * PHASE + PHASE // 2, handle)
-    finally:
-        handle.stop(timeout=60)
+    with cold_start():  # the flow's own standby, fused/standby/0 (a warm actor would stand by instead)
+        handle = flow.start(parallelism=1, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
+                            standbys=1)
+        try:
+            wait_released(bs, dst, PHASE // 3, handle)
+            status = handle.status()  # (elements count this incarnation: read before the kill)
+            assert list(status["steps"]) == steps and status["steps"]["by_key"]["elements"] > 0
+            deadline = time.time() + 60
+            while not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"] == "fused/standby/0"]:
+                assert time.time() < deadline
+                time.sleep(0.05)
+            assert ray.get(ray.get_actor("fused/standby/0", namespace="driftstream").ping.remote(), timeout=60)  # started
+            ray.kill(wait_for_actor("fused/docs/0", timeout=30), no_restart=True)
+            while not handle.status()["recoveries"]:  # the kill was noticed and recovered from
+                assert time.time() < deadline, handle.status()
+                time.sleep(0.1)
+            assert "fused/docs/0 (standby)" in handle.status()["recoveries"][0]["resets_s"]  # the spare took its place
+            wait_released(bs, dst, PHASE, handle)
+            assert handle.status()["key_groups"] == {"by_key": ["0-127"]}
+            assert handle.rescale(2)["to"] == 2
+            feed(bs, src, PHASE, PHASE)
+            wait_released(bs, dst, 2 * PHASE, handle)
+            assert len(handle.status()["key_groups"]["by_key"]) == 2
+            assert handle.rescale(1)["to"] == 1
+            feed(bs, src, 2 * PHASE, PHASE // 2)
+            wait_released(bs, dst, 2 * PHASE + PHASE // 2, handle)
+        finally:
+            handle.stop(timeout=60)
     check_counts(bs, src, dst, 2 * PHASE + PHASE // 2)
 
 

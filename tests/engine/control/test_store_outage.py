@@ -16,7 +16,7 @@ from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.testing import PacedSource
+from driftstream.engine.testing import PacedSource, wait_for_actor
 from tests.reference import reference_outputs
 from tests.status_wait import wait_for_status
 
@@ -76,7 +76,7 @@ def test_a_store_outage_then_a_kill_gives_the_output_of_a_run_without_either(ray
         # back: a snapshot is committed again (after the backoff), then a stateful actor dies
         after = wait_for_status(lambda s: s["snapshots"] > during["snapshots"], handle, "a snapshot after the outage", timeout=30)
         assert after["snapshots_failing_s"] == 0.0 and after["last_snapshot"]["age_s"] < 10
-        ray.kill(ray.get_actor("outage/key/1", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor("outage/key/1", timeout=30), no_restart=True)
         result = handle.wait(timeout=120)
     finally:
         handle.stop(timeout=60)

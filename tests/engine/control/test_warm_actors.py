@@ -1,8 +1,11 @@
 """Warm actors (engine/control/warm_actors.py): started before a flow, they play its instances
-and its acker instead of new processes, and none outlives the flow or its coordinator."""
+and its acker instead of new processes, come back retired when it ends, and none outlives a
+coordinator that died. The session's pool (tests/conftest.py) is what these tests take."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 
 import pytest
@@ -10,8 +13,8 @@ import ray
 
 from driftstream.engine import Flow, warm_up
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
-from driftstream.engine.control.warm_actors import WARM_PREFIX, end_warm, warm_count
-from driftstream.engine.testing import MemorySink, MemorySource, PacedSource
+from driftstream.engine.control.warm_actors import WARM_PREFIX, end_warm, warm_count, warm_pool
+from driftstream.engine.testing import MemorySink, MemorySource, PacedSource, cold_start, wait_for_actor
 
 pytestmark = pytest.mark.ray
 
@@ -33,63 +36,118 @@ def expected_counts(n: int) -> list:
     return sorted(out)
 
 
-def warm_names() -> set:
+def live_warm_names() -> set:
     return {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(WARM_PREFIX)}
 
 
-def test_a_flow_plays_its_instances_and_acker_on_warm_actors(ray_session):
+def pids(names) -> dict:
+    handles = {n: ray.get_actor(n, namespace="driftstream") for n in names}
+    return {n: ray.get(h.__ray_call__.remote(lambda self: os.getpid())) for n, h in handles.items()}
+
+
+def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, what
+        time.sleep(0.05)
+
+
+def test_flows_play_on_warm_actors_that_come_back_retired_for_the_next(ray_session):
+    """A flow takes as many warm actors as it has instances, and an acker; no process is named
+    after an instance. When it ends they come back, the same processes, with nothing of it left
+    (no working directory), and the next flow runs on them and gives its own output."""
+    pool = warm_pool()
     flow = counting("warmed", PacedSource(list(range(N)), rate=3_000, partitions=2), MemorySink("out"))
     plan = flow.plan(2)
-    warm_up(stage_actors=len(plan.instances))
-    assert warm_count() == len(plan.instances) + 1
-    warm = warm_names()
+    assert len(pool.stages) >= len(plan.instances)
+    before = pids(pool.names())
     handle = flow.start(parallelism=2)
     try:
-        assert warm_count() == 0  # the flow took them all
-        playing = {ray.get(ray.get_actor(n, namespace="driftstream").playing.remote())
-                   for n in warm if n != max(warm, key=lambda s: int(s.rsplit("/", 1)[1]))}  # the last one started is the acker
-        assert playing == {plan.actor_name(i) for i in plan.instances}
-        # no process was started for an instance or the acker: none has its own name
+        assert warm_count() == len(pool) - len(plan.instances) - 1  # as many as it needs
+        taken = [n for _, n in pool.stages[: len(plan.instances)]]
+        assert {ray.get(ray.get_actor(n, namespace="driftstream").playing.remote()) for n in taken} == {
+            plan.actor_name(i) for i in plan.instances}
         own = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("warmed/")]
-        assert own == ["warmed/coordinator"]
+        assert own == ["warmed/coordinator"]  # no process was started for an instance or the acker
     finally:
         result = handle.wait(timeout=120)
     assert sorted(result.output("out")) == expected_counts(N)
-    assert not warm_names()  # ended with their flow
+    back = warm_pool()
+    assert sorted(back.names()) == sorted(pool.names()) and pids(back.names()) == before  # the same processes
+    assert all(ray.get(ray.get_actor(n, namespace="driftstream").playing.remote()) is None for _, n in back.stages)
+    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith("driftstream-warmed-")]  # retired: workdirs gone
+    again = counting("warmed-again", MemorySource(list(range(500)), partitions=2), MemorySink("out"))
+    assert sorted(again.run(parallelism=2).output("out")) == expected_counts(500)
+    assert pids(warm_pool().names()) == before
+
+
+def test_a_failed_flow_and_a_killed_warm_actor_leave_the_pool_its_size(ray_session, tmp_path):
+    """A flow that fails still retires its warm actors; one killed in a recovery is replaced by a
+    new warm actor once its flow ends."""
+    size = warm_count()
+
+    def fails(x):
+        if x == 50:
+            raise ValueError("fifty")
+        return x
+
+    broken = Flow("warm-fails")
+    broken.source(MemorySource(list(range(100)), partitions=2)).map(fails).sink(MemorySink("out"))
+    names = set(warm_pool().names())
+    with pytest.raises(Exception, match="fifty"):
+        broken.run(parallelism=2)
+    assert warm_count() == size and set(warm_pool().names()) == names  # all retired, none replaced
+
+    out = tmp_path / "out"
+    flow = counting("warm-kill", PacedSource(list(range(N)), rate=1_500, partitions=2), FileSink(str(out), name="out"))
+    handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
+    wait_until(lambda: handle.status().get("snapshots", 0) >= 1, "a snapshot within 60 s")
+    victim = wait_for_actor("warm-kill/key_by/1", timeout=30)
+    victim_name = next(n for n in names if ray.get_actor(n, namespace="driftstream")._actor_id == victim._actor_id)
+    ray.kill(victim, no_restart=True)
+    result = handle.wait(timeout=120)
+    assert result.metrics.recoveries == 1
+    assert sorted(tuple(v) for _, v in read_file_sink(str(out), "out")) == expected_counts(N)
+    pool = warm_pool()
+    assert warm_count() == size and victim_name not in pool.names()  # replaced by a new one
+    assert all(ray.get(h.ping.remote(), timeout=60) for h in pool.handles())
 
 
 def test_warm_actors_end_with_a_coordinator_that_died_and_the_output_stays_exactly_once(ray_session, tmp_path):
     """The warm actors belong to the driver, not to the coordinator: when it dies they must not
-    run on beside the new coordinator's actors (they would write the output twice)."""
+    run on beside the new coordinator's actors (they would write the output twice). The pool gets
+    new ones in their place."""
     out = tmp_path / "out"
     flow = counting("warm-death", PacedSource(list(range(N)), rate=1_500, partitions=2), FileSink(str(out), name="out"))
-    warm_up(stage_actors=len(flow.plan(2).instances))
-    warm = warm_names()
+    size = warm_count()
     handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
-    deadline = time.time() + 120
-    while not (handle.status().get("snapshots", 0) >= 1 and len(read_file_sink(str(out), "out")) > N // 4):
-        assert time.time() < deadline, f"no snapshot and output within 120 s: {handle.status()}"
-        time.sleep(0.05)
+    taken = set(live_warm_names()) - set(warm_pool().names())
+    assert len(taken) == len(flow.plan(2).instances) + 1
+    wait_until(lambda: handle.status().get("snapshots", 0) >= 1 and len(read_file_sink(str(out), "out")) > N // 4,
+               "a snapshot and output within 60 s")
     ray.kill(ray.get_actor("warm-death/coordinator", namespace="driftstream"), no_restart=True)
-    deadline = time.time() + 60
-    while warm & warm_names():
-        assert time.time() < deadline, f"warm actors of the dead coordinator still run: {warm & warm_names()}"
-        time.sleep(0.05)
+    wait_until(lambda: not taken & live_warm_names(), f"warm actors of the dead coordinator still run: {taken & live_warm_names()}")
     result = handle.wait(timeout=120)
     assert result.metrics.recoveries == 1
     assert sorted(tuple(v) for _, v in read_file_sink(str(out), "out")) == expected_counts(N)
+    assert warm_count() == size and not taken & set(warm_pool().names())
 
 
-def test_end_warm_kills_the_pool_and_warm_up_refuses_negative_counts(ray_session):
-    warm_up(stage_actors=1, ackers=0)
-    assert warm_count() == 1 and warm_names()
-    end_warm(None)
-    assert warm_count() == 0
-    deadline = time.time() + 30
-    while warm_names():
-        assert time.time() < deadline
-        time.sleep(0.05)
+def test_cold_start_sets_the_pool_aside_and_end_warm_empties_it(ray_session):
+    pool = warm_pool()
+    with cold_start():
+        assert warm_count() == 0
+        flow = counting("cold", PacedSource(list(range(600)), rate=300), MemorySink("out"))
+        handle = flow.start(parallelism=1)
+        own = lambda: {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("cold/")}  # noqa: E731
+        wait_until(lambda: {"cold/acker", "cold/source/0"} <= own(), f"new processes named after what they play: {own()}")
+        assert sorted(handle.wait(timeout=120).output("out")) == expected_counts(600)
+    assert warm_pool().names() == pool.names()
     with pytest.raises(ValueError, match="counts >= 0"):
         warm_up(stage_actors=-1)
-    flow = counting("cold", MemorySource(list(range(100))), MemorySink("out"))
-    assert sorted(flow.run(parallelism=1).output("out")) == expected_counts(100)  # no warm actor: new processes
+    try:
+        end_warm()
+        assert warm_count() == 0
+        wait_until(lambda: not live_warm_names(), "end_warm() ends every warm actor")
+    finally:
+        warm_up(stage_actors=len(pool.stages), ackers=len(pool.ackers))  # the session's pool, for the tests after

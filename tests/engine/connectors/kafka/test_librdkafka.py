@@ -26,7 +26,7 @@ from driftstream.engine.connectors.kafka.io import ensure_topic
 from driftstream.engine.connectors.kafka.sink import META_HEADER, KafkaSink, read_kafka_sink
 from driftstream.engine.connectors.kafka.source import KafkaSource
 from driftstream.engine.model.errors import FlowError
-from driftstream.engine.testing import MemorySink
+from driftstream.engine.testing import MemorySink, wait_for_actor
 from tests.engine.connectors.kafka.librdkafka import batch_codecs, consume, produce, producer
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
@@ -226,7 +226,7 @@ def test_exactly_once_with_a_kill_over_a_transactional_topic(ray_session, kafka_
         while handle.status()["released"] < total // 3:
             assert time.time() < deadline, handle.status()
             time.sleep(0.02)
-        ray.kill(ray.get_actor(f"{name}/by_key/0", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(f"{name}/by_key/0", timeout=30), no_restart=True)
         while written() < total:
             assert time.time() < deadline, handle.status()
             time.sleep(0.05)

@@ -29,7 +29,7 @@ from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.connectors.kafka.source import TICK_HEADER, KafkaSource
 from driftstream.engine.connectors.kafka.wire import TopicFetcher
 from driftstream.engine.connectors.local_kafka import free_port, start_local_kafka
-from driftstream.engine.testing import MemorySink
+from driftstream.engine.testing import MemorySink, wait_for_actor
 from tests.engine.connectors.kafka.broker_proxy import SecuredProxy
 from tests.engine.connectors.kafka.test_kafka import expected_sums, running_sum
 
@@ -195,7 +195,7 @@ def test_a_flow_over_sasl_ssl_is_exactly_once_with_a_stateful_actor_killed(ray_s
     try:
         deadline = time.time() + 60
         _wait(lambda: handle.status()["snapshots"], deadline, handle.status)
-        ray.kill(ray.get_actor(f"{name}/by_key/0", namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(f"{name}/by_key/0", timeout=30), no_restart=True)
         _produce(bs, security, src, docs[600:])
         _wait(lambda: handle.status()["recoveries"], deadline, handle.status)
         _wait(lambda: len(read_kafka_sink(bs, dst, security=security)) >= len(docs), deadline, handle.status)

@@ -15,6 +15,7 @@ from driftstream.barriers.bundle import Bundle
 from driftstream.engine.connectors.kafka.io import LastRecordTimeout, consumer, ensure_topic, read_partition
 from driftstream.engine.connectors.kafka.sink import KafkaSink, meta_of
 from driftstream.ordering.meta import Meta
+from driftstream.engine.testing import wait_for_actor
 from tests.engine.connectors.kafka.slow_broker import slow_broker
 
 
@@ -97,7 +98,7 @@ def _kill_at_a_third(bs: str, topic: str, actor: str, before_kill=lambda: None) 
         finally:
             c.close()
         before_kill()
-        ray.kill(ray.get_actor(actor, namespace="driftstream"), no_restart=True)
+        ray.kill(wait_for_actor(actor, timeout=30), no_restart=True)
         thread.killed = True
 
     thread = threading.Thread(target=run, daemon=True)
