@@ -109,6 +109,23 @@ class Guarantee(str, Enum):
             raise FlowError(f"guarantee must be one of {', '.join(g.value for g in cls)}; got {value!r}") from None
 
 
+#: RunConfig.recovery's values: every instance rolls back, or only the failed one restores
+RECOVERY_MODES = ("global", "local")
+
+
+def refuse_on_ray(options: Mapping[str, Any]) -> None:
+    """A FlowError for the options the Ray runtime cannot honour yet (``recovery="local"``).
+
+    >>> refuse_on_ray({"recovery": "local"})
+    Traceback (most recent call last):
+    ...
+    driftstream.engine.model.errors.FlowError: recovery='local' runs on the simulator only so far (runtime='simulator'); on Ray a failure rolls every instance back (recovery='global')
+    """
+    if options.get("recovery", "global") == "local":
+        raise FlowError("recovery='local' runs on the simulator only so far (runtime='simulator'); on Ray a failure rolls "
+                        "every instance back (recovery='global')")
+
+
 #: options the engine and its tests set, not a user: accepted, never listed
 INTERNAL_OPTIONS = frozenset({"faults", "keep_parallelism"})
 
@@ -186,6 +203,11 @@ class RunConfig:
     #: at the same path on every node; None: this user's ``data-plane.key`` in its private
     #: data directory, made by the launch on its node (one machine, or a shared home)
     data_plane_key: Optional[str] = None
+    #: how a failure is recovered: "global", every instance rolls back to the newest snapshot
+    #: and the sources replay; "local", only the failed instance restores it and has its
+    #: inputs re-sent from its senders' logs, the others go on (issue 58; the simulator's
+    #: only so far, see docs/architecture.md, "Local recovery and replicas")
+    recovery: str = "global"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -225,6 +247,9 @@ class RunConfig:
             raise FlowError(f"data_plane_key is the path of a key file (at the same path on every node), not {self.data_plane_key!r}")
         if type(self.sample_every) is not int or self.sample_every < 1:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
+        if self.recovery not in RECOVERY_MODES:
+            raise FlowError(f"recovery is 'global' (every instance rolls back to the newest snapshot) or 'local' (only the "
+                            f"failed instance restores; the simulator's only so far), not {self.recovery!r}")
 
     @classmethod
     def from_options(cls, **options: Any) -> "RunConfig":
@@ -284,6 +309,7 @@ class RunOptions(TypedDict, total=False):
     metrics_interval: float
     data_plane_tls: Union[DataPlaneTLS, Mapping[str, str], None]
     data_plane_key: Optional[str]
+    recovery: str
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class Metrics:
     #: snapshots the store failed (retried with backoff; see RunConfig.snapshot_failure_timeout)
     snapshot_failures: int = 0
     recoveries: int = 0
+    #: per instance (``"stage/index"``): how many times it restored from a snapshot after a
+    #: failure (the simulator's; under recovery="local" only the failed instances)
+    restores: dict = field(default_factory=dict)
     #: per snapshot: seconds from its marker until every part was durable
     snapshot_s: list = field(default_factory=list)
     #: per snapshot: wall times ``(marker sent, every part durable)``

@@ -43,13 +43,15 @@ class AckerHost:
     out (None: like any other). ``subscribers``: every stage instance (their snapshot parts are
     collected); ``relays``: where watermarks and markers go instead, when acker shards pass them
     on to their instances (:class:`.acker_shard.AckShardHost`); ``aligned``:
-    ``(instance, group)`` of the source instances told their group's frontier, or None.
+    ``(instance, group)`` of the source instances told their group's frontier, or None;
+    ``table``: the acker's tables (default: one :class:`~driftstream.ordering.acker.Acker`
+    over ``sources``; ``recovery="local"``: a :class:`~driftstream.ordering.channel_tables.ChannelAcker`).
     """
 
     def __init__(self, sources: int, send: Callable[[Any, Any], None], defer: Callable[[Callable[[], None]], None] = at_once,
                  finish: Optional[Callable[[tuple], None]] = None, subscribers: Optional[list] = None,
-                 aligned: Optional[list] = None, relays: Optional[list] = None) -> None:
-        self.table = Acker(sources)
+                 aligned: Optional[list] = None, relays: Optional[list] = None, table: Optional[Acker] = None) -> None:
+        self.table = Acker(sources) if table is None else table
         self._send, self._defer, self._finish = send, defer, finish
         self.subscribers: list = list(subscribers or [])
         self.relays = relays

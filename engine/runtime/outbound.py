@@ -54,6 +54,15 @@ class Batch:
     more: bool = False
 
 
+@dataclass
+class ChannelBatch(Batch):
+    """A :class:`Batch` under ``recovery="local"``: its id is XORed into the acker's table of
+    ``channel``, ``(sender incarnation, receiver incarnation)`` (ordering/channel_tables.py),
+    by its sender and again by its receiver, so a failure can discard what either end held."""
+
+    channel: Any = None
+
+
 def tagged(items: list, tag: int) -> list:
     """Items entering a merge as input ``tag``: ``tag`` appended to their child_ids."""
     return [(child_of(m, tag), p, k) for m, p, k in items]
@@ -81,6 +90,24 @@ class _OutBuffer:
             acks.move(first, t, bid)  # XORed out again: the entry moves to t
         else:
             acks.xor(t, bid)
+        self.first = t
+
+
+class _ChannelOutBuffer(_OutBuffer):
+    """An :class:`_OutBuffer` whose hold is keyed ``(channel, t)`` (``recovery="local"``)."""
+
+    __slots__ = ("channel",)
+
+    def __init__(self, batch_id: int, channel: tuple) -> None:
+        super().__init__(batch_id)
+        self.channel = channel
+
+    def hold(self, t: tuple, acks: AckTable) -> None:
+        first, bid, ch = self.first, self.batch_id, self.channel
+        if first is not None:
+            acks.move((ch, first), (ch, t), bid)
+        else:
+            acks.xor((ch, t), bid)
         self.first = t
 
 
@@ -165,5 +192,43 @@ class Outbound:
         if not self.buffers:
             return []
         out = [(dest[0], dest[1], Batch(dest[2], buf.batch_id, [buf.first], buf.items, sender, more)) for dest, buf in self.buffers.items()]
+        self.buffers = {}
+        return out
+
+
+class ChannelOutbound(Outbound):
+    """:class:`Outbound` under ``recovery="local"``: each batch holds the watermark in the table
+    of its channel, from this incarnation (``own``) to the receiver's current one
+    (``incarnations``: instance -> incarnation, kept current by the runtime), and says so
+    (:class:`ChannelBatch`). The default path is :class:`Outbound`'s, untouched.
+
+    >>> from driftstream.engine import Flow
+    >>> from driftstream.engine.testing import MemorySink, MemorySource
+    >>> flow = Flow("doc")
+    >>> flow.source(MemorySource([])).key_by(len, name="by_len").stateful_map(lambda s, x: (x, x)).sink(MemorySink("out"))
+    >>> plan, acks = flow.plan(2), AckTable()
+    >>> out = ChannelOutbound(plan, 1, iter(range(7, 99)).__next__, {(1, 0): 5, (1, 1): 6}, own=3)
+    >>> for ch in plan.channels[plan.stages[0].step_ids[-1]]:
+    ...     out.route(ch, [((2, 0, 0, 2, (), False), "xx", None)], acks)
+    >>> [(b.channel, b.times) for _, _, b in out.take(sender=(0, 1), more=False)], acks
+    ([((3, 5), [(2, 0, 0, 2)])], {((3, 5), (2, 0, 0, 2)): 7})
+    """
+
+    def __init__(self, plan: Plan, instance: int, new_batch_id: Callable[[], int], incarnations: dict, own: Any) -> None:
+        super().__init__(plan, instance, new_batch_id)
+        self.incarnations, self.own = incarnations, own
+
+    def _buffer(self, dest: tuple) -> _OutBuffer:
+        buf = self.buffers.get(dest)
+        if buf is None:
+            channel = (self.own, self.incarnations[(dest[0], dest[1])])
+            buf = self.buffers[dest] = _ChannelOutBuffer(self.new_batch_id(), channel)
+        return buf
+
+    def take(self, sender: tuple, more: bool) -> list:
+        if not self.buffers:
+            return []
+        out = [(dest[0], dest[1], ChannelBatch(dest[2], buf.batch_id, [buf.first], buf.items, sender, more, buf.channel))
+               for dest, buf in self.buffers.items()]
         self.buffers = {}
         return out

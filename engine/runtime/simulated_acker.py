@@ -20,10 +20,12 @@ import random  # noqa: F401  (the doctest)
 from typing import Any, Callable, Optional
 
 from driftstream.ordering.ack_shards import shard_of
+from driftstream.ordering.channel_tables import ChannelAcker
 
 from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.acker_shard import AckShardHost
 from driftstream.engine.runtime.instance_host import ACKER
+from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.protocol import Ack  # noqa: F401  (the doctest)
 
 
@@ -32,10 +34,17 @@ class SimulatedAcker:
     (round robin over ``instances``; none: the instances' messages go to the root)."""
 
     def __init__(self, sources: int, send_control: Callable[[Any, Any, Any], None], instances: list,
-                 aligned: Optional[list] = None, shards: int = 0) -> None:
+                 aligned: Optional[list] = None, shards: int = 0, local: Optional[LocalRecovery] = None) -> None:
         keys = [("acker shard", j) for j in range(shards)]
-        self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
-                              relays=keys if shards else None)
+        #: recovery="local": the run's side of it (the acker's tables per channel, replacements catching up)
+        self.local = local
+        self.send_control = send_control
+        if local is None:
+            self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
+                                  relays=keys if shards else None)
+        else:
+            self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
+                                  table=ChannelAcker(sources))
         self.shard_by_instance = {key: shard_of(i, shards) for i, key in enumerate(instances)} if shards else {}
         self.shard_by_key = {key: j for j, key in enumerate(keys)}
         self.shards = [AckShardHost(lambda message, key=key: send_control(key, ACKER, message), defer=lambda fn: None,
@@ -45,6 +54,11 @@ class SimulatedAcker:
 
     def receive(self, sender: Any, message: Any) -> None:
         """A message for the acker from ``sender``: through the sender's shard when there are shards."""
+        local = self.local
+        if local is not None:  # no shards (refused)
+            self.root.receive(local.acker_message(self.root.table, sender, message))
+            local.catch_up(self.root.table, self.root.pushed, lambda to, m: self.send_control(ACKER, to, m))
+            return
         j = self.shard_by_instance.get(sender)
         if j is None:
             self.root.receive(message)  # no shards, or a shard's batch

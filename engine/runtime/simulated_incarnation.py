@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_host import ACKER
 from driftstream.engine.runtime.protocol import Push, Watermark
+from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.simulated_acker import SimulatedAcker
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
@@ -40,11 +41,14 @@ class SimulatedIncarnation:
     """
 
     def __init__(self, plan: Plan, live: SimulatedInstances, rng: random.Random, batch_size: int, aligned: Optional[list],
-                 shards: int, send_control: Callable[[Any, Any, Any], None], maybe_crash: Callable[[str, float], bool]) -> None:
+                 shards: int, send_control: Callable[[Any, Any, Any], None], maybe_crash: Callable[[str, float], bool],
+                 local: Optional[LocalRecovery] = None) -> None:
         self.live, self.rng, self.batch_size, self.maybe_crash = live, rng, batch_size, maybe_crash
         self.instance_count = len(plan.instances)
         self.send_control = send_control
-        self.ackers = SimulatedAcker(len(plan.source_instances), send_control, plan.instances, aligned, shards)
+        #: recovery="local": the run's side of it (logs, inputs taken, cuts), None by default
+        self.local = local
+        self.ackers = SimulatedAcker(len(plan.source_instances), send_control, plan.instances, aligned, shards, local)
         self.acker = self.ackers.root
         self.data: list = []
         self.control: dict = {}
@@ -64,11 +68,27 @@ class SimulatedIncarnation:
                 self.data.append((*to, message.batch))
             else:
                 self.send_control(instance, to, message)
-        return send
+
+        def send_logged(to, message) -> None:  # recovery="local": logged, a replacement's settled output dropped
+            if type(message) is Push:
+                batch = self.local.on_send(instance, to, message.batch, self.live.hosts[instance].rt.acks)
+                if batch is not None:
+                    self.data.append((*to, batch))
+            else:
+                self.send_control(instance, to, message)
+        return send if self.local is None else send_logged
 
     def bundle_writer(self, instance: Instance) -> Callable:
         """Where ``instance``'s sink bundles wait until the scheduler writes them."""
         return lambda sid, sink, bundle: self.writes.append((instance, sid, sink, bundle))
+
+    def lose(self, instance: Instance) -> None:
+        """``instance`` failed alone (recovery="local"): every batch and control message to or
+        from it is lost, and its sink writes (the process died before they landed)."""
+        self.data = [d for d in self.data if (d[0], d[1]) != instance and d[2].sender != instance]
+        for pair in [p for p in self.control if instance in p]:
+            del self.control[pair]
+        self.writes = [w for w in self.writes if w[0] != instance]
 
     def land_writes(self, hosts: dict) -> int:
         """A reset in place, as StageActor.reset: the sink writes in progress finish
@@ -115,6 +135,8 @@ class SimulatedIncarnation:
         i = self.rng.randrange(len(self.data))
         self.data[i], self.data[-1] = self.data[-1], self.data[i]
         stage, index, batch = self.data.pop()
+        if self.local is not None:
+            self.local.on_receive((stage, index), batch)
         self.live.hosts[(stage, index)].receive([batch])
 
     def deliver_control(self) -> None:
@@ -126,6 +148,8 @@ class SimulatedIncarnation:
             self.ackers.relay(receiver, message)
         else:
             self.live.hosts[receiver].on_message(message)
+            if self.local is not None and type(message) is Watermark:
+                self.local.on_watermark(receiver, message.t)
             if type(message) is Watermark and message.snapshot_id is not None:
                 self.maybe_crash("after a marker", CRASH_AT_POINT / self.instance_count)
             if receiver in self.live.stages:  # else: a crash at the marker

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 from driftstream.ordering.meta import TOP
 
@@ -60,17 +60,18 @@ class SimulatedInstances:
         self.readers: dict = {}
 
     def start(self, plan: Plan, instance: Instance, config: InstanceConfig, seed: int, base_every_s: float, bundle_writer: Callable,
-              send: Callable) -> InstanceHost:
+              send: Callable, **runtime: Any) -> InstanceHost:
         """Start ``instance`` of ``plan`` from its part of a manifest (``config.restore``); returns
         its host. ``bundle_writer(sink step, partition, bundle)``: where its barriers' bundles
         go (the scheduler writes them when it chooses); ``send(to, message)``: where what it sends
-        goes (see :class:`InstanceHost`). O(the state it restores)."""
+        goes (see :class:`InstanceHost`); ``runtime``: more of :class:`~.stage.StageRuntime`'s
+        options. O(the state it restores)."""
         snaps = StageSnapshots(
             config.snapshot_dir, plan.participant(instance), config.restore, base_every_s, deferred=True, scratch=self.scratch, cache_bytes=config.state_cache_bytes
         )
         self.snapshots[instance] = snaps
         self.hosts[instance] = host = InstanceHost(plan, instance, config, snaps, send, seed=seed, clock=self.clock, bundle_writer=bundle_writer,
-                                                   sink_opener=lambda sid, index: self._open_sink(plan, sid, index))
+                                                   sink_opener=lambda sid, index: self._open_sink(plan, sid, index), **runtime)
         self.stages[instance] = host.rt
         if host.reader is not None:
             self.readers[instance] = host.reader
@@ -87,6 +88,12 @@ class SimulatedInstances:
         for host in self.hosts.values():
             host.close(keep_sinks=True)
         self.hosts, self.stages, self.snapshots, self.readers = {}, {}, {}, {}
+
+    def stop_one(self, instance: Instance) -> None:
+        """Lose ``instance`` alone (a per-instance crash, recovery="local"); its sink partitions live on."""
+        self.hosts.pop(instance).close(keep_sinks=True)
+        for held in (self.stages, self.snapshots, self.readers):
+            held.pop(instance, None)
 
     def source_ready(self, instance: Instance) -> bool:
         """Whether the source ``instance`` has something to do: read (it has credit), or send

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 import time
 from typing import Callable, Optional, Sequence
 
@@ -56,6 +57,7 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
+from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
@@ -98,6 +100,8 @@ class Simulation:
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales)
+        if config.recovery == "local" and (rescales or resets_in_place or acker_shards):
+            raise FlowError("recovery='local' runs without rescales, resets in place or acker shards in the simulator so far")
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -108,6 +112,10 @@ class Simulation:
         self.crashes_left, self.crash_points = crashes, []
         self.commits = self.skipped = 0
         self.recoveries: list = []  # per crash: the snapshot id its restart restored (None: the beginning)
+        #: per instance: its restores from a snapshot after a crash
+        self.restores: Counter = Counter()
+        #: recovery="local": a crash fails one instance, which alone restores (see local_recovery.py)
+        self.local = LocalRecovery(plan) if config.recovery == "local" else None
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
@@ -139,7 +147,7 @@ class Simulation:
         self.restoring = list(self.plan.instances)
         # late-bound: what replaces _send_control (a test's recorder) sees the acker's messages too
         self.incarnation = SimulatedIncarnation(self.plan, self.live, self.rng, self.rules.settings["batch_size"], self.aligned, self.shard_count,
-                                                lambda *message: self._send_control(*message), self._maybe_crash)
+                                                lambda *message: self._send_control(*message), self._maybe_crash, self.local)
         #: the incarnation's acker and its shards; ``acker``: the root, what the lifecycle reads
         self.ackers, self.acker = self.incarnation.ackers, self.incarnation.acker
 
@@ -150,19 +158,45 @@ class Simulation:
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
         instance = self.restoring.pop(0)
-        ordinal = self.plan.instances.index(instance)
-        config = self.rules.instance_config(instance, ordinal, self.manifest, self.recovering)
-        host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
-                               self.incarnation.bundle_writer(instance), self.incarnation.sender(instance))
-        seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts
-        if seed:
-            self.acker.seed(seed)
+        self._start_instance(instance, self.manifest, self.recovering)
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
             self.skipped += sum(r.skip_after(limit) for r in self.readers.values())
 
+    def _start_instance(self, instance, manifest: Optional[Manifest], recovering: bool) -> None:
+        """Start ``instance`` from its part of ``manifest`` (None: the beginning)."""
+        ordinal = self.plan.instances.index(instance)
+        config = self.rules.instance_config(instance, ordinal, manifest, recovering)
+        extra = {} if self.local is None else {"incarnations": self.local.incarnations}
+        host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
+                               self.incarnation.bundle_writer(instance), self.incarnation.sender(instance), **extra)
+        if recovering:
+            self.restores[instance] += 1
+        if self.local is not None:
+            self.local.started(instance)
+        seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts
+        if seed:
+            self.acker.seed(seed if self.local is None else self.local.tag(instance, seed))
+
+    def _crash_one(self, point: str) -> None:
+        """recovery="local": one seeded instance fails and alone restores the newest manifest;
+        the others go on (see local_recovery.py)."""
+        self.crashes_left -= 1
+        self.crash_points.append(point)
+        victim = self.rng.choice(sorted(self.live.hosts))
+        manifest = self._newest_manifest()
+        self.recoveries.append(None if manifest is None else manifest.snapshot_id)
+        self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True))
+
+    def _newest_manifest(self) -> Optional[Manifest]:
+        data = self.store.read_latest_manifest()
+        return None if data is None else Manifest.from_json(data)
+
     def _crash(self, point: str) -> None:
         """Every instance and message in flight is lost; restart from the newest manifest."""
+        if self.local is not None:
+            self._crash_one(point)
+            return
         self.crashes_left -= 1
         self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
         hosts = self.live.hosts
@@ -170,8 +204,7 @@ class Simulation:
         if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
             self.landed += self.incarnation.land_writes(hosts)
         self.rescale_phase = None  # a pending rescale begins again later
-        data = self.store.read_latest_manifest()
-        manifest = None if data is None else Manifest.from_json(data)
+        manifest = self._newest_manifest()
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         self._start_incarnation(manifest, recovering=True)
 
@@ -191,6 +224,8 @@ class Simulation:
         self._start_incarnation(moved, recovering=True)
 
     def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
+        if self.local is not None and self.local.catching_up:
+            return False  # recovery="local": one recovery at a time (see local_recovery.py)
         if self.crashes_left and self.rng.random() < chance:
             self._crash(point)
             return True
@@ -210,7 +245,7 @@ class Simulation:
         if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
         elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
-              and self.rescale_phase is None):
+              and self.rescale_phase is None and (self.local is None or not self.local.catching_up)):
             kinds.append(self._begin_snapshot)
         return kinds
 
@@ -257,6 +292,8 @@ class Simulation:
         manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing, self.manifest)
         self.store.write_manifest(c.snapshot_id, manifest.to_json())
         self.commits += 1
+        if self.local is not None:
+            self.local.trim(tuple(manifest.t))  # a restore starts there now
         if self._maybe_crash("after a commit"):
             return
         if self.rescale_phase == "snapshot":
@@ -271,6 +308,7 @@ class Simulation:
             result = self.live.result(self.plan, self.clock_value)
             result.metrics.snapshots = self.commits
             result.metrics.recoveries = len(self.crash_points)
+            result.metrics.restores = {f"{i.stage}/{i.index}": n for i, n in sorted(self.restores.items())}
             result.metrics.skipped = self.skipped
             return result
         finally:
@@ -312,7 +350,7 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     than silently left out."""
     config = config or RunConfig()
     refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes",
-                                  "source_alignment", "input_merge", "fuse")
+                                  "source_alignment", "input_merge", "fuse", "recovery")
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()

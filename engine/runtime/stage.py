@@ -32,7 +32,7 @@ from driftstream.snapshots.state_keys import StateKeys
 from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.latency_samples import LatencySamples
-from driftstream.engine.runtime.outbound import Batch, Outbound, tagged  # noqa: F401  (Batch: re-exported)
+from driftstream.engine.runtime.outbound import Batch, ChannelOutbound, Outbound, tagged  # noqa: F401  (Batch: re-exported)
 from driftstream.engine.runtime.operator_registry import operator_for
 from driftstream.engine.runtime.operators import StepContext
 from driftstream.engine.runtime.sink_release import SinkRelease
@@ -63,6 +63,7 @@ class StageRuntime:
         sink_opener: Optional[Callable[[int, int], Any]] = None,
         merging: bool = True,
         restore_t: Optional[tuple] = None,
+        incarnations: Optional[dict] = None,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
@@ -73,7 +74,11 @@ class StageRuntime:
 
         Latency samples (``emit_times``, ``release_times``: time -> wall clock) are kept
         for the elements whose offset is a multiple of ``sample_every``, at most
-        ``max_samples`` of each (:class:`.latency_samples.LatencySamples`)."""
+        ``max_samples`` of each (:class:`.latency_samples.LatencySamples`).
+
+        ``incarnations`` (``recovery="local"``; the simulator's only so far): every instance's
+        current incarnation, kept current by the runtime; acks are then keyed ``(channel, t)``,
+        a batch's in the table of its channel (see ordering/channel_tables.py)."""
         self.plan = plan
         self.stage = plan.stages[stage_index]
         self.instance = instance
@@ -98,7 +103,10 @@ class StageRuntime:
         self.dead_letters: dict = {}
         self.failure: Optional[StepError] = None
         #: what leaves the stage, in a batch per destination instance and step
-        self.outbound = Outbound(plan, instance, lambda: self.rng.getrandbits(64) or 1)
+        #: recovery="local": the instances' incarnations (None: one acker table, the default path)
+        self.incarnations = incarnations
+        new_id = lambda: self.rng.getrandbits(64) or 1  # noqa: E731
+        self.outbound = Outbound(plan, instance, new_id) if incarnations is None else ChannelOutbound(plan, instance, new_id, incarnations, incarnations[self.key])
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
                           lambda: self.acks, self.seed_acks, self.dead_letters, restore_t)
         #: step id -> its operator, for the steps of this stage
@@ -169,8 +177,12 @@ class StageRuntime:
         for entry, items in released.items():
             self.process(entry, items)
         acks = self.acks
-        for batch in done:
-            acks.xor_many(batch.times, batch.batch_id)
+        if self.incarnations is None:
+            for batch in done:
+                acks.xor_many(batch.times, batch.batch_id)
+        else:  # recovery="local": in the table of the batch's channel
+            for batch in done:
+                acks.xor_many([(batch.channel, t) for t in batch.times], batch.batch_id)
         if self.merge.holding:
             self._hold_at_held(acks)
 
@@ -185,7 +197,10 @@ class StageRuntime:
             times = batch.times
             t = meta[:4]
             if len(times) == 1 and times[0] < t:
-                acks.move(times[0], t, batch.batch_id)
+                if self.incarnations is None:
+                    acks.move(times[0], t, batch.batch_id)
+                else:
+                    acks.move((batch.channel, times[0]), (batch.channel, t), batch.batch_id)
                 batch.times = [t]
 
     def process(self, entry: int, items: list) -> None:

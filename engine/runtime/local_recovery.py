@@ -1,0 +1,208 @@
+"""Local recovery in the simulator (``recovery="local"``, issue 58): one instance fails, only
+it restores the newest committed snapshot, and the others go on without rolling back.
+
+What a failure of instance X does, in one scheduling step (:meth:`LocalRecovery.fail`):
+
+1. Every other instance sends what it holds for others; then X, and every message to or
+   from it, is lost (its sink writes too: the process died before they landed).
+2. The acker (a :class:`~driftstream.ordering.channel_tables.ChannelAcker`) discards the
+   tables of X's incarnation and drops whatever still comes for them; a source instance's
+   bound is unknown again. ``W``, the watermark then, is the cut: below it X's output is
+   settled and every receiver has it.
+3. Each receiver cancels what the dead incarnation sent it at or above ``W``
+   (:class:`~driftstream.ordering.unsettled_inputs.UnsettledInputs`), as tombstones (or the
+   element of a lone tombstone) processed at once.
+4. The replacement restores snapshot ``T`` and drops its own output below ``W``; every
+   sender re-sends from its log what it sent X since ``T``
+   (:class:`~driftstream.ordering.upstream_log.UpstreamLog`), as new batches of the
+   replacement's channel, followed by a :class:`ReplaySent`; until that arrives the acker
+   holds ``T`` open.
+5. Until it catches up, the replacement is told the acker's raw frontier (what is open
+   below the watermark the others are past: its replay); it catches up when the two meet.
+   The watermark's own pushes need not be withheld from it: the watermark stays at ``W``
+   until the raw frontier passes it, and then is that frontier. No snapshot begins and no
+   other instance fails meanwhile.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> f = Flow("local")
+>>> f.source(MemorySource(range(6), partitions=2)).key_by(lambda x: x % 2).stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("o"))
+>>> plan = f.plan(2)
+>>> local = LocalRecovery(plan)
+>>> local.incarnations[plan.instances[2]], local.replace(plan.instances[2]), local.incarnations[plan.instances[2]]
+(2, (2, 4), 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from driftstream.ordering.channel_tables import ChannelAcker
+from driftstream.ordering.meta import BOTTOM
+from driftstream.ordering.unsettled_inputs import UnsettledInputs
+from driftstream.ordering.upstream_log import UpstreamLog
+
+from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.outbound import ChannelBatch
+from driftstream.engine.runtime.protocol import Ack, Watermark
+
+
+@dataclass(frozen=True)
+class ReplaySent:
+    """Sender -> acker, after the batches (and the :class:`Ack` holding them) it re-sent to
+    incarnation ``receiver``: the acker's hold for that replay goes."""
+
+    receiver: int
+
+
+class LocalRecovery:
+    """The run's side of ``recovery="local"``: each instance's current incarnation
+    (``incarnations``, shared with the stage runtimes), each live incarnation's
+    :class:`UpstreamLog` (``logs``) and :class:`UnsettledInputs` (``inputs``), the cut below
+    which a replacement drops its output (``cuts``), the replacements catching up
+    (``catching_up``: instance -> the watermark it was told) and ``restores`` per instance."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.incarnations: dict = {key: n for n, key in enumerate(plan.instances)}
+        self._next = len(plan.instances)
+        self.logs: dict = {}
+        self.inputs: dict = {}
+        self.cuts: dict = {}
+        self.catching_up: dict = {}
+        self.restores: Counter = Counter()
+        #: items re-sent from logs, and undone at receivers (tombstones or lone tombstones' elements), over the run
+        self.replayed = self.cancelled = 0
+
+    def replace(self, instance: Instance) -> tuple:
+        """``instance`` failed: a new incarnation id for its replacement; ``(old, new)``."""
+        old, new = self.incarnations[instance], self._next
+        self._next += 1
+        self.incarnations[instance] = new
+        return old, new
+
+    def started(self, instance: Instance) -> None:
+        """A new incarnation of ``instance`` starts with an empty log and nothing taken."""
+        self.logs[instance], self.inputs[instance] = UpstreamLog(), UnsettledInputs()
+
+    # -- what the instances send and take (the incarnation's hooks) --------------------------
+
+    def on_send(self, sender: Instance, to: tuple, batch: ChannelBatch, acks: dict) -> Optional[ChannelBatch]:
+        """``sender`` sends ``batch`` to ``to``: logged; a replacement's items below its cut
+        dropped (the receivers have them). None: nothing left, the batch's hold undone in
+        ``acks`` (the sender's, not yet flushed)."""
+        self.logs[sender].record(to, batch.entry, batch.items)
+        cut = self.cuts.get(sender)
+        if cut is None:
+            return batch
+        kept = [item for item in batch.items if not item[0] < cut]
+        if len(kept) == len(batch.items):
+            return batch
+        if kept:
+            return dataclasses.replace(batch, items=kept)
+        acks[(batch.channel, batch.times[0])] = acks.get((batch.channel, batch.times[0]), 0) ^ batch.batch_id
+        return None
+
+    def on_receive(self, receiver: Instance, batch: Any) -> None:
+        """``receiver`` takes ``batch``: remembered by sender until its watermark passes it."""
+        self.inputs[receiver].record(batch.sender, batch.entry, batch.items)
+
+    def on_watermark(self, receiver: Instance, t: tuple) -> None:
+        self.inputs[receiver].settle(t)
+
+    def tag(self, sender: Instance, xors: dict) -> dict:
+        """``sender``'s flush with its own XORs (timers: keyed by time alone) put in the table
+        of its channel to itself."""
+        own = self.incarnations[sender]
+        me = (own, own)
+        return {(k if type(k[0]) is tuple else (me, k)): x for k, x in xors.items()}
+
+    def trim(self, t: tuple) -> None:
+        """Snapshot ``t`` committed: a restore starts there, the logs keep what is at or after it."""
+        for log in self.logs.values():
+            log.trim(t)
+
+    # -- the acker's side ------------------------------------------------------------------
+
+    def acker_message(self, table: ChannelAcker, sender: Instance, message: Any) -> Any:
+        """A message from ``sender`` for the acker, as the acker takes it: a :class:`ReplaySent`
+        ends its hold (an empty Ack: the watermark it frees is pushed), an :class:`Ack`'s XORs
+        are tagged (:meth:`tag`)."""
+        if type(message) is ReplaySent:
+            table.release((message.receiver, sender))
+            return Ack({}, None, None)
+        if type(message) is Ack:
+            return Ack(self.tag(sender, message.xors), message.source_index, message.bound)
+        return message
+
+    def catch_up(self, table: ChannelAcker, pushed: tuple, send: Callable[[Any, Any], None]) -> None:
+        """Tell each replacement catching up the raw frontier if it moved; one whose frontier
+        met the watermark the others were told (``pushed``), with no replay pending, has caught up."""
+        for instance, told in list(self.catching_up.items()):
+            raw = table.frontier_raw()
+            if raw > told:
+                self.catching_up[instance] = raw
+                send(instance, Watermark(raw))
+            own = self.incarnations[instance]
+            if raw >= pushed and not any(token[0] == own for token in table.holds):
+                del self.catching_up[instance]
+
+    # -- a failure -----------------------------------------------------------------------------
+
+    def fail(self, victim: Instance, incarnation: Any, manifest: Optional[Manifest], restart: Callable[[Instance, Optional[Manifest]], Any]) -> None:
+        """``victim`` fails (see the module doc); ``incarnation``: the run's
+        :class:`~.simulated_incarnation.SimulatedIncarnation`; ``restart(instance, manifest)``
+        starts the replacement from ``manifest`` (None: the beginning) and returns its host."""
+        live, table = incarnation.live, incarnation.acker.table
+        for key in list(live.hosts):
+            if key != victim:
+                incarnation.flush(key)
+        collecting = incarnation.acker.collecting
+        if collecting is not None:  # its part may be lost with the victim: given up, as a failed store's
+            incarnation.acker.end_snapshot(collecting.snapshot_id)
+        live.stop_one(victim)
+        incarnation.lose(victim)
+        cut = table.watermark
+        old, new = self.replace(victim)
+        table.discard(old)
+        if victim in self.plan.source_instances:
+            table.reset_bound(self.plan.source_instances.index(victim))
+        for key, host in live.hosts.items():
+            for entry, items in self.inputs[key].cancel(victim, cut).items():
+                self.cancelled += len(items)
+                host.guarded(host.rt.process, entry, items)
+            incarnation.flush(key)
+        restart(victim, manifest)
+        self.cuts[victim] = cut
+        self.restores[victim] += 1
+        t = BOTTOM if manifest is None else tuple(manifest.t)
+        self.catching_up[victim] = t
+        for key in list(live.hosts):
+            if key != victim:
+                self._replay(key, victim, new, t, incarnation)
+        self.catch_up(table, incarnation.acker.pushed, lambda to, m: incarnation.enqueue("acker", to, m))
+
+    def _replay(self, sender: Instance, victim: Instance, new: int, t: tuple, incarnation: Any) -> None:
+        """``sender`` re-sends what it logged for ``victim`` since ``t`` to its incarnation ``new``,
+        the acker holding ``t`` until the :class:`ReplaySent` behind the batches' Ack."""
+        replay = self.logs[sender].replay(victim)
+        if not replay:
+            return
+        host = incarnation.live.hosts[sender]
+        channel = (self.incarnations[sender], new)
+        incarnation.acker.table.hold((new, sender), t)
+        size = incarnation.batch_size
+        for entry, items in replay.items():
+            self.replayed += len(items)
+            for i in range(0, len(items), size):
+                chunk = items[i:i + size]
+                bid = host.rt.rng.getrandbits(64) or 1
+                least = min(item[0] for item in chunk)[:4]
+                host.rt.acks.xor((channel, least), bid)
+                incarnation.data.append((*victim, ChannelBatch(entry, bid, [least], chunk, sender, False, channel)))
+        incarnation.flush(sender)
+        incarnation.enqueue(sender, "acker", ReplaySent(new))

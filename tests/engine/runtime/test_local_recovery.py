@@ -1,0 +1,110 @@
+"""recovery="local" on the simulator (issue 58): a crash fails one seeded instance, which
+alone restores the newest committed snapshot and has its inputs re-sent from its senders'
+logs; its receivers cancel what it sent at or above the watermark of the failure. Over
+hundreds of seeds of keyed flows (two keyed stages, a filter, a flat_map; parallelism 2 and
+3) every output is the failure-free one, only the crashed instances restored, and no other
+instance was ever replaced."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.engine import Flow
+from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.runtime.simulator import Simulation, run_simulated
+from driftstream.engine.testing import MemorySink, MemorySource
+
+from tests.pipelines import STATE_REKEY_ENTRIES, STATE_REKEY_STATE, build
+from tests.reference import reference_outputs
+
+DATA = [("abcd"[i % 4], "xyzw"[i % 3] * (1 + i % 3)) for i in range(32)]
+
+#: Seeded runs per flow: each ~0.02 s; 300 give ~270 crashes, a third of them restoring a
+#: committed snapshot (the rest, the beginning), each crash point 40 times or more.
+SEEDS = 300
+#: A run takes ~100-200 steps.
+MAX_STEPS = 20_000
+
+
+def _config(seed: int) -> RunConfig:
+    return RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local")
+
+
+def _local_run(flow: Flow, seed: int) -> tuple:
+    """(simulation, output, the instances whose host was replaced) of one seeded run with up to three crashes."""
+    sim = Simulation(flow.plan(2 + seed % 2), _config(seed), crashes=3)
+    first = dict(sim.live.hosts)
+    for _ in range(MAX_STEPS):  # a watermark that stalls while snapshots go on would never end the run
+        if not sim.step():
+            break
+    else:
+        sim.close()
+        pytest.fail(f"seed {seed}: no end after {MAX_STEPS} steps, watermark {sim.acker.pushed}, crash points {sim.crash_points}")
+    replaced = {key for key, host in first.items() if sim.live.hosts[key] is not host}
+    return sim, sim.run().output("out"), replaced
+
+
+@pytest.mark.parametrize("ops", [STATE_REKEY_STATE, STATE_REKEY_ENTRIES, ["fan", "concat"]], ids=["state-rekey-state", "entries", "fan-state"])
+def test_local_recovery_gives_the_failure_free_output_and_restores_only_the_crashed(ops):
+    flow = build("local", DATA, ops, partitions=3)
+    expected = reference_outputs(flow)["out"]
+    wrong, others_replaced, crashes, from_commits, replayed, cancelled = [], [], 0, 0, 0, 0
+    for seed in range(SEEDS):
+        sim, out, replaced = _local_run(flow, seed)
+        if out != expected:
+            wrong.append((seed, sim.crash_points))
+        restored = set(sim.local.restores)
+        if replaced != restored or sum(sim.local.restores.values()) != len(sim.crash_points):
+            others_replaced.append((seed, replaced, restored))
+        crashes += len(sim.crash_points)
+        from_commits += sum(sid is not None for sid in sim.recoveries)
+        replayed += sim.local.replayed
+        cancelled += sim.local.cancelled
+    assert not wrong, f"seeds whose output differs (seed, crash points): {wrong[:5]}"
+    assert not others_replaced, f"instances replaced that did not crash (seed, replaced, crashed): {others_replaced[:5]}"
+    # The seeds reached what they test: crashes, restores of committed snapshots, logs re-sent, sends cancelled.
+    assert crashes > SEEDS // 2 and from_commits > crashes // 5 and replayed > crashes and cancelled > crashes, (crashes, from_commits, replayed, cancelled)
+
+
+def test_the_result_counts_restores_per_instance():
+    flow = build("local", DATA, STATE_REKEY_STATE, partitions=3)
+    metrics = Simulation(flow.plan(2), _config(9), crashes=3).run().metrics
+    assert metrics.recoveries == 2
+    assert metrics.restores == {"2/0": 2}  # the same instance crashed twice; the five others never restored
+
+
+def test_global_recovery_still_restores_every_instance():
+    flow = build("global", DATA, STATE_REKEY_STATE, partitions=3)
+    config = RunConfig(seed=0, guarantee="exactly-once", snapshot_interval=0.006)
+    metrics = Simulation(flow.plan(2), config, crashes=1).run().metrics
+    assert metrics.recoveries == 1
+    assert metrics.restores == {f"{i.stage}/{i.index}": 1 for i in flow.plan(2).instances}
+
+
+def test_recovery_is_global_or_local():
+    with pytest.raises(FlowError, match="recovery is 'global'.*or 'local'.*not 'sideways'"):
+        RunConfig(recovery="sideways")
+
+
+def test_ray_refuses_local_recovery_before_it_starts():
+    f = Flow("ray-local")
+    f.source(MemorySource([1])).sink(MemorySink("o"))
+    with pytest.raises(FlowError, match="recovery='local' runs on the simulator only so far"):
+        f.run(runtime="ray", recovery="local")
+    with pytest.raises(FlowError, match="recovery='local' runs on the simulator only so far"):
+        f.start(recovery="local")
+
+
+def test_the_simulator_takes_local_recovery_through_flow_run():
+    f = Flow("sim-local")
+    f.source(MemorySource(list(range(6)), partitions=2)).key_by(lambda x: x % 2).stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("o"))
+    out = f.run(2, runtime="simulator", seed=3, guarantee="exactly-once", snapshot_interval=0.003, recovery="local").output("o")
+    assert out == [0, 1, 2, 4, 6, 9]
+    assert run_simulated(f.plan(2), RunConfig(seed=4, guarantee="exactly-once", snapshot_interval=0.003, recovery="local"), crashes=2).output("o") == out
+
+
+def test_local_recovery_refuses_what_it_does_not_cover_yet():
+    flow = build("local", DATA, STATE_REKEY_STATE, partitions=3)
+    with pytest.raises(FlowError, match="recovery='local' runs without rescales"):
+        Simulation(flow.plan(2), _config(0), crashes=1, rescales=[3])
