@@ -180,7 +180,9 @@ class LocalRecovery:
         self.cuts[victim] = cut
         self.restores[victim] += 1
         t = BOTTOM if manifest is None else tuple(manifest.t)
-        self.catching_up[victim] = t
+        # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
+        # fires only once the replacement is told T itself.
+        self.catching_up[victim] = BOTTOM
         for key in list(live.hosts):
             if key != victim:
                 self._replay(key, victim, new, t, incarnation)

@@ -7,6 +7,8 @@ instance was ever replaced."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 
 from driftstream.engine import Flow
@@ -14,15 +16,17 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.runtime.simulator import Simulation, run_simulated
 from driftstream.engine.testing import MemorySink, MemorySource
+from driftstream.engine.windows import Session, Sliding, Tumbling
 
+from tests.engine.api import test_dead_letters, test_joins, test_windows
 from tests.pipelines import STATE_REKEY_ENTRIES, STATE_REKEY_STATE, build
 from tests.reference import reference_outputs
 
 DATA = [("abcd"[i % 4], "xyzw"[i % 3] * (1 + i % 3)) for i in range(32)]
 
-#: Seeded runs per flow: each ~0.02 s; 300 give ~270 crashes, a third of them restoring a
-#: committed snapshot (the rest, the beginning), each crash point 40 times or more.
-SEEDS = 300
+#: Seeded runs per flow: each ~0.03 s; 200 give ~180 crashes, a third of them restoring a
+#: committed snapshot (the rest, the beginning), each crash point 25 times or more.
+SEEDS = 200
 #: A run takes ~100-200 steps.
 MAX_STEPS = 20_000
 
@@ -31,8 +35,9 @@ def _config(seed: int) -> RunConfig:
     return RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local")
 
 
-def _local_run(flow: Flow, seed: int) -> tuple:
-    """(simulation, output, the instances whose host was replaced) of one seeded run with up to three crashes."""
+def _local_run(flow: Flow, seed: int, sinks: Optional[list] = None) -> tuple:
+    """(simulation, output (of ``sinks``: per sink), the instances whose host was replaced) of one
+    seeded run with up to three crashes."""
     sim = Simulation(flow.plan(2 + seed % 2), _config(seed), crashes=3)
     first = dict(sim.live.hosts)
     for _ in range(MAX_STEPS):  # a watermark that stalls while snapshots go on would never end the run
@@ -42,7 +47,8 @@ def _local_run(flow: Flow, seed: int) -> tuple:
         sim.close()
         pytest.fail(f"seed {seed}: no end after {MAX_STEPS} steps, watermark {sim.acker.pushed}, crash points {sim.crash_points}")
     replaced = {key for key, host in first.items() if sim.live.hosts[key] is not host}
-    return sim, sim.run().output("out"), replaced
+    result = sim.run()
+    return sim, result.output("out") if sinks is None else {s: result.output(s) for s in sinks}, replaced
 
 
 @pytest.mark.parametrize("ops", [STATE_REKEY_STATE, STATE_REKEY_ENTRIES, ["fan", "concat"]], ids=["state-rekey-state", "entries", "fan-state"])
@@ -65,6 +71,36 @@ def test_local_recovery_gives_the_failure_free_output_and_restores_only_the_cras
     assert not others_replaced, f"instances replaced that did not crash (seed, replaced, crashed): {others_replaced[:5]}"
     # The seeds reached what they test: crashes, restores of committed snapshots, logs re-sent, sends cancelled.
     assert crashes > SEEDS // 2 and from_commits > crashes // 5 and replayed > crashes and cancelled > crashes, (crashes, from_commits, replayed, cancelled)
+
+
+WINDOW_DATA = [("abc"[i % 3], (i * 7) % 40, "xyz"[i % 2]) for i in range(36)]
+JOIN_DATA = [("LR"[(i // 2) % 2], "ab"[i % 2], i % 10) for i in range(36)]
+POISON_DATA = [("abc"[i % 3], (i * 5) % 24 - 3) for i in range(36)]
+
+#: Timers (windows' closes, restored as seeds), a join's two inputs, dead letters: 100 seeds each.
+TIMED_FLOWS = {
+    "tumbling": lambda: (test_windows.build(WINDOW_DATA, Tumbling(0.01), "fold", 0.005, partitions=3), ["out", "late"]),
+    "sliding panes": lambda: (test_windows.build(WINDOW_DATA, Sliding(0.02, 0.005), "count", 0.002, partitions=2), ["out", "late"]),
+    "session": lambda: (test_windows.build(WINDOW_DATA, Session(0.005), "fold", partitions=2), ["out", "late"]),
+    "window join": lambda: (test_joins.build(JOIN_DATA, "join", "outer", Tumbling(0.01), partitions=3), ["out"]),
+    "dead letters": lambda: (test_dead_letters.build(POISON_DATA, partitions=3, state="entries"), ["out", "dlq"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TIMED_FLOWS))
+def test_local_recovery_of_windows_joins_and_dead_letters_gives_the_failure_free_output(name):
+    """A replacement restored at T with a window closing at T is told T itself (its timer holds
+    the raw frontier there: told only what lies past it, it stalled)."""
+    flow, sinks = TIMED_FLOWS[name]()
+    expected = reference_outputs(flow)
+    wrong, crashes = [], 0
+    for seed in range(100):
+        sim, outputs, replaced = _local_run(flow, seed, sinks)
+        if outputs != {s: expected[s] for s in sinks} or replaced != set(sim.local.restores):
+            wrong.append((seed, sim.crash_points))
+        crashes += len(sim.crash_points)
+    assert not wrong, f"seeds whose output differs or that replaced an instance that did not crash: {wrong[:5]}"
+    assert crashes > 100
 
 
 def test_the_result_counts_restores_per_instance():
