@@ -7,6 +7,8 @@ instance was ever replaced."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from typing import Optional
 
 import pytest
@@ -101,6 +103,24 @@ def test_local_recovery_of_windows_joins_and_dead_letters_gives_the_failure_free
         crashes += len(sim.crash_points)
     assert not wrong, f"seeds whose output differs or that replaced an instance that did not crash: {wrong[:5]}"
     assert crashes > 100
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "at-most-once"])
+def test_local_recovery_keeps_the_weaker_guarantees(guarantee):
+    """At-least-once: the failure-free output with duplicates (a replacement's barrier does not
+    drop what its sink holds); at-most-once: never a duplicate (a local recovery skips nothing)."""
+    flow = build("local", DATA, STATE_REKEY_STATE, partitions=3)
+    expected = Counter(reference_outputs(flow)["out"])
+    duplicated = 0
+    for seed in range(100):
+        config = dataclasses.replace(_config(seed), guarantee=guarantee)
+        out = Counter(Simulation(flow.plan(2 + seed % 2), config, crashes=3).run().output("out"))
+        if guarantee == "at-least-once":
+            assert not expected - out, f"seed {seed} lost {expected - out}"
+            duplicated += bool(out - expected)
+        else:
+            assert out == expected, f"seed {seed}: {out - expected} more, {expected - out} fewer"
+    assert guarantee == "at-most-once" or duplicated  # the seeds did replay output a sink held
 
 
 def test_the_result_counts_restores_per_instance():
