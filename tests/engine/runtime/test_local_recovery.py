@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Optional
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from driftstream.engine import Flow
 from driftstream.engine.model.config import RunConfig
@@ -21,7 +22,7 @@ from driftstream.engine.testing import MemorySink, MemorySource
 from driftstream.engine.windows import Session, Sliding, Tumbling
 
 from tests.engine.api import test_dead_letters, test_joins, test_windows
-from tests.pipelines import STATE_REKEY_ENTRIES, STATE_REKEY_STATE, build
+from tests.pipelines import STATE_REKEY_ENTRIES, STATE_REKEY_STATE, build, inputs, ops
 from tests.reference import reference_outputs
 
 DATA = [("abcd"[i % 4], "xyzw"[i % 3] * (1 + i % 3)) for i in range(32)]
@@ -55,10 +56,22 @@ def _local_run(flow: Flow, seed: int, sinks: Optional[list] = None) -> tuple:
 
 @pytest.mark.parametrize("ops", [STATE_REKEY_STATE, STATE_REKEY_ENTRIES, ["fan", "concat"]], ids=["state-rekey-state", "entries", "fan-state"])
 def test_local_recovery_gives_the_failure_free_output_and_restores_only_the_crashed(ops):
+    _check_seeds(ops, range(SEEDS))
+
+
+@pytest.mark.slow  # thousands of seeded crashes, as the guarantees' (test_simulated_failures.py): ~30 s a flow
+@pytest.mark.parametrize("ops", [STATE_REKEY_STATE, STATE_REKEY_ENTRIES], ids=["state-rekey-state", "entries"])
+def test_thousands_of_seeded_local_recoveries_give_the_failure_free_output(ops):
+    _check_seeds(ops, range(SEEDS, SEEDS + 1000))
+
+
+def _check_seeds(ops: list, seeds: range) -> None:
+    """Every seed's output is the failure-free one and only its crashed instances were
+    replaced; the seeds reached crashes, restores of committed snapshots, replays and cancels."""
     flow = build("local", DATA, ops, partitions=3)
     expected = reference_outputs(flow)["out"]
     wrong, others_replaced, crashes, from_commits, replayed, cancelled = [], [], 0, 0, 0, 0
-    for seed in range(SEEDS):
+    for seed in seeds:
         sim, out, replaced = _local_run(flow, seed)
         if out != expected:
             wrong.append((seed, sim.crash_points))
@@ -72,7 +85,7 @@ def test_local_recovery_gives_the_failure_free_output_and_restores_only_the_cras
     assert not wrong, f"seeds whose output differs (seed, crash points): {wrong[:5]}"
     assert not others_replaced, f"instances replaced that did not crash (seed, replaced, crashed): {others_replaced[:5]}"
     # The seeds reached what they test: crashes, restores of committed snapshots, logs re-sent, sends cancelled.
-    assert crashes > SEEDS // 2 and from_commits > crashes // 5 and replayed > crashes and cancelled > crashes, (crashes, from_commits, replayed, cancelled)
+    assert crashes > len(seeds) // 2 and from_commits > crashes // 5 and replayed > crashes and cancelled > crashes, (crashes, from_commits, replayed, cancelled)
 
 
 WINDOW_DATA = [("abc"[i % 3], (i * 7) % 40, "xyz"[i % 2]) for i in range(36)]
@@ -103,6 +116,18 @@ def test_local_recovery_of_windows_joins_and_dead_letters_gives_the_failure_free
         crashes += len(sim.crash_points)
     assert not wrong, f"seeds whose output differs or that replaced an instance that did not crash: {wrong[:5]}"
     assert crashes > 100
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=inputs, op_names=ops, parallelism=st.integers(1, 3), crashes=st.integers(1, 3), seed=st.integers(0, 2**32),
+       interval=st.sampled_from([0.003, 0.006, 0.012]))
+def test_any_pipeline_input_and_crashes_give_the_failure_free_output(data, op_names, parallelism, crashes, seed, interval):
+    """Random pipelines (fan-out, filter, keyed value and entry state, re-keyed) over random
+    input: whichever instances crash, wherever, the output is the sequential reference."""
+    flow = build("local-any", data, op_names, partitions=3)
+    config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=interval, recovery="local")
+    sim = Simulation(flow.plan(parallelism), config, crashes=crashes)
+    assert sim.run().output("out") == reference_outputs(flow)["out"], sim.crash_points
 
 
 @pytest.mark.parametrize("guarantee", ["at-least-once", "at-most-once"])
