@@ -20,8 +20,9 @@ What a failure of instance X does, in one scheduling step (:meth:`LocalRecovery.
 5. Until it catches up, the replacement is told the acker's raw frontier (what is open
    below the watermark the others are past: its replay); it catches up when the two meet.
    The watermark's own pushes need not be withheld from it: the watermark stays at ``W``
-   until the raw frontier passes it, and then is that frontier. No snapshot begins and no
-   other instance fails meanwhile.
+   until the raw frontier passes it, and then is that frontier. No snapshot begins
+   meanwhile, and a failure meanwhile falls back to a global rollback (the replacement's log
+   is whole only once it caught up; :meth:`LocalRecovery.restart_all`).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -84,6 +85,18 @@ class LocalRecovery:
         self._next += 1
         self.incarnations[instance] = new
         return old, new
+
+    def restart_all(self) -> None:
+        """The fallback, a global rollback (a failure while a replacement catches up): every
+        instance restarts as a new incarnation, with a new acker; logs and inputs start empty
+        and fill again from the snapshot every instance restores."""
+        for key in self.incarnations:
+            self.incarnations[key] = self._next
+            self._next += 1
+        self.logs.clear()
+        self.inputs.clear()
+        self.cuts.clear()
+        self.catching_up.clear()
 
     def started(self, instance: Instance) -> None:
         """A new incarnation of ``instance`` starts with an empty log and nothing taken."""

@@ -116,6 +116,8 @@ class Simulation:
         self.restores: Counter = Counter()
         #: recovery="local": a crash fails one instance, which alone restores (see local_recovery.py)
         self.local = LocalRecovery(plan) if config.recovery == "local" else None
+        #: recovery="local": crashes that fell back to a global rollback (one struck while a replacement caught up)
+        self.fallbacks = 0
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
@@ -193,10 +195,15 @@ class Simulation:
         return None if data is None else Manifest.from_json(data)
 
     def _crash(self, point: str) -> None:
-        """Every instance and message in flight is lost; restart from the newest manifest."""
+        """Every instance and message in flight is lost; restart from the newest manifest.
+        Under recovery="local" that is the fallback, for a failure while a replacement catches
+        up or the instances restore (``fallbacks``); any other fails one instance (:meth:`_crash_one`)."""
         if self.local is not None:
-            self._crash_one(point)
-            return
+            if not (self.local.catching_up or self.restoring):
+                self._crash_one(point)
+                return
+            self.fallbacks += 1
+            self.local.restart_all()
         self.crashes_left -= 1
         self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
         hosts = self.live.hosts
@@ -224,8 +231,6 @@ class Simulation:
         self._start_incarnation(moved, recovering=True)
 
     def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
-        if self.local is not None and self.local.catching_up:
-            return False  # recovery="local": one recovery at a time (see local_recovery.py)
         if self.crashes_left and self.rng.random() < chance:
             self._crash(point)
             return True

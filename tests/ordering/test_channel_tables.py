@@ -4,7 +4,6 @@ watermark a model computes from the surviving channels alone."""
 
 from __future__ import annotations
 
-
 from hypothesis import given, settings, strategies as st
 
 from driftstream.ordering.acker import Acker
