@@ -86,11 +86,14 @@ class LocalRecovery:
         self.incarnations[instance] = new
         return old, new
 
-    def restart_all(self) -> None:
-        """The fallback, a global rollback (a failure while a replacement catches up): every
-        instance restarts as a new incarnation, with a new acker; logs and inputs start empty
-        and fill again from the snapshot every instance restores."""
-        for key in self.incarnations:
+    def restart_all(self, plan: Optional[Plan] = None) -> None:
+        """Every instance restarts from one snapshot (the fallback, a global rollback for a
+        failure while a replacement catches up; or a rescale to ``plan``): each a new
+        incarnation, with a new acker; logs and inputs start empty and fill again from the
+        snapshot every instance restores."""
+        self.plan = plan or self.plan
+        self.incarnations.clear()  # the same dict: the stage runtimes read it
+        for key in self.plan.instances:
             self.incarnations[key] = self._next
             self._next += 1
         self.logs.clear()

@@ -100,8 +100,8 @@ class Simulation:
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales)
-        if config.recovery == "local" and (rescales or resets_in_place or acker_shards):
-            raise FlowError("recovery='local' runs without rescales, resets in place or acker shards in the simulator so far")
+        if config.recovery == "local" and (resets_in_place or acker_shards):
+            raise FlowError("recovery='local' runs without resets in place or acker shards in the simulator so far")
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -184,7 +184,8 @@ class Simulation:
         """recovery="local": one seeded instance fails and alone restores the newest manifest;
         the others go on (see local_recovery.py)."""
         self.crashes_left -= 1
-        self.crash_points.append(point)
+        self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
+        self.rescale_phase = None  # a pending rescale begins again later (its snapshot, if begun, is given up)
         victim = self.rng.choice(sorted(self.live.hosts))
         manifest = self._newest_manifest()
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
@@ -228,6 +229,8 @@ class Simulation:
         moved = reassigned(manifest, plan, sid)
         self.store.write_manifest(sid, moved.to_json())
         self.rescaled.append((plan.parallelism, manifest.snapshot_id))
+        if self.local is not None:
+            self.local.restart_all(plan)
         self._start_incarnation(moved, recovering=True)
 
     def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
@@ -276,7 +279,8 @@ class Simulation:
         return True
 
     def _rescale_snapshot(self) -> None:
-        if self.acker.table.settled() and drained(self.acker.pushed, (rt.t_last() for rt in self.stages.values())):
+        catching_up = self.local is not None and self.local.catching_up  # its marker would carry the watermark past the replacement
+        if not catching_up and self.acker.table.settled() and drained(self.acker.pushed, (rt.t_last() for rt in self.stages.values())):
             self.rescale_phase = "snapshot"
             self._begin_snapshot()
         else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
