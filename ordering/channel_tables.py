@@ -21,6 +21,8 @@ in a dict per channel.
 [(1, 2)]
 >>> a.update({((1, 2), (1, 0, 0, 1)): 0xA5})       # its late ack: dropped by its tag
 (1, 0, 0, 2)
+>>> a.update({}, source=(0, 2), bound=(9, 0, 0, 9))  # a bound it sent, come late: dropped too
+(1, 0, 0, 2)
 >>> a.hold("replay", (1, 0, 0, 1)); a.frontier_raw(), a.watermark
 ((1, 0, 0, 1), (1, 0, 0, 2))
 >>> a.release("replay")
@@ -68,19 +70,27 @@ class ChannelAcker(Acker):
             elif t in table:
                 del table[t]
 
-    def update(self, xors: Mapping, source: Optional[int] = None, bound: Optional[Time] = None) -> Time:
-        """Fold one flush: ``xors`` keyed ``(channel, t)`` (and a source's new bound)."""
+    def update(self, xors: Mapping, source: Any = None, bound: Optional[Time] = None) -> Time:
+        """Fold one flush: ``xors`` keyed ``(channel, t)``, and a source's new bound (``source``:
+        its index, or ``(index, incarnation)``: a dead incarnation's bound is dropped)."""
         self._fold(xors)
         if bound is not None:
-            self._set_bound(source, bound)
+            self._bound(source, bound)
         return self._recompute()
 
     def update_many(self, xors: Mapping, bounds: Mapping) -> Time:
-        """As :meth:`~.acker.Acker.update_many`, keys ``(channel, t)``."""
+        """As :meth:`~.acker.Acker.update_many`: keys ``(channel, t)``, sources as in :meth:`update`."""
         self._fold(xors)
         for source, bound in bounds.items():
-            self._set_bound(source, bound)
+            self._bound(source, bound)
         return self._recompute()
+
+    def _bound(self, source: Any, bound: Time) -> None:
+        if type(source) is tuple:
+            if source[1] in self.dead:
+                return  # sent before its instance failed, come late (an acker shard's batch in flight)
+            source = source[0]
+        self._set_bound(source, bound)
 
     def discard(self, incarnation: Hashable) -> list:
         """Incarnation ``incarnation`` died: drop its channels' tables, and every XOR that comes

@@ -54,10 +54,11 @@ from driftstream.engine.runtime.protocol import Ack, Watermark
 
 @dataclass(frozen=True)
 class ReplaySent:
-    """Sender -> acker, after the batches (and the :class:`Ack` holding them) it re-sent to
-    incarnation ``receiver``: the acker's hold for that replay goes."""
+    """Instance ``sender`` -> acker, behind the :class:`Ack` of its part in incarnation
+    ``receiver``'s recovery (its cancels, the batches it re-sent): the acker's hold for it goes."""
 
     receiver: int
+    sender: Any
 
 
 class LocalRecovery:
@@ -144,15 +145,13 @@ class LocalRecovery:
 
     # -- the acker's side ------------------------------------------------------------------
 
-    def acker_message(self, table: ChannelAcker, sender: Instance, message: Any) -> Any:
-        """A message from ``sender`` for the acker, as the acker takes it: a :class:`ReplaySent`
-        ends its hold (an empty Ack: the watermark it frees is pushed), an :class:`Ack`'s XORs
-        are tagged (:meth:`tag`)."""
-        if type(message) is ReplaySent:
-            table.release((message.receiver, sender))
-            return Ack({}, None, None)
+    def tagged(self, sender: Instance, message: Any) -> Any:
+        """Instance ``sender``'s message for the acker, an :class:`Ack`'s XORs tagged
+        (:meth:`tag`) and its source index paired with the incarnation (a bound of a dead
+        one, come late through an acker shard, is dropped)."""
         if type(message) is Ack:
-            return Ack(self.tag(sender, message.xors), message.source_index, message.bound)
+            source = None if message.source_index is None else (message.source_index, self.incarnations[sender])
+            return Ack(self.tag(sender, message.xors), source, message.bound)
         return message
 
     def catch_up(self, table: ChannelAcker, pushed: tuple, send: Callable[[Any, Any], None]) -> None:
@@ -174,9 +173,9 @@ class LocalRecovery:
         :class:`~.simulated_incarnation.SimulatedIncarnation`; ``restart(instance, manifest)``
         starts the replacement from ``manifest`` (None: the beginning) and returns its host."""
         live, table = incarnation.live, incarnation.acker.table
-        for key in list(live.hosts):
-            if key != victim:
-                incarnation.flush(key)
+        survivors = [key for key in live.hosts if key != victim]
+        for key in survivors:
+            incarnation.flush(key)
         collecting = incarnation.acker.collecting
         if collecting is not None:  # its part may be lost with the victim: given up, as a failed store's
             incarnation.acker.end_snapshot(collecting.snapshot_id)
@@ -187,11 +186,6 @@ class LocalRecovery:
         table.discard(old)
         if victim in self.plan.source_instances:
             table.reset_bound(self.plan.source_instances.index(victim))
-        for key, host in live.hosts.items():
-            for entry, items in self.inputs[key].cancel(victim, cut).items():
-                self.cancelled += len(items)
-                host.guarded(host.rt.process, entry, items)
-            incarnation.flush(key)
         restart(victim, manifest)
         self.cuts[victim] = cut
         self.restores[victim] += 1
@@ -199,22 +193,34 @@ class LocalRecovery:
         # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
         # fires only once the replacement is told T itself.
         self.catching_up[victim] = BOTTOM
-        for key in list(live.hosts):
-            if key != victim:
-                self._replay(key, victim, new, t, incarnation)
+        for key in survivors:
+            self._recover(key, victim, new, cut, t, incarnation)
         self.catch_up(table, incarnation.acker.pushed, lambda to, m: incarnation.enqueue("acker", to, m))
 
-    def _replay(self, sender: Instance, victim: Instance, new: int, t: tuple, incarnation: Any) -> None:
-        """``sender`` re-sends what it logged for ``victim`` since ``t`` to its incarnation ``new``,
-        the acker holding ``t`` until the :class:`ReplaySent` behind the batches' Ack."""
-        replay = self.logs[sender].replay(victim)
-        if not replay:
-            return
-        host = incarnation.live.hosts[sender]
+    def _recover(self, key: Instance, victim: Instance, new: int, cut: tuple, t: tuple, incarnation: Any) -> None:
+        """Survivor ``key``'s part, under a hold at ``t`` until its :class:`ReplaySent` (behind
+        the Ack of what it did) reaches the acker: the discarded tables no longer hold what it
+        still sends for the dead incarnation's items. It processes what its input merge held
+        back (of the dead sender too: their batches' holds were discarded), cancels what the
+        dead incarnation sent it at or above ``cut``, and re-sends what it logged for
+        ``victim`` since ``t``."""
+        host = incarnation.live.hosts[key]
+        incarnation.acker.table.hold((new, key), t)
+        if host.rt.holding:
+            host.guarded(host.rt.release_held, True)
+        for entry, items in self.inputs[key].cancel(victim, cut).items():
+            self.cancelled += len(items)
+            host.guarded(host.rt.process, entry, items)
+        self._replay(host, key, victim, new, incarnation)
+        incarnation.flush(key)
+        incarnation.enqueue(key, "acker", ReplaySent(new, key))
+
+    def _replay(self, host: Any, sender: Instance, victim: Instance, new: int, incarnation: Any) -> None:
+        """``sender`` re-sends what it logged for ``victim`` to its incarnation ``new``, as new
+        batches of that channel (in its next Ack)."""
         channel = (self.incarnations[sender], new)
-        incarnation.acker.table.hold((new, sender), t)
         size = incarnation.batch_size
-        for entry, items in replay.items():
+        for entry, items in self.logs[sender].replay(victim).items():
             self.replayed += len(items)
             for i in range(0, len(items), size):
                 chunk = items[i:i + size]
@@ -222,5 +228,3 @@ class LocalRecovery:
                 least = min(item[0] for item in chunk)[:4]
                 host.rt.acks.xor((channel, least), bid)
                 incarnation.data.append((*victim, ChannelBatch(entry, bid, [least], chunk, sender, False, channel)))
-        incarnation.flush(sender)
-        incarnation.enqueue(sender, "acker", ReplaySent(new))

@@ -25,8 +25,8 @@ from driftstream.ordering.channel_tables import ChannelAcker
 from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.acker_shard import AckShardHost
 from driftstream.engine.runtime.instance_host import ACKER
-from driftstream.engine.runtime.local_recovery import LocalRecovery
-from driftstream.engine.runtime.protocol import Ack  # noqa: F401  (the doctest)
+from driftstream.engine.runtime.local_recovery import LocalRecovery, ReplaySent
+from driftstream.engine.runtime.protocol import Ack, Watermark
 
 
 class SimulatedAcker:
@@ -39,12 +39,10 @@ class SimulatedAcker:
         #: recovery="local": the run's side of it (the acker's tables per channel, replacements catching up)
         self.local = local
         self.send_control = send_control
-        if local is None:
-            self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
-                                  relays=keys if shards else None)
-        else:
-            self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
-                                  table=ChannelAcker(sources))
+        if local is not None:  # a replacement catching up is told its frontier, never a watermark sent before it (see _told)
+            send_control = self._told
+        self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
+                              relays=keys if shards else None, table=None if local is None else ChannelAcker(sources))
         self.shard_by_instance = {key: shard_of(i, shards) for i, key in enumerate(instances)} if shards else {}
         self.shard_by_key = {key: j for j, key in enumerate(keys)}
         self.shards = [AckShardHost(lambda message, key=key: send_control(key, ACKER, message), defer=lambda fn: None,
@@ -52,18 +50,43 @@ class SimulatedAcker:
                                     instances=[k for k in instances if self.shard_by_instance[k] == j])
                        for j, key in enumerate(keys)]
 
+    def _told(self, sender: Any, to: Any, message: Any) -> None:
+        """recovery="local": the acker's (or a shard's) message to ``to``, unless it is a watermark
+        and ``to`` a replacement catching up: one sent before the failure, still on its way
+        through a shard, would tell the replacement the watermark past its replay."""
+        if not (type(message) is Watermark and to in self.local.catching_up):
+            self.send_control(sender, to, message)
+
     def receive(self, sender: Any, message: Any) -> None:
         """A message for the acker from ``sender``: through the sender's shard when there are shards."""
-        local = self.local
-        if local is not None:  # no shards (refused)
-            self.root.receive(local.acker_message(self.root.table, sender, message))
-            local.catch_up(self.root.table, self.root.pushed, lambda to, m: self.send_control(ACKER, to, m))
-            return
         j = self.shard_by_instance.get(sender)
-        if j is None:
+        if self.local is not None:
+            self._receive_local(sender, j, message)
+        elif j is None:
             self.root.receive(message)  # no shards, or a shard's batch
         else:
             self.shards[j].receive(message)
+
+    def _receive_local(self, sender: Any, j: Optional[int], message: Any) -> None:
+        """recovery="local": an instance's Ack is tagged by its channel to itself; a
+        ReplaySent reaches the root behind the batch holding the replay's Ack (its shard
+        flushes first, on the same connection) and ends the hold; then the replacements
+        catching up are told the frontier."""
+        local, table = self.local, self.root.table
+        if sender not in self.shard_by_key:  # an instance's (a shard's batch holds tagged ones)
+            message = local.tagged(sender, message)
+        if j is not None:
+            if type(message) is ReplaySent:
+                self.shards[j].flush()
+                self.send_control(("acker shard", j), ACKER, message)
+            else:
+                self.shards[j].receive(message)
+            return
+        if type(message) is ReplaySent:
+            table.release((message.receiver, message.sender))
+            message = Ack({}, None, None)  # the watermark the hold kept back is pushed
+        self.root.receive(message)
+        local.catch_up(table, self.root.pushed, lambda to, m: self.send_control(ACKER, to, m))  # not _told: its frontier
 
     def relays(self, receiver: Any) -> bool:
         """Whether ``receiver`` is one of the shards (it passes the acker's watermarks on)."""

@@ -100,8 +100,8 @@ class Simulation:
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales)
-        if config.recovery == "local" and (resets_in_place or acker_shards):
-            raise FlowError("recovery='local' runs without resets in place or acker shards in the simulator so far")
+        if config.recovery == "local" and resets_in_place:
+            raise FlowError("recovery='local' runs without resets in place in the simulator so far")
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -116,8 +116,9 @@ class Simulation:
         self.restores: Counter = Counter()
         #: recovery="local": a crash fails one instance, which alone restores (see local_recovery.py)
         self.local = LocalRecovery(plan) if config.recovery == "local" else None
-        #: recovery="local": crashes that fell back to a global rollback (one struck while a replacement caught up)
-        self.fallbacks = 0
+        #: recovery="local": crashes that fell back to a global rollback (one struck while a replacement caught up),
+        #: and the instances the others failed, in order
+        self.fallbacks, self.failed = 0, []
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
@@ -187,6 +188,7 @@ class Simulation:
         self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
         self.rescale_phase = None  # a pending rescale begins again later (its snapshot, if begun, is given up)
         victim = self.rng.choice(sorted(self.live.hosts))
+        self.failed.append(victim)
         manifest = self._newest_manifest()
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True))

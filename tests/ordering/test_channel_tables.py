@@ -36,6 +36,20 @@ def test_a_dead_senders_lost_hold_leaves_no_entry_open():
     assert a.update({}) == successor(T(4))
 
 
+def test_a_dead_incarnations_late_bound_is_dropped_and_the_replacements_taken():
+    """A source instance's bound, sent before it failed and still in flight (in an acker
+    shard's batch), must not overtake its replacement's re-read from the snapshot."""
+    a = ChannelAcker(sources=2)
+    a.update({}, source=(0, 7), bound=T(4))
+    a.update({}, source=(1, 8), bound=T(9))
+    a.discard(7)
+    a.reset_bound(0)
+    a.update_many({}, {(0, 7): T(20)})  # the old incarnation's, come late
+    assert a.frontier_raw() == BOTTOM
+    a.update({}, source=(0, 9), bound=T(2))  # the replacement's
+    assert a.frontier_raw() == successor(T(2))
+
+
 def test_the_watermark_never_moves_back_but_the_raw_frontier_does():
     a = ChannelAcker(sources=1)
     a.update({}, source=0, bound=T(8))
