@@ -6,23 +6,23 @@ What a failure of instance X does, in one scheduling step (:meth:`LocalRecovery.
 1. Every other instance sends what it holds for others; then X, and every message to or
    from it, is lost (its sink writes too: the process died before they landed).
 2. The acker (a :class:`~driftstream.ordering.channel_tables.ChannelAcker`) discards the
-   tables of X's incarnation and drops whatever still comes for them; a source instance's
-   bound is unknown again. ``W``, the watermark then, is the cut: below it X's output is
-   settled and every receiver has it.
-3. Each receiver cancels what the dead incarnation sent it at or above ``W``
-   (:class:`~driftstream.ordering.unsettled_inputs.UnsettledInputs`), as tombstones (or the
-   element of a lone tombstone) processed at once.
-4. The replacement restores snapshot ``T`` and drops its own output below ``W``; every
-   sender re-sends from its log what it sent X since ``T``
+   tables of X's incarnation and drops whatever still comes for them, a source's bound
+   included; a source instance's bound is unknown again. ``W``, the watermark then, is the
+   cut: below it X's output is settled and every receiver has it.
+3. Each survivor, under a hold of the acker at ``T`` until its :class:`ReplaySent` (behind
+   the Ack of what follows), processes what its input merge held back, cancels what the dead
+   incarnation sent it at or above ``W``
+   (:class:`~driftstream.ordering.unsettled_inputs.UnsettledInputs`: tombstones, or the
+   element of a lone tombstone) and re-sends from its log what it sent X since ``T``
    (:class:`~driftstream.ordering.upstream_log.UpstreamLog`), as new batches of the
-   replacement's channel, followed by a :class:`ReplaySent`; until that arrives the acker
-   holds ``T`` open.
+   replacement's channel.
+4. The replacement restores snapshot ``T`` and drops its own output below ``W`` (logging it).
 5. Until it catches up, the replacement is told the acker's raw frontier (what is open
-   below the watermark the others are past: its replay); it catches up when the two meet.
-   The watermark's own pushes need not be withheld from it: the watermark stays at ``W``
-   until the raw frontier passes it, and then is that frontier. No snapshot begins
-   meanwhile, and a failure meanwhile falls back to a global rollback (the replacement's log
-   is whole only once it caught up; :meth:`LocalRecovery.restart_all`).
+   below the watermark the others are past: its replay) and no watermark (one sent before
+   the failure may still be on its way through an acker shard); it catches up when the
+   frontier meets the watermark. No snapshot begins meanwhile, and a failure meanwhile
+   falls back to a global rollback (the replacement's log is whole only once it caught up;
+   :meth:`LocalRecovery.restart_all`).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.testing import MemorySource, MemorySink
