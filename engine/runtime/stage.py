@@ -102,11 +102,12 @@ class StageRuntime:
         #: per step with on_error="dead-letter": its dead letters (less their tombstones)
         self.dead_letters: dict = {}
         self.failure: Optional[StepError] = None
-        #: what leaves the stage, in a batch per destination instance and step
         #: recovery="local": the instances' incarnations (None: one acker table, the default path)
         self.incarnations = incarnations
         new_id = lambda: self.rng.getrandbits(64) or 1  # noqa: E731
-        self.outbound = Outbound(plan, instance, new_id) if incarnations is None else ChannelOutbound(plan, instance, new_id, incarnations, incarnations[self.key])
+        #: what leaves the stage, in a batch per destination instance and step
+        self.outbound = (Outbound(plan, instance, new_id) if incarnations is None
+                         else ChannelOutbound(plan, instance, new_id, incarnations, incarnations[self.key]))
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
                           lambda: self.acks, self.seed_acks, self.dead_letters, restore_t)
         #: step id -> its operator, for the steps of this stage
