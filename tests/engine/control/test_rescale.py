@@ -48,21 +48,28 @@ def feed(bs: str, topic: str, first: int, n: int) -> None:
 
 
 def reference_counts(bs: str, src: str) -> list:
-    """The sequential reference, from the input log alone: every record's t (the running
-    maximum of the partition's timestamps, ticks included, then partition and offset), and
-    each key's records counted in t order: ``(key, i, n)``."""
+    """The sequential reference, from the input log alone: every record's t (its partition's
+    time, then partition and offset), and each key's records counted in t order: ``(key, i, n)``.
+
+    A partition's time is the running maximum of its timestamps, ticks included, under the
+    source's outlier rule (:class:`PartitionClock`): a record far ahead of the partition's time
+    that the next one does not follow is clamped. Here that is a lone tick (stamped with the
+    wall clock) between records stamped 1,000,000 + i, as a source that caught up with the
+    feed appends it; ticks in a row move the time."""
     from kafka import TopicPartition
 
     from driftstream.engine.connectors.kafka.io import consumer, read_partition
-    from driftstream.engine.connectors.kafka.source import TICK_HEADER
+    from driftstream.engine.connectors.kafka.source import MAX_TIME_JUMP_S, TICK_HEADER
+    from driftstream.engine.connectors.partition_clock import PartitionClock
 
     c = consumer(bs)
     timed = []
     try:
         for p in range(4):
-            ts = None
+            clock, stamped = PartitionClock(None, int(MAX_TIME_JUMP_S * 1000)), []
             for rec in read_partition(c, TopicPartition(src, p), 0):
-                ts = rec.timestamp if ts is None else max(ts, rec.timestamp)
+                stamped += clock.offer(rec.timestamp, rec)
+            for rec, ts in stamped + clock.finish():
                 if not any(k == TICK_HEADER for k, _ in rec.headers or ()):
                     timed.append(((ts, p, rec.offset), json.loads(rec.value)))
     finally:
