@@ -168,10 +168,13 @@ class LocalRecovery:
 
     # -- a failure -----------------------------------------------------------------------------
 
-    def fail(self, victim: Instance, incarnation: Any, manifest: Optional[Manifest], restart: Callable[[Instance, Optional[Manifest]], Any]) -> None:
+    def fail(self, victim: Instance, incarnation: Any, manifest: Optional[Manifest], restart: Callable[[Instance, Optional[Manifest]], Any],
+             in_place: bool = False) -> int:
         """``victim`` fails (see the module doc); ``incarnation``: the run's
         :class:`~.simulated_incarnation.SimulatedIncarnation`; ``restart(instance, manifest)``
-        starts the replacement from ``manifest`` (None: the beginning) and returns its host."""
+        starts the replacement from ``manifest`` (None: the beginning) and returns its host;
+        ``in_place``: it is reset in place, its sink writes in progress land first. Returns
+        how many landed."""
         live, table = incarnation.live, incarnation.acker.table
         survivors = [key for key in live.hosts if key != victim]
         for key in survivors:
@@ -179,7 +182,9 @@ class LocalRecovery:
         collecting = incarnation.acker.collecting
         if collecting is not None:  # its part may be lost with the victim: given up, as a failed store's
             incarnation.acker.end_snapshot(collecting.snapshot_id)
+        host = live.hosts[victim]
         live.stop_one(victim)
+        landed = incarnation.land_writes({victim: host}) if in_place else 0
         incarnation.lose(victim)
         cut = table.watermark
         old, new = self.replace(victim)
@@ -196,6 +201,7 @@ class LocalRecovery:
         for key in survivors:
             self._recover(key, victim, new, cut, t, incarnation)
         self.catch_up(table, incarnation.acker.pushed, lambda to, m: incarnation.enqueue("acker", to, m))
+        return landed
 
     def _recover(self, key: Instance, victim: Instance, new: int, cut: tuple, t: tuple, incarnation: Any) -> None:
         """Survivor ``key``'s part, under a hold at ``t`` until its :class:`ReplaySent` (behind

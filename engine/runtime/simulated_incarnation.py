@@ -91,13 +91,14 @@ class SimulatedIncarnation:
         self.writes = [w for w in self.writes if w[0] != instance]
 
     def land_writes(self, hosts: dict) -> int:
-        """A reset in place, as StageActor.reset: the sink writes in progress finish
-        (SinkWriters.close waits for them) before the next incarnation reads its sinks, and
-        their callbacks find the old ``hosts`` closed. Returns how many landed."""
-        for instance, sid, sink, bundle in self.writes:
+        """A reset in place, as StageActor.reset: the sink writes in progress of ``hosts``
+        finish (SinkWriters.close waits for them) before the next incarnation reads its
+        sinks, and their callbacks find the old ``hosts`` closed. Returns how many landed."""
+        landing = [w for w in self.writes if w[0] in hosts]
+        for instance, sid, sink, bundle in landing:
             sink.write(bundle)
             hosts[instance].bundle_written(sid, bundle)
-        return len(self.writes)
+        return len(landing)
 
     def flush(self, instance: Instance) -> int:
         """Send what ``instance`` has to send (see :meth:`InstanceHost.flush`); returns the elements sent."""

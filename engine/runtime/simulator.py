@@ -100,8 +100,6 @@ class Simulation:
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales)
-        if config.recovery == "local" and resets_in_place:
-            raise FlowError("recovery='local' runs without resets in place in the simulator so far")
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -191,7 +189,8 @@ class Simulation:
         self.failed.append(victim)
         manifest = self._newest_manifest()
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
-        self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True))
+        self.landed += self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True),
+                                       self.resets_in_place)
 
     def _newest_manifest(self) -> Optional[Manifest]:
         data = self.store.read_latest_manifest()

@@ -223,10 +223,19 @@ def test_the_simulator_takes_local_recovery_through_flow_run():
     assert run_simulated(f.plan(2), RunConfig(seed=4, guarantee="exactly-once", snapshot_interval=0.003, recovery="local"), crashes=2).output("o") == out
 
 
-def test_local_recovery_refuses_what_it_does_not_cover_yet():
+def test_local_resets_in_place_whose_last_writes_land_keep_exactly_once_output():
+    """The failed instance reset in place, as Ray resets an actor: its sink writes in progress
+    land before its replacement reads its sinks (their callbacks finding it closed)."""
     flow = build("local", DATA, STATE_REKEY_STATE, partitions=3)
-    with pytest.raises(FlowError, match="recovery='local' runs without resets in place"):
-        Simulation(flow.plan(2), _config(0), crashes=1, resets_in_place=True)
+    expected = reference_outputs(flow)["out"]
+    landed = 0
+    for seed in range(300):  # a failed instance with a write in progress is rarer than any: the first lands at seed 91
+        sim = Simulation(flow.plan(2 + seed % 2), _config(seed), crashes=3, resets_in_place=True)
+        assert sim.run().output("out") == expected, (seed, sim.crash_points)
+        landed += sim.landed
+        if landed and seed >= FEW:
+            break
+    assert landed > 0  # some reset did meet a write in progress
 
 
 @pytest.mark.parametrize("name", ["stateful_map", "session", "dead letters"])
