@@ -64,8 +64,8 @@ def ray_session():
     ray.shutdown()
 
 
-#: The session's warm stage actors: the instances of most test flows (two stages at parallelism 2).
-WARM_STAGE_ACTORS = 4
+#: The session's warm stage actors: the instances of most test flows (up to four stages at parallelism 2, two at 4).
+WARM_STAGE_ACTORS = 8
 
 
 def flow_actors(prefix: str) -> list:
