@@ -124,12 +124,14 @@ def _add_new_partitions(parts: dict, manifest: Manifest, plan: Plan, source_part
 
 def reassigned(manifest: Manifest, plan: Plan, snapshot_id: int, source_partitions: Optional[Mapping[str, int]] = None) -> Manifest:
     """``manifest`` as a manifest of ``plan``, committed as ``snapshot_id`` (it writes no state
-    files: its parts read the old ones, which it requires)."""
+    files: its parts read the old ones, which it requires). The run's counts below its T go
+    with it: the rescaled incarnation counts only what it settles from there."""
     parts = reassign(manifest, plan, source_partitions)
     return Manifest(
         snapshot_id=snapshot_id, flow=plan.flow_name, parallelism=plan.parallelism, t=manifest.t, parts=parts,
         requires=required_by(parts.values(), snapshot_id), max_parallelism=plan.max_parallelism,
-        stateful_steps=tuple(plan.stateful_steps), stages=tuple(s.name for s in plan.stages), key_hash=plan.key_groups.key_hash)
+        stateful_steps=tuple(plan.stateful_steps), stages=tuple(s.name for s in plan.stages), key_hash=plan.key_groups.key_hash,
+        counts=manifest.counts)
 
 
 def _cut(slice_: dict, held: Optional[GroupRange], owned: GroupRange) -> Optional[dict]:

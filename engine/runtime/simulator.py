@@ -316,6 +316,10 @@ class Simulation:
             if self.acker.pushed != TOP:
                 raise RuntimeError(f"simulation stalled at watermark {self.acker.pushed} with {self.acker.table.in_flight()} times in flight")
             result = self.live.result(self.plan, self.clock_value)
+            if self.local is None and self.manifest is not None and self.manifest.counts is not None:
+                # What the incarnations before this one settled below the T it restored, as on Ray
+                # (LiveStatus.carried): this one counts only what it settles from there.
+                result.metrics.carry(self.manifest.counts)
             result.metrics.snapshots = self.commits
             result.metrics.recoveries = len(self.crash_points)
             result.metrics.restores = {f"{i.stage}/{i.index}": n for i, n in sorted(self.restores.items())}

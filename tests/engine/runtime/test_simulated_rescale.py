@@ -59,6 +59,8 @@ def test_any_rescales_and_crashes_give_the_unscaled_sequential_output(name, para
     result = sim.run()
     for sink, expected in _reference(name).items():
         assert result.output(sink) == expected, (sink, sim.rescaled, sim.crash_points)
+        # the whole run's count, its incarnations before the last carried through rescales and crashes
+        assert result.metrics.released.get(sink, 0) == len(expected), (sink, sim.rescaled, sim.crash_points)
 
 
 @pytest.mark.slow  # the property above covers the module in the fast tier
