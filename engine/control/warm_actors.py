@@ -69,6 +69,8 @@ _pool = WarmActors()
 #: how many stage actors and ackers the pool keeps (the sum of ``warm_up``'s counts since ``end_warm()``)
 _target = [0, 0]
 _count = itertools.count()
+#: the driver's Ray job the pool's actors were started in: after a new ``ray.init()`` they are gone
+_job: list = [None]
 
 
 def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = None) -> None:
@@ -81,6 +83,8 @@ def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = Non
     new = _start(stage_actors, ackers)
     ray.get([h.ping.remote() for h in new.handles()])  # started: a flow taking them waits for no process
     with _lock:
+        _forget_if_gone()
+        _job[0] = ray.get_runtime_context().get_job_id()
         _target[0] += stage_actors
         _target[1] += ackers
         _pool.stages.extend(new.stages)
@@ -107,9 +111,20 @@ def take_warm(stage_actors: Optional[int] = None, ackers: Optional[int] = None) 
     """Up to ``stage_actors`` warm stage actors and ``ackers`` ackers (None: all) out of the
     pool (an empty set when there is none), for one flow's launch."""
     with _lock:
+        _forget_if_gone()
         taken = WarmActors(_pool.stages[:stage_actors], _pool.ackers[:ackers])
         del _pool.stages[:stage_actors], _pool.ackers[:ackers]
     return taken
+
+
+def _forget_if_gone() -> None:
+    """Empty the pool if its actors belong to a Ray session this driver left (they ended with
+    it: a launch must not wait on them). Under the lock."""
+    if _job[0] is not None and (not ray.is_initialized() or ray.get_runtime_context().get_job_id() != _job[0]):
+        _pool.stages.clear()
+        _pool.ackers.clear()
+        _target[:] = [0, 0]
+        _job[0] = None
 
 
 def warm_count() -> int:
@@ -170,7 +185,7 @@ def fresh_pool(plan: Optional[Plan] = None) -> Iterator[None]:
     on the runs before them, and tests of the cold path."""
     global _pool
     with _lock:
-        aside, target = _pool, list(_target)
+        aside, target, job = _pool, list(_target), _job[0]
         _pool, _target[:] = WarmActors(), [0, 0]
     try:
         if plan is not None:
@@ -181,7 +196,7 @@ def fresh_pool(plan: Optional[Plan] = None) -> Iterator[None]:
         with _lock:
             _pool.stages.extend(aside.stages)
             _pool.ackers.extend(aside.ackers)
-            _target[:] = target
+            _target[:], _job[0] = target, job
 
 
 def end_warm(actors: Optional[WarmActors] = None) -> None:

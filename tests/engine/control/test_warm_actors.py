@@ -13,7 +13,7 @@ import ray
 
 from driftstream.engine import Flow, warm_up
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
-from driftstream.engine.control.warm_actors import WARM_PREFIX, end_warm, warm_count, warm_pool
+from driftstream.engine.control.warm_actors import WARM_PREFIX, end_warm, fresh_pool, take_warm, warm_count, warm_pool
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource, cold_start, wait_for_actor
 
 pytestmark = pytest.mark.ray
@@ -151,3 +151,16 @@ def test_cold_start_sets_the_pool_aside_and_end_warm_empties_it(ray_session):
         wait_until(lambda: not live_warm_names(), "end_warm() ends every warm actor")
     finally:
         warm_up(stage_actors=len(pool.stages), ackers=len(pool.ackers))  # the session's pool, for the tests after
+
+
+def test_a_pool_from_a_ray_session_the_driver_left_is_forgotten(ray_session):
+    """After ``ray.shutdown()`` and a new ``ray.init()`` the pool's actors are gone with the old
+    session: a flow must not be handed them (its launch would wait on dead actors)."""
+    from driftstream.engine.control import warm_actors
+
+    with fresh_pool():
+        warm_up(stage_actors=1, ackers=0)
+        warm_actors._job[0] = "a job of a session this driver left"
+        assert not len(take_warm(1)) and warm_count() == 0  # (here, Ray ends the dropped actor: no handle is left)
+        warm_up(stage_actors=1, ackers=0)
+        assert len(take_warm(1)) == 1  # a pool of this session is taken again
