@@ -255,9 +255,9 @@ class RaySupervisor:
         handles, names = self.launcher.handles + handles, self.launcher.actor_names(self.launcher.names) + names
         if self.launcher.warm_acker is not None:  # handed to a launch that never came
             handles, names = handles + [self.launcher.warm_acker[0]], names + [self.launcher.warm_acker[1]]
-        warm = {i for i, name in enumerate(names) if name.startswith(WARM_PREFIX)}
-        kill_actors([h for i, h in enumerate(handles) if i not in warm], [n for i, n in enumerate(names) if i not in warm])
-        retired = retire([handles[i] for i in sorted(warm)], [names[i] for i in sorted(warm)])
+        warm = [name.startswith(WARM_PREFIX) for name in names]
+        kill_actors([h for h, w in zip(handles, warm) if not w], [n for n, w in zip(names, warm) if not w])
+        retired = retire([h for h, w in zip(handles, warm) if w], [n for n, w in zip(names, warm) if w])
         # Instances killed before they reported left their RocksDB files (on this node: a
         # cluster's other nodes clean up when an instance of the same name starts there).
         remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])

@@ -59,6 +59,17 @@ class WarmActors:
     def names(self) -> list:
         return [n for _, n in self.stages + self.ackers]
 
+    def add(self, other: "WarmActors") -> None:
+        """Append ``other``'s actors to these."""
+        self.stages.extend(other.stages)
+        self.ackers.extend(other.ackers)
+
+    def split(self, names: set) -> tuple:
+        """``(those named in names, the rest)``, each a :class:`WarmActors`."""
+        def pick(kept: bool) -> WarmActors:
+            return WarmActors([a for a in self.stages if (a[1] in names) == kept], [a for a in self.ackers if (a[1] in names) == kept])
+        return pick(True), pick(False)
+
     def take_acker(self) -> Optional[tuple]:
         """A warm acker ``(handle, name)`` out of the set, or None."""
         return self.ackers.pop(0) if self.ackers else None
@@ -87,8 +98,7 @@ def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = Non
         _job[0] = ray.get_runtime_context().get_job_id()
         _target[0] += stage_actors
         _target[1] += ackers
-        _pool.stages.extend(new.stages)
-        _pool.ackers.extend(new.ackers)
+        _pool.add(new)
 
 
 def _start(stage_actors: int, ackers: int) -> WarmActors:
@@ -162,19 +172,16 @@ def hand_back(taken: Optional[WarmActors], retired: Optional[list]) -> None:
     ones are started again in the background, up to the pool's size."""
     if taken is None or not len(taken):
         return
-    back = set(retired or ())
-    lost = WarmActors([a for a in taken.stages if a[1] not in back], [a for a in taken.ackers if a[1] not in back])
+    back, lost = taken.split(set(retired or ()))
     if len(lost):
         kill_actors(lost.handles(), lost.names(), wait_s=0)
     with _lock:
-        _pool.stages.extend(a for a in taken.stages if a[1] in back)
-        _pool.ackers.extend(a for a in taken.ackers if a[1] in back)
+        _pool.add(back)
         missing = (max(0, _target[0] - len(_pool.stages)), max(0, _target[1] - len(_pool.ackers)))
     if any(missing):
         refill = _start(*missing)
         with _lock:
-            _pool.stages.extend(refill.stages)
-            _pool.ackers.extend(refill.ackers)
+            _pool.add(refill)
 
 
 @contextlib.contextmanager
@@ -194,8 +201,7 @@ def fresh_pool(plan: Optional[Plan] = None) -> Iterator[None]:
     finally:
         end_warm()
         with _lock:
-            _pool.stages.extend(aside.stages)
-            _pool.ackers.extend(aside.ackers)
+            _pool.add(aside)
             _target[:], _job[0] = target, job
 
 
