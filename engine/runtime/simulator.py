@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import os
 import random
-from collections import Counter
 import time
+from collections import Counter
 from typing import Callable, Optional, Sequence
 
 from driftstream.ordering.meta import TOP
@@ -182,19 +182,22 @@ class Simulation:
     def _crash_one(self, point: str) -> None:
         """recovery="local": one seeded instance fails and alone restores the newest manifest;
         the others go on (see local_recovery.py)."""
-        self.crashes_left -= 1
-        self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
-        self.rescale_phase = None  # a pending rescale begins again later (its snapshot, if begun, is given up)
+        manifest = self._count_crash(point)
         victim = self.rng.choice(sorted(self.live.hosts))
         self.failed.append(victim)
-        manifest = self._newest_manifest()
-        self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         self.landed += self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True),
                                        self.resets_in_place)
 
-    def _newest_manifest(self) -> Optional[Manifest]:
+    def _count_crash(self, point: str) -> Optional[Manifest]:
+        """Record a crash at ``point`` (a pending rescale begins again later: its snapshot, if
+        begun, is given up); the newest manifest, which the restart restores."""
+        self.crashes_left -= 1
+        self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
+        self.rescale_phase = None
         data = self.store.read_latest_manifest()
-        return None if data is None else Manifest.from_json(data)
+        manifest = None if data is None else Manifest.from_json(data)
+        self.recoveries.append(None if manifest is None else manifest.snapshot_id)
+        return manifest
 
     def _crash(self, point: str) -> None:
         """Every instance and message in flight is lost; restart from the newest manifest.
@@ -206,15 +209,11 @@ class Simulation:
                 return
             self.fallbacks += 1
             self.local.restart_all()
-        self.crashes_left -= 1
-        self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
+        manifest = self._count_crash(point)
         hosts = self.live.hosts
         self.live.stop()
         if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
             self.landed += self.incarnation.land_writes(hosts)
-        self.rescale_phase = None  # a pending rescale begins again later
-        manifest = self._newest_manifest()
-        self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         self._start_incarnation(manifest, recovering=True)
 
     def _rescale(self, manifest: Manifest) -> None:
