@@ -24,32 +24,22 @@ from __future__ import annotations
 from typing import Hashable
 
 from .meta import Time, invalidee_of, tombstone_of
+from .peer_items import PeerItems
 
 
-class UnsettledInputs:
+class UnsettledInputs(PeerItems):
     """Per sender, per entry step: the ``(meta, payload, key)`` items taken from it at or
     after the last watermark :meth:`settle` was given. O(1) per item recorded."""
 
-    def __init__(self) -> None:
-        self._taken: dict = {}  # sender -> entry step -> items
-
-    def record(self, sender: Hashable, entry: int, items: list) -> None:
-        """``sender``'s batch of ``items`` for step ``entry`` was taken."""
-        if items:
-            self._taken.setdefault(sender, {}).setdefault(entry, []).extend(items)
-
     def settle(self, watermark: Time) -> None:
         """Forget the items below ``watermark``: settled, never cancelled. O(items)."""
-        for entries in self._taken.values():
-            for entry, items in entries.items():
-                if any(item[0] < watermark for item in items):
-                    entries[entry] = [item for item in items if not item[0] < watermark]
+        self.drop_below(watermark)
 
     def cancel(self, sender: Hashable, cut: Time) -> dict:
         """``sender`` failed with the watermark at ``cut``: entry step -> the items that undo
         the net of what it sent at or above ``cut`` (see the module doc), which are then
         forgotten. Elements and tombstones are matched by Meta and equal payload."""
-        entries = self._taken.get(sender, {})
+        entries = self.items.get(sender, {})
         out: dict = {}
         for entry, items in entries.items():
             kept, net = [], {}  # invalidee meta -> [[payload, key, count]]

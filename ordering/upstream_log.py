@@ -21,30 +21,21 @@ from __future__ import annotations
 from typing import Hashable
 
 from .meta import Time
+from .peer_items import PeerItems
 
 
-class UpstreamLog:
+class UpstreamLog(PeerItems):
     """Per receiver: per entry step, the ``(meta, payload, key)`` items sent to it at or
     after the trim time, in the order sent. O(1) per item recorded, O(items) per trim."""
 
-    def __init__(self) -> None:
-        self._sent: dict = {}  # receiver -> entry step -> items
-
-    def record(self, receiver: Hashable, entry: int, items: list) -> None:
-        """``items`` were sent to ``receiver``'s step ``entry`` (a batch)."""
-        if items:
-            self._sent.setdefault(receiver, {}).setdefault(entry, []).extend(items)
-
     def trim(self, t: Time) -> None:
         """Snapshot ``t`` committed: forget what was sent below ``t`` (a restore starts at it)."""
-        for entries in self._sent.values():
-            for entry, items in entries.items():
-                entries[entry] = [item for item in items if not item[0] < t]
+        self.drop_below(t)
 
     def replay(self, receiver: Hashable) -> dict:
         """What a replacement of ``receiver`` restored at the trim time is sent again: entry
         step -> items, in the order first sent (copies)."""
-        return {entry: list(items) for entry, items in self._sent.get(receiver, {}).items() if items}
+        return {entry: list(items) for entry, items in self.items.get(receiver, {}).items() if items}
 
     def __len__(self) -> int:
-        return sum(len(items) for entries in self._sent.values() for items in entries.values())
+        return sum(len(items) for entries in self.items.values() for items in entries.values())
