@@ -294,7 +294,7 @@ class Stream:
         self.flow._add(DEAD_LETTERS, f"{step.name}.dead_letters", [step.id])
         return self.flow._add(FILTER, f"{step.name}.ok", [step.id], fn=is_not_dead_letter)
 
-    def map(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
+    def map(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail", deterministic: bool = True) -> "Stream":
         """One output per element: ``fn(x)``.
 
         Every step that runs a function takes ``on_error``: ``"fail"`` (a ``StepError``
@@ -303,14 +303,30 @@ class Stream:
         ``DeadLetter(step, element, t, error, traceback, truncated, element_size)`` (cut at
         64 KiB), counted in ``metrics.dead_letters``
         and ``status()``; the run goes on.
+
+        Every stateless step (``map``, ``flat_map``, ``filter`` and the ``_batches`` forms)
+        takes ``deterministic``: ``False`` declares that ``fn`` may give another output for the
+        same element (time, randomness, a call to an outside service). Its outputs are then
+        logged beside the snapshots and, after a failure, replayed instead of recomputed, so
+        the output after a recovery goes on from what was released before it. It costs such a
+        flow a log write before each batch is acknowledged (latency, not throughput).
+
+        >>> import random
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> flow = Flow("noisy")
+        >>> flow.source(MemorySource([1, 2])).map(lambda x: x + random.random(), deterministic=False).sink(MemorySink("out"))
+        >>> print(flow.plan(1).describe().splitlines()[1])
+          stage source: source -> map (logged) -> out
         """
-        return self._then(MAP, fn, name, on_error)
+        return self._then(MAP, fn, name, on_error, deterministic=_deterministic(deterministic, name or "map"))
 
-    def flat_map(self, fn: Callable[[Any], Iterable], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
-        """Zero or more outputs per element: the items of ``fn(x)``."""
-        return self._then(FLAT_MAP, fn, name, on_error)
+    def flat_map(self, fn: Callable[[Any], Iterable], name: Optional[str] = None, on_error: str = "fail",
+                 deterministic: bool = True) -> "Stream":
+        """Zero or more outputs per element: the items of ``fn(x)`` (``deterministic``: see :meth:`map`)."""
+        return self._then(FLAT_MAP, fn, name, on_error, deterministic=_deterministic(deterministic, name or "flat_map"))
 
-    def map_batches(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail", schema: Any = None) -> "Stream":
+    def map_batches(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail", schema: Any = None,
+                    deterministic: bool = True) -> "Stream":
         """One output per element, computed over a batch of them in Arrow: ``fn`` takes a
         ``pyarrow.RecordBatch`` with a row per element and returns one with a row per row;
         output row i (a dict) is element i's output. A row's output must depend on that row
@@ -337,9 +353,11 @@ class Stream:
         >>> flow.run(runtime="simulator").output("out")
         [{'w': 'a', 'n': 1}, {'w': 'b', 'n': None}]
         """
-        return self._then(MAP_BATCHES, fn, name, on_error, schema=_schema(schema, name or "map_batches"))
+        return self._then(MAP_BATCHES, fn, name, on_error, schema=_schema(schema, name or "map_batches"),
+                          deterministic=_deterministic(deterministic, name or "map_batches"))
 
-    def flat_map_batches(self, fn: Callable[[Any], tuple], name: Optional[str] = None, on_error: str = "fail", schema: Any = None) -> "Stream":
+    def flat_map_batches(self, fn: Callable[[Any], tuple], name: Optional[str] = None, on_error: str = "fail", schema: Any = None,
+                         deterministic: bool = True) -> "Stream":
         """Zero or more outputs per element, computed over a batch in Arrow: ``fn(batch)``
         returns ``(record batch, parents)``, where output row j comes from input row
         ``parents[j]`` (``pyarrow.compute.list_parent_indices`` of a split gives them).
@@ -355,11 +373,12 @@ class Stream:
         >>> flow.run(runtime="simulator").output("out")
         [{'word': 'to'}, {'word': 'be'}, {'word': 'or'}]
         """
-        return self._then(FLAT_MAP_BATCHES, fn, name, on_error, schema=_schema(schema, name or "flat_map_batches"))
+        return self._then(FLAT_MAP_BATCHES, fn, name, on_error, schema=_schema(schema, name or "flat_map_batches"),
+                          deterministic=_deterministic(deterministic, name or "flat_map_batches"))
 
-    def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None, on_error: str = "fail") -> "Stream":
-        """Keep the elements for which ``fn(x)`` is true."""
-        return self._then(FILTER, fn, name, on_error)
+    def filter(self, fn: Callable[[Any], bool], name: Optional[str] = None, on_error: str = "fail", deterministic: bool = True) -> "Stream":
+        """Keep the elements for which ``fn(x)`` is true (``deterministic``: see :meth:`map`)."""
+        return self._then(FILTER, fn, name, on_error, deterministic=_deterministic(deterministic, name or "filter"))
 
     def key_by(self, fn: Callable[[Any], Any], name: Optional[str] = None, on_error: str = "fail") -> "KeyedStream":
         """Shuffle by ``fn(x)`` (a str, bytes, number or tuple): equal keys meet in one instance."""
@@ -367,7 +386,7 @@ class Stream:
         return KeyedStream(s.flow, s.step, key_fn=fn)
 
     def stateful_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None,
-                     on_error: str = "fail") -> "Stream":
+                     on_error: str = "fail", deterministic: bool = True) -> "Stream":
         """Per-key state: ``fn(state, x) -> (new_state, output)``; state starts as None, output None emits nothing.
 
         ``fn`` must not mutate ``state`` (it may be re-applied after a late arrival): return a new state.
@@ -385,13 +404,19 @@ class Stream:
 
         With ``on_error="dead-letter"``, an element ``fn`` raises on leaves as a dead letter
         and the key's state is as if it had not come.
+
+        ``fn`` must be deterministic (``deterministic=False`` is refused): a late element
+        re-applies it to the elements after it. Draw randomness in a
+        ``.map(fn, deterministic=False)`` before the ``key_by``, whose outputs are logged.
         """
+        _stateful_deterministic(deterministic, name or "stateful_map")
         return self._stateful(STATEFUL_MAP, fn, name, state, on_error=on_error)
 
     def stateful_flat_map(self, fn: Callable[[Any, Any], Any], name: Optional[str] = None, state: Optional[type] = None,
-                          on_error: str = "fail") -> "Stream":
+                          on_error: str = "fail", deterministic: bool = True) -> "Stream":
         """Like stateful_map, but ``fn(state, x) -> (new_state, iterable_of_outputs)``
         (with ``state=MapState``: ``fn(entries, x) -> iterable_of_outputs``)."""
+        _stateful_deterministic(deterministic, name or "stateful_flat_map")
         return self._stateful(STATEFUL_FLAT_MAP, fn, name, state, on_error=on_error)
 
     def _stateful(self, kind: StepKind, fn: Callable, name: Optional[str], state: Optional[type], label: Optional[str] = None,
@@ -615,6 +640,22 @@ class WindowOutput(Stream):
         late = self.flow._add(FILTER, f"{self.window.name}.late", [self.window.id], fn=_is_late)
         Stream(self.flow, late).sink(sink, name)
         return self
+
+
+def _deterministic(flag: Any, step: str) -> bool:
+    if not isinstance(flag, bool):
+        raise FlowError(f"step {step!r}: deterministic= is True or False, not {flag!r}")
+    return flag
+
+
+def _stateful_deterministic(flag: Any, step: str) -> None:
+    """A stateful step's function must be deterministic: FlowError saying where randomness goes."""
+    if _deterministic(flag, step):
+        return
+    raise FlowError(f"step {step!r}: a stateful step cannot be deterministic=False: its state re-applies the function "
+                    "when an element arrives late, and a different result then cannot be repaired; draw the randomness "
+                    "(time, random, outside calls) in a .map(fn, deterministic=False) before the key_by, whose outputs are "
+                    "logged and replayed, and keep the stateful function deterministic")
 
 
 def _on_error(policy: Any, step: str) -> str:

@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Optional
 
+from driftstream.snapshots.output_segments import discard_outputs
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig
@@ -121,6 +122,7 @@ def _start_afresh(plan: Plan, store: SnapshotStore, manifest: Optional[Manifest]
             "fresh=True (--fresh) to discard the snapshots and start from the beginning (the sinks keep what they hold)")
     for sid in store.snapshot_ids():
         store.delete_snapshot(sid)
+    discard_outputs(store)  # a run from the beginning must not replay another's logged outputs
 
 
 def _discard(plan: Plan, store: SnapshotStore) -> None:
@@ -131,6 +133,7 @@ def _discard(plan: Plan, store: SnapshotStore) -> None:
                     "(the newest: %d)", plan.flow_name, len(ids), store.uri, len(committed), committed[-1])
     for sid in ids:
         store.delete_snapshot(sid)
+    discard_outputs(store)
 
 
 def check_sources(plan: Plan) -> None:

@@ -32,6 +32,7 @@ from driftstream.engine.control.failover import Hung
 from driftstream.engine.control.launcher import acker_name_of
 from driftstream.engine.control.snapshot_log import SnapshotLog, SnapshotRecord
 from driftstream.engine.control.snapshot_stream import SnapshotInbox, SnapshotStream
+from driftstream.engine.runtime.output_logs import trim_logs
 
 #: While a snapshot schedule runs, the watch loop waits for the next snapshot this long
 #: at most before it looks at the actors again: a death is seen within it.
@@ -251,6 +252,11 @@ class SnapshotCommitter:
             raise Hung({plan.actor_name(i) for i in exc.instances}) from None
         self.before_commit()
         self.store.write_manifest(sid, manifest.to_json())
+        if plan.logged_steps:  # the output logs' segments no committed snapshot replays
+            try:
+                trim_logs(self.store)
+            except OSError:
+                pass  # trimmed at a later commit
         for stage, hook in self.commit_hooks.items():
             hook.submit(manifest.offsets(Instance(stage, i) for i in range(plan.stages[stage].parallelism)))
         record = SnapshotRecord(sid, t, took_s, started, time.time())

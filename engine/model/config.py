@@ -328,3 +328,4 @@ class InstanceConfig:
     input_merge: bool = True  # RunConfig.input_merge
     restore: SnapshotPart = field(default_factory=SnapshotPart)  # its part of the manifest it starts from
     restore_t: Optional[tuple] = None  # that manifest's watermark (None: from the beginning)
+    recovering: bool = False  # a restart after a failure (or a resume): output logs are replayed, also from the beginning

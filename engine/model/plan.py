@@ -106,6 +106,12 @@ class Plan:
         return [s.name for s in self.steps if s.kind.stateful]
 
     @property
+    def logged_steps(self) -> list:
+        """Names of the steps declared ``deterministic=False``, whose outputs are logged and
+        replayed (see engine/runtime/logged_step.py), in order."""
+        return [s.name for s in self.steps if not s.deterministic]
+
+    @property
     def keyed_stages(self) -> list:
         """The stages their input reaches through a ``key_by``, or holding one (their instances own key groups)."""
         keyed = {ch.dst_stage for chans in self.channels.values() for ch in chans if ch.keyed}
@@ -177,7 +183,8 @@ class Plan:
         return f"{self.flow_name}-{self.stages[stage].name}"
 
     def describe(self) -> str:
-        """The stages, their steps and actors; a stage whose ``key_by`` runs in it says ``(fused)``.
+        """The stages, their steps and actors; a stage whose ``key_by`` runs in it says ``(fused)``,
+        a step declared ``deterministic=False`` ``(logged)``.
 
         >>> from driftstream.engine import Flow
         >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -190,7 +197,8 @@ class Plan:
         lines = [f"flow {self.flow_name!r}, parallelism {self.parallelism}"]
         fused = {self.stage_of[s.id] for s in self.steps if self.fused_key_by(s.id)}
         for s in self.stages:
-            lines.append(f"  stage {s.name}{' (fused)' if s.index in fused else ''}: {' -> '.join(s.steps)}")
+            names = [f"{self.steps[i].name} (logged)" if not self.steps[i].deterministic else self.steps[i].name for i in s.step_ids]
+            lines.append(f"  stage {s.name}{' (fused)' if s.index in fused else ''}: {' -> '.join(names)}")
             lines.append(f"    actors: {', '.join(s.actor_names)}")
         return "\n".join(lines)
 

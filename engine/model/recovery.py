@@ -65,6 +65,7 @@ class RecoveryRules:
             skip_released=recovering and self.drops_released,
             restore=SnapshotPart() if manifest is None else manifest.part(instance),
             restore_t=None if manifest is None else tuple(manifest.t),
+            recovering=recovering,
         )
 
 

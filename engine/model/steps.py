@@ -116,3 +116,7 @@ class Step:
     #: batch steps: the ``pyarrow.Schema`` of their rows (elements that are JSON bytes are
     #: parsed with it, in Arrow), or None (dict elements, types inferred per batch)
     schema: Any = None
+    #: stateless steps: False if the function may give another output for the same input
+    #: (time, randomness, outside calls); its outputs are then logged and replayed, never
+    #: recomputed, after a failure (see engine/runtime/logged_step.py)
+    deterministic: bool = True

@@ -38,6 +38,7 @@ from driftstream.engine.runtime.protocol import Push, ScheduleEnded, SnapshotTak
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, writer_turn
 from driftstream.engine.runtime.instance_host import InstanceHost
+from driftstream.engine.runtime.output_logs import LogWriter
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
@@ -374,6 +375,8 @@ class StageActor:
         self.host = host = InstanceHost(plan, self.key, config, snapshots, self._send, fail=self._fail, sample_every=config.sample_every,
                                         bundle_writer=self._write_bundle)
         self.rt = host.rt
+        if host.output_logs is not None:  # steps declared deterministic=False: acks wait for their log's writes
+            LogWriter(host.output_logs, host.fail)
         self.writers = SinkWriters(host.rt.barriers)
         self.pump = None if host.reader is None else SourcePump(
             host.reader, host.source_index, config.batch_size, process=lambda items: host.guarded(host.rt.process_source, items),

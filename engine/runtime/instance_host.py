@@ -29,6 +29,7 @@ from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.manifest import SnapshotPart
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.output_logs import OutputLogs
 from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, Watermark
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
@@ -58,6 +59,9 @@ class InstanceHost:
                  fail: Callable[[BaseException], None] = raise_it, **runtime: Any) -> None:
         self.key, self.snapshots, self._send, self._fail = key, snapshots, send, fail
         self.rt = StageRuntime(plan, *key, backend_factory=snapshots.backend, merging=config.input_merge, restore_t=config.restore_t, **runtime)
+        #: the output logs of the stage's steps declared deterministic=False (None: it has none,
+        #: and messages go to the acker as they come)
+        self.output_logs = OutputLogs.of(self.rt, plan, key, config, lambda message: self._send(ACKER, message), config.recovering)
         if config.skip_released:
             self.rt.skip_released()
         self.reader: Optional[SourceReader] = SourceReader.of_instance(plan, key, config)
@@ -98,7 +102,7 @@ class InstanceHost:
         acks = rt.take_acks()
         bound = self.new_bound()
         if acks or bound is not None:
-            send(ACKER, Ack(acks, self.source_index, bound))
+            self._to_acker(Ack(acks, self.source_index, bound))
         self.send_parts()
         return sent
 
@@ -121,7 +125,20 @@ class InstanceHost:
     def send_parts(self) -> None:
         """Send the snapshot parts whose T the sinks' acknowledged output has reached, in order."""
         for message in self.rt.ready_parts():
+            self._to_acker(message)
+
+    def _to_acker(self, message: Any) -> None:
+        """Send ``message`` to the acker; with output logs, once what they recorded is durable."""
+        if self.output_logs is None:
             self._send(ACKER, message)
+        else:
+            self.output_logs.to_acker(message)
+
+    def write_output_logs(self) -> None:
+        """Write what the output logs recorded, and send the acker messages that waited for it
+        (the simulator's scheduling step; the Ray actor writes its own way, see actors.py)."""
+        if not self.closed and self.output_logs is not None:
+            self.output_logs.write_all()
 
     # -- what it does with a message ---------------------------------------------------------
 
@@ -172,6 +189,8 @@ class InstanceHost:
         if self.closed:
             return
         self.closed = True
+        if self.output_logs is not None:
+            self.output_logs.close()
         if not keep_sinks:
             self.rt.close()
         self.snapshots.close()

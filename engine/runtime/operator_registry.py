@@ -28,11 +28,13 @@ from driftstream.ordering.paned_windows import PanedWindowState, paned
 from driftstream.ordering.windowed_state import IntervalJoinState, SessionState, WindowedState, step_function
 from driftstream.ordering.windows import Session
 from driftstream.snapshots.entry_cache import CachedEntries
+from driftstream.snapshots.output_log import OutputLog
 
 from driftstream.engine.model import steps as kinds
 from driftstream.engine.model.errors import dead_letter
 from driftstream.engine.model.steps import Step
 from driftstream.engine.runtime.arrow_operators import FlatMapBatches, MapBatches
+from driftstream.engine.runtime.logged_step import LoggedStep
 from driftstream.engine.runtime.operators import (
     DeadLettering, DeadLetterSplit, Filter, FlatMap, KeyBy, Keyed, Lookup, Map, Operator, Passthrough, SinkStep, StepContext, Timed,
 )
@@ -83,11 +85,14 @@ def _restored(step: Step, ctx: StepContext, state: Any) -> Operator:
 
 
 def _stateless(cls: type, *fields: str) -> Builder:
-    """The builder of ``cls(name, fn, *the step's fields)``, wrapped for dead letters if it diverts them."""
+    """The builder of ``cls(name, fn, *the step's fields)``, wrapped for dead letters if it diverts
+    them, and behind its output log if it is not deterministic."""
 
     def build(step: Step, ctx: StepContext) -> Operator:
         op = cls(step.name, step.fn, *(getattr(step, f) for f in fields))
-        return DeadLettering(op) if step.on_error == "dead-letter" else op
+        op = DeadLettering(op) if step.on_error == "dead-letter" else op
+        # deterministic=False: its outputs per input are logged and replayed (see logged_step.py)
+        return op if step.deterministic else LoggedStep(op, OutputLog(), step.kind.flat)
 
     return build
 

@@ -122,7 +122,7 @@ class SimulatedIncarnation:
 
     def completions(self) -> list:
         """The moves that finish what instances have taken: held batches released, a sink
-        bundle written, a snapshot write persisted."""
+        bundle written, a snapshot write persisted, an output log's segments written."""
         moves: list = []
         if any(rt.holding for rt in self.live.stages.values()):
             moves.append(self.release_held)
@@ -130,7 +130,13 @@ class SimulatedIncarnation:
             moves.append(self.write_bundle)
         if any(s.pending_writes() for s in self.live.snapshots.values()):
             moves.append(self.persist)
+        if self.logs_due():
+            moves.append(self.write_output_log)
         return moves
+
+    def logs_due(self) -> bool:
+        """Whether an instance's output logs (steps declared deterministic=False) have entries to write."""
+        return any(h.output_logs is not None and h.output_logs.due for h in self.live.hosts.values())
 
     def deliver_data(self) -> None:
         i = self.rng.randrange(len(self.data))
@@ -184,6 +190,11 @@ class SimulatedIncarnation:
         sink.write(bundle)
         self.live.hosts[instance].bundle_written(sid, bundle)
         self.flush(instance)
+
+    def write_output_log(self) -> None:
+        """An instance's output log segments land in the store; the acks that waited for them go."""
+        instance = self.rng.choice([k for k, h in self.live.hosts.items() if h.output_logs is not None and h.output_logs.due])
+        self.live.hosts[instance].write_output_logs()
 
     def persist(self) -> None:
         instance = self.rng.choice([k for k, s in self.live.snapshots.items() if s.pending_writes()])

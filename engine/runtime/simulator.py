@@ -48,6 +48,7 @@ from collections import Counter
 from typing import Callable, Optional, Sequence
 
 from driftstream.ordering.meta import TOP
+from driftstream.snapshots.output_segments import discard_outputs
 from driftstream.snapshots.store import SnapshotStore
 
 from driftstream.engine.model.config import RunConfig, aligned_sources
@@ -58,6 +59,7 @@ from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.local_recovery import LocalRecovery
+from driftstream.engine.runtime.output_logs import trim_logs
 from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
@@ -247,7 +249,8 @@ class Simulation:
         if self.restoring:
             return [self._restore_one]
         kinds = self.incarnation.deliveries(reading=self.rescale_phase is None)
-        if self.rescale_phase == "draining" and not kinds and not self.incarnation.writes and self.acker.collecting is None:
+        if (self.rescale_phase == "draining" and not kinds and not self.incarnation.writes and self.acker.collecting is None
+                and not self.incarnation.logs_due()):  # an ack held for its output log would settle later
             return [self._rescale_snapshot]  # nothing in flight: the watermark stays where it is
         kinds += self.incarnation.completions()
         if self.acker.collecting is not None and not self.acker.collecting.missing:
@@ -301,6 +304,8 @@ class Simulation:
         manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing, self.manifest)
         self.store.write_manifest(c.snapshot_id, manifest.to_json())
         self.commits += 1
+        if self.plan.logged_steps:
+            trim_logs(self.store)  # what the oldest restorable snapshot no longer replays
         if self.local is not None:
             self.local.trim(tuple(manifest.t))  # a restore starts there now
         if self._maybe_crash("after a commit"):
@@ -350,6 +355,7 @@ def _fresh_store(config: RunConfig, scratch: str) -> tuple:
     store = SnapshotStore(snapshot_dir)
     for sid in store.snapshot_ids():
         store.delete_snapshot(sid)
+    discard_outputs(store)
     return snapshot_dir, store
 
 

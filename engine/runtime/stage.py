@@ -32,6 +32,7 @@ from driftstream.snapshots.state_keys import StateKeys
 from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.latency_samples import LatencySamples
+from driftstream.engine.runtime.logged_step import LoggedStep
 from driftstream.engine.runtime.outbound import Batch, ChannelOutbound, Outbound, tagged  # noqa: F401  (Batch: re-exported)
 from driftstream.engine.runtime.operator_registry import operator_for
 from driftstream.engine.runtime.operators import StepContext
@@ -117,6 +118,8 @@ class StageRuntime:
         self.keyed: dict = {sid: op.state for sid, op in ops if op.state is not None and not op.timed}
         self.windows: dict = {sid: op.state for sid, op in ops if op.timed}  # window step id -> WindowedState
         self.barriers: dict = {sid: (op.barrier, op.sink) for sid, op in ops if op.barrier is not None}
+        #: step id -> the output log of a step declared deterministic=False (see logged_step.py)
+        self.output_logs: dict = {sid: op.log for sid, op in ops if type(op) is LoggedStep}
         #: the barriers' releases, the bundles in flight and the snapshot parts waiting for them
         self.sinks = sinks = SinkRelease(self.barriers, bundle_writer, self.releases, clock, lambda sid: plan.steps[sid].name)
         # The sinks' side of this instance's API (see SinkRelease).

@@ -136,3 +136,24 @@ def test_merge_within_a_stage_stays_fused_and_across_stages_starts_one():
     stages = {st.name: st.steps for st in flow.plan(1).stages}
     assert stages["s"] == ["s", "a", "b", "same", "o1"]
     assert stages["across"] == ["across", "o2"]
+
+
+def test_stateless_steps_declare_themselves_not_deterministic_and_the_plan_shows_it():
+    flow = Flow("nd")
+    (flow.source(MemorySource([1]), name="src").map(abs, name="m", deterministic=False).flat_map(lambda x: [x], name="fm")
+         .filter(bool, name="keep", deterministic=False).map_batches(lambda b: b, name="mb", deterministic=False)
+         .flat_map_batches(lambda b: (b, list(range(b.num_rows))), name="fmb", deterministic=False).sink(MemorySink("o")))
+    plan = flow.plan(1)
+    assert plan.logged_steps == ["m", "keep", "mb", "fmb"]
+    assert "src -> m (logged) -> fm -> keep (logged) -> mb (logged) -> fmb (logged) -> o" in plan.describe()
+
+
+def test_deterministic_takes_a_bool_and_stateful_steps_refuse_false(no_ray):
+    keyed = Flow("nd").source(MemorySource([1])).key_by(str)
+    with pytest.raises(FlowError, match=r"step 'map': deterministic= is True or False, not 'no'"):
+        keyed.map(abs, deterministic="no")
+    for method in ("stateful_map", "stateful_flat_map"):
+        with pytest.raises(FlowError, match=rf"step 'sum': a stateful step cannot be deterministic=False.*"
+                                            r"\.map\(fn, deterministic=False\) before the key_by"):
+            getattr(keyed, method)(lambda s, x: (s, x), name="sum", deterministic=False)
+    assert keyed.stateful_map(lambda s, x: (s, x), name="ok", deterministic=True).step.deterministic
