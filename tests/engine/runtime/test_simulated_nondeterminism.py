@@ -60,17 +60,28 @@ def _inconsistency(out: list) -> Optional[str]:
     return None
 
 
-def _sim(flow: Flow, seed: int, parallelism: int, crashes: int, rescales: tuple = (), recovery: str = "global") -> Simulation:
-    config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(5, 10, 20)[seed % 3] / 1000, recovery=recovery)
-    return Simulation(flow.plan(parallelism), config, crashes=crashes, rescales=rescales)
+def _duplicated(out: list) -> Optional[str]:
+    """At-least-once: every release of an element must be the same (a replay of the same draw
+    and sum), and the elements' first releases consistent."""
+    first: dict = {}
+    for o in out:
+        if first.setdefault(o[1], o) != o:
+            return f"element {o[1]} released as {first[o[1]]} and as {o}"
+    return _inconsistency(list(first.values()))
 
 
-def _check(seeds: range, declared: bool, make_sim) -> list:
-    """The seeds whose output is inconsistent (``make_sim(flow, seed)`` runs one)."""
+def _sim(flow: Flow, seed: int, parallelism: int, crashes: int, rescales: tuple = (), recovery: str = "global",
+         guarantee: str = "exactly-once", **simulation) -> Simulation:
+    config = RunConfig(seed=seed, guarantee=guarantee, snapshot_interval=(5, 10, 20)[seed % 3] / 1000, recovery=recovery)
+    return Simulation(flow.plan(parallelism), config, crashes=crashes, rescales=rescales, **simulation)
+
+
+def _check(seeds: range, declared: bool, make_sim, check=_inconsistency) -> list:
+    """The seeds whose output is inconsistent (``make_sim(seed)`` makes the run)."""
     bad = []
     for seed in seeds:
         sim = make_sim(seed)
-        problem = _inconsistency(sim.run().output("out"))
+        problem = check(sim.run().output("out"))
         if problem is not None:
             bad.append((seed, problem))
             if not declared:
@@ -94,6 +105,19 @@ def test_declared_draws_stay_consistent_across_rescales():
     runs = lambda declared: lambda seed: _sim(_flow(declared), seed, 1 + seed % 2, seed % 3, rescales=(2 - seed % 2, 3))  # noqa: E731
     assert _check(range(60), True, runs(True)) == []
     assert _check(range(60), False, runs(False)), "undeclared draws should break some seed's sums"
+
+
+@pytest.mark.parametrize("simulation", [{"resets_in_place": True}, {"acker_shards": 2}], ids=["resets in place", "acker shards"])
+def test_declared_draws_stay_consistent_with_resets_in_place_and_acker_shards(simulation):
+    runs = lambda declared: lambda seed: _sim(_flow(declared), seed, 1 + seed % 2, 1 + seed % 3, **simulation)  # noqa: E731
+    assert _check(range(60), True, runs(True)) == []
+    assert _check(range(60), False, runs(False)), "undeclared draws should break some seed's sums"
+
+
+def test_at_least_once_releases_the_same_draw_again():
+    runs = lambda declared: lambda seed: _sim(_flow(declared), seed, 1 + seed % 2, 1 + seed % 3, guarantee="at-least-once")  # noqa: E731
+    assert _check(range(60), True, runs(True), _duplicated) == []
+    assert _check(range(60), False, runs(False), _duplicated), "undeclared draws should be released differently"
 
 
 def test_tombstones_take_back_the_draws_they_were_given():
