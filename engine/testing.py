@@ -25,11 +25,21 @@ def actor_of(name: str, not_id: Optional[object] = None):
     """The live Ray actor playing instance ``name`` (``<flow>/<stage>/<i>``, namespace
     ``driftstream``) now, or None: the actor of that name, or a standby (or warm actor, see
     :func:`~driftstream.engine.warm_up`) playing it. Skips the incarnation whose actor id is
-    ``not_id``. For fault tests: ``ray.kill(actor_of("wc/count/0"))``."""
+    ``not_id``. ``<flow>/coordinator`` is the flow's coordinator, a warm one too (found through
+    the flow registry). For fault tests: ``ray.kill(actor_of("wc/count/0"))``."""
     import ray  # here, not at the top: tests of the simulator and in-memory flows need no Ray
 
+    from driftstream.engine.control.coordinator import COORDINATOR_SUFFIX
+    from driftstream.engine.control.flow_registry import coordinator_of
     from driftstream.engine.control.warm_actors import WARM_PREFIX
     from driftstream.engine.runtime.ray_session import NAMESPACE
+
+    if name.endswith(COORDINATOR_SUFFIX):
+        try:
+            handle = coordinator_of(name[: -len(COORDINATOR_SUFFIX)])
+            return handle if handle._actor_id != not_id else None
+        except ValueError:
+            return None
 
     try:
         handle = ray.get_actor(name, namespace=NAMESPACE)
@@ -45,8 +55,8 @@ def actor_of(name: str, not_id: Optional[object] = None):
             handle = ray.get_actor(standby["name"], namespace=NAMESPACE)
             if handle._actor_id != not_id and ray.get(handle.playing.remote(), timeout=5) == name:
                 return handle
-        except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            pass
+        except (ValueError, AttributeError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass  # gone, a warm coordinator (it plays no instance), or busy
     return None
 
 

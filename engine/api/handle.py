@@ -19,12 +19,13 @@ import threading
 import time
 from typing import Any, Optional
 
-from driftstream.engine.control.coordinator import COORDINATOR_SUFFIX, remove, run_coordinated, start_detached
+from driftstream.engine.control.coordinator import remove, run_coordinated, start_detached
+from driftstream.engine.control.flow_registry import coordinator_of, flow_names
 from driftstream.engine.model.config import RunConfig
-from driftstream.engine.model.errors import FlowError
+from driftstream.engine.model.errors import FlowError, FlowGone
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
-from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers, ensure_ray
+from driftstream.engine.runtime.ray_session import check_no_leftovers, ensure_ray
 
 def start_on_ray(plan: Plan, address: Optional[str] = None, detached: bool = False, **options) -> "FlowHandle":
     """Start ``plan`` on Ray in the background; see :meth:`driftstream.engine.Flow.start`."""
@@ -54,12 +55,15 @@ def attach(name: str, address: Optional[str] = None) -> "FlowHandle":
     if address is not None or not ray.is_initialized():
         ensure_ray(address or "auto")
     try:
-        coordinator = ray.get_actor(name + COORDINATOR_SUFFIX, namespace=NAMESPACE)
+        coordinator = coordinator_of(name)
     except ValueError:
         running = ", ".join(f["name"] for f in list_flows()) or "none"
         raise FlowError(f"no flow named {name!r} runs on this cluster (running: {running})") from None
     handle = FlowHandle(name, coordinator=coordinator)
-    handle._owner_elsewhere = not handle.describe()["detached"]
+    try:
+        handle._owner_elsewhere = not handle.describe()["detached"]
+    except FlowGone:  # ended between the lookup and the call
+        raise FlowError(f"no flow named {name!r} runs on this cluster (it has just ended)") from None
     return handle
 
 
@@ -69,13 +73,13 @@ def list_flows() -> list:
     import ray
 
     flows = []
-    for a in ray.util.list_named_actors(all_namespaces=True):
-        if a["namespace"] == NAMESPACE and a["name"].endswith(COORDINATOR_SUFFIX):
-            try:
-                coordinator = ray.get_actor(a["name"], namespace=NAMESPACE)
-                flows.append(ray.get(coordinator.describe.remote(), timeout=10))
-            except Exception as exc:  # gone or restarting between the listing and the call
-                flows.append({"name": a["name"][: -len(COORDINATOR_SUFFIX)], "state": f"unreachable ({type(exc).__name__})"})
+    for name in flow_names():
+        try:
+            flows.append(ray.get(coordinator_of(name).describe.remote(name), timeout=10))
+        except FlowGone:
+            pass  # ended between the listing and the call
+        except Exception as exc:  # gone or restarting between the listing and the call
+            flows.append({"name": name, "state": f"unreachable ({type(exc).__name__})"})
     return sorted(flows, key=lambda f: f["name"])
 
 
@@ -128,9 +132,9 @@ class FlowHandle:
             self._thread.join()
             raise self._error
         try:
-            error = ray.get(self._coordinator.wait_launched.remote(timeout), timeout=timeout + 10)
-        except ray.exceptions.RayActorError:
-            error = True  # removed already: the run has ended, its error is the thread's
+            error = ray.get(self._coordinator.wait_launched.remote(timeout, self.name), timeout=timeout + 10)
+        except (ray.exceptions.RayActorError, FlowGone):
+            error = True  # removed or retired already: the run has ended, its error is the thread's
         if error is not None:
             self._thread.join()
             if self._error is not None:
@@ -152,10 +156,10 @@ class FlowHandle:
 
         self._has_coordinator.wait()
         if self.detached:
-            return dict({"running": True}, **ray.get(self._coordinator.status.remote(), timeout=60))
+            return dict({"running": True}, **ray.get(self._coordinator.status.remote(self.name), timeout=60))
         if self._thread.is_alive():
             try:
-                return dict(ray.get(self._coordinator.status.remote(), timeout=30), running=True)
+                return dict(ray.get(self._coordinator.status.remote(self.name), timeout=30), running=True)
             except Exception:
                 if self._thread.is_alive():
                     raise
@@ -166,7 +170,7 @@ class FlowHandle:
         import ray
 
         self._has_coordinator.wait()
-        return ray.get(self._coordinator.describe.remote(), timeout=30)
+        return ray.get(self._coordinator.describe.remote(self.name), timeout=30)
 
     def rescale(self, parallelism: int, timeout: Optional[float] = 300.0) -> dict:
         """Change the running flow's parallelism: its sources stop reading, what they read
@@ -181,7 +185,7 @@ class FlowHandle:
         import ray
 
         self._has_coordinator.wait()
-        report = ray.get(self._coordinator.rescale.remote(parallelism), timeout=timeout)
+        report = ray.get(self._coordinator.rescale.remote(parallelism, self.name), timeout=timeout)
         if isinstance(report, BaseException):
             raise report
         return report
@@ -194,7 +198,7 @@ class FlowHandle:
         self._has_coordinator.wait()
         if self.detached or self._thread.is_alive():
             try:
-                ray.get(self._coordinator.stop.remote(), timeout=30)
+                ray.get(self._coordinator.stop.remote(self.name), timeout=30)
             except Exception:
                 if self._running_here():
                     raise
@@ -223,11 +227,11 @@ class FlowHandle:
         while True:
             left = 10.0 if deadline is None else max(0.0, min(10.0, deadline - time.time()))
             try:
-                done, self._result, self._error = ray.get(self._coordinator.outcome.remote(left))
-            except ray.exceptions.RayActorError:
+                done, self._result, self._error = ray.get(self._coordinator.outcome.remote(left, self.name))
+            except (ray.exceptions.RayActorError, FlowGone):
                 if not self._owner_elsewhere:
                     raise
-                return  # its driver has taken the result and removed the coordinator
+                return  # its driver has taken the result and removed (or retired) the coordinator
             if done:
                 return
             if deadline is not None and time.time() >= deadline:

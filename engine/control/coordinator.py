@@ -26,13 +26,15 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowGone
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.control.metrics_export import start_export
 from driftstream.engine.control.resume import check_sources
 from driftstream.engine.control.stored_plan import StoredPlan, forget_plan
 from driftstream.engine.control.supervisor import RaySupervisor
-from driftstream.engine.control.warm_actors import WarmActors, hand_back, take_warm
+from driftstream.engine.control.flow_registry import claim, release
+from driftstream.engine.control.warm_actors import WarmActors, hand_back, retire, take_warm
 from driftstream.engine.runtime.ray_session import NAMESPACE, check_no_leftovers
 
 
@@ -47,16 +49,46 @@ class CoordinatorActor:
     outcome until :func:`remove` takes it; no driver waits on ``run()``. Ray restarts it
     if its process dies (:func:`start_detached`), and the new incarnation resumes from the
     newest snapshot, as a new coordinator does under :func:`run_coordinated`.
+
+    Started with no plan, it is warm (see :mod:`.warm_actors`): :meth:`take` gives it a flow,
+    :meth:`retire` makes it flowless again once the run is over. Calls that name a ``flow``
+    raise :class:`FlowGone` when it no longer runs that one (a handle kept past its flow's end).
     """
 
-    def __init__(self, plan: Union[Plan, StoredPlan], config: RunConfig, detached: bool = False, warm: Optional[WarmActors] = None) -> None:
+    def __init__(self, plan: Union[Plan, StoredPlan, None] = None, config: Optional[RunConfig] = None, detached: bool = False,
+                 warm: Optional[WarmActors] = None) -> None:
+        self.flow_name: Optional[str] = None
+        #: the niceness Ray started this worker at; a flow's ``coordinator_niceness`` adds to it
+        self.base_niceness = os.nice(0) if hasattr(os, "nice") else 0
+        if plan is not None:
+            self._begin(plan, config, detached, warm)
+
+    def take(self, plan: Plan, config: RunConfig, warm: Optional[WarmActors] = None) -> bool:
+        """A warm coordinator's start of a flow, as the constructor's; False (nothing taken) when
+        this process already runs at a lower priority than ``config`` asks (niceness only rises)."""
+        if self.flow_name is not None:
+            raise RuntimeError(f"this coordinator runs flow {self.flow_name!r} already")
+        if hasattr(os, "nice") and os.nice(0) > self._niceness(config):
+            return False
+        self._begin(plan, config, False, warm)
+        return True
+
+    def retire(self) -> None:
+        """After its run: forget the flow, for the next :meth:`take` (see
+        :func:`~.warm_actors.retire`, which kills one that raises)."""
+        if self.flow_name is not None and not self.done.is_set():
+            raise RuntimeError(f"flow {self.flow_name!r} still runs here")
+        self.flow_name = None
+
+    def ping(self) -> bool:
+        return True
+
+    def _begin(self, plan: Union[Plan, StoredPlan], config: RunConfig, detached: bool, warm: Optional[WarmActors]) -> None:
         if isinstance(plan, StoredPlan):  # a detached flow's (start_detached): each incarnation loads it
             plan = plan.load()
-        niceness = config.coordinator_niceness
-        if niceness and hasattr(os, "nice"):  # an actor has its own worker process: only it is affected
-            os.nice(niceness)
+        if hasattr(os, "nice"):  # an actor has its own worker process: only it is affected
+            os.nice(max(0, self._niceness(config) - os.nice(0)))
         self.detached = detached
-        self.flow_name = plan.flow_name
         self.started_at = time.time()
         self.restarts = 0
         if detached and _reconstructed():
@@ -71,6 +103,7 @@ class CoordinatorActor:
         self.outcome_: tuple = (None, None)
         self.exporter = None
         self.retired_: list = []
+        self.flow_name = plan.flow_name
         try:
             self.supervisor: Optional[RaySupervisor] = RaySupervisor(plan, config, warm)
         except Exception as exc:  # run() hands it back as itself; raised here, the driver would see only its text
@@ -82,6 +115,15 @@ class CoordinatorActor:
         self.exporter = start_export(plan.flow_name, config, self.supervisor.live_status, self.launched)
         if detached:
             threading.Thread(target=self.run, name="driftstream-detached", daemon=True).start()
+
+    def _niceness(self, config: RunConfig) -> int:
+        return min(19, self.base_niceness + config.coordinator_niceness)
+
+    def _playing(self, flow: Optional[str]) -> None:
+        """Raise :class:`FlowGone` if a call for ``flow`` (None: any) reached this coordinator
+        after it left that flow."""
+        if self.flow_name is None or (flow is not None and flow != self.flow_name):
+            raise FlowGone(f"flow {flow or '(any)'!r} has ended: its coordinator runs {self.flow_name or 'no flow'!r} now")
 
     def run(self, timeout: Optional[float] = None) -> tuple:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
@@ -108,18 +150,21 @@ class CoordinatorActor:
         :func:`~driftstream.engine.control.warm_actors.hand_back`)."""
         return self.retired_
 
-    def wait_launched(self, timeout: float) -> Optional[BaseException]:
+    def wait_launched(self, timeout: float, flow: Optional[str] = None) -> Optional[BaseException]:
         """Block until the run's actors are up (or it failed first); its error, if any."""
+        self._playing(flow)
         self.launched.wait(timeout)
         return self.outcome_[1] if self.done.wait(0.2) else None
 
-    def outcome(self, timeout: float) -> tuple:
+    def outcome(self, timeout: float, flow: Optional[str] = None) -> tuple:
         """``(done, result, error)``, waiting up to ``timeout`` s for the end of a detached run."""
+        self._playing(flow)
         done = self.done.wait(timeout)
         return (done, *self.outcome_)
 
-    def describe(self) -> dict:
+    def describe(self, flow: Optional[str] = None) -> dict:
         """What ``driftstream list`` shows; answers at once, also while the run starts."""
+        self._playing(flow)
         c, s = self.config, self.supervisor
         state = ("failed" if self.outcome_[1] is not None else "finished") if self.done.is_set() else (
             "stopping" if s.stop_requested.is_set() else "running" if self.launched.is_set() else "starting")
@@ -128,21 +173,24 @@ class CoordinatorActor:
                 "parallelism": (s.plan if s else self.plan).parallelism, "restarts": self.restarts,
                 "error": None if self.outcome_[1] is None else str(self.outcome_[1])}
 
-    def status(self) -> dict:
+    def status(self, flow: Optional[str] = None) -> dict:
+        self._playing(flow)
         self.launched.wait()
         if self.done.is_set():
             error = self.outcome_[1]
             return {"running": False, "state": self.describe()["state"], "error": None if error is None else str(error)}
         return dict(self.supervisor.live_status(), coordinator_niceness=os.nice(0) if hasattr(os, "nice") else None)
 
-    def stop(self) -> None:
+    def stop(self, flow: Optional[str] = None) -> None:
+        self._playing(flow)
         if self.supervisor is not None:
             self.supervisor.stop_requested.set()
 
-    def rescale(self, parallelism: int) -> Any:
+    def rescale(self, parallelism: int, flow: Optional[str] = None) -> Any:
         """Move the running flow to ``parallelism`` (:meth:`RaySupervisor.request_rescale`);
         returns its report once it runs again and its first output came (at most 5 s later),
         or the error that refused it."""
+        self._playing(flow)
         self.launched.wait()
         if self.supervisor is None:
             return self.outcome_[1]
@@ -165,7 +213,8 @@ def _reconstructed() -> bool:
         return ray.get_runtime_context().was_current_actor_reconstructed
 
 
-#: A coordinator's actor name is its flow's name and this; ``list_flows`` finds flows by it.
+#: A new coordinator's actor name is its flow's name and this (a warm one keeps its own: flows
+#: are found through :mod:`.flow_registry`).
 COORDINATOR_SUFFIX = "/coordinator"
 
 
@@ -194,21 +243,16 @@ def run_coordinated(
     """
     check_sources(plan)
     restarts = 0
-    # The first coordinator's launch resets them instead of starting processes.
-    warm = take_warm(len(plan.instances) + config.standbys, ackers=1)
+    # The first coordinator and its launch take warm actors instead of starting processes.
+    taken = take_warm(len(plan.instances) + config.standbys, ackers=1, coordinators=1)
     while True:
-        # On the driver's node: it shares the driver's fate anyway, and a worker node lost
-        # to the cluster must cost a recovery of that node's actors, not a new coordinator.
-        here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-        coordinator = CoordinatorActor.options(name=coordinator_name(plan), namespace=NAMESPACE, scheduling_strategy=here).remote(
-            plan, config, warm=warm
-        )
+        coordinator, name, warm = _coordinator_for(plan, config, taken)
         if on_coordinator is not None:
             on_coordinator(coordinator)
         retired = None
         try:
             result, error = ray.get(coordinator.run.remote(timeout))
-            if warm is not None:
+            if taken is not None:
                 retired = ray.get(coordinator.retired.remote())
         except RayActorError as exc:
             if not coordinator_died(exc, coordinator) or not config.takes_snapshots or restarts >= max_restarts:
@@ -218,14 +262,41 @@ def run_coordinated(
             check_no_leftovers(plan.flow_name)  # its actors died with it; wait until their names are free
             continue
         finally:
-            remove(coordinator, plan.flow_name)
+            if not warm:
+                remove(coordinator, plan.flow_name)
+            elif retired is not None:  # back to the pool with the others (one that died is killed with them)
+                retired += retire([coordinator], [name])
+            release(plan.flow_name, name)
             # Not tied to the coordinator by Ray: the ones it did not retire (all, if it died) are killed.
-            hand_back(warm, retired)
-            warm = None
+            hand_back(taken, retired)
+            taken = None
         if error is not None:
             raise error  # the run's own, as it is: a new coordinator would only meet it again
         result.metrics.recoveries += restarts  # the new coordinator counts only its own
         return result
+
+
+def _coordinator_for(plan: Plan, config: RunConfig, taken: Optional[WarmActors]) -> tuple:
+    """``(handle, Ray name, warm)``: the coordinator that runs ``plan``, registered under its
+    flow's name (:mod:`.flow_registry`); a warm one of ``taken`` if it takes the flow, else a
+    new one, named after the flow, on the driver's node (it shares the driver's fate anyway,
+    and a worker node lost to the cluster must cost a recovery of that node's actors, not a
+    new coordinator)."""
+    if taken is not None and taken.coordinators:
+        handle, name = taken.coordinators[0]
+        claim(plan.flow_name, name)
+        try:
+            if ray.get(handle.take.remote(plan, config, warm=taken.for_coordinator())):
+                return handle, name, True
+        except RayActorError:
+            pass  # died in the pool: hand_back replaces it
+        release(plan.flow_name, name)
+    name = coordinator_name(plan)
+    claim(plan.flow_name, name)
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    handle = CoordinatorActor.options(name=name, namespace=NAMESPACE, scheduling_strategy=here).remote(
+        plan, config, warm=taken.for_coordinator() if taken is not None else None)
+    return handle, name, False
 
 
 def coordinator_died(exc: RayActorError, coordinator: Any) -> bool:
@@ -248,6 +319,7 @@ def start_detached(plan: Plan, config: RunConfig, launch_timeout: float = 120.0)
     check_sources(plan)
     try:
         check_no_leftovers(plan.flow_name, grace_s=0)
+        claim(plan.flow_name, coordinator_name(plan), grace_s=0)
     except RuntimeError:
         raise FlowError(f"a flow named {plan.flow_name!r} is already on this cluster: `driftstream status {plan.flow_name}` "
                         f"shows it, `driftstream stop {plan.flow_name}` stops it (then start it with --resume to continue)") from None
@@ -265,12 +337,14 @@ def start_detached(plan: Plan, config: RunConfig, launch_timeout: float = 120.0)
 
 
 def remove(coordinator: Any, flow_name: str) -> None:
-    """End a coordinator actor (detached ones stay until this) and wait until its name is free."""
+    """End a coordinator actor started for the flow ``flow_name`` (detached ones stay until
+    this), wait until its name is free, and drop its claim of the flow's name."""
     try:
         ray.kill(coordinator, no_restart=True)
     except Exception:
         pass
     _wait_gone(flow_name + COORDINATOR_SUFFIX)
+    release(flow_name, flow_name + COORDINATOR_SUFFIX)
     forget_plan(flow_name)
 
 

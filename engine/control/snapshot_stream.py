@@ -56,12 +56,22 @@ class SnapshotInbox:
         self._endpoint = Endpoint(self.key, self.queue.put)
         self.address: tuple = self._call(self._endpoint.listen(host))
 
+    async def _shut(self) -> None:
+        # The connections' tasks end here, on a running loop: left pending, they are destroyed
+        # with the closed loop and log "Event loop is closed" in a process that lives on (a warm
+        # coordinator).
+        await self._endpoint.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
 
     def close(self) -> None:
-        """Stop listening and end the thread."""
-        self._call(self._endpoint.close())
+        """Stop listening, end the connections' tasks and the thread."""
+        self._call(self._shut())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()

@@ -4,15 +4,17 @@ flows this driver starts take instead of starting processes.
 A flow's start on a running Ray session is mostly new processes: each costs ~0.45 s of CPU
 (Python, Ray's worker, the engine's imports), five of them ~2.3 s of wall time on two cores,
 while the engine's own steps take ~0.1 s. A warm actor is such a process already started; a
-launch resets it into an instance (as it resets a standby), which takes milliseconds.
+launch resets it into an instance (as it resets a standby), which takes milliseconds. A warm
+coordinator takes a flow (``CoordinatorActor.take``) and is found by the flow's name through
+:mod:`.flow_registry`, since Ray cannot name an actor that already runs.
 
 >>> import driftstream.engine as ds
 >>> ds.warm_up(stage_actors=4)                 # doctest: +SKIP
 >>> flow.run(parallelism=2)                    # doctest: +SKIP
 >>> other_flow.run(parallelism=2)              # doctest: +SKIP
 
-Each run takes as many as it needs (its instances, its standbys, an acker) and starts no
-process but its coordinator. When a flow ends, its coordinator retires them (each closes its
+Each run takes as many as it needs (its instances, its standbys, an acker, a coordinator)
+and starts no process. When a flow ends, its coordinator retires them (each closes its
 instance's sinks, backends and connections, and removes its working directory) and they come
 back for the next flow. One that died with its flow, or did not retire, is killed and
 replaced in the background, so the pool keeps the size ``warm_up`` gave it;
@@ -35,6 +37,8 @@ from typing import Iterator, Optional
 
 import ray
 
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE, ensure_ray, kill_actors
@@ -45,30 +49,40 @@ WARM_PREFIX = "__warm__/"
 
 @dataclass
 class WarmActors:
-    """Started actors with no flow: ``stages`` and ``ackers``, each ``(handle, Ray name)``."""
+    """Started actors with no flow: ``stages``, ``ackers`` and ``coordinators``, each
+    ``(handle, Ray name)``."""
 
     stages: list = field(default_factory=list)
     ackers: list = field(default_factory=list)
+    coordinators: list = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.stages) + len(self.ackers)
+        return len(self.stages) + len(self.ackers) + len(self.coordinators)
+
+    def _all(self) -> list:
+        return self.stages + self.ackers + self.coordinators
 
     def handles(self) -> list:
-        return [h for h, _ in self.stages + self.ackers]
+        return [h for h, _ in self._all()]
 
     def names(self) -> list:
-        return [n for _, n in self.stages + self.ackers]
+        return [n for _, n in self._all()]
 
     def add(self, other: "WarmActors") -> None:
         """Append ``other``'s actors to these."""
         self.stages.extend(other.stages)
         self.ackers.extend(other.ackers)
+        self.coordinators.extend(other.coordinators)
 
     def split(self, names: set) -> tuple:
         """``(those named in names, the rest)``, each a :class:`WarmActors`."""
         def pick(kept: bool) -> WarmActors:
-            return WarmActors([a for a in self.stages if (a[1] in names) == kept], [a for a in self.ackers if (a[1] in names) == kept])
+            return WarmActors(*([a for a in kind if (a[1] in names) == kept] for kind in (self.stages, self.ackers, self.coordinators)))
         return pick(True), pick(False)
+
+    def for_coordinator(self) -> "WarmActors":
+        """The stage actors and ackers, which a coordinator's launch takes (not the coordinators)."""
+        return WarmActors(self.stages, self.ackers)
 
     def take_acker(self) -> Optional[tuple]:
         """A warm acker ``(handle, name)`` out of the set, or None."""
@@ -77,53 +91,57 @@ class WarmActors:
 
 _lock = threading.Lock()
 _pool = WarmActors()
-#: how many stage actors and ackers the pool keeps (the sum of ``warm_up``'s counts since ``end_warm()``)
-_target = [0, 0]
+#: how many stage actors, ackers and coordinators the pool keeps (the sums of ``warm_up``'s counts since ``end_warm()``)
+_target = [0, 0, 0]
 _count = itertools.count()
 #: the driver's Ray job the pool's actors were started in: after a new ``ray.init()`` they are gone
 _job: list = [None]
 
 
-def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = None) -> None:
-    """Start ``stage_actors`` stage actors and ``ackers`` ackers (adding to those already warm),
-    for the flows this driver starts. Connects to Ray first if needed (``address``: see
-    :func:`~driftstream.engine.runtime.ray_session.ensure_ray`). Returns once they are up."""
-    if stage_actors < 0 or ackers < 0:
-        raise ValueError(f"warm_up takes counts >= 0, not stage_actors={stage_actors!r}, ackers={ackers!r}")
+def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = None, coordinators: int = 1) -> None:
+    """Start ``stage_actors`` stage actors, ``ackers`` ackers and ``coordinators`` coordinators
+    (adding to those already warm), for the flows this driver starts. Connects to Ray first if
+    needed (``address``: see :func:`~driftstream.engine.runtime.ray_session.ensure_ray`).
+    Returns once they are up."""
+    counts = (stage_actors, ackers, coordinators)
+    if min(counts) < 0:
+        raise ValueError(f"warm_up takes counts >= 0, not stage_actors={stage_actors!r}, ackers={ackers!r}, coordinators={coordinators!r}")
     ensure_ray(address)
-    new = _start(stage_actors, ackers)
+    new = _start(*counts)
     ray.get([h.ping.remote() for h in new.handles()])  # started: a flow taking them waits for no process
     with _lock:
         _forget_if_gone()
         _job[0] = ray.get_runtime_context().get_job_id()
-        _target[0] += stage_actors
-        _target[1] += ackers
+        _target[:] = [a + b for a, b in zip(_target, counts)]
         _pool.add(new)
 
 
-def _start(stage_actors: int, ackers: int) -> WarmActors:
-    """Create warm actors (their processes start in the background)."""
-    new = WarmActors()
-    for _ in range(stage_actors):
+def _start(stage_actors: int, ackers: int, coordinators: int = 0) -> WarmActors:
+    """Create warm actors (their processes start in the background). Coordinators on this
+    driver's node, as :func:`~.coordinator.run_coordinated` places a new one."""
+    from driftstream.engine.control.coordinator import CoordinatorActor  # it imports this module
+
+    def started(cls, args: tuple, strategy: object = "SPREAD") -> tuple:
         name = _next_name()
-        new.stages.append((StageActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(None, None, None, None, None), name))
-    for _ in range(ackers):
-        name = _next_name()
-        new.ackers.append((AckerActor.options(name=name, namespace=NAMESPACE, scheduling_strategy="SPREAD").remote(None, None), name))
-    return new
+        return cls.options(name=name, namespace=NAMESPACE, scheduling_strategy=strategy).remote(*args), name
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False) if coordinators else None
+    return WarmActors([started(StageActor, (None,) * 5) for _ in range(stage_actors)],
+                      [started(AckerActor, (None, None)) for _ in range(ackers)],
+                      [started(CoordinatorActor, (), here) for _ in range(coordinators)])
 
 
 def _next_name() -> str:
     return f"{WARM_PREFIX}{os.getpid()}/{next(_count)}"
 
 
-def take_warm(stage_actors: Optional[int] = None, ackers: Optional[int] = None) -> WarmActors:
-    """Up to ``stage_actors`` warm stage actors and ``ackers`` ackers (None: all) out of the
-    pool (an empty set when there is none), for one flow's launch."""
+def take_warm(stage_actors: Optional[int] = None, ackers: Optional[int] = None, coordinators: Optional[int] = None) -> WarmActors:
+    """Up to ``stage_actors`` warm stage actors, ``ackers`` ackers and ``coordinators``
+    coordinators (None: all) out of the pool (an empty set when there is none), for one flow."""
     with _lock:
         _forget_if_gone()
-        taken = WarmActors(_pool.stages[:stage_actors], _pool.ackers[:ackers])
-        del _pool.stages[:stage_actors], _pool.ackers[:ackers]
+        taken = WarmActors(_pool.stages[:stage_actors], _pool.ackers[:ackers], _pool.coordinators[:coordinators])
+        del _pool.stages[:stage_actors], _pool.ackers[:ackers], _pool.coordinators[:coordinators]
     return taken
 
 
@@ -133,7 +151,8 @@ def _forget_if_gone() -> None:
     if _job[0] is not None and (not ray.is_initialized() or ray.get_runtime_context().get_job_id() != _job[0]):
         _pool.stages.clear()
         _pool.ackers.clear()
-        _target[:] = [0, 0]
+        _pool.coordinators.clear()
+        _target[:] = [0, 0, 0]
         _job[0] = None
 
 
@@ -145,7 +164,7 @@ def warm_count() -> int:
 def warm_pool() -> WarmActors:
     """The warm actors waiting for a flow now (a copy: taking nothing)."""
     with _lock:
-        return WarmActors(list(_pool.stages), list(_pool.ackers))
+        return WarmActors(list(_pool.stages), list(_pool.ackers), list(_pool.coordinators))
 
 
 def retire(handles: list, names: list, timeout_s: float = 10.0) -> list:
@@ -177,7 +196,7 @@ def hand_back(taken: Optional[WarmActors], retired: Optional[list]) -> None:
         kill_actors(lost.handles(), lost.names(), wait_s=0)
     with _lock:
         _pool.add(back)
-        missing = (max(0, _target[0] - len(_pool.stages)), max(0, _target[1] - len(_pool.ackers)))
+        missing = [max(0, want - len(have)) for want, have in zip(_target, (_pool.stages, _pool.ackers, _pool.coordinators))]
     if any(missing):
         refill = _start(*missing)
         with _lock:
@@ -193,7 +212,7 @@ def fresh_pool(plan: Optional[Plan] = None) -> Iterator[None]:
     global _pool
     with _lock:
         aside, target, job = _pool, list(_target), _job[0]
-        _pool, _target[:] = WarmActors(), [0, 0]
+        _pool, _target[:] = WarmActors(), [0, 0, 0]
     try:
         if plan is not None:
             warm_up(stage_actors=len(plan.instances))
@@ -211,7 +230,7 @@ def end_warm(actors: Optional[WarmActors] = None) -> None:
     harmless."""
     if actors is None:
         with _lock:
-            _target[0] = _target[1] = 0
+            _target[:] = [0, 0, 0]
         actors = take_warm()
     if len(actors):
         kill_actors(actors.handles(), actors.names(), wait_s=0)

@@ -34,6 +34,10 @@ class FlowError(ValueError):
     """An invalid pipeline, reported before any actor starts, with how to fix it."""
 
 
+class FlowGone(RuntimeError):
+    """A call reached a coordinator after the flow it named had ended there."""
+
+
 class StepError(RuntimeError):
     """A user function raised while processing an element.
 

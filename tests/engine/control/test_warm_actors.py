@@ -11,7 +11,9 @@ import time
 import pytest
 import ray
 
-from driftstream.engine import Flow, warm_up
+from driftstream.engine import Flow, attach, list_flows, warm_up
+from driftstream.engine.control.flow_registry import coordinator_of, holder
+from driftstream.engine.model.errors import FlowGone
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.control.warm_actors import WARM_PREFIX, end_warm, fresh_pool, take_warm, warm_count, warm_pool
 from driftstream.engine.testing import MemorySink, MemorySource, PacedSource, cold_start, wait_for_actor
@@ -63,15 +65,20 @@ def test_flows_play_on_warm_actors_that_come_back_retired_for_the_next(ray_sessi
     before = pids(pool.names())
     handle = flow.start(parallelism=2)
     try:
-        assert warm_count() == len(pool) - len(plan.instances) - 1  # as many as it needs
+        assert warm_count() == len(pool) - len(plan.instances) - 2  # as many as it needs, an acker, a coordinator
         taken = [n for _, n in pool.stages[: len(plan.instances)]]
         assert {ray.get(ray.get_actor(n, namespace="driftstream").playing.remote()) for n in taken} == {
             plan.actor_name(i) for i in plan.instances}
         own = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("warmed/")]
-        assert own == ["warmed/coordinator"]  # no process was started for an instance or the acker
+        assert own == []  # no process was started for an instance, the acker or the coordinator
+        assert holder("warmed") == pool.coordinators[0][1]  # found by the flow's name through the registry
+        assert attach("warmed").describe()["name"] == "warmed" and "warmed" in [f["name"] for f in list_flows()]
     finally:
         result = handle.wait(timeout=120)
     assert sorted(result.output("out")) == expected_counts(N)
+    assert holder("warmed") is None and "warmed" not in [f["name"] for f in list_flows()]
+    with pytest.raises(FlowGone):  # a handle kept past its flow's end does not reach the next flow
+        ray.get(pool.coordinators[0][0].status.remote("warmed"))
     back = warm_pool()
     assert sorted(back.names()) == sorted(pool.names()) and pids(back.names()) == before  # the same processes
     assert all(ray.get(ray.get_actor(n, namespace="driftstream").playing.remote()) is None for _, n in back.stages)
@@ -122,10 +129,10 @@ def test_warm_actors_end_with_a_coordinator_that_died_and_the_output_stays_exact
     size = warm_count()
     handle = flow.start(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
     taken = set(live_warm_names()) - set(warm_pool().names())
-    assert len(taken) == len(flow.plan(2).instances) + 1
+    assert len(taken) == len(flow.plan(2).instances) + 2  # and the acker and the coordinator
     wait_until(lambda: handle.status().get("snapshots", 0) >= 1 and len(read_file_sink(str(out), "out")) > N // 4,
                "a snapshot and output within 60 s")
-    ray.kill(ray.get_actor("warm-death/coordinator", namespace="driftstream"), no_restart=True)
+    ray.kill(coordinator_of("warm-death"), no_restart=True)
     wait_until(lambda: not taken & live_warm_names(), f"warm actors of the dead coordinator still run: {taken & live_warm_names()}")
     result = handle.wait(timeout=120)
     assert result.metrics.recoveries == 1
@@ -150,7 +157,7 @@ def test_cold_start_sets_the_pool_aside_and_end_warm_empties_it(ray_session):
         assert warm_count() == 0
         wait_until(lambda: not live_warm_names(), "end_warm() ends every warm actor")
     finally:
-        warm_up(stage_actors=len(pool.stages), ackers=len(pool.ackers))  # the session's pool, for the tests after
+        warm_up(stage_actors=len(pool.stages), ackers=len(pool.ackers), coordinators=len(pool.coordinators))  # the session's pool
 
 
 def test_a_pool_from_a_ray_session_the_driver_left_is_forgotten(ray_session):
@@ -159,8 +166,8 @@ def test_a_pool_from_a_ray_session_the_driver_left_is_forgotten(ray_session):
     from driftstream.engine.control import warm_actors
 
     with fresh_pool():
-        warm_up(stage_actors=1, ackers=0)
+        warm_up(stage_actors=1, ackers=0, coordinators=0)
         warm_actors._job[0] = "a job of a session this driver left"
         assert not len(take_warm(1)) and warm_count() == 0  # (here, Ray ends the dropped actor: no handle is left)
-        warm_up(stage_actors=1, ackers=0)
+        warm_up(stage_actors=1, ackers=0, coordinators=0)
         assert len(take_warm(1)) == 1  # a pool of this session is taken again
