@@ -102,7 +102,10 @@ class InstanceHost:
         acks = rt.take_acks()
         bound = self.new_bound()
         if acks or bound is not None:
-            self._to_acker(Ack(acks, self.source_index, bound))
+            if self.output_logs is None:
+                send(ACKER, Ack(acks, self.source_index, bound))
+            else:  # after what its output logs recorded is durable
+                self.output_logs.to_acker(Ack(acks, self.source_index, bound))
         self.send_parts()
         return sent
 

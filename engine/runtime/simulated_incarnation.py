@@ -45,6 +45,8 @@ class SimulatedIncarnation:
                  local: Optional[LocalRecovery] = None) -> None:
         self.live, self.rng, self.batch_size, self.maybe_crash = live, rng, batch_size, maybe_crash
         self.instance_count = len(plan.instances)
+        #: whether a step is declared deterministic=False (else no instance has output logs to write)
+        self.logged = bool(plan.logged_steps)
         self.send_control = send_control
         #: recovery="local": the run's side of it (logs, inputs taken, cuts), None by default
         self.local = local
@@ -136,7 +138,7 @@ class SimulatedIncarnation:
 
     def logs_due(self) -> bool:
         """Whether an instance's output logs (steps declared deterministic=False) have entries to write."""
-        return any(h.output_logs is not None and h.output_logs.due for h in self.live.hosts.values())
+        return self.logged and any(h.output_logs is not None and h.output_logs.due for h in self.live.hosts.values())
 
     def deliver_data(self) -> None:
         i = self.rng.randrange(len(self.data))
