@@ -45,7 +45,7 @@ from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
 from driftstream.engine.control.snapshot_log import SnapshotRecord
 from driftstream.engine.control.standbys import StandbyPool
-from driftstream.engine.control.warm_actors import WARM_PREFIX, WarmActors, retire
+from driftstream.engine.control.warm_set import WARM_PREFIX, WarmActors, retire
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
 from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 

@@ -32,62 +32,16 @@ import contextlib
 import itertools
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 import ray
-
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driftstream.engine.model.plan import Plan
+from driftstream.engine.control.coordinator_actor import CoordinatorActor
+from driftstream.engine.control.warm_set import WARM_PREFIX, WarmActors, retire  # noqa: F401  (their names here too)
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE, ensure_ray, kill_actors
-
-#: A warm actor's Ray name is this, the driver's pid and a count (no flow's name starts so).
-WARM_PREFIX = "__warm__/"
-
-
-@dataclass
-class WarmActors:
-    """Started actors with no flow: ``stages``, ``ackers`` and ``coordinators``, each
-    ``(handle, Ray name)``."""
-
-    stages: list = field(default_factory=list)
-    ackers: list = field(default_factory=list)
-    coordinators: list = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.stages) + len(self.ackers) + len(self.coordinators)
-
-    def _all(self) -> list:
-        return self.stages + self.ackers + self.coordinators
-
-    def handles(self) -> list:
-        return [h for h, _ in self._all()]
-
-    def names(self) -> list:
-        return [n for _, n in self._all()]
-
-    def add(self, other: "WarmActors") -> None:
-        """Append ``other``'s actors to these."""
-        self.stages.extend(other.stages)
-        self.ackers.extend(other.ackers)
-        self.coordinators.extend(other.coordinators)
-
-    def split(self, names: set) -> tuple:
-        """``(those named in names, the rest)``, each a :class:`WarmActors`."""
-        def pick(kept: bool) -> WarmActors:
-            return WarmActors(*([a for a in kind if (a[1] in names) == kept] for kind in (self.stages, self.ackers, self.coordinators)))
-        return pick(True), pick(False)
-
-    def for_coordinator(self) -> "WarmActors":
-        """The stage actors and ackers, which a coordinator's launch takes (not the coordinators)."""
-        return WarmActors(self.stages, self.ackers)
-
-    def take_acker(self) -> Optional[tuple]:
-        """A warm acker ``(handle, name)`` out of the set, or None."""
-        return self.ackers.pop(0) if self.ackers else None
-
 
 _lock = threading.Lock()
 _pool = WarmActors()
@@ -119,8 +73,6 @@ def warm_up(stage_actors: int = 4, ackers: int = 1, address: Optional[str] = Non
 def _start(stage_actors: int, ackers: int, coordinators: int = 0) -> WarmActors:
     """Create warm actors (their processes start in the background). Coordinators on this
     driver's node, as :func:`~.coordinator.run_coordinated` places a new one."""
-    from driftstream.engine.control.coordinator import CoordinatorActor  # it imports this module
-
     def started(cls, args: tuple, strategy: object = "SPREAD") -> tuple:
         name = _next_name()
         return cls.options(name=name, namespace=NAMESPACE, scheduling_strategy=strategy).remote(*args), name
@@ -165,24 +117,6 @@ def warm_pool() -> WarmActors:
     """The warm actors waiting for a flow now (a copy: taking nothing)."""
     with _lock:
         return WarmActors(list(_pool.stages), list(_pool.ackers), list(_pool.coordinators))
-
-
-def retire(handles: list, names: list, timeout_s: float = 10.0) -> list:
-    """Retire the warm actors ``handles`` (each ends the instance it played, see
-    ``StageActor.retire``), killing any that fails to or does not answer within ``timeout_s``;
-    the names of those that retired."""
-    refs = [h.retire.remote() for h in handles]
-    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    retired, failed = [], []
-    for ref, handle, name in zip(refs, handles, names):
-        try:
-            ray.get(ref, timeout=0)
-            retired.append(name)
-        except Exception:  # died with its flow, raised tearing it down, or hangs: no flow gets it again
-            failed.append((handle, name))
-    if failed:
-        kill_actors([h for h, _ in failed], [n for _, n in failed], wait_s=0)
-    return retired
 
 
 def hand_back(taken: Optional[WarmActors], retired: Optional[list]) -> None:
