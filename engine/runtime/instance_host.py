@@ -29,6 +29,7 @@ from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.errors import StepError
 from driftstream.engine.model.manifest import SnapshotPart
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.instance_recovery import InstanceRecovery
 from driftstream.engine.runtime.output_logs import OutputLogs
 from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, Watermark
 from driftstream.engine.runtime.stage import StageRuntime
@@ -59,6 +60,9 @@ class InstanceHost:
                  fail: Callable[[BaseException], None] = raise_it, **runtime: Any) -> None:
         self.key, self.snapshots, self._send, self._fail = key, snapshots, send, fail
         self.rt = StageRuntime(plan, *key, backend_factory=snapshots.backend, merging=config.input_merge, restore_t=config.restore_t, **runtime)
+        incarnations = runtime.get("incarnations")
+        #: recovery="local": this incarnation's side of it (its log, inputs taken, cut; None: the default path)
+        self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key)
         #: the output logs of the stage's steps declared deterministic=False (None: it has none,
         #: and messages go to the acker as they come)
         self.output_logs = OutputLogs.of(self.rt, plan, key, config, lambda message: self._send(ACKER, message), config.recovering)
@@ -93,8 +97,12 @@ class InstanceHost:
         """Send what the stage has for others, then its acks and its source's new bound in one
         :class:`Ack`, then the snapshot parts its sinks' acknowledged output allows; returns
         the elements sent to other stages. O(batches + acks)."""
-        rt, send, sent = self.rt, self._send, 0
+        rt, send, sent, recovery = self.rt, self._send, 0, self.recovery
         for stage, inst, batch in rt.take_batches():
+            if recovery is not None:  # logged; a replacement's output below its cut dropped
+                batch = recovery.sent((stage, inst), batch, rt.acks)
+                if batch is None:
+                    continue
             sent += len(batch.items)
             send((stage, inst), Push(batch))
             if self.failed:
@@ -102,10 +110,13 @@ class InstanceHost:
         acks = rt.take_acks()
         bound = self.new_bound()
         if acks or bound is not None:
+            ack = Ack(acks, self.source_index, bound)
+            if recovery is not None:
+                ack = recovery.tagged(ack)
             if self.output_logs is None:
-                send(ACKER, Ack(acks, self.source_index, bound))
+                send(ACKER, ack)
             else:  # after what its output logs recorded is durable
-                self.output_logs.to_acker(Ack(acks, self.source_index, bound))
+                self.output_logs.to_acker(ack)
         self.send_parts()
         return sent
 
@@ -148,6 +159,9 @@ class InstanceHost:
     def receive(self, batches: list, more: bool = False) -> None:
         """Batches from other stages (see :meth:`StageRuntime.receive_many`); ``more``: more are
         queued behind them."""
+        if self.recovery is not None:
+            for batch in batches:
+                self.recovery.received(batch)
         if self.guarded(self.rt.receive_many, batches):
             self.rt.more = more
             self.flush()
@@ -158,6 +172,8 @@ class InstanceHost:
             self.source.align(message.frontier)
             return
         self.apply_watermark(message.t)
+        if self.recovery is not None:
+            self.recovery.settled(message.t)
         if message.snapshot_id is not None:
             snapshot_id, t, rt = message.snapshot_id, message.t, self.rt
             rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)

@@ -36,45 +36,30 @@ What a failure of instance X does, in one scheduling step (:meth:`LocalRecovery.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from driftstream.ordering.channel_tables import ChannelAcker
 from driftstream.ordering.meta import BOTTOM
-from driftstream.ordering.unsettled_inputs import UnsettledInputs
-from driftstream.ordering.upstream_log import UpstreamLog
 
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
-from driftstream.engine.runtime.outbound import ChannelBatch
-from driftstream.engine.runtime.protocol import Ack, Watermark
-
-
-@dataclass(frozen=True)
-class ReplaySent:
-    """Instance ``sender`` -> acker, behind the :class:`Ack` of its part in incarnation
-    ``receiver``'s recovery (its cancels, the batches it re-sent): the acker's hold for it goes."""
-
-    receiver: int
-    sender: Any
+from driftstream.engine.runtime.instance_recovery import catch_up
+from driftstream.engine.runtime.protocol import ReplaySent  # noqa: F401  (where it was)
 
 
 class LocalRecovery:
     """The run's side of ``recovery="local"``: each instance's current incarnation
-    (``incarnations``, shared with the stage runtimes), each live incarnation's
-    :class:`UpstreamLog` (``logs``) and :class:`UnsettledInputs` (``inputs``), the cut below
-    which a replacement drops its output (``cuts``), the replacements catching up
-    (``catching_up``: instance -> the watermark it was told) and ``restores`` per instance."""
+    (``incarnations``, shared with the stage runtimes), each live incarnation's side
+    (``parts``: its host's :class:`~.instance_recovery.InstanceRecovery`: log, inputs taken,
+    cut), the replacements catching up (``catching_up``: instance -> the watermark it was
+    told) and ``restores`` per instance."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.incarnations: dict = {key: n for n, key in enumerate(plan.instances)}
         self._next = len(plan.instances)
-        self.logs: dict = {}
-        self.inputs: dict = {}
-        self.cuts: dict = {}
+        self.parts: dict = {}
         self.catching_up: dict = {}
         self.restores: Counter = Counter()
         #: items re-sent from logs, and undone at receivers (tombstones or lone tombstones' elements), over the run
@@ -97,74 +82,24 @@ class LocalRecovery:
         for key in self.plan.instances:
             self.incarnations[key] = self._next
             self._next += 1
-        self.logs.clear()
-        self.inputs.clear()
-        self.cuts.clear()
+        self.parts.clear()
         self.catching_up.clear()
 
-    def started(self, instance: Instance) -> None:
-        """A new incarnation of ``instance`` starts with an empty log and nothing taken."""
-        self.logs[instance], self.inputs[instance] = UpstreamLog(), UnsettledInputs()
-
-    # -- what the instances send and take (the incarnation's hooks) --------------------------
-
-    def on_send(self, sender: Instance, to: tuple, batch: ChannelBatch, acks: dict) -> Optional[ChannelBatch]:
-        """``sender`` sends ``batch`` to ``to``: logged; a replacement's items below its cut
-        dropped (the receivers have them). None: nothing left, the batch's hold undone in
-        ``acks`` (the sender's, not yet flushed)."""
-        self.logs[sender].record(to, batch.entry, batch.items)
-        cut = self.cuts.get(sender)
-        if cut is None:
-            return batch
-        kept = [item for item in batch.items if not item[0] < cut]
-        if len(kept) == len(batch.items):
-            return batch
-        if kept:
-            return dataclasses.replace(batch, items=kept)
-        acks[(batch.channel, batch.times[0])] = acks.get((batch.channel, batch.times[0]), 0) ^ batch.batch_id
-        return None
-
-    def on_receive(self, receiver: Instance, batch: Any) -> None:
-        """``receiver`` takes ``batch``: remembered by sender until its watermark passes it."""
-        self.inputs[receiver].record(batch.sender, batch.entry, batch.items)
-
-    def on_watermark(self, receiver: Instance, t: tuple) -> None:
-        self.inputs[receiver].settle(t)
-
-    def tag(self, sender: Instance, xors: dict) -> dict:
-        """``sender``'s flush with its own XORs (timers: keyed by time alone) put in the table
-        of its channel to itself."""
-        own = self.incarnations[sender]
-        me = (own, own)
-        return {(k if type(k[0]) is tuple else (me, k)): x for k, x in xors.items()}
+    def started(self, instance: Instance, host: Any) -> None:
+        """A new incarnation of ``instance`` starts (``host``: with an empty log, nothing taken)."""
+        self.parts[instance] = host.recovery
 
     def trim(self, t: tuple) -> None:
         """Snapshot ``t`` committed: a restore starts there, the logs keep what is at or after it."""
-        for log in self.logs.values():
-            log.trim(t)
+        for part in self.parts.values():
+            part.trim(t)
 
     # -- the acker's side ------------------------------------------------------------------
-
-    def tagged(self, sender: Instance, message: Any) -> Any:
-        """Instance ``sender``'s message for the acker, an :class:`Ack`'s XORs tagged
-        (:meth:`tag`) and its source index paired with the incarnation (a bound of a dead
-        one, come late through an acker shard, is dropped)."""
-        if type(message) is Ack:
-            source = None if message.source_index is None else (message.source_index, self.incarnations[sender])
-            return Ack(self.tag(sender, message.xors), source, message.bound)
-        return message
 
     def catch_up(self, table: ChannelAcker, pushed: tuple, send: Callable[[Any, Any], None]) -> None:
         """Tell each replacement catching up the raw frontier if it moved; one whose frontier
         met the watermark the others were told (``pushed``), with no replay pending, has caught up."""
-        for instance, told in list(self.catching_up.items()):
-            raw = table.frontier_raw()
-            if raw > told:
-                self.catching_up[instance] = raw
-                send(instance, Watermark(raw))
-            own = self.incarnations[instance]
-            if raw >= pushed and not any(token[0] == own for token in table.holds):
-                del self.catching_up[instance]
+        catch_up(table, self.catching_up, self.incarnations, pushed, send)
 
     # -- a failure -----------------------------------------------------------------------------
 
@@ -192,7 +127,7 @@ class LocalRecovery:
         if victim in self.plan.source_instances:
             table.reset_bound(self.plan.source_instances.index(victim))
         restart(victim, manifest)
-        self.cuts[victim] = cut
+        self.parts[victim].cut = cut
         self.restores[victim] += 1
         t = BOTTOM if manifest is None else tuple(manifest.t)
         # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
@@ -212,25 +147,11 @@ class LocalRecovery:
         ``victim`` since ``t``."""
         host = incarnation.live.hosts[key]
         incarnation.acker.table.hold((new, key), t)
-        if host.rt.holding:
-            host.guarded(host.rt.release_held, True)
-        for entry, items in self.inputs[key].cancel(victim, cut).items():
-            self.cancelled += len(items)
-            host.guarded(host.rt.process, entry, items)
-        self._replay(host, key, victim, new, incarnation)
+        part = host.recovery
+        replayed, cancelled = part.replayed, part.cancelled
+        for victim_key, batch in part.peer_failed(host, victim, new, cut, incarnation.batch_size):
+            incarnation.data.append((*victim_key, batch))
+        self.replayed += part.replayed - replayed
+        self.cancelled += part.cancelled - cancelled
         incarnation.flush(key)
         incarnation.enqueue(key, "acker", ReplaySent(new, key))
-
-    def _replay(self, host: Any, sender: Instance, victim: Instance, new: int, incarnation: Any) -> None:
-        """``sender`` re-sends what it logged for ``victim`` to its incarnation ``new``, as new
-        batches of that channel (in its next Ack)."""
-        channel = (self.incarnations[sender], new)
-        size = incarnation.batch_size
-        for entry, items in self.logs[sender].replay(victim).items():
-            self.replayed += len(items)
-            for i in range(0, len(items), size):
-                chunk = items[i:i + size]
-                bid = host.rt.rng.getrandbits(64) or 1
-                least = min(item[0] for item in chunk)[:4]
-                host.rt.acks.xor((channel, least), bid)
-                incarnation.data.append((*victim, ChannelBatch(entry, bid, [least], chunk, sender, False, channel)))

@@ -19,6 +19,8 @@ message                   from -> to                 meaning
                                                      snapshot parts (ordering/ack_shards.py)
 :class:`SnapshotTaken`    acker -> supervisor        every part of a snapshot is in
 :class:`ScheduleEnded`    acker -> supervisor        a schedule of snapshots ended
+:class:`ReplaySent`       stage -> acker             ``recovery="local"``: its part in a peer's
+                                                     recovery is sent (behind that Ack)
 ========================  =========================  ==============================================
 
 >>> Watermark((5,)).snapshot_id is None, Watermark((5,), 3).snapshot_id
@@ -91,3 +93,12 @@ class ScheduleEnded(NamedTuple):
     """Schedule ``stream`` sends nothing more."""
 
     stream: int
+
+
+class ReplaySent(NamedTuple):
+    """``recovery="local"``: instance ``sender`` -> acker, behind the :class:`Ack` of its part in
+    incarnation ``receiver``'s recovery (its cancels, the batches it re-sent): the acker's hold
+    for it goes."""
+
+    receiver: Any
+    sender: Any

@@ -25,8 +25,8 @@ from driftstream.ordering.channel_tables import ChannelAcker
 from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.acker_shard import AckShardHost
 from driftstream.engine.runtime.instance_host import ACKER
-from driftstream.engine.runtime.local_recovery import LocalRecovery, ReplaySent
-from driftstream.engine.runtime.protocol import Ack, Watermark
+from driftstream.engine.runtime.local_recovery import LocalRecovery
+from driftstream.engine.runtime.protocol import Ack, ReplaySent, Watermark
 
 
 class SimulatedAcker:
@@ -68,13 +68,11 @@ class SimulatedAcker:
             self.shards[j].receive(message)
 
     def _receive_local(self, sender: Any, j: Optional[int], message: Any) -> None:
-        """recovery="local": an instance's Ack is tagged by its channel to itself; a
-        ReplaySent reaches the root behind the batch holding the replay's Ack (its shard
-        flushes first, on the same connection) and ends the hold; then the replacements
-        catching up are told the frontier."""
+        """recovery="local" (an instance's Ack comes tagged by its channel, see
+        instance_recovery.py): a ReplaySent reaches the root behind the batch holding the
+        replay's Ack (its shard flushes first, on the same connection) and ends the hold; then
+        the replacements catching up are told the frontier."""
         local, table = self.local, self.root.table
-        if sender not in self.shard_by_key:  # an instance's (a shard's batch holds tagged ones)
-            message = local.tagged(sender, message)
         if j is not None:
             if type(message) is ReplaySent:
                 self.shards[j].flush()

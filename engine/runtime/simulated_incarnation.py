@@ -70,15 +70,7 @@ class SimulatedIncarnation:
                 self.data.append((*to, message.batch))
             else:
                 self.send_control(instance, to, message)
-
-        def send_logged(to, message) -> None:  # recovery="local": logged, a replacement's settled output dropped
-            if type(message) is Push:
-                batch = self.local.on_send(instance, to, message.batch, self.live.hosts[instance].rt.acks)
-                if batch is not None:
-                    self.data.append((*to, batch))
-            else:
-                self.send_control(instance, to, message)
-        return send if self.local is None else send_logged
+        return send
 
     def bundle_writer(self, instance: Instance) -> Callable:
         """Where ``instance``'s sink bundles wait until the scheduler writes them."""
@@ -144,8 +136,6 @@ class SimulatedIncarnation:
         i = self.rng.randrange(len(self.data))
         self.data[i], self.data[-1] = self.data[-1], self.data[i]
         stage, index, batch = self.data.pop()
-        if self.local is not None:
-            self.local.on_receive((stage, index), batch)
         self.live.hosts[(stage, index)].receive([batch])
 
     def deliver_control(self) -> None:
@@ -157,8 +147,6 @@ class SimulatedIncarnation:
             self.ackers.relay(receiver, message)
         else:
             self.live.hosts[receiver].on_message(message)
-            if self.local is not None and type(message) is Watermark:
-                self.local.on_watermark(receiver, message.t)
             if type(message) is Watermark and message.snapshot_id is not None:
                 self.maybe_crash("after a marker", CRASH_AT_POINT / self.instance_count)
             if receiver in self.live.stages:  # else: a crash at the marker

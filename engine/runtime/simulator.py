@@ -176,10 +176,10 @@ class Simulation:
         if recovering:
             self.restores[instance] += 1
         if self.local is not None:
-            self.local.started(instance)
+            self.local.started(instance, host)
         seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
-            self.acker.seed(seed if self.local is None else self.local.tag(instance, seed))
+            self.acker.seed(seed if self.local is None else host.recovery.tag(seed))
 
     def _crash_one(self, point: str) -> None:
         """recovery="local": one seeded instance fails and alone restores the newest manifest;
