@@ -385,9 +385,9 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
         recorders = Flames(profile, match="ray::", rate=PROFILE_RATE, fmt="raw", within=os.getpid()).follow(label=f"{tag}-", every=0.2)
     from driftstream.engine.control.warm_actors import fresh_pool
 
-    cpu = TreeCpu()
-    launched = time.time()
     with fresh_pool(flow.plan(parallelism) if warm else None):  # new processes, or warm ones, as the row says
+        cpu = TreeCpu()  # after the warm actors' start: the row's clock and CPU are the flow's
+        launched = time.time()
         try:
             result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=snapshot_interval,
                               snapshot_dir=str(run_dir / "snapshots"))
