@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from driftstream.engine.connectors.local_kafka import local_kafka
 from driftstream.engine.connectors.memory import MemorySink, MemorySource, PacedSource
 
-__all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "actor_of", "wait_for_actor", "cold_start"]
+__all__ = ["MemorySource", "PacedSource", "MemorySink", "local_kafka", "actor_of", "wait_for_actor", "kill_at", "cold_start"]
 
 
 def actor_of(name: str, not_id: Optional[object] = None):
@@ -58,6 +58,28 @@ def actor_of(name: str, not_id: Optional[object] = None):
         except (ValueError, AttributeError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             pass  # gone, a warm coordinator (it plays no instance), or busy
     return None
+
+
+def kill_at(progress: Callable[[], int], kills: list) -> threading.Thread:
+    """A thread that kills, for each ``(name, at)`` of ``kills`` in turn, the actor playing
+    instance ``name`` once ``progress()`` (e.g. lines of output) reaches ``at``. What it could
+    not kill (no live actor plays it: the run ended first) is in the thread's ``errors``."""
+    import ray
+
+    def run() -> None:
+        for name, at in kills:
+            while progress() < at:
+                time.sleep(0.02)
+            victim = actor_of(name)
+            if victim is None:
+                thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
+                return
+            ray.kill(victim, no_restart=True)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.errors = []  # type: ignore[attr-defined]
+    thread.start()
+    return thread
 
 
 def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None,

@@ -15,7 +15,7 @@ from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine import Flow
 from driftstream.engine.connectors.kafka.sink import KafkaSink, read_kafka_sink
 from driftstream.engine.model.data_plane import PlaneKey
-from driftstream.engine.testing import MemorySource, PacedSource, actor_of, cold_start, wait_for_actor
+from driftstream.engine.testing import MemorySource, PacedSource, cold_start, kill_at, wait_for_actor
 
 from tests import reference
 
@@ -49,20 +49,7 @@ def kill_when(progress, victims: list) -> threading.Thread:
     the last step leaves two of them to go (a recovery's catch-up on a loaded machine can pass
     one before the thread sees it: the run then ends before the last kill)."""
 
-    def run():
-        for n, name in enumerate(victims, start=1):
-            while progress() < n * N // (len(victims) + 2):
-                time.sleep(0.02)
-            victim = actor_of(name)
-            if victim is None:  # no such actor: the run ended before this kill
-                thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
-                return
-            ray.kill(victim, no_restart=True)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.errors = []
-    thread.start()
-    return thread
+    return kill_at(progress, [(name, n * N // (len(victims) + 2)) for n, name in enumerate(victims, start=1)])
 
 
 def kill_after(victims: list, delay: float) -> threading.Thread:

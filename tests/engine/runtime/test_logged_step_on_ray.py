@@ -5,15 +5,12 @@ sum the sum of the released draws of its key before it (a recompute would have d
 from __future__ import annotations
 
 import random
-import threading
-import time
 
 import pytest
-import ray
 
 from driftstream.engine import Flow
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
-from driftstream.engine.testing import PacedSource, actor_of
+from driftstream.engine.testing import PacedSource, kill_at
 
 pytestmark = pytest.mark.ray
 
@@ -29,29 +26,13 @@ def _running(total, x):
     return total, [x[0], x[1], x[2], total]
 
 
-def _kill_at(progress, name: str, at: int) -> threading.Thread:
-    def run():
-        while progress() < at:
-            time.sleep(0.02)
-        victim = actor_of(name)
-        if victim is None:
-            thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
-            return
-        ray.kill(victim, no_restart=True)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.errors = []
-    thread.start()
-    return thread
-
-
 def test_killed_draws_are_replayed_not_drawn_again(ray_session, tmp_path):
     out = tmp_path / "out"
     flow = Flow("nd-ray")
     (flow.source(PacedSource([("k%d" % (i % 5), i) for i in range(N)], rate=2000, partitions=2), name="src")
          .map(_draw, name="draw", deterministic=False).key_by(lambda x: x[0], name="by_key").stateful_map(_running, name="sum")
          .sink(FileSink(out, name="out")))
-    killer = _kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, "nd-ray/src/0", N // 3)
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("nd-ray/src/0", N // 3)])
     result = flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"))
     killer.join(timeout=5)
     assert not killer.errors, killer.errors
