@@ -31,7 +31,7 @@ from driftstream.engine.model.manifest import SnapshotPart
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_recovery import InstanceRecovery
 from driftstream.engine.runtime.output_logs import OutputLogs
-from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, Watermark
+from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ReplaySent, Watermark
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 
@@ -147,6 +147,22 @@ class InstanceHost:
             self._send(ACKER, message)
         else:
             self.output_logs.to_acker(message)
+
+    def peer_failed(self, victim: Instance, new: Any, cut: tuple, batch_size: int, reconnect: Callable[[], None] = lambda: None) -> None:
+        """``recovery="local"``: peer ``victim`` failed and incarnation ``new`` replaces it; the
+        acker holds at the snapshot ``new`` restores until this instance's :class:`ReplaySent`.
+        What it holds for the dead one goes to it first, on the old channel (lost, but
+        logged: sent to the replacement, its hold would sit in a discarded table); then
+        ``reconnect()`` (the transport's switch to the replacement), its part
+        (:meth:`.InstanceRecovery.peer_failed`: held inputs, cancels, the replay), and the
+        ReplaySent behind the Ack of all that."""
+        self.flush()
+        self.recovery.incarnations[victim] = new
+        reconnect()
+        for to, batch in self.recovery.peer_failed(self, victim, new, cut, batch_size):
+            self._send(to, Push(batch))
+        self.flush()
+        self._to_acker(ReplaySent(new, self.key))
 
     def write_output_logs(self) -> None:
         """Write what the output logs recorded, and send the acker messages that waited for it

@@ -45,7 +45,6 @@ from driftstream.ordering.meta import BOTTOM
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_recovery import catch_up
-from driftstream.engine.runtime.protocol import ReplaySent  # noqa: F401  (where it was)
 
 
 class LocalRecovery:
@@ -149,9 +148,6 @@ class LocalRecovery:
         incarnation.acker.table.hold((new, key), t)
         part = host.recovery
         replayed, cancelled = part.replayed, part.cancelled
-        for victim_key, batch in part.peer_failed(host, victim, new, cut, incarnation.batch_size):
-            incarnation.data.append((*victim_key, batch))
+        host.peer_failed(victim, new, cut, incarnation.batch_size)
         self.replayed += part.replayed - replayed
         self.cancelled += part.cancelled - cancelled
-        incarnation.flush(key)
-        incarnation.enqueue(key, "acker", ReplaySent(new, key))
