@@ -49,6 +49,8 @@ class CoordinatorActor:
         self.flow_name: Optional[str] = None
         #: the niceness Ray started this worker at; a flow's ``coordinator_niceness`` adds to it
         self.base_niceness = os.nice(0) if hasattr(os, "nice") else 0
+        #: the niceness every thread of this process runs at now
+        self.niceness = self.base_niceness
         if plan is not None:
             self._begin(plan, config, detached, warm)
 
@@ -57,7 +59,7 @@ class CoordinatorActor:
         this process already runs at a lower priority than ``config`` asks (niceness only rises)."""
         if self.flow_name is not None:
             raise RuntimeError(f"this coordinator runs flow {self.flow_name!r} already")
-        if hasattr(os, "nice") and os.nice(0) > self._niceness(config):
+        if self.niceness > self._niceness(config):
             return False
         self._begin(plan, config, False, warm)
         return True
@@ -75,8 +77,9 @@ class CoordinatorActor:
     def _begin(self, plan: Union[Plan, StoredPlan], config: RunConfig, detached: bool, warm: Optional[WarmActors]) -> None:
         if isinstance(plan, StoredPlan):  # a detached flow's (start_detached): each incarnation loads it
             plan = plan.load()
-        if hasattr(os, "nice"):  # an actor has its own worker process: only it is affected
-            os.nice(max(0, self._niceness(config) - os.nice(0)))
+        if self._niceness(config) > self.niceness:  # an actor has its own worker process: only it is affected
+            self.niceness = self._niceness(config)
+            renice_process(self.niceness)
         self.detached = detached
         self.started_at = time.time()
         self.restarts = 0
@@ -209,3 +212,20 @@ COORDINATOR_SUFFIX = "/coordinator"
 
 def coordinator_name(plan: Plan) -> str:
     return plan.flow_name + COORDINATOR_SUFFIX
+
+
+def renice_process(niceness: int) -> None:
+    """Run every thread of this process at ``niceness``. Linux's niceness is a thread's:
+    ``os.nice`` in one actor method's thread left the others (the supervisor's loop runs in
+    another) at the worker's; threads started later inherit their creator's."""
+    if not hasattr(os, "setpriority"):
+        return
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: the calling thread only
+        threads = [0]
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # gone since the listing
+            pass

@@ -171,3 +171,26 @@ def test_a_pool_from_a_ray_session_the_driver_left_is_forgotten(ray_session):
         assert not len(take_warm(1)) and warm_count() == 0  # (here, Ray ends the dropped actor: no handle is left)
         warm_up(stage_actors=1, ackers=0, coordinators=0)
         assert len(take_warm(1)) == 1  # a pool of this session is taken again
+
+
+def test_a_warm_coordinator_at_a_lower_priority_than_a_flow_asks_is_replaced_by_a_new_one(ray_session):
+    """A process's niceness only rises: a warm coordinator that ran a flow at the default
+    ``coordinator_niceness`` cannot run one that asks for 0. That flow gets a new coordinator
+    (named after it), at the niceness it asked for, and the pool a new warm one."""
+    counting("nice-first", MemorySource(list(range(200)), partitions=2), MemorySink("out")).run(parallelism=2)  # sets its niceness
+    coordinators = [n for _, n in warm_pool().coordinators]
+    flow = counting("nice-zero", PacedSource(list(range(600)), rate=600, partitions=2), MemorySink("out"))
+    handle = flow.start(parallelism=2, coordinator_niceness=0)
+    try:
+        assert holder("nice-zero") == "nice-zero/coordinator"
+        worker_niceness = ray.get(ray.get_actor(pool_stage_name(), namespace="driftstream").__ray_call__.remote(lambda self: os.nice(0)))
+        assert handle.status()["coordinator_niceness"] == worker_niceness
+    finally:
+        result = handle.wait(timeout=120)
+    assert sorted(result.output("out")) == expected_counts(600)
+    wait_until(lambda: len(warm_pool().coordinators) == len(coordinators), "the pool gets a warm coordinator again")
+    assert not set(coordinators) & {n for _, n in warm_pool().coordinators}  # the refused one was ended
+
+
+def pool_stage_name() -> str:
+    return warm_pool().stages[0][1]
