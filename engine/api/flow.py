@@ -228,9 +228,6 @@ class Flow:
         source instance), ``seed``, ``chaos`` (max random delay in seconds per batch).
         """
         if runtime == "ray":
-            from driftstream.engine.model.config import refuse_on_ray
-
-            refuse_on_ray(options)
             from driftstream.engine.control.launch import run_on_ray
 
             return run_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, **options)
@@ -256,9 +253,7 @@ class Flow:
         driver exits; :func:`~driftstream.engine.attach` reaches it by name.
         """
         from driftstream.engine.api.handle import start_on_ray
-        from driftstream.engine.model.config import refuse_on_ray
 
-        refuse_on_ray(options)
         return start_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, detached=detached, **options)
 
 

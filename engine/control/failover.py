@@ -70,15 +70,21 @@ class Recovery:
     #: per stage instance reset in place (a survivor, or a standby taking a lost one's place):
     #: seconds of ``tear_down``, ``setup`` and ``restore`` (within setup)
     resets_s: dict = field(default_factory=dict)
+    #: ``"global"`` (every instance rolled back), ``"local"`` (only ``restored``) or, under
+    #: recovery="local", ``"global (fallback: why)"``
+    kind: str = "global"
+    #: the instances that restored (labels; None: every one)
+    restored: Optional[list] = None
 
     def to_dict(self) -> dict:
         """The record as ``status()["recoveries"]`` and ``metrics.recovery_s`` hold it (one form).
 
         >>> Recovery(10.0, 1.5, 3, 2.0, steps_s={"confirm": 0.5}).to_dict()
-        {'detected_at': 10.0, 'restored_s': 1.5, 'first_output_s': 2.0, 'snapshot': 3, 'steps_s': {'confirm': 0.5}, 'resets_s': {}}
+        {'detected_at': 10.0, 'restored_s': 1.5, 'first_output_s': 2.0, 'snapshot': 3, 'steps_s': {'confirm': 0.5}, 'resets_s': {}, 'kind': 'global', 'restored': None}
         """
         return {"detected_at": self.detected_at, "restored_s": self.restored_s, "first_output_s": self.first_output_s,
-                "snapshot": self.snapshot_id, "steps_s": dict(self.steps_s), "resets_s": dict(self.resets_s)}
+                "snapshot": self.snapshot_id, "steps_s": dict(self.steps_s), "resets_s": dict(self.resets_s), "kind": self.kind,
+                "restored": None if self.restored is None else list(self.restored)}
 
 
 class Failover:

@@ -15,6 +15,7 @@ may run another plan (another parallelism) from the same manifest.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from typing import Iterable, Iterator, Optional
@@ -62,6 +63,12 @@ class Launcher:
         self.marks: list = []
         #: input records skipped by at-most-once restarts (lost on purpose), over every launch
         self.skipped = 0
+        #: recovery="local": every instance's incarnation (each launch numbers them anew; None: the default path)
+        self.incarnations: Optional[dict] = None
+        self._next_incarnation = 0
+        #: the data-plane addresses of the last launch ("acker" and each instance)
+        self.addresses: dict = {}
+        self.plane: Optional[PlaneKey] = None
 
     def launch(self, plan: Plan, manifest: Optional[Manifest], recovering: bool, survivors: Optional[dict] = None,
                renamed: Optional[dict] = None, avoid_nodes: Iterable = ()) -> None:
@@ -77,19 +84,26 @@ class Launcher:
         # A new secret per launch (old incarnations cannot join); its key pickles to a nonce only:
         # every actor derives the secret from its node's key file (model/data_plane.py).
         plane = PlaneKey.new(self.rules.config.data_plane_tls, self.rules.config.data_plane_key)
+        self.plane = plane
         resets: list = []
         reset_names: list = []
         acker_name = acker_name_of(plan)
         warm_acker = None
+        local = self.rules.config.recovery == "local"
+        # recovery="local": acks keyed by channel, each incarnation numbered anew (a launch restarts every instance)
+        extra = {"local": True} if local else {}
+        if local:
+            self.incarnations = {key: self._next_incarnation + n for n, key in enumerate(plan.instances)}
+            self._next_incarnation += len(plan.instances)
         if acker_name in survivors:
             acker = survivors[acker_name]
-            resets.append(acker.reset.remote(len(plan.source_instances), plane))
+            resets.append(acker.reset.remote(len(plan.source_instances), plane, **extra))
         elif self.warm_acker is not None:
             (acker, warm_acker), self.warm_acker = self.warm_acker, None
-            resets.append(acker.reset.remote(len(plan.source_instances), plane, acker_name))
+            resets.append(acker.reset.remote(len(plan.source_instances), plane, acker_name, **extra))
         else:
             acker = AckerActor.options(name=renamed.get(acker_name, acker_name), namespace=NAMESPACE,
-                                       scheduling_strategy=next(placed)).remote(len(plan.source_instances), plane)
+                                       scheduling_strategy=next(placed)).remote(len(plan.source_instances), plane, **extra)
         # Survivors of another plan (a rescale) and standbys (started with the plan of their
         # day) are handed the plan they now run.
         moved = None if plan is self.plan else plan
@@ -102,6 +116,8 @@ class Launcher:
             real_names[acker_name] = self.real_names[acker_name]
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
+            if local:
+                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations))
             name = plan.actor_name(instance)
             if name in survivors:
                 actor = survivors[name]
@@ -130,10 +146,12 @@ class Launcher:
         keys = list(self.actors)
         answers = setup_answers([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles],
                                 [plan.actor_name(k) for k in keys] + [acker_name] + names)
-        addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
+        addresses = self.addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
         self.node_of = dict(zip(names, answers[len(keys) + 1:]))
         aligned = aligned_sources(plan, self.rules.config.source_alignment)
-        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()] + [self.acker.connect.remote(self.actors, addresses, aligned)])
+        sources = {"source_keys": list(plan.source_instances)} if local else {}
+        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()]
+                + [self.acker.connect.remote(self.actors, addresses, aligned, **sources)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.
         seeds = [x for x in ray.get([a.take_seed.remote() for a in self.actors.values()]) if x]

@@ -63,6 +63,8 @@ class SnapshotCommitter:
         self.plan = plan
         self.config = config
         self.before_commit = before_commit
+        #: recovery="local": hears each committed manifest (the instances trim their upstream logs; None: nothing)
+        self.after_commit: Optional[Callable[[Manifest], None]] = None
         self.store: Optional[SnapshotStore] = None
         self.snapshot_dir: Optional[str] = None
         if config.takes_snapshots:
@@ -261,6 +263,8 @@ class SnapshotCommitter:
             hook.submit(manifest.offsets(Instance(stage, i) for i in range(plan.stages[stage].parallelism)))
         record = SnapshotRecord(sid, t, took_s, started, time.time())
         self.log.add(record)
+        if self.after_commit is not None:
+            self.after_commit(manifest)
         return record
 
     def close(self) -> None:

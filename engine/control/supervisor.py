@@ -40,6 +40,7 @@ from driftstream.engine.control.corrupt_snapshots import CorruptSnapshots, corru
 from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
+from driftstream.engine.control.local_failover import LocalFailover
 from driftstream.engine.control.rescaler import Rescaler
 from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
@@ -68,6 +69,11 @@ class RaySupervisor:
         self.standbys.adopt(warm.stages)
         self.launcher = Launcher(RecoveryRules(config, self.snapshot_dir), self.standbys, warm_acker=warm.take_acker())
         self.failover = Failover(self.launcher, self.standbys)
+        #: recovery="local": one dead stage instance is replaced alone (None: every failure rolls back globally)
+        self.local: Optional[LocalFailover] = None
+        if config.recovery == "local":
+            self.local = LocalFailover(self.launcher, self.standbys, self.failover)
+            self.committer.after_commit = self._trim_sent
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
         self.corrupt = CorruptSnapshots(self.committer)
         self.rescaler = Rescaler(self.launcher, self.committer, self._relaunch, functools.partial(self._inject, "rescale_restore"))
@@ -125,6 +131,7 @@ class RaySupervisor:
         m.snapshots, m.snapshot_failures = status.committed, status.snapshot_failures
         m.recoveries, m.skipped = len(status.recoveries), status.skipped
         m.recovery_s = [r.to_dict() for r in status.recoveries]
+        m.restores = restores_of(status.recoveries, self.plan)
         m.snapshot_s = [r.duration_s for r in status.snapshots]
         m.snapshot_windows = [(r.requested_at, r.requested_at + r.duration_s) for r in status.snapshots]
         return result
@@ -214,10 +221,31 @@ class RaySupervisor:
         self.plan = self.committer.plan = plan
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
-        """Restart the run from the newest manifest: replace the ``dead`` actors, reset the others."""
-        self.failover.recover(dead, detected, lambda survivors: self._launch_surviving(
+        """Restart the run from the newest manifest: replace the ``dead`` actors, reset the
+        others. Under recovery="local", one dead stage instance is replaced alone; what that
+        cannot handle rolls back globally and says why in the record's ``kind``."""
+        why = None
+        if self.local is not None:
+            why = self.local.refusal(dead, self.rescaler.due())
+            if why is None:
+                try:
+                    self.local.recover(next(iter(dead)), detected or time.time(), self.committer.latest_manifest())
+                    self._inject("after_restore")
+                    return
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:
+                    why, dead = f"an actor died during the local recovery ({type(exc).__name__})", None
+        recovery = self.failover.recover(dead, detected, lambda survivors: self._launch_surviving(
             self.committer.latest_manifest(), recovering=True, survivors=survivors))
+        if why is not None:
+            recovery.kind = f"global (fallback: {why})"
         self._inject("after_restore")
+
+    def _trim_sent(self, manifest: Manifest) -> None:
+        """recovery="local": snapshot T committed, a restore starts there: the instances' upstream
+        logs keep what they sent at or after it (no reply awaited)."""
+        t = tuple(manifest.t)
+        for actor in self.launcher.actors.values():
+            actor.trim_sent.remote(t)
 
     def snapshot(self) -> Optional[SnapshotRecord]:
         """Take one snapshot and commit its manifest; None if the run is already complete."""
@@ -263,3 +291,18 @@ class RaySupervisor:
         remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
         self.committer.close()
         return retired
+
+
+def restores_of(recoveries: list, plan: Plan) -> dict:
+    """Per instance label, how many recoveries restored it (a global one: every instance; a
+    local one: the instance it replaced). ``metrics.restores``, as the simulator's.
+
+    >>> from types import SimpleNamespace as NS
+    >>> restores_of([NS(restored=None), NS(restored=["1/0"])], NS(instances=[NS(label="0/0"), NS(label="1/0")]))
+    {'0/0': 1, '1/0': 2}
+    """
+    counts: dict = {}
+    for r in recoveries:
+        for label in (r.restored if r.restored is not None else [i.label for i in plan.instances]):
+            counts[label] = counts.get(label, 0) + 1
+    return counts

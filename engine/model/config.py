@@ -113,19 +113,6 @@ class Guarantee(str, Enum):
 RECOVERY_MODES = ("global", "local")
 
 
-def refuse_on_ray(options: Mapping[str, Any]) -> None:
-    """A FlowError for the options the Ray runtime cannot honour yet (``recovery="local"``).
-
-    >>> refuse_on_ray({"recovery": "local"})
-    Traceback (most recent call last):
-    ...
-    driftstream.engine.model.errors.FlowError: recovery='local' runs on the simulator only so far (runtime='simulator'); on Ray a failure rolls every instance back (recovery='global')
-    """
-    if options.get("recovery", "global") == "local":
-        raise FlowError("recovery='local' runs on the simulator only so far (runtime='simulator'); on Ray a failure rolls "
-                        "every instance back (recovery='global')")
-
-
 #: options the engine and its tests set, not a user: accepted, never listed
 INTERNAL_OPTIONS = frozenset({"faults", "keep_parallelism"})
 
@@ -205,8 +192,8 @@ class RunConfig:
     data_plane_key: Optional[str] = None
     #: how a failure is recovered: "global", every instance rolls back to the newest snapshot
     #: and the sources replay; "local", only the failed instance restores it and has its
-    #: inputs re-sent from its senders' logs, the others go on (issue 58; the simulator's
-    #: only so far, see docs/architecture.md, "Local recovery and replicas")
+    #: inputs re-sent from its senders' logs, the others go on (issue 58; on Ray one dead stage
+    #: instance, else a global rollback that says why; see docs/architecture.md, "Local recovery")
     recovery: str = "global"
 
     def __post_init__(self) -> None:
@@ -249,7 +236,7 @@ class RunConfig:
             raise FlowError(f"sample_every is a positive int, not {self.sample_every!r}")
         if self.recovery not in RECOVERY_MODES:
             raise FlowError(f"recovery is 'global' (every instance rolls back to the newest snapshot) or 'local' (only the "
-                            f"failed instance restores; the simulator's only so far), not {self.recovery!r}")
+                            f"failed instance restores), not {self.recovery!r}")
 
     @classmethod
     def from_options(cls, **options: Any) -> "RunConfig":
@@ -329,3 +316,5 @@ class InstanceConfig:
     restore: SnapshotPart = field(default_factory=SnapshotPart)  # its part of the manifest it starts from
     restore_t: Optional[tuple] = None  # that manifest's watermark (None: from the beginning)
     recovering: bool = False  # a restart after a failure (or a resume): output logs are replayed, also from the beginning
+    incarnations: Optional[dict] = None  # recovery="local": every instance's incarnation (None: the default path)
+    cut: Optional[tuple] = None  # recovery="local", a replacement: the watermark when its predecessor failed

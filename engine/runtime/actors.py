@@ -22,7 +22,8 @@ from typing import Any, Optional
 
 import ray
 
-from driftstream.ordering.meta import TOP
+from driftstream.ordering.channel_tables import ChannelAcker
+from driftstream.ordering.meta import BOTTOM, TOP
 
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
@@ -34,7 +35,8 @@ from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.result import InstanceReport
 from driftstream.engine.runtime import gc_policy
 from driftstream.engine.runtime.acker_host import AckerHost
-from driftstream.engine.runtime.protocol import Push, ScheduleEnded, SnapshotTaken
+from driftstream.engine.runtime.instance_recovery import catch_up
+from driftstream.engine.runtime.protocol import Ack, Push, ReplaySent, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, writer_turn
 from driftstream.engine.runtime.instance_host import InstanceHost
@@ -83,7 +85,7 @@ class AckerActor:
     are folded in the order it sent them: a bound never overtakes its XORs.
     """
 
-    def __init__(self, sources: Optional[int], key: Optional[PlaneKey]) -> None:
+    def __init__(self, sources: Optional[int], key: Optional[PlaneKey], local: bool = False) -> None:
         # Counts resets and ends of snapshot schedules: a schedule from before one stops (see snapshots).
         self.generation = 0
         self.schedule_changed = asyncio.Event()
@@ -92,22 +94,29 @@ class AckerActor:
         self.inbox_address: Optional[tuple] = None
         self.endpoint: Optional[Endpoint] = None
         if sources is not None:  # else a warm actor (control/warm_actors.py): a flow's launch resets it
-            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker")
+            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker", local)
 
-    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None) -> None:
+    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None, local: bool = False) -> None:
         """Start over with an empty table (recovery of a surviving acker; a warm actor's first
-        flow, whose acker it becomes under ``name``)."""
+        flow, whose acker it becomes under ``name``); ``local``: ``recovery="local"``'s tables."""
         if self.endpoint is not None:
             await self.endpoint.close()
-        self._setup(sources, key, name or self.me)
+        self._setup(sources, key, name or self.me, local)
 
-    def _setup(self, sources: int, key: PlaneKey, me: str) -> None:
+    def _setup(self, sources: int, key: PlaneKey, me: str, local: bool = False) -> None:
         self._end_schedule()
         self.lost = LostPeers()
         self.me = me
-        self.endpoint = Endpoint(key, self._on_message, me=me, on_lost=self.lost.add, on_error=self._on_plane_error)
+        self.endpoint = Endpoint(key, self._on_message if not local else self._on_local_message, me=me, on_lost=self.lost.add,
+                                 on_error=self._on_plane_error)
+        #: recovery="local": replacement -> the frontier it was told while it catches up, and its incarnation
+        self.catching_up: dict = {}
+        self.incarnations: dict = {}
+        self.collecting: Optional[asyncio.Event] = None
+        self.source_keys: list = []
         #: the acker's protocol (its table, watermarks, frontiers, snapshot parts); this actor adds the transport
-        self.host = AckerHost(sources, self.endpoint.send, defer=lambda fn: asyncio.get_running_loop().call_soon(fn), finish=self._last_watermark)
+        self.host = AckerHost(sources, self.endpoint.send if not local else self._told, defer=lambda fn: asyncio.get_running_loop().call_soon(fn),
+                              finish=self._last_watermark, table=ChannelAcker(sources) if local else None)
         self.subscribers: dict = {}
         self.error: Optional[BaseException] = None
         self.done: Optional[asyncio.Event] = None
@@ -125,18 +134,83 @@ class AckerActor:
         self.done = asyncio.Event()
         return await self.endpoint.listen(node_ip())
 
-    async def connect(self, subscribers: dict, addresses: dict, aligned_sources: Optional[list] = None) -> None:
+    async def connect(self, subscribers: dict, addresses: dict, aligned_sources: Optional[list] = None, source_keys: Optional[list] = None) -> None:
         """``subscribers``: every stage actor by key, with its data-plane address;
         ``aligned_sources``: ``(key, group)`` of the source instances, by index, when they
         are told their source's frontier (aligned sources; ``group``: see
-        :attr:`~driftstream.engine.model.plan.Plan.source_groups`)."""
+        :attr:`~driftstream.engine.model.plan.Plan.source_groups`); ``source_keys``: the source
+        instances in order (``recovery="local"``: a failed one's bound is reset)."""
         self.subscribers = subscribers
         self.host.subscribers, self.host.aligned = list(subscribers), aligned_sources
+        self.source_keys = [Instance(*k) for k in source_keys or ()]
         for key in subscribers:
             await self.endpoint.connect(key, addresses[key])
 
     def _on_message(self, message: Any) -> None:
         self.host.receive(message)
+
+    # -- recovery="local" (see instance_recovery.py and control/local_failover.py) ----------------
+
+    def _on_local_message(self, message: Any) -> None:
+        """An instance's message under ``recovery="local"``: a :class:`ReplaySent` ends its hold;
+        then each replacement catching up is told the frontier if it moved."""
+        host = self.host
+        if type(message) is ReplaySent:
+            host.table.release((message.receiver, message.sender))
+            message = Ack({}, None, None)  # the watermark the hold kept back is pushed
+        host.receive(message)
+        if self.catching_up:
+            # Against the table's watermark, not the one last pushed (pushes are deferred here).
+            catch_up(host.table, self.catching_up, self.incarnations, host.table.watermark, self.endpoint.send)
+
+    def _told(self, to: Any, message: Any) -> None:
+        """The acker's message to ``to``, unless it is a watermark and ``to`` a replacement
+        catching up (it is told the raw frontier instead, see :meth:`_on_local_message`)."""
+        if not (type(message) is Watermark and to in self.catching_up):
+            self.endpoint.send(to, message)
+
+    async def local_fail(self, victim: tuple, old: Any, new: Any, survivors: list, t: tuple) -> tuple:
+        """Instance ``victim``'s incarnation ``old`` died; ``new`` restores snapshot ``t``:
+        the snapshot being collected is given up (its part may be lost), the schedule ends, the
+        dead incarnation's tables go (and its source's bound), and each of ``survivors`` holds
+        ``t`` until its ReplaySent. Returns the cut: the watermark now."""
+        victim = Instance(*victim)
+        self._end_schedule()
+        if self.collecting is not None:
+            self.collecting.set()  # _snapshot returns it with the parts it has: missing ones end the schedule
+        table = self.host.table
+        cut = table.watermark
+        table.discard(old)
+        if victim in self.source_keys:  # its replacement re-reads from t: its bound is unknown again
+            table.reset_bound(self.source_keys.index(victim))
+        for key in survivors:
+            table.hold((new, Instance(*key)), t)
+        self.incarnations[victim] = new
+        # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
+        # fires only once the replacement is told T itself.
+        self.catching_up[victim] = BOTTOM
+        self.lost = LostPeers()  # the dead one's connection ended: seen, answered
+        self.endpoint.on_lost = self.lost.add
+        return cut
+
+    async def adopt(self, victim: tuple, handle: Any, address: tuple, seed: dict) -> None:
+        """The replacement of ``victim`` listens at ``address``: watermarks go to it (its frontier
+        while it catches up); its restored windows' timers, ``seed``, enter the table first."""
+        victim = Instance(*victim)
+        await self.endpoint.connect(("replacement", victim), address)
+        self.endpoint.adopt(victim, ("replacement", victim))
+        self.subscribers[victim] = handle
+        if seed:
+            self.host.seed(seed)
+        catch_up(self.host.table, self.catching_up, self.incarnations, self.host.table.watermark, self.endpoint.send)
+
+    async def local_refusal(self) -> Optional[str]:
+        """``recovery="local"``: why a failure now cannot be recovered locally (None: it can)."""
+        if self.catching_up:
+            return "a replacement was still catching up"  # its log is whole only once it has
+        if self.host.pushed == TOP:
+            return "the run was ending"  # the last watermark is out: a replacement would never be told it
+        return None
 
     def _last_watermark(self, w: tuple) -> None:
         """The last watermark goes by Ray call so that the driver can wait for every stage to
@@ -211,9 +285,11 @@ class AckerActor:
         answer within ``timeout`` seconds (hung). T is TOP, with no parts, when the
         run is complete.
         """
+        while self.catching_up:  # recovery="local": its marker would carry the watermark past the replacement
+            await asyncio.sleep(0.01)
         if self.host.table.watermark == TOP:
             return TOP, {}, []
-        complete = asyncio.Event()
+        complete = self.collecting = asyncio.Event()
         collector = self.host.begin_snapshot(snapshot_id, lambda c: complete.set())
         try:
             await asyncio.wait_for(complete.wait(), timeout)
@@ -372,8 +448,13 @@ class StageActor:
         self.rng = random.Random(config.seed)
         snapshots = StageSnapshots(config.snapshot_dir, plan.participant(self.key), config.restore, cache_bytes=config.state_cache_bytes)
         #: the instance's protocol (its runtime, snapshots, reader); this actor adds the transport and the event loop
+        # recovery="local": the instances' incarnations (this actor's own copy, kept current by peer_failed)
+        local = {} if config.incarnations is None else {"incarnations": {Instance(*k): n for k, n in config.incarnations.items()}}
         self.host = host = InstanceHost(plan, self.key, config, snapshots, self._send, fail=self._fail, sample_every=config.sample_every,
-                                        bundle_writer=self._write_bundle)
+                                        bundle_writer=self._write_bundle, **local)
+        if host.recovery is not None:
+            host.recovery.cut = config.cut  # a replacement's: its output below it is dropped (the receivers have it)
+        self.batch_size = config.batch_size
         self.rt = host.rt
         if host.output_logs is not None:  # steps declared deterministic=False: acks wait for their log's writes
             LogWriter(host.output_logs, host.fail)
@@ -384,7 +465,8 @@ class StageActor:
             took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots))
         if self.pump is not None:
             host.source = self.pump  # a watermark or a frontier also wakes the reading task
-        self.drain = BatchDrain(host.rt, snapshots, host.guarded, host.flush)
+        took = None if host.recovery is None else lambda batches: [host.recovery.received(b) for b in batches]
+        self.drain = BatchDrain(host.rt, snapshots, host.guarded, host.flush, took)
         self.lost = LostPeers()
         self.endpoint = Endpoint(plane, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add,
                                  on_error=self._on_plane_error)
@@ -422,7 +504,31 @@ class StageActor:
     async def take_seed(self) -> dict:
         """Before :meth:`start`: the XORs of the timers of the windows this incarnation
         restored (:meth:`StageRuntime.take_seed`), for the acker's table."""
-        return self.rt.take_seed()
+        seed = self.rt.take_seed()
+        return seed if self.host.recovery is None or not seed else self.host.recovery.tag(seed)
+
+    async def peer_failed(self, victim: tuple, new: Any, cut: tuple, address: Optional[tuple]) -> dict:
+        """``recovery="local"``: instance ``victim`` failed, incarnation ``new`` replaces it
+        (listening at ``address`` when this instance sends to it): see
+        :meth:`InstanceHost.peer_failed`. The connection opens first; the switch to it, the
+        replay and the ReplaySent then run in one go on the event loop. Returns the items
+        replayed and cancelled."""
+        victim = Instance(*victim)
+        opened = ("replacement", victim)
+        if address is not None:
+            await self.endpoint.connect(opened, address)
+        part = self.host.recovery
+        replayed, cancelled = part.replayed, part.cancelled
+        self.drain.drop_from(victim)
+        self.host.peer_failed(victim, new, cut, self.batch_size, reconnect=lambda: address is not None and self.endpoint.adopt(victim, opened))
+        self.lost = LostPeers()  # the dead one's connection ended: seen, answered
+        self.endpoint.on_lost = self.lost.add
+        return {"replayed": part.replayed - replayed, "cancelled": part.cancelled - cancelled}
+
+    async def trim_sent(self, t: tuple) -> None:
+        """``recovery="local"``: snapshot ``t`` committed; the upstream log keeps what is at or after it."""
+        if self.key is not None and self.host.recovery is not None:
+            self.host.recovery.trim(t)
 
     async def t_last(self) -> Optional[tuple]:
         """See :meth:`StageRuntime.t_last` (asked after a recovery)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import SLICE_S, StageSnapshots
@@ -56,8 +56,11 @@ class BatchDrain:
     (the incarnation was reset) callbacks already scheduled do nothing.
     """
 
-    def __init__(self, rt: StageRuntime, snapshots: StageSnapshots, run: Callable[..., bool], flush: Callable[[], Any]) -> None:
+    def __init__(self, rt: StageRuntime, snapshots: StageSnapshots, run: Callable[..., bool], flush: Callable[[], Any],
+                 took: Optional[Callable[[list], None]] = None) -> None:
         self.rt, self.snapshots, self._run, self._flush = rt, snapshots, run, flush
+        #: recovery="local": hears each chunk of batches before it is processed (None: the default path)
+        self.took = took
         self.inbox: list = []
         self.drain_scheduled = False
         self.release_scheduled = False
@@ -73,6 +76,14 @@ class BatchDrain:
 
     def close(self) -> None:
         self.closed = True
+
+    def drop_from(self, sender: Any) -> int:
+        """``recovery="local"``: forget the queued batches of ``sender``, a peer that died (as
+        if lost in flight: each is at or above the cut, its replacement sends them again).
+        Returns how many."""
+        kept = [b for b in self.inbox if b.sender != sender]
+        dropped, self.inbox = len(self.inbox) - len(kept), kept
+        return dropped
 
     def _drain(self) -> None:
         if self.closed:
@@ -92,6 +103,8 @@ class BatchDrain:
         else:
             self.drain_scheduled = False
         started = time.perf_counter()
+        if self.took is not None:
+            self.took(batches)
         if self._run(rt.receive_many, batches):
             rt.more = backlogged
             self._flush()

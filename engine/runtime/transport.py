@@ -111,6 +111,14 @@ class Endpoint:
             raise
         self.writers[name] = writer
 
+    def adopt(self, name: Any, opened: Any) -> None:
+        """The connection opened as ``opened`` now serves ``name`` (``recovery="local"``: a failed
+        peer's replacement), the old one closed."""
+        old = self.writers.get(name)
+        if old is not None:
+            old.close()
+        self.writers[name] = self.writers.pop(opened)
+
     def send(self, name: Any, message: Any) -> None:
         """Queue ``message`` for peer ``name``; never blocks (sources' credit bounds what is queued).
 

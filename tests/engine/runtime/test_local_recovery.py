@@ -206,15 +206,6 @@ def test_recovery_is_global_or_local():
         RunConfig(recovery="sideways")
 
 
-def test_ray_refuses_local_recovery_before_it_starts():
-    f = Flow("ray-local")
-    f.source(MemorySource([1])).sink(MemorySink("o"))
-    with pytest.raises(FlowError, match="recovery='local' runs on the simulator only so far"):
-        f.run(runtime="ray", recovery="local")
-    with pytest.raises(FlowError, match="recovery='local' runs on the simulator only so far"):
-        f.start(recovery="local")
-
-
 def test_the_simulator_takes_local_recovery_through_flow_run():
     f = Flow("sim-local")
     f.source(MemorySource(list(range(6)), partitions=2)).key_by(lambda x: x % 2).stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("o"))

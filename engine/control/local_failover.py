@@ -1,0 +1,142 @@
+"""Local recovery on Ray (``recovery="local"``, issue 58): one stage instance died, only it is
+replaced, and the others never roll back. The protocol is the simulator's
+(:mod:`driftstream.engine.runtime.local_recovery`), over actor calls:
+
+1. the acker (:meth:`AckerActor.local_fail`) gives up the snapshot being collected, discards
+   the dead incarnation's tables (and its source's bound), holds the restored snapshot's T
+   for every survivor, and returns the cut ``W`` (its watermark);
+2. the replacement (a standby if there is one, else a new actor) restores the newest
+   committed snapshot with its new incarnation and the cut, connects, and the acker adopts
+   it (its restored timers seeded; told the raw frontier until it catches up);
+3. every survivor (:meth:`StageActor.peer_failed`) drops the dead one's queued batches,
+   processes what its input merge held, cancels what the dead one sent at or above ``W``,
+   re-sends its log to the replacement and sends the acker its ``ReplaySent``;
+4. the replacement starts reading (a source instance, from T).
+
+What it cannot do falls back to the global rollback and says so in the recovery's ``kind``
+(:meth:`LocalFailover.refusal`): the acker died, more than one actor, a replacement still
+catching up, a rescale under way, the run's last watermark already out.
+
+>>> LocalFailover.refusal_of({"f/acker"}, "f/acker", rescaling=False)
+'the acker died'
+>>> LocalFailover.refusal_of({"f/a/0"}, "f/acker", rescaling=False) is None
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+import ray
+
+from driftstream.ordering.meta import BOTTOM
+
+from driftstream.engine.control.failover import Failover, Recovery
+from driftstream.engine.control.launcher import Launcher, setup_answers
+from driftstream.engine.control.standbys import StandbyPool
+from driftstream.engine.model.config import InstanceConfig
+from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.model.plan import Instance
+from driftstream.engine.runtime.actors import StageActor
+from driftstream.engine.runtime.ray_session import NAMESPACE
+
+
+class LocalFailover:
+    """Replaces one dead stage instance of ``launcher``'s run in place of a global rollback
+    (see the module doc); each recovery's record goes to ``failover.recoveries``."""
+
+    def __init__(self, launcher: Launcher, standbys: StandbyPool, failover: Failover) -> None:
+        self.launcher, self.standbys, self.failover = launcher, standbys, failover
+        #: items re-sent from logs and undone at receivers, over the run's local recoveries
+        self.replayed = self.cancelled = 0
+
+    @staticmethod
+    def refusal_of(dead: Optional[set], acker: str, rescaling: bool) -> Optional[str]:
+        """Why a failure of ``dead`` (actor names; None: every one) cannot be recovered locally,
+        as far as the supervisor knows, or None."""
+        if not dead:
+            return "every actor is restarted"
+        if acker in dead:
+            return "the acker died"
+        if len(dead) > 1:
+            return f"{len(dead)} actors died at once"
+        if rescaling:
+            return "a rescale is under way"
+        return None
+
+    def refusal(self, dead: Optional[set], rescaling: bool) -> Optional[str]:
+        """:meth:`refusal_of`, then the acker's (a replacement still catching up, the run ending)."""
+        run = self.launcher
+        why = self.refusal_of(dead, run.names[0], rescaling)
+        if why is not None:
+            return why
+        try:
+            return ray.get(run.acker.local_refusal.remote(), timeout=5)
+        except (ray.exceptions.RayError, TimeoutError):
+            return "the acker did not answer"
+
+    def recover(self, name: str, detected: float, manifest: Optional[Manifest]) -> Recovery:
+        """Replace instance ``name`` (its actor died) from ``manifest`` (None: the beginning);
+        the others go on. Returns the recovery's record."""
+        run, plan = self.launcher, self.launcher.plan
+        entered = time.time()
+        victim = plan.instances[run.names.index(name) - 1]  # names: the acker's, then the instances' in order
+        t = BOTTOM if manifest is None else tuple(manifest.t)
+        old, new = run.incarnations[victim], run._next_incarnation
+        run._next_incarnation += 1
+        run.incarnations[victim] = new
+        survivors = [k for k in plan.instances if k != victim]
+        standby = len(self.standbys) > 0
+        self.failover.kill(run.handles_of([name]), [] if standby else [name])
+        killed = time.time()
+        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, [tuple(k) for k in survivors], t))
+        opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
+        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), cut=cut)
+        real_names = dict(run.real_names)
+        actor, resets = self._start(name, victim, opts, standby, real_names)
+        try:  # until the launcher holds it, a global rollback after an error here would not end it
+            address, node = setup_answers([actor.listen.remote(), actor.node.remote()], [name, name])
+            reset = time.time()
+            addresses = dict(run.addresses)
+            addresses[victim] = address
+            ray.get(actor.connect.remote(run.acker, addresses))
+            ray.get(run.acker.adopt.remote(tuple(victim), actor, address, ray.get(actor.take_seed.remote())))
+            connected = time.time()
+            senders = {s.index for s in plan.stages if any(ch.dst_stage == victim.stage for sid in s.step_ids for ch in plan.channels[sid])}
+            parts = ray.get([run.actors[k].peer_failed.remote(tuple(victim), new, cut, address if k.stage in senders else None)
+                             for k in survivors])
+            ray.get(actor.start.remote(None))
+        except BaseException:
+            ray.kill(actor, no_restart=True)
+            raise
+        started = time.time()
+        self.replayed += sum(p["replayed"] for p in parts)
+        self.cancelled += sum(p["cancelled"] for p in parts)
+        actors = dict(run.actors)
+        actors[victim] = actor
+        node_of = dict(run.node_of)
+        node_of[name] = node
+        # status() reads these on other threads: each replaced whole
+        run.actors, run.real_names, run.node_of, run.addresses = actors, real_names, node_of, addresses
+        run.handles = [actor if n == name else h for n, h in zip(run.names, run.handles)]
+        run.resets = resets
+        sink = any(plan.steps[sid].kind.is_sink for sid in plan.stages[victim.stage].step_ids)
+        recovery = Recovery(detected, time.time() - detected, None if manifest is None else manifest.snapshot_id,
+                            pending=[a.first_release.remote() for a in ([actor] if sink else run.sinks())],
+                            steps_s={"confirm": entered - detected, "kill": killed - entered, "reset": reset - killed,
+                                     "connect": connected - reset, "replay": started - connected},
+                            resets_s=resets, kind="local", restored=[victim.label])
+        self.failover.recoveries.append(recovery)
+        return recovery
+
+    def _start(self, name: str, victim: Instance, opts: InstanceConfig, standby: bool, real_names: dict) -> tuple:
+        """The replacement of instance ``name``, ``(actor, resets_s)``: a standby reset, or a
+        new actor (under the name the kill left free); ``real_names`` learns its actor's name."""
+        run = self.launcher
+        if standby:
+            actor, real_names[name] = self.standbys.take()
+            return actor, {f"{name} (standby)": ray.get(actor.reset.remote(opts, run.plane, tuple(victim), run.plan))}
+        real = real_names[name] = self.failover.take_renames().get(name, name)
+        return StageActor.options(name=real, namespace=NAMESPACE).remote(run.plan, *victim, opts, run.plane), {}
