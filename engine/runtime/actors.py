@@ -74,6 +74,22 @@ SWITCH_INTERVAL_S = 0.001
 #: Seconds between ``gc.freeze()`` calls in stage actors (see :func:`.gc_policy.freeze_survivors`).
 FREEZE_EVERY_S = 1.0
 
+#: Modules a flow's setup imports on its first use of a connector (Kafka's: ~0.06 s of CPU a
+#: process, its client library and codecs). A warm actor, which has no flow yet, loads them
+#: while it waits, as names: a preload, not a dependency of this module.
+PRELOADED = ("driftstream.engine.connectors.kafka.source", "driftstream.engine.connectors.kafka.sink",
+             "driftstream.engine.connectors.kafka.dead_letter_sink")
+
+
+def preload_connectors() -> None:
+    """Import :data:`PRELOADED` (what cannot be imported is left to the flow that needs it)."""
+    import importlib
+
+    for module in PRELOADED:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
 
 
 @ray.remote(num_cpus=0)
@@ -376,6 +392,8 @@ class StageActor:
                 self._setup(config, plane)
             except Exception as exc:
                 self.setup_error = exc
+        elif plan is None:
+            preload_connectors()  # a warm actor (control/warm_actors.py): its flow's setup will not pay them
 
     async def reset(self, config: InstanceConfig, plane: PlaneKey, key: Optional[tuple] = None, plan: Optional[Plan] = None) -> dict:
         """Start over in this process from a snapshot (recovery of a survivor: no new process),
