@@ -218,6 +218,9 @@ class AckerActor:
         self.subscribers[victim] = handle
         if seed:
             self.host.seed(seed)
+        # Told anew from the bottom: what an Ack's catch-up told it while the connection opened
+        # went to its dead predecessor's (a stall: the frontier it was told never moved again).
+        self.catching_up[victim] = BOTTOM
         catch_up(self.host.table, self.catching_up, self.incarnations, self.host.table.watermark, self.endpoint.send)
 
     async def local_refusal(self) -> Optional[str]:
@@ -344,7 +347,12 @@ class AckerActor:
         return self.error
 
     async def status(self) -> dict:
-        return self.host.status()
+        figures = self.host.status()
+        if isinstance(self.host.table, ChannelAcker):  # recovery="local": a replacement catching up, what holds its frontier
+            figures["catching_up"] = {Instance(*k).label: told for k, told in self.catching_up.items()}
+            figures["holds"] = {str(token): t for token, t in self.host.table.holds.items()}
+            figures["frontier_raw"] = self.host.table.frontier_raw()
+        return figures
 
     async def close(self) -> None:
         if self.endpoint is not None:
