@@ -229,6 +229,9 @@ class Flow:
         """
         if runtime == "ray":
             from driftstream.engine.control.launch import run_on_ray
+            from driftstream.engine.model.config import refuse_on_ray
+
+            refuse_on_ray(options)
 
             return run_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, **options)
         if runtime == "simulator":
@@ -253,7 +256,9 @@ class Flow:
         driver exits; :func:`~driftstream.engine.attach` reaches it by name.
         """
         from driftstream.engine.api.handle import start_on_ray
+        from driftstream.engine.model.config import refuse_on_ray
 
+        refuse_on_ray(options)
         return start_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, detached=detached, **options)
 
 

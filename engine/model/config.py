@@ -112,6 +112,22 @@ class Guarantee(str, Enum):
 #: RunConfig.recovery's values: every instance rolls back, or only the failed one restores
 RECOVERY_MODES = ("global", "local")
 
+#: RunConfig.verify's values: what the receivers of an instance's replicas check (issue 58)
+VERIFY_MODES = ("first", "majority")
+
+
+def refuse_on_ray(options: Mapping[str, Any]) -> None:
+    """A FlowError for the options the Ray runtime cannot honour yet (``replicas`` > 1).
+
+    >>> refuse_on_ray({"replicas": 2})
+    Traceback (most recent call last):
+    ...
+    driftstream.engine.model.errors.FlowError: replicas run on the simulator only so far (runtime='simulator'); on Ray each stage instance has one copy (replicas=1)
+    """
+    if options.get("replicas", 1) != 1:
+        raise FlowError("replicas run on the simulator only so far (runtime='simulator'); on Ray each stage instance has "
+                        "one copy (replicas=1)")
+
 
 #: options the engine and its tests set, not a user: accepted, never listed
 INTERNAL_OPTIONS = frozenset({"faults", "keep_parallelism"})
@@ -195,6 +211,13 @@ class RunConfig:
     #: inputs re-sent from its senders' logs, the others go on (issue 58; on Ray one dead stage
     #: instance, else a global rollback that says why; see docs/architecture.md, "Local recovery")
     recovery: str = "global"
+    #: copies of each keyed stage instance, all fed the same input (issue 58): the receivers
+    #: take one's output and a replica's death costs no restore; needs recovery="local" (the
+    #: simulator's only so far, see docs/architecture.md, "Local recovery and replicas")
+    replicas: int = 1
+    #: what the receivers check of the replicas' output: "first" (crash faults: the primary's
+    #: stream, a live replica's once it dies) or "majority" (replicas >= 3, not built yet)
+    verify: str = "first"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -237,6 +260,19 @@ class RunConfig:
         if self.recovery not in RECOVERY_MODES:
             raise FlowError(f"recovery is 'global' (every instance rolls back to the newest snapshot) or 'local' (only the "
                             f"failed instance restores), not {self.recovery!r}")
+        self._check_replicas()
+
+    def _check_replicas(self) -> None:
+        if type(self.replicas) is not int or self.replicas < 1:
+            raise FlowError(f"replicas is an int >= 1 (copies of each keyed stage instance), not {self.replicas!r}")
+        if self.verify not in VERIFY_MODES:
+            raise FlowError(f"verify is 'first' (take the first replica's output; crash faults) or 'majority' (release what "
+                            f"most replicas agree on; replicas >= 3), not {self.verify!r}")
+        if self.replicas > 1 and self.recovery != "local":
+            raise FlowError("replicas build on local recovery (a dead primary's receivers switch to a live replica at the "
+                            "watermark): set recovery='local' with replicas > 1")
+        if self.verify == "majority" and self.replicas < 3:
+            raise FlowError(f"verify='majority' needs replicas >= 3 (with {self.replicas} no majority outvotes one replica)")
 
     @classmethod
     def from_options(cls, **options: Any) -> "RunConfig":
@@ -297,6 +333,8 @@ class RunOptions(TypedDict, total=False):
     data_plane_tls: Union[DataPlaneTLS, Mapping[str, str], None]
     data_plane_key: Optional[str]
     recovery: str
+    replicas: int
+    verify: str
 
 
 @dataclass(frozen=True)

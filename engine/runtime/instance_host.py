@@ -62,7 +62,7 @@ class InstanceHost:
         self.rt = StageRuntime(plan, *key, backend_factory=snapshots.backend, merging=config.input_merge, restore_t=config.restore_t, **runtime)
         incarnations = runtime.get("incarnations")
         #: recovery="local": this incarnation's side of it (its log, inputs taken, cut; None: the default path)
-        self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key)
+        self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key, runtime.get("incarnation"))
         #: the output logs of the stage's steps declared deterministic=False (None: it has none,
         #: and messages go to the acker as they come)
         self.output_logs = OutputLogs.of(self.rt, plan, key, config, lambda message: self._send(ACKER, message), config.recovering)
@@ -148,18 +148,20 @@ class InstanceHost:
         else:
             self.output_logs.to_acker(message)
 
-    def peer_failed(self, victim: Instance, new: Any, cut: tuple, batch_size: int, reconnect: Callable[[], None] = lambda: None) -> None:
+    def peer_failed(self, victim: Instance, new: Any, cut: tuple, batch_size: int, reconnect: Callable[[], None] = lambda: None,
+                    replay: bool = True) -> None:
         """``recovery="local"``: peer ``victim`` failed and incarnation ``new`` replaces it; the
         acker holds at the snapshot ``new`` restores until this instance's :class:`ReplaySent`.
         What it holds for the dead one goes to it first, on the old channel (lost, but
         logged: sent to the replacement, its hold would sit in a discarded table); then
         ``reconnect()`` (the transport's switch to the replacement), its part
         (:meth:`.InstanceRecovery.peer_failed`: held inputs, cancels, the replay), and the
-        ReplaySent behind the Ack of all that."""
+        ReplaySent behind the Ack of all that. ``replay`` False: ``new`` is a live replica of
+        ``victim`` (already caught up: nothing is re-sent to it)."""
         self.flush()
         self.recovery.incarnations[victim] = new
         reconnect()
-        for to, batch in self.recovery.peer_failed(self, victim, new, cut, batch_size):
+        for to, batch in self.recovery.peer_failed(self, victim, new, cut, batch_size, replay):
             self._send(to, Push(batch))
         self.flush()
         self._to_acker(ReplaySent(new, self.key))

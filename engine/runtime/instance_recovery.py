@@ -35,10 +35,14 @@ class InstanceRecovery:
     """Incarnation ``incarnations[key]`` of instance ``key``: ``incarnations`` (instance ->
     its current incarnation) is the run's, shared with the runtime's
     :class:`~.outbound.ChannelOutbound`. ``cut``: set on a replacement (the watermark when its
-    predecessor failed); ``replayed``/``cancelled``: items re-sent and undone over its life."""
+    predecessor failed); ``replayed``/``cancelled``: items re-sent and undone over its life.
+    ``own``: its incarnation when it is not ``incarnations[key]`` (a replica that is not the
+    primary; see simulated_replicas.py)."""
 
-    def __init__(self, incarnations: dict, key: Any) -> None:
+    def __init__(self, incarnations: dict, key: Any, own: Any = None) -> None:
         self.incarnations, self.key = incarnations, key
+        #: its own incarnation, fixed for its life (a replacement is a new InstanceRecovery)
+        self.own = incarnations[key] if own is None else own
         self.log, self.inputs = UpstreamLog(), UnsettledInputs()
         self.cut: Optional[tuple] = None
         self.replayed = self.cancelled = 0
@@ -70,7 +74,7 @@ class InstanceRecovery:
     def tag(self, xors: dict) -> dict:
         """Its flush's XORs with its own (timers: keyed by time alone) put in the table of its
         channel to itself."""
-        own = self.incarnations[self.key]
+        own = self.own
         me = (own, own)
         return {(k if type(k[0]) is tuple else (me, k)): x for k, x in xors.items()}
 
@@ -78,7 +82,7 @@ class InstanceRecovery:
         """Its message for the acker: an :class:`Ack`'s XORs tagged (:meth:`tag`) and its source
         index paired with the incarnation (a bound of a dead one, come late, is dropped)."""
         if type(message) is Ack:
-            own = self.incarnations[self.key]
+            own = self.own
             return Ack(self.tag(message.xors), None if message.source_index is None else (message.source_index, own), message.bound)
         return message
 
@@ -86,26 +90,30 @@ class InstanceRecovery:
         """Snapshot ``t`` committed: a restore starts there, the log keeps what is at or after it."""
         self.log.trim(t)
 
-    def peer_failed(self, host: Any, victim: tuple, new: Any, cut: tuple, batch_size: int) -> list:
+    def peer_failed(self, host: Any, victim: tuple, new: Any, cut: tuple, batch_size: int, replay: bool = True) -> list:
         """Peer ``victim`` failed, its replacement is incarnation ``new`` (already in
         ``incarnations``): ``host`` (its :class:`~.instance_host.InstanceHost`) processes what
         its input merge held back (of the dead sender too: their holds were discarded), cancels
         what the dead incarnation sent it at or above ``cut``, and returns the batches it
         re-sends from its log, ``(victim, ChannelBatch)``, their holds XORed into its acks. The
-        caller sends them, flushes, then sends the acker :class:`~.protocol.ReplaySent`."""
+        caller sends them, flushes, then sends the acker :class:`~.protocol.ReplaySent`.
+        ``replay`` False: ``new`` is a replica already caught up (nothing re-sent)."""
         if host.rt.holding:
             host.guarded(host.rt.release_held, True)
         for entry, items in self.inputs.cancel(victim, cut).items():
             self.cancelled += len(items)
             host.guarded(host.rt.process, entry, items)
-        return self.replay(host.rt, victim, new, batch_size)
+        return self.replay(host.rt, victim, new, batch_size) if replay else []
 
-    def replay(self, rt: Any, victim: tuple, new: Any, size: int) -> list:
-        """What it logged for ``victim``, as new batches of its channel to incarnation ``new``
-        (at most ``size`` items each), their holds XORed into ``rt``'s acks."""
-        channel = (self.incarnations[self.key], new)
+    def replay(self, rt: Any, victim: tuple, new: Any, size: int, since: Optional[tuple] = None) -> list:
+        """What it logged for ``victim`` (at or after ``since``, if given), as new batches of its
+        channel to incarnation ``new`` (at most ``size`` items each), their holds XORed into
+        ``rt``'s acks."""
+        channel = (self.own, new)
         out = []
         for entry, items in self.log.replay(victim).items():
+            if since is not None:
+                items = [item for item in items if not item[0] < since]
             self.replayed += len(items)
             for i in range(0, len(items), size):
                 chunk = items[i:i + size]

@@ -66,10 +66,14 @@ class LocalRecovery:
 
     def replace(self, instance: Instance) -> tuple:
         """``instance`` failed: a new incarnation id for its replacement; ``(old, new)``."""
-        old, new = self.incarnations[instance], self._next
-        self._next += 1
+        old, new = self.incarnations[instance], self.new_incarnation()
         self.incarnations[instance] = new
         return old, new
+
+    def new_incarnation(self) -> int:
+        """A fresh incarnation id (a replacement's, or a replica's)."""
+        self._next += 1
+        return self._next - 1
 
     def restart_all(self, plan: Optional[Plan] = None) -> None:
         """Every instance restarts from one snapshot (the fallback, a global rollback for a

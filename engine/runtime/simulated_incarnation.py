@@ -23,6 +23,7 @@ from driftstream.engine.runtime.protocol import Push, Watermark
 from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.simulated_acker import SimulatedAcker
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
+from driftstream.engine.runtime.simulated_replicas import REPLICA
 
 #: Chance of a crash at a critical point (a marker: shared by every instance's), while
 #: crashes remain; low enough that most crashes strike after a commit.
@@ -37,12 +38,13 @@ class SimulatedIncarnation:
 
     ``send_control(sender, receiver, message)``: where control messages go (the run's, so
     that what replaces it, a test's recorder, sees them all); ``maybe_crash(point, chance)``:
-    the run's seeded crash, tried when an instance has taken a snapshot marker.
+    the run's seeded crash, tried when an instance has taken a snapshot marker. ``replicas``:
+    the run's :class:`~.simulated_replicas.SimulatedReplicas` (``replicas`` > 1; None by default).
     """
 
     def __init__(self, plan: Plan, live: SimulatedInstances, rng: random.Random, batch_size: int, aligned: Optional[list],
                  shards: int, send_control: Callable[[Any, Any, Any], None], maybe_crash: Callable[[str, float], bool],
-                 local: Optional[LocalRecovery] = None) -> None:
+                 local: Optional[LocalRecovery] = None, replicas: Any = None) -> None:
         self.live, self.rng, self.batch_size, self.maybe_crash = live, rng, batch_size, maybe_crash
         self.instance_count = len(plan.instances)
         #: whether a step is declared deterministic=False (else no instance has output logs to write)
@@ -55,19 +57,31 @@ class SimulatedIncarnation:
         self.data: list = []
         self.control: dict = {}
         self.writes: list = []
+        #: replicas > 1: batches and the acker's messages to a replicated instance go to each replica
+        self.replicas = replicas
+        if replicas is not None:
+            replicas.incarnation = self
 
     # -- what the instances send ----------------------------------------------------------
 
     def enqueue(self, sender: Any, receiver: Any, message: Any) -> None:
-        """``message`` joins the FIFO queue from ``sender`` to ``receiver``."""
-        self.control.setdefault((sender, receiver), deque()).append(message)
+        """``message`` joins the FIFO queue from ``sender`` to ``receiver`` (to each of its replicas'
+        with replicas)."""
+        if self.replicas is None:
+            self.control.setdefault((sender, receiver), deque()).append(message)
+            return
+        for to in self.replicas.addresses(receiver):
+            self.control.setdefault((sender, to), deque()).append(message)
 
     def sender(self, instance: Instance) -> Callable:
         """The transport of ``instance``'s host: a batch joins the data in flight (delivered in
         any order), any other message its FIFO control queue."""
         def send(to, message) -> None:
             if type(message) is Push:
-                self.data.append((*to, message.batch))
+                if self.replicas is None:
+                    self.data.append((*to, message.batch))
+                else:
+                    self.replicas.fan_out(to, message.batch, self.live.hosts[instance].rt.acks)
             else:
                 self.send_control(instance, to, message)
         return send
@@ -83,6 +97,16 @@ class SimulatedIncarnation:
         for pair in [p for p in self.control if instance in p]:
             del self.control[pair]
         self.writes = [w for w in self.writes if w[0] != instance]
+
+    def lose_replica(self, incarnation: Any, address: Any, primary_of: Optional[Instance]) -> None:
+        """Replica ``incarnation`` (control address ``address``; the primary of ``primary_of``,
+        else None) died: every batch on its channels and every control message to or from it is
+        lost, and the primary's sink writes."""
+        self.data = [d for d in self.data if incarnation not in d[2].channel]
+        for pair in [p for p in self.control if address in p]:
+            del self.control[pair]
+        if primary_of is not None:
+            self.writes = [w for w in self.writes if w[0] != primary_of]
 
     def land_writes(self, hosts: dict) -> int:
         """A reset in place, as StageActor.reset: the sink writes in progress of ``hosts``
@@ -120,6 +144,8 @@ class SimulatedIncarnation:
         moves: list = []
         if any(rt.holding for rt in self.live.stages.values()):
             moves.append(self.release_held)
+        if self.replicas is not None and any(h.rt.holding for h in self.replicas.secondaries()):
+            moves.append(self.release_held_replica)
         if self.writes:
             moves.append(self.write_bundle)
         if any(s.pending_writes() for s in self.live.snapshots.values()):
@@ -136,7 +162,12 @@ class SimulatedIncarnation:
         i = self.rng.randrange(len(self.data))
         self.data[i], self.data[-1] = self.data[-1], self.data[i]
         stage, index, batch = self.data.pop()
-        self.live.hosts[(stage, index)].receive([batch])
+        if self.replicas is None:
+            self.live.hosts[(stage, index)].receive([batch])
+            return
+        host = self.replicas.receiver((stage, index), batch)
+        if host is not None:  # else: for a replica that died
+            host.receive([batch])
 
     def deliver_control(self) -> None:
         sender, receiver = self.rng.choice([k for k, q in self.control.items() if q])
@@ -145,6 +176,8 @@ class SimulatedIncarnation:
             self.ackers.receive(sender, message)
         elif self.ackers.relays(receiver):  # the acker's watermark, for a shard to pass on
             self.ackers.relay(receiver, message)
+        elif self.replicas is not None and receiver[0] == REPLICA:
+            self.replicas.deliver(receiver, message).flush()
         else:
             self.live.hosts[receiver].on_message(message)
             if type(message) is Watermark and message.snapshot_id is not None:
@@ -174,6 +207,12 @@ class SimulatedIncarnation:
         host = self.live.hosts[instance]
         host.guarded(host.rt.release_held, self.rng.random() < 0.5)
         self.flush(instance)
+
+    def release_held_replica(self) -> None:
+        """As :meth:`release_held`, for a replica that is not the primary."""
+        host = self.rng.choice([h for h in self.replicas.secondaries() if h.rt.holding])
+        host.guarded(host.rt.release_held, self.rng.random() < 0.5)
+        host.flush()
 
     def write_bundle(self) -> None:
         instance, sid, sink, bundle = self.writes.pop(self.rng.randrange(len(self.writes)))

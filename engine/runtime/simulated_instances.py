@@ -66,16 +66,25 @@ class SimulatedInstances:
         go (the scheduler writes them when it chooses); ``send(to, message)``: where what it sends
         goes (see :class:`InstanceHost`); ``runtime``: more of :class:`~.stage.StageRuntime`'s
         options. O(the state it restores)."""
+        host = self.host(plan, instance, config, seed, base_every_s, bundle_writer, send, self.scratch, **runtime)
+        self.register(instance, host)
+        return host
+
+    def host(self, plan: Plan, instance: Instance, config: InstanceConfig, seed: int, base_every_s: float, bundle_writer: Callable,
+             send: Callable, scratch: str, **runtime: Any) -> InstanceHost:
+        """A host as :meth:`start` makes, not among the live ones (a replica that is not the
+        primary, see simulated_replicas.py), its working databases in ``scratch``."""
         snaps = StageSnapshots(
-            config.snapshot_dir, plan.participant(instance), config.restore, base_every_s, deferred=True, scratch=self.scratch, cache_bytes=config.state_cache_bytes
+            config.snapshot_dir, plan.participant(instance), config.restore, base_every_s, deferred=True, scratch=scratch, cache_bytes=config.state_cache_bytes
         )
-        self.snapshots[instance] = snaps
-        self.hosts[instance] = host = InstanceHost(plan, instance, config, snaps, send, seed=seed, clock=self.clock, bundle_writer=bundle_writer,
-                                                   sink_opener=lambda sid, index: self._open_sink(plan, sid, index), **runtime)
-        self.stages[instance] = host.rt
+        return InstanceHost(plan, instance, config, snaps, send, seed=seed, clock=self.clock, bundle_writer=bundle_writer,
+                            sink_opener=lambda sid, index: self._open_sink(plan, sid, index), **runtime)
+
+    def register(self, instance: Instance, host: InstanceHost) -> None:
+        """``host`` is the live ``instance`` (its stage, snapshots and reader the run's)."""
+        self.hosts[instance], self.stages[instance], self.snapshots[instance] = host, host.rt, host.snapshots
         if host.reader is not None:
             self.readers[instance] = host.reader
-        return host
 
     def _open_sink(self, plan: Plan, sid: int, index: int):
         key = (sid, index)

@@ -62,6 +62,7 @@ from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.output_logs import trim_logs
 from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
+from driftstream.engine.runtime.simulated_replicas import SimulatedReplicas
 
 #: What the simulator's scheduler gets when the run does not say: small batches and credit,
 #: so that there are many interleavings for it to choose from.
@@ -74,6 +75,9 @@ CRASH_POINTS = ("any step", "after a marker", "between prepared and commit", "af
 #: Chance of a crash at any step while crashes remain (at a critical point: CRASH_AT_POINT,
 #: in simulated_incarnation.py, where the marker's is tried).
 CRASH_ANY = 0.004
+
+#: Chance of a replica's death at any step while replica crashes remain (replicas > 1).
+REPLICA_CRASH_ANY = 0.02
 
 #: Chance per step that a pending rescale begins (its sources stop reading).
 RESCALE_AT = 0.03
@@ -92,16 +96,18 @@ class Simulation:
     writes in progress land before the restart instead of being lost). ``acker_shards``: that
     many :class:`~.acker_shard.AckShardHost` fold the instances' messages to the acker (round
     robin), flush when the scheduler says, and pass the acker's watermarks and markers on.
+    ``replica_crashes`` (``replicas`` > 1): how many seeded deaths of one replica strike the run
+    (see simulated_replicas.py), listed in ``replicas.failures``; none restores anything.
     """
 
     def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
-                 resets_in_place: bool = False, acker_shards: int = 0) -> None:
+                 resets_in_place: bool = False, acker_shards: int = 0, replica_crashes: int = 0) -> None:
         config = config or RunConfig()
         #: acker shards between the instances and the acker (0: none; see SimulatedAcker)
         self.shard_count = acker_shards
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
-        _refuse_impossible(plan, config, crashes, rescales)
+        _refuse_impossible(plan, config, crashes, rescales, replica_crashes)
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -120,6 +126,9 @@ class Simulation:
         #: and the instances the others failed, in order
         self.fallbacks, self.failed = 0, []
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
+        #: replicas > 1: the keyed instances' replicas (see simulated_replicas.py), None by default
+        self.replicas = None if config.replicas == 1 else SimulatedReplicas(plan, config.replicas, self.local, self.live)
+        self.replica_crashes_left = replica_crashes
         self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
@@ -150,7 +159,7 @@ class Simulation:
         self.restoring = list(self.plan.instances)
         # late-bound: what replaces _send_control (a test's recorder) sees the acker's messages too
         self.incarnation = SimulatedIncarnation(self.plan, self.live, self.rng, self.rules.settings["batch_size"], self.aligned, self.shard_count,
-                                                lambda *message: self._send_control(*message), self._maybe_crash, self.local)
+                                                lambda *message: self._send_control(*message), self._maybe_crash, self.local, self.replicas)
         #: the incarnation's acker and its shards; ``acker``: the root, what the lifecycle reads
         self.ackers, self.acker = self.incarnation.ackers, self.incarnation.acker
 
@@ -170,6 +179,10 @@ class Simulation:
         """Start ``instance`` from its part of ``manifest`` (None: the beginning)."""
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, manifest, recovering)
+        if self.replicas is not None and instance in self.replicas.replicated:
+            host = self.replicas.start(self.plan, instance, config, self.rng, self.base_every_s)
+            self.local.started(instance, host)
+            return
         extra = {} if self.local is None else {"incarnations": self.local.incarnations}
         host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
                                self.incarnation.bundle_writer(instance), self.incarnation.sender(instance), **extra)
@@ -269,6 +282,8 @@ class Simulation:
         self.clock_value += 0.001
         if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
             return True
+        if self.replicas is not None and self._maybe_fail_replica():
+            return True
         if self.rescales and self.rescale_phase is None and not self.restoring and self.acker.pushed != TOP and self.rng.random() < RESCALE_AT:
             self.rescale_phase = "draining"
             # The sources stop reading, each once what it read is sent with its bound (Ray's
@@ -280,6 +295,14 @@ class Simulation:
         choice: Callable[[], None] = self.rng.choice(kinds)
         choice()
         return True
+
+    def _maybe_fail_replica(self) -> bool:
+        """A seeded replica's death, while replica crashes remain and an instance has two live replicas."""
+        if self.replica_crashes_left and not self.restoring and self.replicas.can_fail() and self.rng.random() < REPLICA_CRASH_ANY:
+            self.replica_crashes_left -= 1
+            self.replicas.fail_one(self.rng, self.rules.settings["batch_size"])
+            return True
+        return False
 
     def _rescale_snapshot(self) -> None:
         catching_up = self.local is not None and self.local.catching_up  # its marker would carry the watermark past the replacement
@@ -308,6 +331,8 @@ class Simulation:
             trim_logs(self.store)  # what the oldest restorable snapshot no longer replays
         if self.local is not None:
             self.local.trim(tuple(manifest.t))  # a restore starts there now
+        if self.replicas is not None:
+            self.replicas.trim(tuple(manifest.t))
         if self._maybe_crash("after a commit"):
             return
         if self.rescale_phase == "snapshot":
@@ -333,17 +358,35 @@ class Simulation:
             self.close()
 
     def close(self) -> None:
+        if self.replicas is not None:
+            self.replicas.close()
         self.live.close()
 
 
-def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
-    """A FlowError now, not mid-run, for crashes or rescales a run cannot have."""
+def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int], replica_crashes: int = 0) -> None:
+    """A FlowError now, not mid-run, for crashes, rescales or replicas a run cannot have."""
     if crashes and not config.takes_snapshots:
         raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
     if rescales and not config.takes_snapshots:
         raise FlowError("rescales need a guarantee: a rescale restores from a snapshot")
     for n in rescales:
         plan.with_parallelism(n)
+    if replica_crashes and config.replicas == 1:
+        raise FlowError("replica_crashes need replicas > 1: with one copy of each instance a crash is a recovery (crashes=)")
+    if config.replicas > 1:
+        _refuse_replicas(plan, config, crashes, rescales)
+
+
+def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
+    """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong."""
+    if config.verify != "first":
+        raise FlowError(f"verify={config.verify!r} is not built yet: replicas take the primary's output (verify='first')")
+    if crashes or rescales:
+        raise FlowError("replicas with crashes= or rescales= are not built yet (a replacement replica restores a snapshot): "
+                        "kill replicas with replica_crashes=")
+    if plan.logged_steps:
+        raise FlowError("replicas with steps declared deterministic=False are not built yet (a replica must take their "
+                        "outputs from the primary)")
 
 
 def _fresh_store(config: RunConfig, scratch: str) -> tuple:
@@ -369,7 +412,7 @@ def run_simulated(plan: Plan, config: Optional[RunConfig] = None, crashes: int =
     than silently left out."""
     config = config or RunConfig()
     refused = config.not_defaults("seed", "batch_size", "max_inflight", "guarantee", "snapshot_interval", "snapshot_dir", "state_cache_bytes",
-                                  "source_alignment", "input_merge", "fuse", "recovery")
+                                  "source_alignment", "input_merge", "fuse", "recovery", "replicas", "verify")
     if refused:
         raise FlowError(f"the simulator cannot honour {', '.join(refused)}: it runs one process without Ray; run with runtime='ray' for those")
     started = time.time()

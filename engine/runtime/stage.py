@@ -65,6 +65,7 @@ class StageRuntime:
         merging: bool = True,
         restore_t: Optional[tuple] = None,
         incarnations: Optional[dict] = None,
+        incarnation: Any = None,
     ) -> None:
         """``bundle_writer(sid, sink, bundle)`` hands a released bundle to its sink and
         must call :meth:`bundle_written` once the sink has it; default: write now, in
@@ -79,7 +80,8 @@ class StageRuntime:
 
         ``incarnations`` (``recovery="local"``; the simulator's only so far): every instance's
         current incarnation, kept current by the runtime; acks are then keyed ``(channel, t)``,
-        a batch's in the table of its channel (see ordering/channel_tables.py)."""
+        a batch's in the table of its channel (see ordering/channel_tables.py). ``incarnation``:
+        this runtime's own when it is not ``incarnations``' (a replica that is not the primary)."""
         self.plan = plan
         self.stage = plan.stages[stage_index]
         self.instance = instance
@@ -108,7 +110,7 @@ class StageRuntime:
         new_id = lambda: self.rng.getrandbits(64) or 1  # noqa: E731
         #: what leaves the stage, in a batch per destination instance and step
         self.outbound = (Outbound(plan, instance, new_id) if incarnations is None
-                         else ChannelOutbound(plan, instance, new_id, incarnations, incarnations[self.key]))
+                         else ChannelOutbound(plan, instance, new_id, incarnations, incarnations[self.key] if incarnation is None else incarnation))
         ctx = StepContext(plan, instance, backend_factory, sink_opener, lambda: self.rng.getrandbits(64),
                           lambda: self.acks, self.seed_acks, self.dead_letters, restore_t)
         #: step id -> its operator, for the steps of this stage

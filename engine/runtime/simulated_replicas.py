@@ -1,0 +1,270 @@
+"""Replicas in the simulator (``replicas=r``, ``verify="first"``; issue 58, design item 4): every
+keyed stage instance runs as ``r`` copies fed the same input in the same t order, so their
+settled output is the same; the receivers take one copy's stream (the primary's) and a
+replica's death costs no restore of anyone and no rollback.
+
+- Every batch sent to a replicated instance goes to each live replica, a copy per replica on
+  its own channel ``(sender incarnation, replica incarnation)``, its hold XORed into the
+  sender's acks (:meth:`SimulatedReplicas.fan_out`); each replica acks its copy. The acker's
+  watermarks go to every replica; snapshot markers only to the primary (one part per
+  instance: a replica that is not the primary takes no snapshot).
+- A replica that is not the primary sends nothing downstream: its output is dropped but
+  logged (its :class:`~.instance_recovery.InstanceRecovery` has the cut ``TOP``), and what
+  its sinks release is kept (trimmed at each commit) instead of written.
+- A replica that is not the primary dies: its channels' tables are discarded; nothing else.
+- The primary dies (:meth:`SimulatedReplicas.fail`): local recovery's item 3 with the
+  replacement already at the front. ``W``, the watermark then, is the cut; every other
+  instance and replica cancels what the dead primary sent it at or above ``W`` (under a hold
+  at ``W`` until its :class:`~.protocol.ReplaySent`); the next replica becomes the primary,
+  re-sends from its log what it produced at or above ``W`` (below ``W`` the receivers have
+  the same, settled), writes what it kept that its sinks do not hold and drops what they do,
+  and writes a base at its next snapshot (its chains are not the dead primary's).
+
+Not built yet: a replacement replica (an instance runs on with one replica fewer; only an
+instance with two live ones loses one), replicas with ``crashes`` or ``rescales`` (a
+restore), with steps declared ``deterministic=False``, and ``verify="majority"``.
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.model.config import RunConfig
+>>> from driftstream.engine.runtime.simulator import Simulation
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> f = Flow("replicas")
+>>> f.source(MemorySource(range(6), partitions=2)).key_by(lambda x: x % 2).stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("o"))
+>>> config = RunConfig(seed=3, guarantee="exactly-once", snapshot_interval=0.004, recovery="local", replicas=2)
+>>> sim = Simulation(f.plan(2), config, replica_crashes=2)
+>>> sorted(sim.run().output("o")), sim.replicas.failovers + len(sim.replicas.failures) > 0, sim.restores
+([0, 1, 2, 4, 6, 9], True, Counter())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from typing import Any, Iterator, Optional
+
+from driftstream.barriers.bundle import Bundle
+from driftstream.ordering.meta import TOP
+from driftstream.snapshots.changelog import Chain
+
+from driftstream.engine.model.config import InstanceConfig
+from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.instance_host import ACKER, InstanceHost
+from driftstream.engine.runtime.local_recovery import LocalRecovery
+from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ReplaySent, Watermark
+from driftstream.engine.runtime.simulated_instances import SimulatedInstances
+
+#: The control-plane address of a replica: ``(REPLICA, its incarnation)``.
+REPLICA = "replica"
+
+
+def address(incarnation: Any) -> tuple:
+    """Where the acker's messages to replica ``incarnation`` queue (FIFO per replica)."""
+    return (REPLICA, incarnation)
+
+
+class SimulatedReplicas:
+    """The replicas of a run's keyed instances (``replicated``: every instance that reads no
+    source): ``sets`` (instance -> its live replicas' incarnations, the primary first) and
+    ``hosts`` (incarnation -> (instance, host)). ``failovers``: primaries that died;
+    ``failures``: every replica that died, ``(instance, incarnation, was the primary)``.
+    ``incarnation``: the run's :class:`~.simulated_incarnation.SimulatedIncarnation`, set by
+    it."""
+
+    def __init__(self, plan: Plan, count: int, local: LocalRecovery, live: SimulatedInstances) -> None:
+        self.count, self.local, self.live = count, local, live
+        self.replicated = set(plan.instances) - set(plan.source_instances)
+        self.sets: dict = {}
+        self.hosts: dict = {}
+        #: incarnation (not the primary) -> [(sink partition, bundle)] its sinks released since the last commit
+        self.kept: dict = {}
+        self.failovers, self.failures = 0, []
+        self.incarnation: Any = None
+
+    def start(self, plan: Plan, instance: Instance, config: InstanceConfig, rng: random.Random, base_every_s: float) -> InstanceHost:
+        """Start ``instance``'s replicas from ``config``; the first, the primary, is the live
+        one (``live.hosts``). Returns it."""
+        incs = [self.local.incarnations[instance]] + [self.local.new_incarnation() for _ in range(self.count - 1)]
+        self.sets[instance] = incs
+        for n, inc in enumerate(incs):
+            scratch = os.path.join(self.live.scratch, f"replica-{inc}")  # a working directory per replica
+            os.makedirs(scratch, exist_ok=True)
+            host = self.live.host(plan, instance, config, rng.getrandbits(32), base_every_s, self._bundle_writer(instance, inc),
+                                  self._sender(inc), scratch, incarnations=self.local.incarnations, incarnation=inc)
+            self.hosts[inc] = (instance, host)
+            if n:
+                host.recovery.cut = TOP  # its output dropped, but logged
+                seed = host.rt.take_seed()
+                if seed:
+                    self.incarnation.acker.seed(host.recovery.tag(seed))
+        primary = self.hosts[incs[0]][1]
+        self.live.register(instance, primary)
+        return primary
+
+    def is_primary(self, incarnation: Any) -> bool:
+        entry = self.hosts.get(incarnation)
+        return entry is not None and self.sets[entry[0]][0] == incarnation
+
+    # -- the transport ------------------------------------------------------------------------
+
+    def _sender(self, inc: Any):
+        """The transport of replica ``inc``: its batches fanned out, its messages to the acker
+        from its address (a ReplaySent names it), its snapshot parts only while it is the primary."""
+        def send(to, message) -> None:
+            kind = type(message)
+            if kind is Push:
+                self.fan_out(to, message.batch, self.hosts[inc][1].rt.acks)
+            elif kind is Prepared and not self.is_primary(inc):
+                return
+            else:
+                if kind is ReplaySent:
+                    message = ReplaySent(message.receiver, address(inc))
+                self.incarnation.send_control(address(inc), to, message)
+        return send
+
+    def _bundle_writer(self, instance: Instance, inc: Any):
+        """The primary's bundles wait for the scheduler to write them; another's are kept."""
+        def write(sid, sink, bundle) -> None:
+            if self.is_primary(inc):
+                self.incarnation.writes.append((instance, sid, sink, bundle))
+            else:
+                self.kept.setdefault(inc, []).append((sink, bundle))
+                self.hosts[inc][1].bundle_written(sid, bundle)
+        return write
+
+    def fan_out(self, to: Instance, batch: Any, acks: Any) -> None:
+        """``batch`` (a :class:`~.outbound.ChannelBatch`) joins the data in flight, and to a
+        replicated ``to`` a copy for each other live replica, its hold XORed into ``acks``
+        (the sender's, not yet flushed)."""
+        data = self.incarnation.data
+        data.append((*to, batch))
+        for inc in self.sets.get(to, ()):
+            if inc != batch.channel[1]:
+                copy = dataclasses.replace(batch, channel=(batch.channel[0], inc), times=list(batch.times), items=list(batch.items))
+                acks.xor_many([(copy.channel, t) for t in copy.times], copy.batch_id)
+                data.append((*to, copy))
+
+    def receiver(self, to: Instance, batch: Any) -> Optional[InstanceHost]:
+        """The host a batch for ``to`` goes to (None: a replica that died)."""
+        if to not in self.sets:
+            return self.live.hosts[to]
+        entry = self.hosts.get(batch.channel[1])
+        return None if entry is None else entry[1]
+
+    def addresses(self, receiver: Any) -> list:
+        """Where the acker's message to ``receiver`` queues: each live replica's address."""
+        incs = self.sets.get(receiver)
+        return [receiver] if incs is None else [address(inc) for inc in incs]
+
+    def deliver(self, receiver: tuple, message: Any) -> InstanceHost:
+        """The acker's ``message`` to replica address ``receiver``: a marker only to the primary."""
+        host = self.hosts[receiver[1]][1]
+        if type(message) is Watermark and message.snapshot_id is not None and not self.is_primary(receiver[1]):
+            message = Watermark(message.t)
+        host.on_message(message)
+        return host
+
+    def secondaries(self) -> Iterator[InstanceHost]:
+        """The live replicas that are not the primary."""
+        for incs in self.sets.values():
+            for inc in incs[1:]:
+                yield self.hosts[inc][1]
+
+    # -- commits and failures -------------------------------------------------------------------
+
+    def trim(self, t: tuple) -> None:
+        """Snapshot ``t`` committed: logs keep what is at or after it; kept bundles below it are in the sinks."""
+        for inc, bundles in self.kept.items():
+            self.kept[inc] = [(sink, b) for sink, b in bundles if not b.t_last < t]
+        for host in self.secondaries():
+            host.recovery.trim(t)
+
+    def can_fail(self) -> bool:
+        """Whether an instance has a replica to lose (two live ones)."""
+        return any(len(incs) > 1 for incs in self.sets.values())
+
+    def fail_one(self, rng: random.Random, batch_size: int) -> tuple:
+        """A seeded replica of an instance with two live ones dies (see the module doc); returns
+        ``(instance, incarnation, was the primary)``."""
+        instance = rng.choice(sorted(k for k, incs in self.sets.items() if len(incs) > 1))
+        inc = rng.choice(self.sets[instance])
+        primary = self.sets[instance][0] == inc
+        incarnation = self.incarnation
+        if primary:
+            for host in self._peers(None):  # what each holds goes on the channels of now
+                host[1].flush()
+            collecting = incarnation.acker.collecting
+            if collecting is not None:  # the dead primary's part may be lost: given up, as in local recovery
+                incarnation.acker.end_snapshot(collecting.snapshot_id)
+        _, host = self.hosts.pop(inc)
+        self.sets[instance].remove(inc)
+        self.kept.pop(inc, None)
+        if primary:
+            self.live.stop_one(instance)
+        else:
+            host.close(keep_sinks=True)
+        incarnation.lose_replica(inc, address(inc), instance if primary else None)
+        table = incarnation.acker.table
+        cut = table.watermark
+        table.discard(inc)
+        self.failures.append((instance, inc, primary))
+        if primary:
+            self._promote(instance, cut, batch_size)
+        # Its ReplaySent died with it (its part was in its discarded tables). Released only now: a
+        # release recomputes the watermark, which must not pass the cut before the promotion holds it.
+        for token in [k for k in table.holds if k[1] == address(inc)]:
+            table.release(token)
+        incarnation.acker.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
+        return instance, inc, primary
+
+    def _peers(self, but: Any) -> Iterator[tuple]:
+        """``(the token of its ReplaySent, host)`` of every live host but replica ``but``."""
+        for key, host in self.live.hosts.items():
+            if key not in self.sets:
+                yield key, host
+        for inc, (_, host) in self.hosts.items():
+            if inc != but:
+                yield address(inc), host
+
+    def _promote(self, instance: Instance, cut: tuple, batch_size: int) -> None:
+        """The next replica of ``instance`` becomes the primary at watermark ``cut``."""
+        self.failovers += 1
+        new = self.sets[instance][0]
+        host = self.hosts[new][1]
+        self.local.incarnations[instance] = new
+        self.live.register(instance, host)
+        self.local.parts[instance] = host.recovery
+        host.recovery.cut = None
+        self._take_over_sinks(new, host)
+        chains = host.snapshots.chains
+        for name in chains:  # its next snapshot a base: its deltas would build on its own, not the dead primary's
+            chains[name] = Chain(host.snapshots.base_every_s)
+        table = self.incarnation.acker.table
+        for token, peer in self._peers(new):
+            table.hold((new, token), cut)
+            peer.peer_failed(instance, new, cut, batch_size, replay=False)
+        table.hold((new, address(new)), cut)
+        part = host.recovery
+        for to in list(part.log.items):
+            for _, batch in part.replay(host.rt, to, self.local.incarnations[to], batch_size, since=cut):
+                self.fan_out(to, batch, host.rt.acks)
+        host.flush()
+        self.incarnation.send_control(address(new), ACKER, ReplaySent(new, address(new)))
+
+    def _take_over_sinks(self, inc: Any, host: InstanceHost) -> None:
+        """The new primary's sinks: what it kept that they do not hold is written (the dead
+        primary's writes in flight were lost), and from now on what they hold is dropped."""
+        through = {}
+        for barrier, sink in host.rt.sinks.barriers.values():
+            t_last, through[id(sink)] = sink.skip_replayed()
+            barrier.skip_through(t_last, through[id(sink)])
+        for sink, bundle in self.kept.pop(inc, []):
+            t = through.get(id(sink))
+            rest = [e for e in bundle.elements if t is None or t < e[0]]
+            if rest:
+                sink.write(Bundle(rest))
+
+    def close(self) -> None:
+        """Close the replicas that are not the primary (the run closes the primaries)."""
+        for host in self.secondaries():
+            host.close(keep_sinks=True)
