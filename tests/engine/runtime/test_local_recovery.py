@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -42,17 +42,22 @@ def _config(seed: int) -> RunConfig:
     return RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local")
 
 
+def step_to_end(sim: Simulation, what: str, why: Callable[[], str]) -> None:
+    """Step ``sim`` until nothing is left, failing the test (``what``, ``why()``: what it says)
+    after MAX_STEPS: a watermark that stalls while snapshots go on would never end the run."""
+    for _ in range(MAX_STEPS):
+        if not sim.step():
+            return
+    sim.close()
+    pytest.fail(f"{what}: no end after {MAX_STEPS} steps, watermark {sim.acker.pushed}, {why()}")
+
+
 def _local_run(flow: Flow, seed: int, sinks: Optional[list] = None) -> tuple:
     """(simulation, output (of ``sinks``: per sink), the instances whose host was replaced) of one
     seeded run with up to three crashes."""
     sim = Simulation(flow.plan(2 + seed % 2), _config(seed), crashes=3)
     first = dict(sim.live.hosts)
-    for _ in range(MAX_STEPS):  # a watermark that stalls while snapshots go on would never end the run
-        if not sim.step():
-            break
-    else:
-        sim.close()
-        pytest.fail(f"seed {seed}: no end after {MAX_STEPS} steps, watermark {sim.acker.pushed}, crash points {sim.crash_points}")
+    step_to_end(sim, f"seed {seed}", lambda: f"crash points {sim.crash_points}")
     replaced = {key for key, host in first.items() if sim.live.hosts[key] is not host}
     result = sim.run()
     return sim, result.output("out") if sinks is None else {s: result.output(s) for s in sinks}, replaced

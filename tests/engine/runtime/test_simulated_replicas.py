@@ -14,7 +14,7 @@ from driftstream.engine.model.errors import FlowError
 from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource
 
-from tests.engine.runtime.test_local_recovery import DATA, MAX_STEPS
+from tests.engine.runtime.test_local_recovery import DATA, step_to_end
 from tests.pipelines import STATE_REKEY_ENTRIES, STATE_REKEY_STATE, build
 from tests.reference import reference_outputs
 
@@ -31,12 +31,7 @@ def _config(seed: int, **options) -> RunConfig:
 def _run(flow: Flow, seed: int, replica_crashes: int = 3) -> tuple:
     """(simulation, output) of one seeded run at parallelism 2 or 3, through 0-2 acker shards."""
     sim = Simulation(flow.plan(2 + seed % 2), _config(seed), replica_crashes=replica_crashes, acker_shards=seed % 3)
-    for _ in range(MAX_STEPS):  # a watermark that stalls while snapshots go on would never end the run
-        if not sim.step():
-            break
-    else:
-        sim.close()
-        pytest.fail(f"seed {seed}: no end after {MAX_STEPS} steps, watermark {sim.acker.pushed}, replica failures {sim.replicas.failures}")
+    step_to_end(sim, f"seed {seed}", lambda: f"replica failures {sim.replicas.failures}")
     return sim, sim.run()
 
 
