@@ -79,7 +79,7 @@ class CoordinatorActor:
             plan = plan.load()
         if self._niceness(config) > self.niceness:  # an actor has its own worker process: only it is affected
             self.niceness = self._niceness(config)
-            renice_process(self.niceness)
+            nice_this_thread(self.niceness)
         self.detached = detached
         self.started_at = time.time()
         self.restarts = 0
@@ -114,12 +114,14 @@ class CoordinatorActor:
     def _playing(self, flow: Optional[str]) -> None:
         """Raise :class:`FlowGone` if a call for ``flow`` (None: any) reached this coordinator
         after it left that flow."""
+        nice_this_thread(self.niceness)
         if self.flow_name is None or (flow is not None and flow != self.flow_name):
             raise FlowGone(f"flow {flow or '(any)'!r} has ended: its coordinator runs {self.flow_name or 'no flow'!r} now")
 
     def run(self, timeout: Optional[float] = None) -> tuple:
         """``(result, None)`` or ``(None, error)``: the error goes back as it is (a StepError
         with its fields), not wrapped in Ray's task error."""
+        nice_this_thread(self.niceness)
         if self.supervisor is None:
             return self.outcome_  # the supervisor could not be set up
         try:
@@ -214,18 +216,10 @@ def coordinator_name(plan: Plan) -> str:
     return plan.flow_name + COORDINATOR_SUFFIX
 
 
-def renice_process(niceness: int) -> None:
-    """Run every thread of this process at ``niceness``. Linux's niceness is a thread's:
-    ``os.nice`` in one actor method's thread left the others (the supervisor's loop runs in
-    another) at the worker's; threads started later inherit their creator's."""
-    if not hasattr(os, "setpriority"):
-        return
-    try:
-        threads = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:  # no /proc: the calling thread only
-        threads = [0]
-    for tid in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, niceness)
-        except OSError:  # gone since the listing
-            pass
+def nice_this_thread(niceness: int) -> None:
+    """Run the calling thread at ``niceness`` if it runs at less. Linux's niceness is a thread's:
+    a warm coordinator takes its flow in one method's thread and supervises it in another, so
+    each flow method sets its own; the threads the supervisor starts inherit it. Ray's own
+    threads keep the worker's (its calls and answers are not the background work)."""
+    if hasattr(os, "getpriority") and os.getpriority(os.PRIO_PROCESS, 0) < niceness:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
