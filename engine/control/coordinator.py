@@ -76,10 +76,11 @@ def run_coordinated(
             continue
         finally:
             if not warm:
-                remove(coordinator, plan.flow_name)
-            elif retired is not None:  # back to the pool with the others (one that died is killed with them)
-                retired += retire([coordinator], [name])
-            release(plan.flow_name, name)
+                remove(coordinator, plan.flow_name)  # releases its claim too
+            else:
+                if retired is not None:  # back to the pool with the others (one that died is killed with them)
+                    retired += retire([coordinator], [name])
+                release(plan.flow_name, name)
             # Not tied to the coordinator by Ray: the ones it did not retire (all, if it died) are killed.
             hand_back(taken, retired)
             taken = None
