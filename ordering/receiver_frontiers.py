@@ -24,7 +24,7 @@ begins and no second local recovery is taken while frontiers differ; the recover
 (:attr:`ReceiverFrontiers.done`) once the global frontier has reached everything told. To get
 there under a steady load, the frontiers stop at a target (:meth:`ReceiverFrontiers.converge`)
 once the victim's downstream has caught up with the slowest other instance, or when a
-snapshot is due.
+snapshot is due and the replacement has caught up.
 
 >>> cones = Cones({"s0": ["k0", "k1"], "s1": ["k0", "k1"], "k0": [], "k1": []})
 >>> sorted(cones.upstream["k0"]), sorted(cones.downstream["s0"])
@@ -113,6 +113,8 @@ class ReceiverFrontiers:
         self.told: dict = {x: told for x in cones.downstream}
         #: the frontier nobody is told past (None: none yet; see converge)
         self.target: Optional[Time] = None
+        #: converge once the replacement has caught up (a snapshot is due)
+        self.converging = False
         #: every instance is under the one watermark again: the recovery's frontiers are over
         self.done = False
 
@@ -149,10 +151,10 @@ class ReceiverFrontiers:
         return out
 
     def converge(self) -> None:
-        """Stop the frontiers at the highest told so far: the global frontier reaches it, and the
-        recovery ends (a snapshot is due, or the victim's downstream caught up)."""
-        if self.target is None:
-            self.target = max(self.told.values())
+        """Stop the frontiers at the highest told so far once the replacement has caught up (a
+        snapshot is due): the global frontier reaches it, and the recovery ends. Before, the
+        others would stop for the whole catch-up, as under one watermark."""
+        self.converging = True
 
     def due(self) -> list:
         """``(instance, frontier)`` for each instance whose frontier moved (the last one, TOP, is
@@ -164,8 +166,8 @@ class ReceiverFrontiers:
             self.done = True
             return []
         frontiers = self.frontiers()
-        if not skip and self.target is None and g >= min((told[x] for x in self._others), default=g):
-            self.converge()  # the victim's downstream has caught up with the slowest other
+        if not skip and self.target is None and (self.converging or g >= min((told[x] for x in self._others), default=g)):
+            self.target = max(told.values())  # a snapshot is due, or the victim's downstream is back with the slowest other
         cap = TOP if self.target is None else self.target
         out = []
         for x, f in frontiers.items():

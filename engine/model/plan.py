@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Optional
 
 from driftstream.ordering.key_groups import GroupRange, KeyGroups, check_parallelism
+from driftstream.ordering.receiver_frontiers import Cones
 
 from driftstream.engine.model.errors import FlowError
 
@@ -169,6 +170,28 @@ class Plan:
     def instances(self) -> list:
         """Every stage :class:`Instance`, stage by stage."""
         return [Instance(s.index, i) for s in self.stages for i in range(s.parallelism)]
+
+    def cones(self) -> Cones:
+        """Each instance's upstream cone and downstream (``recovery="local"``: a frontier per
+        receiver, ordering/receiver_frontiers.py): a keyed channel reaches every instance of
+        its stage, a forward one the instance of the same index. O(instances x channels).
+
+        >>> from driftstream.engine import Flow
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> f = Flow("c"); f.source(MemorySource([1], partitions=2)).key_by(str).count().sink(MemorySink("o"))
+        >>> sorted(f.plan(2).cones().upstream[Instance(1, 0)])
+        [Instance(stage=0, index=0), Instance(stage=0, index=1), Instance(stage=1, index=0)]
+        """
+        receivers: dict = {}
+        for key in self.instances:
+            to = receivers[key] = set()
+            for sid in self.stages[key.stage].step_ids:
+                for ch in self.channels[sid]:
+                    if ch.keyed:
+                        to.update(Instance(ch.dst_stage, i) for i in range(self.stages[ch.dst_stage].parallelism))
+                    else:
+                        to.add(Instance(ch.dst_stage, key.index))
+        return Cones(receivers)
 
     def actor_name(self, instance: Instance) -> str:
         """The Ray name of ``instance``'s actor: ``flow/stage/index``."""

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from driftstream.ordering.acker import Acker
 from driftstream.ordering.meta import BOTTOM, TOP
+from driftstream.ordering.receiver_frontiers import ReceiverFrontiers
 
 from driftstream.engine.model.manifest import PartCollector
 from driftstream.engine.runtime.protocol import Align, Prepared, ShardFlush, Watermark
@@ -64,6 +65,9 @@ class AckerHost:
         self.updates = self.entries = 0
         # snapshot id -> (its PartCollector, called once every part is in), while it is taken
         self.pending: dict = {}
+        #: recovery="local": while an instance recovers, the frontier each instance is told
+        #: (ordering/receiver_frontiers.py); None: the one watermark goes to all
+        self.frontiers: Optional[ReceiverFrontiers] = None
 
     def seed(self, xors: dict) -> None:
         """Restored windows' timers, in the table before any source starts."""
@@ -90,7 +94,7 @@ class AckerHost:
             self.updates += 1
             self.entries += len(message.xors)
             bounded = message.bound is not None
-        if self.table.watermark > self.pushed and not self.push_scheduled:
+        if (self.table.watermark > self.pushed or self.frontiers is not None) and not self.push_scheduled:
             self.push_scheduled = True
             self._defer(self._push)
         if kind is ShardFlush:
@@ -102,6 +106,8 @@ class AckerHost:
 
     def _push(self) -> None:
         self.push_scheduled = False
+        if self.frontiers is not None and self._push_each():
+            return
         w = self.table.watermark
         if w <= self.pushed:
             return
@@ -111,6 +117,29 @@ class AckerHost:
             return
         for key in self._watermark_receivers:
             self._send(key, Watermark(w))
+
+    def diverge(self, frontiers: ReceiverFrontiers) -> None:
+        """recovery="local": an instance failed; until ``frontiers`` is done each instance is
+        told its own frontier (straight to it, not through relays), and no marker may go."""
+        self.frontiers = frontiers
+        self.push_soon()
+
+    def push_soon(self) -> None:
+        """Push what is due (after a replacement caught up: the recovery's frontiers may end)."""
+        if not self.push_scheduled:
+            self.push_scheduled = True
+            self._defer(self._push)
+
+    def _push_each(self) -> bool:
+        """Tell each instance its frontier if it moved; False once the recovery's frontiers are
+        over (the one watermark goes out then: it is at or past every frontier told)."""
+        frontiers = self.frontiers
+        for key, t in frontiers.due():
+            self._send(key, Watermark(t))
+        if frontiers.done:
+            self.frontiers = None
+            return False
+        return True
 
     @property
     def _watermark_receivers(self) -> list:

@@ -41,9 +41,11 @@ from typing import Any, Callable, Optional
 
 from driftstream.ordering.channel_tables import ChannelAcker
 from driftstream.ordering.meta import BOTTOM
+from driftstream.ordering.receiver_frontiers import ReceiverFrontiers
 
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.instance_recovery import catch_up
 
 
@@ -56,6 +58,8 @@ class LocalRecovery:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
+        #: each instance's upstream cone and downstream (a frontier per receiver while one recovers)
+        self.cones = plan.cones()
         self.incarnations: dict = {key: n for n, key in enumerate(plan.instances)}
         self._next = len(plan.instances)
         self.parts: dict = {}
@@ -63,6 +67,11 @@ class LocalRecovery:
         self.restores: Counter = Counter()
         #: items re-sent from logs, and undone at receivers (tombstones or lone tombstones' elements), over the run
         self.replayed = self.cancelled = 0
+
+    def busy(self, acker: AckerHost) -> bool:
+        """A recovery is under way: a replacement catches up, or the instances are still told
+        frontiers of their own (no snapshot may begin, and a failure falls back to global)."""
+        return bool(self.catching_up) or acker.frontiers is not None
 
     def replace(self, instance: Instance) -> tuple:
         """``instance`` failed: a new incarnation id for its replacement; ``(old, new)``."""
@@ -81,6 +90,7 @@ class LocalRecovery:
         incarnation, with a new acker; logs and inputs start empty and fill again from the
         snapshot every instance restores."""
         self.plan = plan or self.plan
+        self.cones = self.plan.cones()
         self.incarnations.clear()  # the same dict: the stage runtimes read it
         for key in self.plan.instances:
             self.incarnations[key] = self._next
@@ -139,6 +149,10 @@ class LocalRecovery:
         for key in survivors:
             self._recover(key, victim, new, cut, t, incarnation)
         self.catch_up(table, incarnation.acker.pushed, lambda to, m: incarnation.enqueue("acker", to, m))
+        # The others are told their own frontiers until the replacement's downstream is back with them.
+        owners = {inc: key for key, inc in self.incarnations.items()}
+        incarnation.acker.diverge(ReceiverFrontiers(table, self.cones, victim, owners, self.plan.source_instances, incarnation.acker.pushed,
+                                                    self.catching_up))
         return landed
 
     def _recover(self, key: Instance, victim: Instance, new: int, cut: tuple, t: tuple, incarnation: Any) -> None:

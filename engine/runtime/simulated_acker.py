@@ -85,6 +85,8 @@ class SimulatedAcker:
             message = Ack({}, None, None)  # the watermark the hold kept back is pushed
         self.root.receive(message)
         local.catch_up(table, self.root.pushed, lambda to, m: self.send_control(ACKER, to, m))  # not _told: its frontier
+        if self.root.frontiers is not None:
+            self.root.push_soon()  # a replacement that caught up may end the recovery's frontiers
 
     def relays(self, receiver: Any) -> bool:
         """Whether ``receiver`` is one of the shards (it passes the acker's watermarks on)."""

@@ -219,7 +219,7 @@ class Simulation:
         Under recovery="local" that is the fallback, for a failure while a replacement catches
         up or the instances restore (``fallbacks``); any other fails one instance (:meth:`_crash_one`)."""
         if self.local is not None:
-            if not (self.local.catching_up or self.restoring):
+            if not (self.local.busy(self.acker) or self.restoring):
                 self._crash_one(point)
                 return
             self.fallbacks += 1
@@ -269,8 +269,11 @@ class Simulation:
         if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
         elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
-              and self.rescale_phase is None and (self.local is None or not self.local.catching_up)):
-            kinds.append(self._begin_snapshot)
+              and self.rescale_phase is None):
+            if self.local is None or not self.local.busy(self.acker):
+                kinds.append(self._begin_snapshot)
+            elif self.acker.frontiers is not None:
+                self.acker.frontiers.converge()  # a snapshot is due: the frontiers stop, the one watermark catches up
         return kinds
 
     def step(self) -> bool:
@@ -305,7 +308,7 @@ class Simulation:
         return False
 
     def _rescale_snapshot(self) -> None:
-        catching_up = self.local is not None and self.local.catching_up  # its marker would carry the watermark past the replacement
+        catching_up = self.local is not None and self.local.busy(self.acker)  # its marker would carry the watermark past the replacement
         if not catching_up and self.acker.table.settled() and drained(self.acker.pushed, (rt.t_last() for rt in self.stages.values())):
             self.rescale_phase = "snapshot"
             self._begin_snapshot()

@@ -107,7 +107,7 @@ def test_a_frontier_stops_at_the_target_once_converging():
     table.hold((1, "replay"), (1, 0, 0, 1))  # 1 failed at W = 2 and restores T = 1
     frontiers = ReceiverFrontiers(table, cones, 1, {0: 0, 1: 1, 2: 2}, [0], told=(2, 0, 0, 2))
     assert dict(frontiers.due()) == {0: (9, 0, 0, 9), 2: (9, 0, 0, 9)}  # not 1: its replay holds it
-    frontiers.converge()
+    frontiers.converge()  # a snapshot is due
     table.update({((0, 2), (9, 0, 0, 9)): 3})  # 2's channel settles: it is not told past the target
     assert frontiers.due() == [] and not frontiers.done
     table.release((1, "replay"))
