@@ -24,6 +24,7 @@ import ray
 
 from driftstream.ordering.channel_tables import ChannelAcker
 from driftstream.ordering.meta import BOTTOM, TOP
+from driftstream.ordering.receiver_frontiers import Cones, ReceiverFrontiers
 
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
@@ -178,6 +179,8 @@ class AckerActor:
         if self.catching_up:
             # Against the table's watermark, not the one last pushed (pushes are deferred here).
             catch_up(host.table, self.catching_up, self.incarnations, host.table.watermark, self.endpoint.send)
+        if host.frontiers is not None:
+            host.push_soon()  # a replacement that caught up may end the recovery's frontiers
 
     def _told(self, to: Any, message: Any) -> None:
         """The acker's message to ``to``, unless it is a watermark and ``to`` a replacement
@@ -185,11 +188,15 @@ class AckerActor:
         if not (type(message) is Watermark and to in self.catching_up):
             self.endpoint.send(to, message)
 
-    async def local_fail(self, victim: tuple, old: Any, new: Any, survivors: list, t: tuple) -> tuple:
+    async def local_fail(self, victim: tuple, old: Any, new: Any, survivors: list, t: tuple, incarnations: Optional[dict] = None,
+                         cones: Optional[Cones] = None) -> tuple:
         """Instance ``victim``'s incarnation ``old`` died; ``new`` restores snapshot ``t``:
         the snapshot being collected is given up (its part may be lost), the schedule ends, the
         dead incarnation's tables go (and its source's bound), and each of ``survivors`` holds
-        ``t`` until its ReplaySent. Returns the cut: the watermark now."""
+        ``t`` until its ReplaySent. With ``cones`` (the plan's) and ``incarnations`` (every
+        instance's, the replacement's included), each instance is then told its own frontier
+        until the recovery is over (ordering/receiver_frontiers.py). Returns the cut: the
+        watermark now."""
         victim = Instance(*victim)
         self._end_schedule()
         if self.collecting is not None:
@@ -205,6 +212,9 @@ class AckerActor:
         # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
         # fires only once the replacement is told T itself.
         self.catching_up[victim] = BOTTOM
+        if cones is not None:  # the others are told their own frontiers until the replacement's downstream is back with them
+            owners = {inc: Instance(*key) for key, inc in incarnations.items()}
+            self.host.diverge(ReceiverFrontiers(table, cones, victim, owners, self.source_keys, self.host.pushed, self.catching_up))
         self.lost = LostPeers()  # the dead one's connection ended: seen, answered
         self.endpoint.on_lost = self.lost.add
         return cut
@@ -227,6 +237,8 @@ class AckerActor:
         """``recovery="local"``: why a failure now cannot be recovered locally (None: it can)."""
         if self.catching_up:
             return "a replacement was still catching up"  # its log is whole only once it has
+        if self.host.frontiers is not None:
+            return "the instances were still told frontiers of their own"  # a cut must be at or past every frontier told
         if self.host.pushed == TOP:
             return "the run was ending"  # the last watermark is out: a replacement would never be told it
         return None
@@ -269,7 +281,7 @@ class AckerActor:
         try:
             while True:
                 started = time.time()
-                t, parts, missing = await self._snapshot(snapshot_id, timeout)
+                t, parts, missing = await self._snapshot(snapshot_id, timeout, interval)
                 if t == TOP:
                     return
                 send("supervisor", SnapshotTaken(number, (snapshot_id, t, parts, missing, started, time.time() - started)))
@@ -294,7 +306,7 @@ class AckerActor:
         self.schedule_changed.set()  # wakes a schedule waiting out its interval
         self.schedule_changed = asyncio.Event()
 
-    async def _snapshot(self, snapshot_id: int, timeout: float) -> tuple:
+    async def _snapshot(self, snapshot_id: int, timeout: float, interval: float = 0.0) -> tuple:
         """Take snapshot ``snapshot_id`` at the current watermark T: returns ``(T, parts, missing)``.
 
         Each stage actor gets the marker after every earlier watermark (one FIFO
@@ -304,7 +316,10 @@ class AckerActor:
         answer within ``timeout`` seconds (hung). T is TOP, with no parts, when the
         run is complete.
         """
-        while self.catching_up:  # recovery="local": its marker would carry the watermark past the replacement
+        waited = time.time()
+        while self.catching_up or self.host.frontiers is not None:  # recovery="local": its marker would carry the watermark past the replacement
+            if self.host.frontiers is not None and time.time() - waited >= interval:
+                self.host.frontiers.converge()  # due an interval ago: the frontiers stop once the replacement caught up
             await asyncio.sleep(0.01)
         if self.host.table.watermark == TOP:
             return TOP, {}, []
@@ -352,6 +367,8 @@ class AckerActor:
             figures["catching_up"] = {Instance(*k).label: told for k, told in self.catching_up.items()}
             figures["holds"] = {str(token): t for token, t in self.host.table.holds.items()}
             figures["frontier_raw"] = self.host.table.frontier_raw()
+            if self.host.frontiers is not None:
+                figures["frontiers"] = {Instance(*k).label: told for k, told in self.host.frontiers.told.items()}
         return figures
 
     async def close(self) -> None:
@@ -488,7 +505,7 @@ class StageActor:
         self.pump = None if host.reader is None else SourcePump(
             host.reader, host.source_index, config.batch_size, process=lambda items: host.guarded(host.rt.process_source, items),
             flush=host.flush_read, fail=host.fail, alive=lambda: not host.failed,
-            took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots))
+            took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots), work=host.rt.work)
         if self.pump is not None:
             host.source = self.pump  # a watermark or a frontier also wakes the reading task
         took = None if host.recovery is None else lambda batches: [host.recovery.received(b) for b in batches]

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 from driftstream.engine.connectors.source_reader import SourceReader
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.read_size import ReadSize
 
 #: Seconds the pump sleeps at most while its partitions have nothing to read.
 IDLE_WAIT_S = 0.01
@@ -38,7 +39,9 @@ HELD_WAIT_S = 0.002
 
 
 class SourcePump:
-    """Reads ``reader`` in batches of ``batch_size`` while it has credit.
+    """Reads ``reader`` in batches of at most ``batch_size`` while it has credit: fewer when
+    each record makes much work in the stage (``work() -> int``: the items the stage's steps
+    took so far; see :mod:`.read_size`).
 
     ``process(items) -> bool``: the stage takes a batch (False: the run has failed, stop);
     ``flush(more) -> int``: send what the stage made (``more``: records are left to read, so
@@ -54,10 +57,12 @@ class SourcePump:
     def __init__(self, reader: SourceReader, source_index: int, batch_size: int, process: Callable[[list], bool],
                  flush: Callable[[bool], int], fail: Callable[[BaseException], None],
                  alive: Callable[[], bool] = lambda: True, took: Callable[[float], None] = lambda seconds: None,
-                 held: Callable[[], bool] = lambda: False) -> None:
+                 held: Callable[[], bool] = lambda: False, work: Callable[[], int] = lambda: 0) -> None:
         self.reader = reader
         self.source_index = source_index
         self.batch_size = batch_size
+        self.size = ReadSize(batch_size)
+        self._work = work
         self._process, self._flush, self._fail, self._alive = process, flush, fail, alive
         self._took, self._held = took, held
         self.task: Optional[asyncio.Task] = None
@@ -120,8 +125,9 @@ class SourcePump:
                 await credit.wait()
                 continue
             started = time.perf_counter()
+            asked, work = self.size.next, self._work()
             try:
-                items = reader.poll(self.batch_size)
+                items = reader.poll(asked)
             except Exception as exc:
                 # A source that cannot read on (a codec not installed, a broker gone for its
                 # broker_timeout_s) would fail the same way after a recovery: the run fails.
@@ -133,9 +139,10 @@ class SourcePump:
             # waits for this instance's next batch (ordering/input_merge.py), even out of credit:
             # the items they hold for it do not hold the watermark (StageRuntime._hold_at_held),
             # so its credit comes back.
-            sent = self._flush(bool(items) and (len(items) >= self.batch_size or bool(reader.lag())))
+            sent = self._flush(bool(items) and (len(items) >= asked or bool(reader.lag())))
             if items:
                 reader.made(len(items), sent)
+                self.size.made(len(items), self._work() - work)
                 # In a stage whose source feeds its stateful steps (a fused flow) these reads are
                 # the loop's work: the snapshot writer's turns must match them, or a base written
                 # in 1 ms turns behind reads of ~100 ms never completes within the backlog.

@@ -139,6 +139,10 @@ class StageRuntime:
         """Sampled releases: ``t[:4]`` -> wall clock (see ``releases``)."""
         return self.releases.times
 
+    def work(self) -> int:
+        """The elements this stage's steps took so far, summed over its steps. O(steps)."""
+        return sum(op.count for op in self.operators.values())
+
     @property
     def counts(self) -> dict:
         """Per step of this stage: the elements it took so far."""

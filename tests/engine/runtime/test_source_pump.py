@@ -173,3 +173,45 @@ def test_each_read_reports_how_long_it_took_and_a_held_owner_stops_reading_until
     assert asyncio.run(main()) == []
     assert stage.got == [0, 1, 2, 3, 4, 5]
     assert len(took) == 3 and all(seconds >= 0 for seconds in took)
+
+
+def test_records_that_make_much_work_are_read_fewer_at_a_time_and_a_full_short_read_says_more_comes():
+    from driftstream.engine.runtime.read_size import WORK_PER_READ
+    from driftstream.engine.runtime.source_pump import SourcePump
+
+    stage, sizes = Stage(), []
+    per_record = WORK_PER_READ // 4  # a document that makes a quarter of a read's work
+
+    def process(items: list) -> bool:
+        sizes.append(len(items))
+        stage.work += per_record * len(items)
+        return stage.process(items)
+
+    stage.work = 0
+
+    async def main():
+        pump = SourcePump(reader_of(range(40), batch_size=16), 0, 16, process=process, flush=stage.flush,
+                          fail=stage.failures.append, work=lambda: stage.work)
+        pump.start()
+        await asyncio.wait_for(pump.task, 5)
+
+    asyncio.run(main())
+    assert stage.got == list(range(40))
+    assert sizes[0] == 16 and set(sizes[1:-1]) == {4}, sizes  # after the first read: a read's work each
+    assert stage.flushes[1] is True  # 4 of 4 asked: the receivers wait for the next read
+
+
+def test_records_of_little_work_keep_the_batch_size():
+    stage = Stage()
+
+    async def main():
+        from driftstream.engine.runtime.source_pump import SourcePump
+
+        pump = SourcePump(reader_of(range(12), batch_size=4), 0, 4, process=stage.process, flush=stage.flush,
+                          fail=stage.failures.append, work=lambda: len(stage.got) * 3)
+        pump.start()
+        await asyncio.wait_for(pump.task, 5)
+        return pump.size.next
+
+    assert asyncio.run(main()) == 4
+    assert stage.got == list(range(12))
