@@ -53,9 +53,12 @@ class ChannelAcker(Acker):
         #: token -> the time it holds open
         self.holds: dict = {}
         self._heap: list = []  # (t, channel), lazily deleted
+        #: receiver incarnation -> its heap of (t, channel), lazily deleted, while frontiers per
+        #: receiver are asked for (see receiver_frontiers.py; None: not kept)
+        self.by_receiver: Optional[dict] = None
 
     def _fold(self, xors: Mapping) -> None:
-        tables, dead, heap = self.tables, self.dead, self._heap
+        tables, dead, heap, by_receiver = self.tables, self.dead, self._heap, self.by_receiver
         for (channel, t), x in xors.items():
             if channel[0] in dead or channel[1] in dead:
                 continue  # the dead incarnation's, come late
@@ -66,6 +69,8 @@ class ChannelAcker(Acker):
             if v:
                 if t not in table:
                     heapq.heappush(heap, (t, channel))
+                    if by_receiver is not None:
+                        heapq.heappush(by_receiver.setdefault(channel[1], []), (t, channel))
                 table[t] = v
             elif t in table:
                 del table[t]
@@ -114,6 +119,32 @@ class ChannelAcker(Acker):
         """End the hold of ``token``; returns the watermark."""
         self.holds.pop(token, None)
         return self._recompute()
+
+    def keep_receivers(self, keep: bool) -> None:
+        """Keep (or stop keeping) a heap per receiver, for :meth:`least_by_receiver`; the
+        heaps are built from the tables (O(entries log entries)), then kept at a push per new entry."""
+        if not keep:
+            self.by_receiver = None
+            return
+        self.by_receiver = {}
+        for channel, table in self.tables.items():
+            self.by_receiver.setdefault(channel[1], []).extend((t, channel) for t in table)
+        for h in self.by_receiver.values():
+            heapq.heapify(h)
+
+    def least_by_receiver(self) -> dict:
+        """Receiver incarnation -> the least time open on a channel into it (its timers
+        included), from the heaps :meth:`keep_receivers` keeps. Amortised O(receivers)."""
+        tables, out = self.tables, {}
+        for receiver, h in self.by_receiver.items():
+            while h:
+                t, channel = h[0]
+                table = tables.get(channel)
+                if table is not None and t in table:
+                    out[receiver] = t
+                    break
+                heapq.heappop(h)
+        return out
 
     def _least_entry(self) -> Time:
         heap, tables = self._heap, self.tables

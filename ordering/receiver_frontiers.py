@@ -40,8 +40,9 @@ snapshot is due and the replacement has caught up.
 >>> f.due()    # k1 and the sources need not wait for k0's open time 1; k0 still does
 [('s0', (4, 0, 1, 4)), ('s1', (4, 0, 1, 4)), ('k1', (4, 0, 1, 4))]
 
-Costs: :meth:`ReceiverFrontiers.due` is O(open entries + holds + sources + the sum over the
-instances of their reach), once per push (the acker coalesces them); nothing is computed
+Costs: :meth:`ReceiverFrontiers.due` is O(receivers + holds + sources + the sum over the
+instances of their reach), amortised, once per push (the acker coalesces them); the table
+keeps a heap per receiver meanwhile (a push per new open time). Nothing is kept or computed
 outside a recovery. :class:`Cones` is O(instances x edges) once per plan.
 """
 
@@ -107,6 +108,7 @@ class ReceiverFrontiers:
                  skip: Optional[Mapping] = None) -> None:
         self.table, self.owners, self.sources, self.skip = table, owners, list(sources), {} if skip is None else skip
         self.victim = victim
+        table.keep_receivers(True)
         self.reach = cones.reach(victim)
         self._others = [x for x in cones.downstream if x not in cones.downstream[victim]]
         #: instance -> the frontier it was told (never moves back)
@@ -127,9 +129,8 @@ class ReceiverFrontiers:
             if t < least.get(r, TOP):
                 least[r] = t
 
-        for channel, entries in table.tables.items():
-            if entries:
-                add(owners.get(channel[1], EVERY), min(entries))
+        for receiver, t in table.least_by_receiver().items():
+            add(owners.get(receiver, EVERY), t)
         for token, t in table.holds.items():
             add(owners.get(token[0], EVERY) if type(token) is tuple else EVERY, t)
         for i, bound in enumerate(table.bounds):
@@ -164,6 +165,7 @@ class ReceiverFrontiers:
         g = table.frontier_raw()
         if not skip and g >= max(told.values()):
             self.done = True
+            table.keep_receivers(False)
             return []
         frontiers = self.frontiers()
         if not skip and self.target is None and (self.converging or g >= min((told[x] for x in self._others), default=g)):

@@ -4,7 +4,9 @@ replaced, and the others never roll back. The protocol is the simulator's
 
 1. the acker (:meth:`AckerActor.local_fail`) gives up the snapshot being collected, discards
    the dead incarnation's tables (and its source's bound), holds the restored snapshot's T
-   for every survivor, and returns the cut ``W`` (its watermark);
+   for every survivor, returns the cut ``W`` (its watermark), and tells each instance its own
+   frontier from then on (the others release on while the replacement catches up) until every
+   instance is back under one watermark;
 2. the replacement (a standby if there is one, else a new actor) restores the newest
    committed snapshot with its new incarnation and the cut, connects, and the acker adopts
    it (its restored timers seeded; told the raw frontier until it catches up);
@@ -91,7 +93,7 @@ class LocalFailover:
         standby = len(self.standbys) > 0
         self.failover.kill(run.handles_of([name]), [] if standby else [name])
         killed = time.time()
-        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, [tuple(k) for k in survivors], t))
+        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, [tuple(k) for k in survivors], t, dict(run.incarnations), plan.cones()))
         opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
         opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), cut=cut)
         real_names = dict(run.real_names)

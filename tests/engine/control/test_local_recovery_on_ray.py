@@ -5,6 +5,8 @@ acker died) rolls every instance back and says why."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
@@ -48,3 +50,16 @@ def test_the_acker_killed_falls_back_to_a_global_rollback(ray_session, tmp_path,
     assert recovery["kind"] == "global (fallback: the acker died)"
     assert result.metrics.restores == {i.label: 1 for i in plan.instances}
     assert got == expected
+
+
+def test_the_other_partitions_release_while_the_replacement_starts(ray_session, tmp_path):
+    """Each instance is told its own frontier while the killed one recovers (ordering/
+    receiver_frontiers.py): the other partitions' longest gap between two releases is a
+    fraction of the killed partition's wait for its replacement (a new process here), which
+    under one watermark they waited out too."""
+    from driftstream.examples.benchmarks import local_recovery as bench
+
+    args = argparse.Namespace(rate=2_000, seconds=3.0, parallelism=2, kill_at=1.5, snapshot_interval=0.25, standbys=0)
+    run = bench.one_run("lr-gap", "local", args.kill_at, args, str(tmp_path))
+    assert run["killed"] and run["kinds"][0] == "local" and set(run["restores"]) == {"1/1"}, run
+    assert run["first_output_s"] is not None and run["others_longest_gap_s"] < run["first_output_s"] / 2, run
