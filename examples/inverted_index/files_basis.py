@@ -348,6 +348,7 @@ def run_loop(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path, python
     """The plain loop as a process of its own (``python -m`` this module ``loop``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     out, stamp = workdir / "loop.jsonl", workdir / STAMP
+    stamp.unlink(missing_ok=True)  # a loop run before in this invocation left its own (the first read's stamp wins)
     run = launch([python, "-m", MODULE, "loop", "--output", str(out), "--stamp", str(stamp), *map(str, inputs)],
                  "the loop", timeout=60 + len(docs) / 50)
     records = [orjson.loads(line) for line in _lines([out])] if out.exists() else []
