@@ -216,7 +216,8 @@ class RunConfig:
     #: simulator's only so far, see docs/architecture.md, "Local recovery and replicas")
     replicas: int = 1
     #: what the receivers check of the replicas' output: "first" (crash faults: the primary's
-    #: stream, a live replica's once it dies) or "majority" (replicas >= 3, not built yet)
+    #: stream, a live replica's once it dies) or "majority" (replicas >= 2: the sinks take an epoch
+    #: once most replicas' digests agree; with 2 a mismatch rolls back; the simulator's only)
     verify: str = "first"
 
     def __post_init__(self) -> None:
@@ -267,12 +268,13 @@ class RunConfig:
             raise FlowError(f"replicas is an int >= 1 (copies of each keyed stage instance), not {self.replicas!r}")
         if self.verify not in VERIFY_MODES:
             raise FlowError(f"verify is 'first' (take the first replica's output; crash faults) or 'majority' (release what "
-                            f"most replicas agree on; replicas >= 3), not {self.verify!r}")
+                            f"most replicas agree on; replicas >= 2), not {self.verify!r}")
         if self.replicas > 1 and self.recovery != "local":
             raise FlowError("replicas build on local recovery (a dead primary's receivers switch to a live replica at the "
                             "watermark): set recovery='local' with replicas > 1")
-        if self.verify == "majority" and self.replicas < 3:
-            raise FlowError(f"verify='majority' needs replicas >= 3 (with {self.replicas} no majority outvotes one replica)")
+        if self.verify == "majority" and self.replicas < 2:
+            raise FlowError("verify='majority' needs replicas >= 2 (3 or more to outvote a corrupt replica; with 2 a mismatch "
+                            "rolls back to a snapshot both agreed on)")
 
     @classmethod
     def from_options(cls, **options: Any) -> "RunConfig":

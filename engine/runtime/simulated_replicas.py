@@ -80,6 +80,10 @@ class SimulatedReplicas:
         self.kept: dict = {}
         self.failovers, self.failures = 0, []
         self.incarnation: Any = None
+        #: verify="majority": the run's :class:`~.simulated_votes.SimulatedVotes` and
+        #: :class:`~.replica_replacements.ReplicaReplacements` (None: verify="first")
+        self.votes: Any = None
+        self.replacements: Any = None
 
     def start(self, plan: Plan, instance: Instance, config: InstanceConfig, rng: random.Random, base_every_s: float) -> InstanceHost:
         """Start ``instance``'s replicas from ``config``; the first, the primary, is the live
@@ -92,6 +96,8 @@ class SimulatedReplicas:
             host = self.live.host(plan, instance, config, rng.getrandbits(32), base_every_s, self._bundle_writer(instance, inc),
                                   self._sender(inc), scratch, incarnations=self.local.incarnations, incarnation=inc)
             self.hosts[inc] = (instance, host)
+            if self.votes is not None:
+                self.votes.started(instance, inc)
             if n:
                 host.recovery.cut = TOP  # its output dropped, but logged
                 seed = host.rt.take_seed()
@@ -123,13 +129,21 @@ class SimulatedReplicas:
         return send
 
     def _bundle_writer(self, instance: Instance, inc: Any):
-        """The primary's bundles wait for the scheduler to write them; another's are kept."""
+        """The primary's bundles wait for the scheduler to write them; another's are kept. With
+        votes, the primary's wait for their epoch's vote, taken as written meanwhile: one bundle in
+        flight per sink would hold its epoch's later releases, and so its digest, back."""
         def write(sid, sink, bundle) -> None:
-            if self.is_primary(inc):
+            votes = self.votes
+            if votes is not None:
+                votes.released(inc, sid, bundle)
+            if self.is_primary(inc) and votes is None:
                 self.incarnation.writes.append((instance, sid, sink, bundle))
+                return
+            if self.is_primary(inc):
+                votes.hold(inc, sink, bundle)
             else:
                 self.kept.setdefault(inc, []).append((sink, bundle))
-                self.hosts[inc][1].bundle_written(sid, bundle)
+            self.hosts[inc][1].bundle_written(sid, bundle)
         return write
 
     def fan_out(self, to: Instance, batch: Any, acks: Any) -> None:
@@ -154,14 +168,20 @@ class SimulatedReplicas:
     def addresses(self, receiver: Any) -> list:
         """Where the acker's message to ``receiver`` queues: each live replica's address."""
         incs = self.sets.get(receiver)
-        return [receiver] if incs is None else [address(inc) for inc in incs]
+        if incs is None:
+            return [receiver]
+        if self.replacements is not None:  # a replacement catching up is told its frontier instead
+            return [address(inc) for inc in incs if inc not in self.replacements.catching_up]
+        return [address(inc) for inc in incs]
 
     def deliver(self, receiver: tuple, message: Any) -> InstanceHost:
         """The acker's ``message`` to replica address ``receiver``: a marker only to the primary."""
-        host = self.hosts[receiver[1]][1]
+        instance, host = self.hosts[receiver[1]]
         if type(message) is Watermark and message.snapshot_id is not None and not self.is_primary(receiver[1]):
             message = Watermark(message.t)
         host.on_message(message)
+        if self.votes is not None and type(message) is Watermark:
+            self.votes.watermark(instance, receiver[1], host, message.t, message.snapshot_id is not None)
         return host
 
     def secondaries(self) -> Iterator[InstanceHost]:
@@ -173,7 +193,10 @@ class SimulatedReplicas:
     # -- commits and failures -------------------------------------------------------------------
 
     def trim(self, t: tuple) -> None:
-        """Snapshot ``t`` committed: logs keep what is at or after it; kept bundles below it are in the sinks."""
+        """Snapshot ``t`` committed: logs keep what is at or after it; kept bundles below it are in
+        the sinks (with votes: below the snapshot the votes certified, which a replacement restores)."""
+        if self.votes is not None:
+            t = min(t, self.votes.certified_t())
         for inc, bundles in self.kept.items():
             self.kept[inc] = [(sink, b) for sink, b in bundles if not b.t_last < t]
         for host in self.secondaries():
@@ -181,13 +204,27 @@ class SimulatedReplicas:
 
     def can_fail(self) -> bool:
         """Whether an instance has a replica to lose (two live ones)."""
-        return any(len(incs) > 1 for incs in self.sets.values())
+        return bool(self._can_lose())
+
+    def whole(self) -> list:
+        """The live replicas of the instances that have all of theirs, none catching up (what a
+        seeded flip strikes: with one voter left nothing would see it)."""
+        catching = {} if self.replacements is None else self.replacements.catching_up
+        return sorted(inc for incs in self.sets.values() if len(incs) == self.count and not any(i in catching for i in incs) for inc in incs)
+
+    def _can_lose(self) -> list:
+        """The instances with two live replicas, none catching up (it could not be promoted)."""
+        catching = {} if self.replacements is None else self.replacements.catching_up
+        return sorted(k for k, incs in self.sets.items() if len(incs) > 1 and not any(inc in catching for inc in incs))
 
     def fail_one(self, rng: random.Random, batch_size: int) -> tuple:
         """A seeded replica of an instance with two live ones dies (see the module doc); returns
         ``(instance, incarnation, was the primary)``."""
-        instance = rng.choice(sorted(k for k, incs in self.sets.items() if len(incs) > 1))
-        inc = rng.choice(self.sets[instance])
+        instance = rng.choice(self._can_lose())
+        return self.fail(instance, rng.choice(self.sets[instance]), batch_size)
+
+    def fail(self, instance: Instance, inc: Any, batch_size: int) -> tuple:
+        """Replica ``inc`` of ``instance`` dies, or is removed (a dissenter); as :meth:`fail_one`."""
         primary = self.sets[instance][0] == inc
         incarnation = self.incarnation
         if primary:
@@ -215,6 +252,9 @@ class SimulatedReplicas:
         for token in [k for k in table.holds if k[1] == address(inc)]:
             table.release(token)
         incarnation.acker.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
+        if self.votes is not None:
+            self.replacements.lost(inc)
+            self.votes.lost(instance, inc)
         return instance, inc, primary
 
     def _peers(self, but: Any) -> Iterator[tuple]:
@@ -261,10 +301,20 @@ class SimulatedReplicas:
         for sink, bundle in self.kept.pop(inc, []):
             t = through.get(id(sink))
             rest = [e for e in bundle.elements if t is None or t < e[0]]
-            if rest:
+            if rest and self.votes is not None:
+                self.votes.hold(inc, sink, Bundle(rest))
+            elif rest:
                 sink.write(Bundle(rest))
 
     def close(self) -> None:
         """Close the replicas that are not the primary (the run closes the primaries)."""
         for host in self.secondaries():
             host.close(keep_sinks=True)
+
+    def restart(self) -> None:
+        """A global rollback: every replica goes (the run stops the primaries); the next
+        incarnation starts them anew from the snapshot it restores."""
+        self.close()
+        self.sets, self.hosts, self.kept = {}, {}, {}
+        if self.replacements is not None:
+            self.replacements.catching_up.clear()

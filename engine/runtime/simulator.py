@@ -45,7 +45,7 @@ import os
 import random
 import time
 from collections import Counter
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from driftstream.ordering.meta import TOP
 from driftstream.snapshots.output_segments import discard_outputs
@@ -63,6 +63,9 @@ from driftstream.engine.runtime.output_logs import trim_logs
 from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 from driftstream.engine.runtime.simulated_replicas import SimulatedReplicas
+from driftstream.engine.runtime.replica_replacements import ReplicaReplacements
+from driftstream.engine.runtime.replica_faults import ReplicaFaults
+from driftstream.engine.runtime.simulated_votes import SimulatedVotes
 
 #: What the simulator's scheduler gets when the run does not say: small batches and credit,
 #: so that there are many interleavings for it to choose from.
@@ -75,9 +78,6 @@ CRASH_POINTS = ("any step", "after a marker", "between prepared and commit", "af
 #: Chance of a crash at any step while crashes remain (at a critical point: CRASH_AT_POINT,
 #: in simulated_incarnation.py, where the marker's is tried).
 CRASH_ANY = 0.004
-
-#: Chance of a replica's death at any step while replica crashes remain (replicas > 1).
-REPLICA_CRASH_ANY = 0.02
 
 #: Chance per step that a pending rescale begins (its sources stop reading).
 RESCALE_AT = 0.03
@@ -98,16 +98,21 @@ class Simulation:
     robin), flush when the scheduler says, and pass the acker's watermarks and markers on.
     ``replica_crashes`` (``replicas`` > 1): how many seeded deaths of one replica strike the run
     (see simulated_replicas.py), listed in ``replicas.failures``; none restores anything.
+    ``replica_flips`` (``verify="majority"``): how many seeded value flips strike a replica's
+    state (see simulated_votes.py), listed in ``votes.flips``; ``votes.dissents`` says what the
+    votes found and did.
     """
 
     def __init__(self, plan: Plan, config: Optional[RunConfig] = None, crashes: int = 0, rescales: Sequence[int] = (),
-                 resets_in_place: bool = False, acker_shards: int = 0, replica_crashes: int = 0) -> None:
+                 resets_in_place: bool = False, acker_shards: int = 0, replica_crashes: int = 0, replica_flips: int = 0) -> None:
         config = config or RunConfig()
         #: acker shards between the instances and the acker (0: none; see SimulatedAcker)
         self.shard_count = acker_shards
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales, replica_crashes)
+        if replica_flips and config.verify != "majority":
+            raise FlowError("replica_flips need verify='majority': with verify='first' nothing compares the replicas")
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -128,7 +133,12 @@ class Simulation:
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         #: replicas > 1: the keyed instances' replicas (see simulated_replicas.py), None by default
         self.replicas = None if config.replicas == 1 else SimulatedReplicas(plan, config.replicas, self.local, self.live)
-        self.replica_crashes_left = replica_crashes
+        #: verify="majority": the replicas' votes (see simulated_votes.py), None by default
+        self.votes = None if config.verify != "majority" else SimulatedVotes(plan, self.replicas)
+        if self.votes is not None:
+            self.replicas.votes, self.replicas.replacements = self.votes, ReplicaReplacements(self.replicas)
+        #: replicas > 1: their seeded deaths and flips, and what the votes found done (see replica_faults.py)
+        self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
         self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
@@ -269,7 +279,7 @@ class Simulation:
         if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
         elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
-              and self.rescale_phase is None):
+              and self.rescale_phase is None and (self.votes is None or not self.replicas.replacements.catching_up)):
             if self.local is None or not self.local.busy(self.acker):
                 kinds.append(self._begin_snapshot)
             elif self.acker.frontiers is not None:
@@ -278,14 +288,16 @@ class Simulation:
 
     def step(self) -> bool:
         """Take one scheduling decision; False when nothing is left to do."""
+        if self.votes is not None and self.replicas.replacements.catching_up:
+            self.replicas.replacements.catch_up()  # the acker tells a replacement its frontier
         kinds = self._choices()
-        if not kinds:
+        if not kinds and (self.votes is None or self.votes.due is None):  # a vote's action may be left at the end
             return False
         self.steps_taken += 1
         self.clock_value += 0.001
         if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
             return True
-        if self.replicas is not None and self._maybe_fail_replica():
+        if self.replica_faults is not None and self.replica_faults.step():
             return True
         if self.rescales and self.rescale_phase is None and not self.restoring and self.acker.pushed != TOP and self.rng.random() < RESCALE_AT:
             self.rescale_phase = "draining"
@@ -299,13 +311,19 @@ class Simulation:
         choice()
         return True
 
-    def _maybe_fail_replica(self) -> bool:
-        """A seeded replica's death, while replica crashes remain and an instance has two live replicas."""
-        if self.replica_crashes_left and not self.restoring and self.replicas.can_fail() and self.rng.random() < REPLICA_CRASH_ANY:
-            self.replica_crashes_left -= 1
-            self.replicas.fail_one(self.rng, self.rules.settings["batch_size"])
-            return True
-        return False
+    def roll_back(self, why: Any) -> None:
+        """verify="majority" (see simulated_votes.py): every instance restarts from the newest snapshot every instance's vote certified
+        (a mismatch, or a corrupt primary: its optimistic output may be settled downstream)."""
+        epoch, sid = self.votes.rollback_target(set(self.store.committed_ids()))
+        manifest = None if sid is None else Manifest.from_json(self.store.read_manifest(sid))
+        collecting = self.acker.collecting
+        if collecting is not None:
+            self.acker.end_snapshot(collecting.snapshot_id)
+        self.local.restart_all()
+        self.replicas.restart()
+        self.live.stop()
+        self.votes.rolled_back(epoch, sid, why)
+        self._start_incarnation(manifest, recovering=True)
 
     def _rescale_snapshot(self) -> None:
         catching_up = self.local is not None and self.local.busy(self.acker)  # its marker would carry the watermark past the replacement
@@ -320,7 +338,9 @@ class Simulation:
         sid = self.next_snapshot_id
         self.next_snapshot_id += 1
         self.next_snapshot_at = self.clock_value + self.config.snapshot_interval
-        self.acker.begin_snapshot(sid)
+        collector = self.acker.begin_snapshot(sid)
+        if self.votes is not None:  # an epoch ends at its time
+            self.votes.boundary(collector.t)
 
     def _commit(self) -> None:
         """The supervisor's side: every part is in; the manifest is committed."""
@@ -332,10 +352,12 @@ class Simulation:
         self.commits += 1
         if self.plan.logged_steps:
             trim_logs(self.store)  # what the oldest restorable snapshot no longer replays
-        if self.local is not None:
-            self.local.trim(tuple(manifest.t))  # a restore starts there now
+        if self.local is not None:  # a restore starts there now (a replacement replica's: at the snapshot the votes certified)
+            self.local.trim(tuple(manifest.t) if self.votes is None else min(tuple(manifest.t), self.votes.certified_t()))
         if self.replicas is not None:
             self.replicas.trim(tuple(manifest.t))
+        if self.votes is not None:
+            self.votes.commit(c.t, c.snapshot_id)
         if self._maybe_crash("after a commit"):
             return
         if self.rescale_phase == "snapshot":
@@ -382,8 +404,6 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
 
 def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
     """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong."""
-    if config.verify != "first":
-        raise FlowError(f"verify={config.verify!r} is not built yet: replicas take the primary's output (verify='first')")
     if crashes or rescales:
         raise FlowError("replicas with crashes= or rescales= are not built yet (a replacement replica restores a snapshot): "
                         "kill replicas with replica_crashes=")

@@ -97,7 +97,7 @@ def test_without_replica_crashes_the_replicas_change_no_output():
     ({"replicas": 0}, "replicas is an int >= 1"),
     ({"replicas": 2}, "replicas build on local recovery"),
     ({"recovery": "local", "replicas": 2, "verify": "any"}, "verify is 'first'"),
-    ({"recovery": "local", "replicas": 2, "verify": "majority"}, "verify='majority' needs replicas >= 3"),
+    ({"recovery": "local", "replicas": 1, "verify": "majority"}, "verify='majority' needs replicas >= 2"),
 ])
 def test_run_config_refuses_replicas_it_cannot_have(options, message):
     with pytest.raises(FlowError, match=message):
@@ -112,7 +112,6 @@ def test_ray_refuses_replicas_before_it_starts():
 @pytest.mark.parametrize("replicas, verify, crashes, message", [
     (2, "first", {"crashes": 1}, "replicas with crashes= or rescales= are not built yet"),
     (2, "first", {"rescales": [3]}, "replicas with crashes= or rescales= are not built yet"),
-    (3, "majority", {}, "verify='majority' is not built yet"),
 ])
 def test_the_simulator_refuses_what_replicas_do_not_handle_yet(replicas, verify, crashes, message):
     config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=replicas, verify=verify)

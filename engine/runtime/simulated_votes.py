@@ -1,0 +1,360 @@
+"""``verify="majority"`` in the simulator (issue 58, design item 5): the replicas of every keyed
+instance vote, epoch by epoch, on what they settled; the primary's sink bundles are written
+only once the epoch of their last element is agreed by every instance, and a dissent is
+reported and acted on.
+
+- Epochs are the snapshot intervals (:class:`~driftstream.ordering.replica_digests.Epochs`):
+  a snapshot's time is known before any replica's watermark reaches it, every replica gets
+  a watermark at exactly that time (the marker's, FIFO behind the others), and a vote that
+  passes certifies the snapshot taken at its end (its state digest is in the vote). A finer
+  epoch would release sooner but certify no snapshot to roll back to.
+- Each replica digests what its sinks release and, at each epoch's end, its folded value
+  state (:class:`~driftstream.ordering.replica_digests.ReplicaDigest`). Downstream sends are
+  not digested: they stay optimistic (the receivers take the primary's stream) and a value
+  the primary's state got wrong shows in its state digest at the epoch's end; what it sent
+  from it is withheld from every sink by the gate (an epoch is released only once every
+  instance passed it).
+- An epoch passes when all live replicas that saw it whole agree. A strict majority against
+  a *secondary*: the secondary is corrupt (:class:`Dissent`, kind ``"corruption"``), removed
+  and replaced (the run's ``due`` action). Against the primary, or no majority (r = 2, or
+  all differ): the primary's optimistic output may be in its receivers' settled state, so the
+  run rolls back to the newest committed snapshot every instance certified and replays
+  (kind ``"corruption"`` or ``"mismatch"``). A second mismatch before the run passes the first
+  one's epoch is ``"likely non-determinism"``, with the stage's steps: the instance's output
+  is then taken from its primary unverified (a rollback would only repeat it).
+- ``flip(incarnation, rng)``: a fault for tests: one settled value of a replica's keyed state,
+  one bit flipped (:class:`Flip`).
+
+>>> from driftstream.engine import Flow
+>>> from driftstream.engine.model.config import RunConfig
+>>> from driftstream.engine.runtime.simulator import Simulation
+>>> from driftstream.engine.testing import MemorySource, MemorySink
+>>> f = Flow("votes")
+>>> f.source(MemorySource(range(40), partitions=2)).key_by(lambda x: x % 2).stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("o"))
+>>> config = RunConfig(seed=5, guarantee="exactly-once", snapshot_interval=0.004, recovery="local", replicas=3, verify="majority")
+>>> sim = Simulation(f.plan(2), config, replica_flips=1)
+>>> sorted(sim.run().output("o"))[-2:], [(d.kind, d.replicas == [sim.votes.flips[0].incarnation]) for d in sim.votes.dissents]
+([380, 400], [('corruption', True)])
+>>> sim.votes.dissents[0].action.startswith("removed; replaced by replica")
+True
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from driftstream.ordering.keyed_state import DriftingKeyedState
+from driftstream.ordering.meta import BOTTOM, TOP
+from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, flipped, state_digest, vote
+
+from driftstream.engine.model.plan import Instance, Plan
+
+
+@dataclass
+class Dissent:
+    """Replicas of ``instance`` that disagreed on epoch ``epoch`` (its times ``t_range``: ``(T,
+    T')``, None for the beginning or the end): ``replicas`` (the dissenters' incarnations; all
+    of them without a majority), every voter's ``digests``, ``kind`` (``"corruption"``,
+    ``"mismatch"``, ``"likely non-determinism"``), the stage's ``steps`` and what was done."""
+
+    instance: Instance
+    replicas: list
+    epoch: int
+    t_range: tuple
+    digests: dict
+    kind: str
+    steps: list = field(default_factory=list)
+    action: str = ""
+
+
+@dataclass
+class RollBack:
+    """What the run does for ``why``: every instance restarts from a certified snapshot."""
+
+    why: Dissent
+
+
+@dataclass
+class Replace:
+    """What the run does for ``why``: ``incarnations`` of ``instance`` are removed and replaced."""
+
+    instance: Instance
+    incarnations: list
+    why: Dissent
+
+
+@dataclass
+class Flip:
+    """A value flipped in replica ``incarnation`` of ``instance``: step ``step``'s settled
+    state of ``key``, ``old`` -> ``new``, at its watermark ``t``. ``found``: how it ended, a
+    dissent that named the replica ("detected"), or the replica gone first ("rolled back",
+    "died") before a vote saw it; "" while it is live."""
+
+    instance: Instance
+    incarnation: Any
+    step: str
+    key: Any
+    old: Any
+    new: Any
+    t: tuple
+    found: str = ""
+
+
+class SimulatedVotes:
+    """The votes of a run's replicas (``replicas``: its :class:`~.simulated_replicas.SimulatedReplicas`).
+    ``passed``: per instance, the epochs it agreed on; ``gate``: the primaries' bundles waiting
+    for them; ``dissents``, ``flips``, ``rollbacks``: what happened; ``due``: what the run
+    does at its next step (a :class:`Replace` or a :class:`RollBack`)."""
+
+    def __init__(self, plan: Plan, replicas: Any) -> None:
+        self.plan, self.replicas = plan, replicas
+        self.epochs = Epochs()
+        self.digests: dict = {}
+        self.reached: dict = {}
+        self.passed: dict = {instance: 0 for instance in replicas.replicated}
+        self.gate: list = []
+        self.dissents: list = []
+        self.flips: list = []
+        self.rollbacks: list = []
+        self.committed: dict = {}  # epoch index that starts at a committed snapshot -> its snapshot id
+        self.unverified: set = set()
+        #: what the sinks held at the last rollback (the restored replicas' sinks skip it)
+        self.skipped: tuple = BOTTOM
+        self.due: Any = None
+        #: instance -> the end of the epoch it mismatched on and rolled back for, until the run passes it again
+        self.rechecking: dict = {}
+        self._flipped: set = set()
+        self._settled: dict = {}  # replica -> (the watermark of its last state digest, the digest)
+        #: epochs whose snapshot was taken from a state that went corrupt after its vote: never restored
+        self.tainted: set = set()
+
+    # -- what the replicas do -------------------------------------------------------------
+
+    def started(self, instance: Instance, inc: Any, first: Optional[int] = None) -> None:
+        """Replica ``inc`` of ``instance`` started; it saw whole the epochs from ``first`` (default:
+        the next to vote; a replacement's: those that begin at or after what the others' sinks
+        skipped at the last rollback, which its own do not)."""
+        since = None if first is None or self.skipped == BOTTOM else self.skipped
+        self.digests[inc] = ReplicaDigest(self.epochs, self.passed[instance] if first is None else first, since)
+        self.reached[inc] = BOTTOM
+
+    def released(self, inc: Any, sid: int, bundle: Any) -> None:
+        self.digests[inc].released(sid, bundle.elements)
+
+    def hold(self, inc: Any, sink: Any, bundle: Any) -> None:
+        """The primary's ``bundle`` waits for its epoch's vote before ``sink`` has it (its host
+        took it as written: see simulated_replicas.py)."""
+        self.gate.append((inc, sink, bundle))
+        self._open()
+
+    def watermark(self, instance: Instance, inc: Any, host: Any, t: tuple, marker: bool = False) -> None:
+        """Replica ``inc``'s watermark reached ``t`` (``marker``: the primary's snapshot marker):
+        the epochs it ended get its state digest; votes follow."""
+        reached, boundaries = self.reached[inc], self.epochs.boundaries
+        if marker and t == reached and t in boundaries:
+            self._marked(instance, inc, host, boundaries.index(t))
+        if t <= reached:
+            return
+        ended = [k for k, b in enumerate(boundaries) if reached < b <= t]
+        if t == TOP:
+            ended.append(len(boundaries))
+        if ended:
+            digest = host_state_digest(host)
+            self._settled[inc] = (t, digest)
+            for k in ended:
+                self.digests[inc].ended(k, digest)
+        self.reached[inc] = t
+        self._vote(instance)
+
+    def _marked(self, instance: Instance, inc: Any, host: Any, k: int) -> None:
+        """The primary took snapshot ``k + 1`` after its watermark had reached the snapshot's time:
+        the snapshot holds its state now, which must be what it digested then (a settled state
+        does not change at one watermark): else it went corrupt in between. Not voted yet, the
+        vote sees it; voted, the snapshot is not certified and the run rolls back before it."""
+        now = host_state_digest(host)
+        if k >= self.passed[instance]:
+            self.digests[inc].ended(k, now)
+            return
+        if now != self._settled.get(inc, (None, now))[1]:
+            dissent = Dissent(instance, [inc], k, self.epochs.range(k), {inc: now}, "corruption",
+                              [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids])
+            self.dissents.append(dissent)
+            self._found([inc], "detected")
+            self.tainted.add(k + 1)
+            if self.due is None:
+                self.due = RollBack(dissent)
+
+    def lost(self, instance: Instance, inc: Any) -> None:
+        """Replica ``inc`` died or was removed: it votes no more, its gated bundles are lost with it."""
+        self._found([inc], "died")
+        self.digests.pop(inc, None)
+        self.reached.pop(inc, None)
+        self.gate = [g for g in self.gate if g[0] != inc]
+        self._vote(instance)
+
+    # -- the run's side ---------------------------------------------------------------------
+
+    def boundary(self, t: tuple) -> None:
+        """A snapshot began at ``t``: an epoch ends there (at the bottom: an empty epoch, none)."""
+        if t <= BOTTOM or t in self.epochs.boundaries:
+            return
+        self.epochs.add(t)
+        k = len(self.epochs.boundaries) - 1
+        for inc, reached in self.reached.items():
+            if reached == t:  # the marker's time is a watermark it already has: its settled state is the epoch's end
+                self._settled[inc] = (t, host_state_digest(self.replicas.hosts[inc][1]))
+                self.digests[inc].ended(k, self._settled[inc][1])
+
+    def commit(self, t: tuple, snapshot_id: int) -> None:
+        """The snapshot begun at ``t`` committed: a rollback may restore it once it is certified."""
+        if t in self.epochs.boundaries:
+            self.committed[self.epochs.boundaries.index(t) + 1] = snapshot_id
+
+    def frontier(self) -> int:
+        """The epochs every instance agreed on: the gate has released what is before them."""
+        return min(self.passed.values(), default=0)
+
+    def released_through(self) -> tuple:
+        """The time below which the gate released every instance's bundles."""
+        k, boundaries = self.frontier(), self.epochs.boundaries
+        return BOTTOM if k == 0 else TOP if k > len(boundaries) else boundaries[k - 1]
+
+    def certified_t(self) -> tuple:
+        """The time of the newest committed snapshot every instance certified (the bottom: none)."""
+        k = self.rollback_target()[0]
+        return BOTTOM if k == 0 else self.epochs.boundaries[k - 1]
+
+    def rollback_target(self, kept: Optional[set] = None) -> tuple:
+        """``(epoch, snapshot id)`` of the newest committed snapshot every instance certified
+        (among the snapshot ids ``kept``, if given: the store prunes old ones; ``(0, None)``: the beginning)."""
+        certified = [k for k in self.committed if k <= self.frontier() and k not in self.tainted and (kept is None or self.committed[k] in kept)]
+        return (max(certified), self.committed[max(certified)]) if certified else (0, None)
+
+    def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
+        """The run restarts every instance from the snapshot at the start of ``epoch``."""
+        self.rollbacks.append((snapshot_id, why.kind, why.instance, why.epoch))
+        self.skipped = max(self.skipped, self.released_through())
+        self._found(list(self.digests), "rolled back")
+        why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
+        self.epochs.cut(epoch)
+        self.committed = {k: s for k, s in self.committed.items() if k <= epoch}
+        self.passed = {k: epoch for k in self.passed}
+        self.digests, self.reached, self.gate, self._settled = {}, {}, [], {}
+        self.tainted = {k for k in self.tainted if k <= epoch}
+
+    def take_due(self) -> Any:
+        due, self.due = self.due, None
+        return due
+
+    def seeded_flip(self, rng: random.Random) -> bool:
+        """A seeded replica of an instance with all its replicas gets a flip (see :meth:`flip`);
+        none while a mismatch is re-checked (a second fault there would pass for
+        non-determinism). Whether one was flipped."""
+        whole = [] if self.rechecking else self.replicas.whole()
+        return bool(whole) and self.flip(rng.choice(whole), rng) is not None
+
+    def flip(self, inc: Any, rng: random.Random) -> Optional[Flip]:
+        """Flip one bit of a seeded key's value in replica ``inc``'s value state (see
+        :func:`flip_key`). None: it has none to flip."""
+        instance, host = self.replicas.hosts[inc]
+        if host.rt.watermark == TOP or any(not f.found and f.instance == instance for f in self.flips):
+            return None  # its last state digest is taken; or a second corrupt replica could outvote a good one
+        choices = [(sid, key) for sid, ks in sorted(host.rt.keyed.items()) if isinstance(ks, DriftingKeyedState) and hasattr(ks.backend, "items")
+                   for key, _ in sorted(ks.backend.items(), key=repr) if (inc, sid, key) not in self._flipped]
+        rng.shuffle(choices)
+        for sid, key in choices:
+            changed = flip_key(host.rt.keyed[sid], key)
+            if changed is not None:
+                break
+        else:
+            return None
+        self._flipped.add((inc, sid, key))  # once: a second flip of one value would undo the first
+        done = Flip(instance, inc, self.plan.steps[sid].name, key, *changed, host.rt.watermark)
+        self.flips.append(done)
+        return done
+
+    # -- votes --------------------------------------------------------------------------------
+
+    def _vote(self, instance: Instance) -> None:
+        """Vote ``instance``'s next epochs while every voter has ended them."""
+        while self.due is None:
+            k = self.passed[instance]
+            voters = [inc for inc in self.replicas.sets.get(instance, ()) if self.digests[inc].covers(k)]
+            digests = {inc: self.digests[inc].digest(k) for inc in voters}
+            if not voters or None in digests.values():
+                return
+            outcome = vote(digests)
+            if outcome.dissenters and instance not in self.unverified:
+                self._dissent(instance, k, digests, outcome)
+                if self.due is not None:
+                    return
+            self.passed[instance] = k + 1
+            for inc in voters:
+                self.digests[inc].forget(k)
+            through = self.released_through()
+            for key in [key for key, end in self.rechecking.items() if through >= end]:
+                del self.rechecking[key]
+            self._open()
+
+    def _dissent(self, instance: Instance, k: int, digests: dict, outcome: Any) -> None:
+        """Report ``outcome`` of epoch ``k`` and say what the run does about it."""
+        primary = self.replicas.sets[instance][0]
+        steps = [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids]
+        kind = "corruption" if outcome.agreed is not None else "mismatch"
+        lo, hi = self.epochs.range(k)
+        if kind == "mismatch" and instance in self.rechecking and (lo is None or lo < self.rechecking[instance]):
+            kind = "likely non-determinism"
+        dissent = Dissent(instance, outcome.dissenters, k, self.epochs.range(k), digests, kind, steps)
+        self.dissents.append(dissent)
+        self._found(outcome.dissenters, "detected")
+        if kind == "likely non-determinism":
+            dissent.action = "the primary's output taken unverified from now on"
+            self.unverified.add(instance)
+        elif kind == "corruption" and primary not in outcome.dissenters:
+            self.due = Replace(instance, outcome.dissenters, dissent)
+        else:
+            if kind == "mismatch":
+                self.rechecking[instance] = TOP if hi is None else hi
+            self.due = RollBack(dissent)
+
+    def _found(self, incs: list, how: str) -> None:
+        for flip in self.flips:
+            if not flip.found and flip.incarnation in incs:
+                flip.found = how
+
+    def _open(self) -> None:
+        """Write the gated bundles whose epoch every instance passed."""
+        through, of = self.frontier(), self.epochs.of
+        keep = []
+        for entry in self.gate:
+            if of(entry[2].t_last) < through:
+                entry[1].write(entry[2])
+            else:
+                keep.append(entry)
+        self.gate = keep
+
+
+def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:
+    """Flip ``key``'s settled value in ``ks`` and every state its log holds above the watermark
+    (else a fold, or a late element's re-application, would bring the old back). ``(old, new)``
+    of its latest state; None: it has no settled value to flip (a flip of its log alone would
+    be undone by a late element's re-application from the settled value)."""
+    settled = ks.backend.get(key)
+    if flipped(settled) is None:
+        return None
+    log = ks.logs.get(key)
+    after = [] if log is None else [i for i, a in enumerate(log.after) if a is not None and flipped(a) is not None]
+    ks.backend.put(key, flipped(settled))
+    for i in after:
+        log.after[i] = flipped(log.after[i])
+    old = flipped(log.after[after[-1]]) if after else settled
+    return old, flipped(old)
+
+
+def host_state_digest(host: Any) -> str:
+    """The digest of a host's folded value state (every keyed step whose backend lists its
+    items; entry and window state are not digested yet)."""
+    return state_digest((sid, key, value) for sid, ks in sorted(host.rt.keyed.items()) if hasattr(ks.backend, "items")
+                        for key, value in ks.backend.items())

@@ -1,0 +1,171 @@
+"""verify="majority" on the simulator (issue 58, items 1 and 4; simulated_votes.py): the
+replicas vote per snapshot interval on digests of what their sinks released and of their state;
+the sinks take an epoch once every instance agreed. Over hundreds of seeds of the keyed flows
+the replicas' tests use, with values flipped in a replica's state and replicas killed at any
+step, every output is the fault-free one, every flip is found and its replica named, and each
+instance is back to its replicas; with two replicas a mismatch rolls back; a step that draws at
+random is reported as likely non-determinism, by name."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from driftstream.engine import Flow
+from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.runtime import simulated_votes
+from driftstream.engine.runtime.simulator import Simulation
+from driftstream.engine.testing import MemorySink, MemorySource
+from driftstream.ordering.replica_digests import Vote
+
+from tests.engine.runtime.test_local_recovery import DATA, step_to_end
+from tests.engine.runtime.test_simulated_replicas import FLOWS
+from tests.pipelines import STATE_REKEY_STATE, build
+from tests.reference import reference_outputs
+
+#: Seeded runs per flow and check (each ~0.05-0.15 s); the slow tier runs 120 more.
+SEEDS = 30
+
+
+def _run(flow: Flow, seed: int, replicas: int = 3, flips: int = 2, deaths: int = 2) -> tuple:
+    """(simulation, output) of one seeded run at parallelism 2 or 3, through 0-2 acker shards."""
+    config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local",
+                       replicas=replicas, verify="majority")
+    sim = Simulation(flow.plan(2 + seed % 2), config, replica_crashes=deaths, replica_flips=flips, acker_shards=seed % 3)
+    step_to_end(sim, f"seed {seed}", lambda: f"flips {sim.votes.flips}, dissents {sim.votes.dissents}")
+    return sim, sim.run().output("out")
+
+
+def _wrong(sim: Simulation) -> list:
+    """What a run did wrong beside its output: a flip never found (a vote named its replica, or
+    a rollback or its death undid it first), a dissent naming no flipped replica, a dissenter
+    not replaced or rolled back, an instance short of its replicas at the end."""
+    votes, wrong = sim.votes, []
+    flipped = {f.incarnation for f in votes.flips}
+    wrong += [("flip not found", f) for f in votes.flips if not f.found]
+    wrong += [("dissent naming no flipped replica", d) for d in votes.dissents if not set(d.replicas) & flipped]
+    wrong += [("dissenter kept", d) for d in votes.dissents if not d.action.startswith(("removed; replaced", "rolled back"))]
+    wrong += [("short of replicas", i, incs) for i, incs in sim.replicas.sets.items() if len(incs) != sim.config.replicas]
+    return wrong
+
+
+def _check_seeds(ops: list, seeds: range, **faults) -> dict:
+    flow = build("votes", DATA, ops, partitions=3)
+    expected = reference_outputs(flow)["out"]
+    wrong, seen = [], {"detected": 0, "replaced": 0, "rolled back": 0, "deaths": 0}
+    for seed in seeds:
+        sim, output = _run(flow, seed, **faults)
+        if output != expected or _wrong(sim):
+            wrong.append((seed, output == expected, _wrong(sim)[:2]))
+        seen["detected"] += sum(f.found == "detected" for f in sim.votes.flips)
+        seen["replaced"] += sum("replaced" in d.action for d in sim.votes.dissents)
+        seen["rolled back"] += len(sim.votes.rollbacks)
+        seen["deaths"] += len(sim.replicas.failures)
+    assert not wrong, f"seeds that went wrong (seed, output right, what): {wrong[:3]}"
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(FLOWS))
+def test_flips_and_deaths_under_a_majority_give_the_fault_free_output_and_name_the_flipped(name):
+    seen = _check_seeds(FLOWS[name], range(SEEDS))
+    # The seeds reached what they test: flips found by a vote, dissenters replaced and rolled back, deaths.
+    assert seen["detected"] >= SEEDS // 5 and seen["deaths"] >= SEEDS, seen
+
+
+def test_flips_alone_are_outvoted_a_corrupt_secondary_replaced_and_a_corrupt_primary_rolled_back():
+    seen = _check_seeds(STATE_REKEY_STATE, range(SEEDS), deaths=0)
+    assert seen["replaced"] >= 3 and seen["rolled back"] >= 3 and seen["detected"] >= SEEDS // 4, seen
+
+
+def test_with_two_replicas_a_flip_is_a_mismatch_rolled_back_to_a_snapshot_both_agreed_on():
+    seen = _check_seeds(STATE_REKEY_STATE, range(SEEDS), replicas=2, deaths=0)
+    assert seen["rolled back"] >= SEEDS // 5 and seen["detected"] == seen["rolled back"], seen
+
+
+@pytest.mark.slow  # 120 more seeds of each: ~25 s
+@pytest.mark.parametrize("name, faults", [("state-rekey-state", {}), ("entries", {}), ("state-rekey-state", {"replicas": 2})])
+def test_hundreds_more_seeded_flips_give_the_fault_free_output(name, faults):
+    _check_seeds(FLOWS[name], range(SEEDS, SEEDS + 120), **faults)
+
+
+@pytest.mark.parametrize("voting", [True, False])
+def test_flips_reach_the_output_unless_the_vote_holds_it(voting):
+    """A longer run (running sums of 200 elements: most flips come before a key's last element):
+    with the vote every seed's output is the fault-free one; with every vote passing (the gate
+    open), most seeds' is not: what the checks above pass on is the vote."""
+    flow = _counter_flow(200)
+    expected = reference_outputs(flow)["out"]
+    with pytest.MonkeyPatch.context() as mp:
+        if not voting:
+            mp.setattr(simulated_votes, "vote", lambda digests: Vote(None, sorted(digests), []))
+        differ = sum(_run(flow, seed, deaths=0)[1] != expected for seed in range(20))
+    assert differ == 0 if voting else differ >= 10, differ
+
+
+def _counter_flow(n: int = 60, draw: bool = False) -> Flow:
+    f = Flow("votes-doc")
+    s = f.source(MemorySource(range(n), partitions=2)).key_by(lambda x: x % 3)
+    if draw:  # undeclared: each replica draws its own, and its sink releases them
+        s.map(lambda x: (x, random.random())).sink(MemorySink("out"))
+    else:
+        s.stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("out"))
+    return f
+
+
+def _flip_when_settled(sim: Simulation, which: int) -> simulated_votes.Flip:
+    """Step until replica ``which`` (0: the primary) of the first keyed instance has a settled
+    value to flip, and flip it (the test's hook)."""
+    instance = min(sim.replicas.sets)
+    for _ in range(5_000):
+        inc = sim.replicas.sets[instance][which]
+        flip = sim.votes.flip(inc, random.Random(0))
+        if flip is not None:
+            return flip
+        assert sim.step()
+    raise AssertionError("nothing settled to flip")
+
+
+@pytest.mark.parametrize("which, action", [(1, "removed; replaced by replica"), (0, "rolled back to")])
+def test_a_flip_through_the_hook_is_named_in_the_dissent_and_acted_on(which, action):
+    flow = _counter_flow()
+    expected = reference_outputs(flow)["out"]
+    sim, _ = Simulation(flow.plan(2), RunConfig(seed=1, guarantee="exactly-once", snapshot_interval=0.004, recovery="local", replicas=3,
+                                                verify="majority")), None
+    flip = _flip_when_settled(sim, which)
+    step_to_end(sim, "hook", lambda: str(sim.votes.dissents))
+    assert sim.run().output("out") == expected
+    (dissent,) = sim.votes.dissents
+    assert dissent.replicas == [flip.incarnation] and dissent.instance == flip.instance and dissent.kind == "corruption"
+    assert dissent.action.startswith(action) and flip.found == "detected" and len(set(dissent.digests.values())) == 2
+    assert flip.incarnation not in sim.replicas.hosts and all(len(incs) == 3 for incs in sim.replicas.sets.values())
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_an_undeclared_draw_is_reported_as_likely_non_determinism_with_its_step(replicas):
+    flow = _counter_flow(draw=True)
+    config = RunConfig(seed=2, guarantee="exactly-once", snapshot_interval=0.004, recovery="local", replicas=replicas, verify="majority")
+    sim = Simulation(flow.plan(2), config)
+    step_to_end(sim, "draw", lambda: str(sim.votes.dissents))
+    sim.run()
+    kinds = {d.kind for d in sim.votes.dissents}
+    assert "likely non-determinism" in kinds and "corruption" not in kinds and not sim.votes.flips, kinds
+    reported = [d for d in sim.votes.dissents if d.kind == "likely non-determinism"]
+    assert all("map" in d.steps for d in reported), reported
+    # One rollback per instance to re-check, then the primary's output unverified.
+    assert len(sim.votes.rollbacks) <= len(sim.replicas.sets) and sim.votes.unverified
+
+
+def test_without_faults_the_replicas_agree_on_every_epoch():
+    flow = build("votes", DATA, STATE_REKEY_STATE, partitions=3)
+    expected = reference_outputs(flow)["out"]
+    for seed in range(10):
+        sim, output = _run(flow, seed, flips=0, deaths=0)
+        assert output == expected and not sim.votes.dissents and sim.votes.frontier() > len(sim.votes.epochs.boundaries)
+
+
+def test_flips_need_a_vote():
+    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=2)
+    with pytest.raises(FlowError, match="replica_flips need verify='majority'"):
+        Simulation(_counter_flow().plan(2), config, replica_flips=1)
