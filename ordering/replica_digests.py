@@ -2,13 +2,15 @@
 item 5, ``verify="majority"``).
 
 Replicas of an instance get the same input in the same t order, so what they settle is the
-same: what their sinks release below the watermark (in Meta order) and their folded keyed
-state at a watermark. Speculative output is not compared (arrival orders differ).
+same: what their sinks release below the watermark (in Meta order), their folded keyed
+state at a watermark, and the net of what they send downstream (each element less its
+tombstones: speculative versions and their cancels differ with arrival orders, the net does not).
 
 An *epoch* is a snapshot interval: epoch ``k`` holds the times in ``[T_k, T_k+1)``, where
 ``T_1 < T_2 < ...`` are the snapshots' times (:class:`Epochs`; epoch 0 starts at the
 beginning). A replica's digest of epoch ``k`` (:class:`ReplicaDigest`) hashes what each of its
-sink partitions released in the epoch, in release order, and its folded state at ``T_k+1``;
+sink partitions released in the epoch, in release order, the net of what it sent, and its
+folded state at ``T_k+1``;
 the state is compared too because output alone cannot certify a snapshot: a value flipped at
 ``t=5`` that no element reads before ``t=15`` leaves epoch ``[0, 10)``'s output right and
 snapshot ``10`` wrong. :func:`vote` takes one digest per replica and names the dissenters.
@@ -94,6 +96,9 @@ class ReplicaDigest:
     def __init__(self, epochs: Epochs, first: int = 0, since: Optional[tuple] = None) -> None:
         self.epochs, self.first, self.since = epochs, first, since
         self._sinks: dict = {}  # epoch -> sink -> running hash
+        # (Meta but its tombstone flag, (receiver, it, payload) encoded) -> +1 an element, -1 a
+        # tombstone; by time, not epoch: a send runs ahead of the watermark, so of boundaries not yet known
+        self._sent: Counter = Counter()
         self._states: dict = {}  # epoch -> its state digest at the epoch's end
 
     def released(self, sink: Hashable, elements: Iterable[tuple]) -> None:
@@ -105,6 +110,14 @@ class ReplicaDigest:
             if h is None:
                 h = per[sink] = hashlib.blake2b(repr(sink).encode(), digest_size=16)
             h.update(_encoded((tuple(meta), payload)))
+
+    def sent(self, receiver: Hashable, items: Iterable[tuple]) -> None:
+        """``items`` (``(Meta, payload, ...)``, tombstones among them) went to ``receiver``."""
+        sent = self._sent
+        for item in items:
+            meta = item[0]
+            t = tuple(meta[:5])
+            sent[(t, _encoded((receiver, t, item[1])))] += -1 if meta[5] else 1
 
     def ended(self, k: int, state: str) -> None:
         """Epoch ``k`` ended: its watermark passed the epoch's end, its state then was ``state``
@@ -125,11 +138,17 @@ class ReplicaDigest:
         h = hashlib.blake2b(self._states[k].encode(), digest_size=16)
         for sink, part in sorted(self._sinks.get(k, {}).items(), key=lambda kv: repr(kv[0])):
             h.update(repr(sink).encode() + part.digest())
+        of = self.epochs.of
+        for item, n in sorted((item, n) for (t, item), n in self._sent.items() if n and of(t) == k):
+            h.update(item + b"%d\n" % n)
         return h.hexdigest()
 
     def forget(self, k: int) -> None:
         """Epoch ``k`` is voted: its hashes go."""
         self._sinks.pop(k, None)
+        of = self.epochs.of
+        for key in [key for key in self._sent if of(key[0]) <= k]:
+            del self._sent[key]
         self._states.pop(k, None)
 
 

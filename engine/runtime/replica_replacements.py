@@ -73,7 +73,7 @@ class ReplicaReplacements:
         host.recovery.cut = TOP  # its output dropped, but logged
         replicas.sets[instance].append(inc)
         replicas.hosts[inc] = (instance, host)
-        replicas.votes.started(instance, inc, first=len(replicas.votes.epochs.boundaries))
+        replicas.votes.started(instance, inc, host, first=len(replicas.votes.epochs.boundaries))
         seed = host.rt.take_seed()
         if seed:
             incarnation.acker.seed(host.recovery.tag(seed))

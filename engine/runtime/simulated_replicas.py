@@ -97,7 +97,7 @@ class SimulatedReplicas:
                                   self._sender(inc), scratch, incarnations=self.local.incarnations, incarnation=inc)
             self.hosts[inc] = (instance, host)
             if self.votes is not None:
-                self.votes.started(instance, inc)
+                self.votes.started(instance, inc, host)
             if n:
                 host.recovery.cut = TOP  # its output dropped, but logged
                 seed = host.rt.take_seed()

@@ -8,12 +8,11 @@ reported and acted on.
   a watermark at exactly that time (the marker's, FIFO behind the others), and a vote that
   passes certifies the snapshot taken at its end (its state digest is in the vote). A finer
   epoch would release sooner but certify no snapshot to roll back to.
-- Each replica digests what its sinks release and, at each epoch's end, its folded value
-  state (:class:`~driftstream.ordering.replica_digests.ReplicaDigest`). Downstream sends are
-  not digested: they stay optimistic (the receivers take the primary's stream) and a value
-  the primary's state got wrong shows in its state digest at the epoch's end; what it sent
-  from it is withheld from every sink by the gate (an epoch is released only once every
-  instance passed it).
+- Each replica digests what its sinks release, the net of what it sends (its upstream log
+  records it, :class:`DigestedLog`) and, at each epoch's end, its folded value state
+  (:class:`~driftstream.ordering.replica_digests.ReplicaDigest`). Sends stay optimistic (the
+  receivers take the primary's stream): what a corrupt primary sent is withheld from every
+  sink by the gate (an epoch is released only once every instance passed it).
 - An epoch passes when all live replicas that saw it whole agree. A strict majority against
   a *secondary*: the secondary is corrupt (:class:`Dissent`, kind ``"corruption"``), removed
   and replaced (the run's ``due`` action). Against the primary, or no majority (r = 2, or
@@ -48,6 +47,7 @@ from typing import Any, Optional
 from driftstream.ordering.keyed_state import DriftingKeyedState
 from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, flipped, state_digest, vote
+from driftstream.ordering.upstream_log import UpstreamLog
 
 from driftstream.engine.model.plan import Instance, Plan
 
@@ -132,12 +132,13 @@ class SimulatedVotes:
 
     # -- what the replicas do -------------------------------------------------------------
 
-    def started(self, instance: Instance, inc: Any, first: Optional[int] = None) -> None:
-        """Replica ``inc`` of ``instance`` started; it saw whole the epochs from ``first`` (default:
-        the next to vote; a replacement's: those that begin at or after what the others' sinks
-        skipped at the last rollback, which its own do not)."""
+    def started(self, instance: Instance, inc: Any, host: Any, first: Optional[int] = None) -> None:
+        """Replica ``inc`` of ``instance`` started (``host``, its log still empty); it saw whole the
+        epochs from ``first`` (default: the next to vote; a replacement's: those that begin at or
+        after what the others' sinks skipped at the last rollback, which its own do not)."""
         since = None if first is None or self.skipped == BOTTOM else self.skipped
-        self.digests[inc] = ReplicaDigest(self.epochs, self.passed[instance] if first is None else first, since)
+        digest = self.digests[inc] = ReplicaDigest(self.epochs, self.passed[instance] if first is None else first, since)
+        host.recovery.log = DigestedLog(digest)
         self.reached[inc] = BOTTOM
 
     def released(self, inc: Any, sid: int, bundle: Any) -> None:
@@ -334,6 +335,19 @@ class SimulatedVotes:
             else:
                 keep.append(entry)
         self.gate = keep
+
+
+class DigestedLog(UpstreamLog):
+    """A replica's upstream log that digests what it records, what the replica sends (before a
+    secondary's cut drops it), into ``digest``."""
+
+    def __init__(self, digest: ReplicaDigest) -> None:
+        super().__init__()
+        self.digest = digest
+
+    def record(self, peer: Any, entry: int, items: list) -> None:
+        super().record(peer, entry, items)
+        self.digest.sent((peer, entry), items)
 
 
 def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:

@@ -104,13 +104,18 @@ def test_flips_reach_the_output_unless_the_vote_holds_it(voting):
     assert differ == 0 if voting else differ >= 10, differ
 
 
-def _counter_flow(n: int = 60, draw: bool = False) -> Flow:
+def _counter_flow(n: int = 60, draw: str = "") -> Flow:
+    """A running sum per key; ``draw``: an undeclared ``random.random()`` map instead, whose
+    draws its stage's sink releases ("sink") or sends on to a keyed running sum ("send")."""
     f = Flow("votes-doc")
     s = f.source(MemorySource(range(n), partitions=2)).key_by(lambda x: x % 3)
-    if draw:  # undeclared: each replica draws its own, and its sink releases them
+    if draw == "sink":
         s.map(lambda x: (x, random.random())).sink(MemorySink("out"))
-    else:
-        s.stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("out"))
+        return f
+    if draw == "send":
+        s.map(lambda x: (x, random.random())).key_by(lambda p: p[0] % 2).stateful_map(lambda s, p: ((s or 0) + p[0],) * 2).sink(MemorySink("out"))
+        return f
+    s.stateful_map(lambda s, x: ((s or 0) + x,) * 2).sink(MemorySink("out"))
     return f
 
 
@@ -142,9 +147,12 @@ def test_a_flip_through_the_hook_is_named_in_the_dissent_and_acted_on(which, act
     assert flip.incarnation not in sim.replicas.hosts and all(len(incs) == 3 for incs in sim.replicas.sets.values())
 
 
-@pytest.mark.parametrize("replicas", [2, 3])
-def test_an_undeclared_draw_is_reported_as_likely_non_determinism_with_its_step(replicas):
-    flow = _counter_flow(draw=True)
+@pytest.mark.parametrize("replicas, draw", [(2, "sink"), (3, "sink"), (3, "send")])
+def test_an_undeclared_draw_is_reported_as_likely_non_determinism_with_its_step(replicas, draw):
+    """Each replica draws its own: the vote finds no majority, rolls back once per instance to
+    re-check, and then reports it, naming the map (seen in what its sink released, or in the
+    net of what it sent on)."""
+    flow = _counter_flow(draw=draw)
     config = RunConfig(seed=2, guarantee="exactly-once", snapshot_interval=0.004, recovery="local", replicas=replicas, verify="majority")
     sim = Simulation(flow.plan(2), config)
     step_to_end(sim, "draw", lambda: str(sim.votes.dissents))
@@ -152,7 +160,7 @@ def test_an_undeclared_draw_is_reported_as_likely_non_determinism_with_its_step(
     kinds = {d.kind for d in sim.votes.dissents}
     assert "likely non-determinism" in kinds and "corruption" not in kinds and not sim.votes.flips, kinds
     reported = [d for d in sim.votes.dissents if d.kind == "likely non-determinism"]
-    assert all("map" in d.steps for d in reported), reported
+    assert all("map" in d.steps and d.instance.stage == 1 for d in reported), reported
     # One rollback per instance to re-check, then the primary's output unverified.
     assert len(sim.votes.rollbacks) <= len(sim.replicas.sets) and sim.votes.unverified
 
