@@ -77,6 +77,10 @@ class Metrics:
     #: then to restored actors (``restored_s``, where they went in ``steps_s``, per instance
     #: reset ``resets_s``) and to the first new output (``first_output_s``), and the ``snapshot``
     recovery_s: list = field(default_factory=list)
+    #: verify="majority" (the simulator's): per dissent of an instance's replicas, ``instance``,
+    #: ``replicas`` (the dissenters), ``kind``, the epoch's ``t_range``, every voter's ``digests``,
+    #: the stage's ``steps`` and the ``action`` taken (see runtime/simulated_votes.py)
+    dissents: list = field(default_factory=list)
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)
     #: per stateful step backed by a state cache: records and bytes cached (summed over its

@@ -40,6 +40,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -244,6 +245,10 @@ class SimulatedVotes:
         self.passed = {k: epoch for k in self.passed}
         self.digests, self.reached, self.gate, self._settled = {}, {}, [], {}
         self.tainted = {k for k in self.tainted if k <= epoch}
+
+    def report(self) -> list:
+        """The dissents as ``metrics.dissents`` shows them (a dict each; instance ``"stage/index"``)."""
+        return [dict(dataclasses.asdict(d), instance=f"{d.instance.stage}/{d.instance.index}") for d in self.dissents]
 
     def take_due(self) -> Any:
         due, self.due = self.due, None

@@ -140,8 +140,12 @@ def test_a_flip_through_the_hook_is_named_in_the_dissent_and_acted_on(which, act
                                                 verify="majority")), None
     flip = _flip_when_settled(sim, which)
     step_to_end(sim, "hook", lambda: str(sim.votes.dissents))
-    assert sim.run().output("out") == expected
+    result = sim.run()
+    assert result.output("out") == expected
     (dissent,) = sim.votes.dissents
+    (shown,) = result.metrics.dissents
+    assert shown["instance"] == f"{flip.instance.stage}/{flip.instance.index}" and shown["replicas"] == [flip.incarnation]
+    assert shown["kind"] == "corruption" and shown["t_range"] == dissent.t_range and shown["action"] == dissent.action
     assert dissent.replicas == [flip.incarnation] and dissent.instance == flip.instance and dissent.kind == "corruption"
     assert dissent.action.startswith(action) and flip.found == "detected" and len(set(dissent.digests.values())) == 2
     assert flip.incarnation not in sim.replicas.hosts and all(len(incs) == 3 for incs in sim.replicas.sets.values())
