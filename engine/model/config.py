@@ -116,6 +116,21 @@ RECOVERY_MODES = ("global", "local")
 VERIFY_MODES = ("first", "majority")
 
 
+def reexecute_every(verify: str) -> Optional[int]:
+    """N of ``verify="reexecute:N"`` (one keyed batch in N re-run on a copy, see
+    runtime/reexecuted_step.py); None for any other value. A malformed N is a FlowError.
+
+    >>> reexecute_every("reexecute:100"), reexecute_every("first")
+    (100, None)
+    """
+    if not isinstance(verify, str) or not verify.startswith("reexecute:"):
+        return None
+    text = verify[len("reexecute:"):]
+    if not text.isdigit() or int(text) < 1:
+        raise FlowError(f"verify='reexecute:N' takes an int N >= 1 (one batch in N re-run), not {verify!r}")
+    return int(text)
+
+
 def refuse_on_ray(options: Mapping[str, Any]) -> None:
     """A FlowError for the options the Ray runtime cannot honour yet (``replicas`` > 1).
 
@@ -218,6 +233,8 @@ class RunConfig:
     #: what the receivers check of the replicas' output: "first" (crash faults: the primary's
     #: stream, a live replica's once it dies) or "majority" (replicas >= 2: the sinks take an epoch
     #: once most replicas' digests agree; with 2 a mismatch rolls back; the simulator's only)
+    #: or "reexecute:N" (silent corruption without a second copy: one keyed batch in N re-run on a
+    #: copy of its keys' state, settled reads checked; a difference rolls the run back)
     verify: str = "first"
 
     def __post_init__(self) -> None:
@@ -266,9 +283,10 @@ class RunConfig:
     def _check_replicas(self) -> None:
         if type(self.replicas) is not int or self.replicas < 1:
             raise FlowError(f"replicas is an int >= 1 (copies of each keyed stage instance), not {self.replicas!r}")
-        if self.verify not in VERIFY_MODES:
-            raise FlowError(f"verify is 'first' (take the first replica's output; crash faults) or 'majority' (release what "
-                            f"most replicas agree on; replicas >= 2), not {self.verify!r}")
+        if self.verify not in VERIFY_MODES and reexecute_every(self.verify) is None:
+            raise FlowError(f"verify is 'first' (take the first replica's output; crash faults), 'majority' (release what "
+                            f"most replicas agree on; replicas >= 2) or 'reexecute:N' (one keyed batch in N re-run on a copy), "
+                            f"not {self.verify!r}")
         if self.replicas > 1 and self.recovery != "local":
             raise FlowError("replicas build on local recovery (a dead primary's receivers switch to a live replica at the "
                             "watermark): set recovery='local' with replicas > 1")
@@ -358,3 +376,4 @@ class InstanceConfig:
     recovering: bool = False  # a restart after a failure (or a resume): output logs are replayed, also from the beginning
     incarnations: Optional[dict] = None  # recovery="local": every instance's incarnation (None: the default path)
     cut: Optional[tuple] = None  # recovery="local", a replacement: the watermark when its predecessor failed
+    reexecute: Optional[int] = None  # verify="reexecute:N": N (None: the default path)

@@ -20,7 +20,7 @@ from typing import Iterable, Optional
 
 from driftstream.ordering.meta import BOTTOM
 
-from driftstream.engine.model.config import Guarantee, InstanceConfig, RunConfig
+from driftstream.engine.model.config import Guarantee, InstanceConfig, RunConfig, reexecute_every
 from driftstream.engine.model.manifest import Manifest, SnapshotPart
 from driftstream.engine.model.plan import Instance
 
@@ -66,6 +66,7 @@ class RecoveryRules:
             restore=SnapshotPart() if manifest is None else manifest.part(instance),
             restore_t=None if manifest is None else tuple(manifest.t),
             recovering=recovering,
+            reexecute=reexecute_every(c.verify),
         )
 
 

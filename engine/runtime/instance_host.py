@@ -32,6 +32,7 @@ from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_recovery import InstanceRecovery
 from driftstream.engine.runtime.output_logs import OutputLogs
 from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ReplaySent, Watermark
+from driftstream.engine.runtime.reexecuted_step import reexecuted
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 
@@ -54,12 +55,17 @@ class InstanceHost:
     :class:`StageRuntime`'s options (``bundle_writer``, ``seed``, ``clock``...).
     ``source``: what a watermark or a frontier wakes (the Ray actor's pump; default: the
     reader). After :meth:`close` nothing an earlier callback finishes reaches the runtime.
+    ``corrupted(SilentCorruption)``: under ``verify="reexecute:N"``, what a re-run or a settled
+    read that disagreed does (default: raise it; the simulator rolls the run back).
     """
 
     def __init__(self, plan: Plan, key: Instance, config: InstanceConfig, snapshots: StageSnapshots, send: Callable[[Any, Any], None],
-                 fail: Callable[[BaseException], None] = raise_it, **runtime: Any) -> None:
+                 fail: Callable[[BaseException], None] = raise_it, corrupted: Callable[[BaseException], None] = raise_it,
+                 **runtime: Any) -> None:
         self.key, self.snapshots, self._send, self._fail = key, snapshots, send, fail
         self.rt = StageRuntime(plan, *key, backend_factory=snapshots.backend, merging=config.input_merge, restore_t=config.restore_t, **runtime)
+        if config.reexecute is not None:  # verify="reexecute:N": keyed steps re-run one batch in N (see reexecuted_step.py)
+            reexecuted(self.rt, config.reexecute, config.seed or 0, corrupted, config.restore_t)
         incarnations = runtime.get("incarnations")
         #: recovery="local": this incarnation's side of it (its log, inputs taken, cut; None: the default path)
         self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key, runtime.get("incarnation"))

@@ -51,7 +51,7 @@ from driftstream.ordering.meta import TOP
 from driftstream.snapshots.output_segments import discard_outputs
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import RunConfig, aligned_sources
+from driftstream.engine.model.config import RunConfig, aligned_sources, reexecute_every
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
 from driftstream.engine.model.plan import Plan
@@ -60,6 +60,8 @@ from driftstream.engine.model.recovery import RecoveryRules, drained, replay_lim
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.output_logs import trim_logs
+from driftstream.engine.runtime.reexecuted_step import SilentCorruption
+from driftstream.engine.runtime.simulated_corruptions import SimulatedCorruptions
 from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 from driftstream.engine.runtime.simulated_replicas import SimulatedReplicas
@@ -139,6 +141,8 @@ class Simulation:
             self.replicas.votes, self.replicas.replacements = self.votes, ReplicaReplacements(self.replicas)
         #: replicas > 1: their seeded deaths and flips, and what the votes found done (see replica_faults.py)
         self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
+        #: verify="reexecute:N": the silent corruptions caught and the rollbacks they caused (None by default)
+        self.corruptions = None if reexecute_every(config.verify) is None else SimulatedCorruptions(self)
         self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
@@ -308,7 +312,10 @@ class Simulation:
                 self.incarnation.flush(instance)
             return True
         choice: Callable[[], None] = self.rng.choice(kinds)
-        choice()
+        try:
+            choice()
+        except SilentCorruption as exc:  # verify="reexecute:N": caught; the run rolls back (see simulated_corruptions.py)
+            self.corruptions.caught(exc.record)
         return True
 
     def roll_back(self, why: Any) -> None:

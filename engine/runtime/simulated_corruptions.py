@@ -1,0 +1,52 @@
+"""``verify="reexecute:N"`` in the simulator: what a caught silent corruption does to the run, and
+the faults tests inject (issue 58).
+
+A :class:`~.reexecuted_step.SilentCorruption` raised by an instance's keyed step (a re-run that
+disagreed, or a settled read that does not match what was written) rolls every instance back
+(:meth:`SimulatedCorruptions.caught`) to the newest committed snapshot that holds the state
+right: one below the record's ``before`` when the corrupt value was read from settled state
+(a snapshot taken after it went bad holds it bad), else the newest (a re-run's difference lies
+in the log, above every committed snapshot). None left: the beginning. Exactly-once sinks drop
+what they hold, as after a crash; nothing derived from the bad value was released (it was
+caught at its first read, or in the batch that computed it).
+
+The faults tests inject are :mod:`.state_faults`'.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from driftstream.engine.model.manifest import Manifest
+
+
+class SimulatedCorruptions:
+    """The corruptions ``sim`` (a :class:`~.simulator.Simulation`) caught (``records``, in order)
+    and the rollback each caused (``restored``: the snapshot id, None for the beginning)."""
+
+    def __init__(self, sim: Any) -> None:
+        self.sim = sim
+        self.records: list = []
+        self.restored: list = []
+
+    def caught(self, record: Any) -> None:
+        """Every instance restarts from the newest committed snapshot below ``record.before``."""
+        sim = self.sim
+        self.records.append(record)
+        manifest = self._target(record.before)
+        collecting = sim.acker.collecting
+        if collecting is not None:
+            sim.acker.end_snapshot(collecting.snapshot_id)
+        if sim.local is not None:
+            sim.local.restart_all()
+        sim.live.stop()
+        self.restored.append(None if manifest is None else manifest.snapshot_id)
+        sim._start_incarnation(manifest, recovering=True)
+
+    def _target(self, before: Optional[tuple]) -> Optional[Manifest]:
+        store = self.sim.store
+        for sid in sorted(store.committed_ids(), reverse=True):
+            manifest = Manifest.from_json(store.read_manifest(sid))
+            if before is None or tuple(manifest.t) < before:
+                return manifest
+        return None
