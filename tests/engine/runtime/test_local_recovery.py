@@ -343,3 +343,32 @@ def test_the_others_release_while_a_replacement_catches_up(downstream):
     assert not wrong, f"seeds whose output differs: {wrong}"
     # a third of the seeds fail a keyed instance; in the others' sinks: output past the cut in most
     assert len(held) >= 10 and sum(n > 0 for n in held) > len(held) // 2, held
+
+
+@pytest.mark.slow  # 200 more seeds of each flow (~20 s)
+@pytest.mark.parametrize("downstream", [False, True], ids=["sink", "feeds-a-stage"])
+def test_hundreds_more_seeds_of_the_others_releasing(downstream):
+    flow = _keyed_sum("others", downstream)
+    expected = reference_outputs(flow)
+    for seed in range(FEW, FEW + 200):
+        sim, result, _ = _released_past_the_cut(flow, seed)
+        assert all(result.output(s) == v for s, v in expected.items()), (seed, sim.crash_points)
+
+
+def test_without_a_failure_every_instance_is_told_the_one_watermark():
+    """Frontiers differ only while an instance recovers: with no failure, every instance is
+    told the same watermarks, in the same order, as under recovery="global"."""
+    flow = _keyed_sum("one", downstream=True)
+    for seed in range(20):
+        sim = Simulation(flow.plan(3), _config(seed))
+        told: dict = {}
+        send = sim._send_control
+
+        def recorder(sender, receiver, message, told=told, send=send) -> None:
+            if type(message) is Watermark and message.snapshot_id is None:
+                told.setdefault(receiver, []).append(message.t)
+            send(sender, receiver, message)
+
+        sim._send_control = recorder
+        sim.run()
+        assert len({tuple(ts) for ts in told.values()}) == 1 and len(told) == len(sim.plan.instances), seed
