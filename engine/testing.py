@@ -82,6 +82,34 @@ def kill_at(progress: Callable[[], int], kills: list) -> threading.Thread:
     return thread
 
 
+def fault_at(progress: Callable[[], int], name: str, at: int, kind: str, seed: int = 0) -> threading.Thread:
+    """A thread that injects fault ``kind`` (``"flip"``, ``"wrong"``: see runtime/state_faults.py)
+    into the keyed state of the actor playing instance ``name`` once ``progress()`` reaches
+    ``at``, trying again every 20 ms until it finds something to strike; what it struck is in
+    the thread's ``faults``, what it could not do in its ``errors``."""
+    import ray
+
+    def run() -> None:
+        while progress() < at:
+            time.sleep(0.02)
+        for _ in range(500):
+            actor = actor_of(name)
+            if actor is None:
+                thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
+                return
+            done = ray.get(actor.inject_fault.remote(kind, seed))
+            if done is not None:
+                thread.faults.append(done)
+                return
+            time.sleep(0.02)
+        thread.errors.append(f"{name}: nothing to strike")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.errors, thread.faults = [], []  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
 def wait_for_actor(name: str, not_id: Optional[object] = None, stop: Optional[threading.Event] = None,
                    timeout: Optional[float] = None):
     """:func:`actor_of` once there is one; None if ``stop`` is set first; TimeoutError after

@@ -14,6 +14,7 @@ XOR acks to the acker; the acker pushes watermarks to every stage actor.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import resource
 import sys
@@ -44,6 +45,7 @@ from driftstream.engine.runtime.instance_host import InstanceHost
 from driftstream.engine.runtime.output_logs import LogWriter
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
+from driftstream.engine.runtime.state_faults import FAULTS
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 from driftstream.engine.runtime.transport import Endpoint, FrameTooLarge
 
@@ -74,6 +76,9 @@ SWITCH_INTERVAL_S = 0.001
 
 #: Seconds between ``gc.freeze()`` calls in stage actors (see :func:`.gc_policy.freeze_survivors`).
 FREEZE_EVERY_S = 1.0
+
+#: A stage actor's exit status after it caught a silent corruption (verify="reexecute:N")
+CORRUPTION_EXIT = 70
 
 #: Modules a flow's setup imports on its first use of a connector (Kafka's: ~0.06 s of CPU a
 #: process, its client library and codecs). A warm actor, which has no flow yet, loads them
@@ -494,7 +499,7 @@ class StageActor:
         # recovery="local": the instances' incarnations (this actor's own copy, kept current by peer_failed)
         local = {} if config.incarnations is None else {"incarnations": {Instance(*k): n for k, n in config.incarnations.items()}}
         self.host = host = InstanceHost(plan, self.key, config, snapshots, self._send, fail=self._fail, sample_every=config.sample_every,
-                                        bundle_writer=self._write_bundle, **local)
+                                        bundle_writer=self._write_bundle, corrupted=self._corrupted, **local)
         if host.recovery is not None:
             host.recovery.cut = config.cut  # a replacement's: its output below it is dropped (the receivers have it)
         self.batch_size = config.batch_size
@@ -653,6 +658,20 @@ class StageActor:
     def _fail(self, exc: BaseException) -> None:
         """The run fails with ``exc`` (see :meth:`InstanceHost.fail`): the acker tells the supervisor."""
         self.acker.fail.remote(exc)
+
+    def _corrupted(self, exc: BaseException) -> None:
+        """``verify="reexecute:N"``: a re-run or a settled read disagreed (see reexecuted_step.py),
+        before anything derived from it left this instance. Its line goes to the log and the
+        process exits: the supervisor recovers as from any death (a global rollback to the
+        newest committed snapshot; under recovery="local" this instance alone)."""
+        print(f"driftstream {self.plan.actor_name(self.key)}: {exc}", file=sys.stderr, flush=True)
+        os._exit(CORRUPTION_EXIT)
+
+    async def inject_fault(self, kind: str, seed: int) -> Optional[str]:
+        """Tests: fault ``kind`` (``"flip"``, ``"wrong"``: see state_faults.py) in this instance's
+        keyed state, seeded; what was struck (None: nothing to strike yet)."""
+        fault = FAULTS[kind](self.host, random.Random(seed))
+        return None if fault is None else repr(fault)
 
     def _send(self, to: Any, message: Any) -> None:
         """The host's transport: the data plane, a batch delayed at random under ``chaos``."""
