@@ -373,7 +373,12 @@ def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:
 
 
 def host_state_digest(host: Any) -> str:
-    """The digest of a host's folded value state (every keyed step whose backend lists its
-    items; entry and window state are not digested yet)."""
-    return state_digest((sid, key, value) for sid, ks in sorted(host.rt.keyed.items()) if hasattr(ks.backend, "items")
-                        for key, value in ks.backend.items())
+    """The digest of a host's folded keyed state: value state by key, entry state by ``(key,
+    entry)`` (its records, in the state cache under it); window state is not digested yet."""
+    return state_digest((sid, key, value) for sid, ks in sorted(host.rt.keyed.items()) for key, value in _settled(ks.backend))
+
+
+def _settled(backend: Any) -> Any:
+    """The ``(key, value)`` records a keyed state's backend holds (none: it cannot list them)."""
+    listing = getattr(backend, "items", None) or getattr(getattr(backend, "cache", None), "items", None)
+    return () if listing is None else listing()
