@@ -9,7 +9,7 @@ reported and acted on.
   passes certifies the snapshot taken at its end (its state digest is in the vote). A finer
   epoch would release sooner but certify no snapshot to roll back to.
 - Each replica digests what its sinks release, the net of what it sends (its upstream log
-  records it, :class:`DigestedLog`) and, at each epoch's end, its folded value state
+  records it, :class:`DigestedLog`) and, at each epoch's end, its folded keyed state
   (:class:`~driftstream.ordering.replica_digests.ReplicaDigest`). Sends stay optimistic (the
   receivers take the primary's stream): what a corrupt primary sent is withheld from every
   sink by the gate (an epoch is released only once every instance passed it).
