@@ -5,9 +5,9 @@ as Orthrus does for silent CPU errors): determinism makes the comparison exact.
 over the same (read-only while a batch applies) settled backend, holding the logs of the keys
 the batch touches with every entry *not applied*: :meth:`Reexecution.run` first re-applies each
 of those logs from the key's settled value (so a log entry's state that went bad since it was
-computed, or was computed wrong, shows as a changed output), then the batch. :func:`key_digest`
-digests a key's post-state (its log: times, payloads, outputs, states or journals, and an entry
-state's overlay of the key); the live state's and the copy's must agree, and so must the outputs.
+computed, or was computed wrong, shows as a changed output), then the batch. A key's post-state
+(:func:`key_parts`: its log's times, payloads, outputs, states or journals, and an entry
+state's overlay of the key) must be the live state's, and so must the outputs.
 
 >>> from driftstream.ordering.keyed_state import DriftingKeyedState
 >>> from driftstream.ordering.meta import Meta
@@ -24,7 +24,7 @@ state's overlay of the key); the live state's and the copy's must agree, and so 
 ['output', 'state']
 
 Costs, for the batches re-run only: one call of the function per entry of each touched key's log
-and per element of the batch, and a ``repr`` of each touched key's post-state, twice.
+and per element of the batch, and a comparison of each touched key's post-state.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ def _crc(value: Any) -> int:
     return zlib.crc32(repr(value).encode())
 
 
-def key_digest(state: Any, key: Hashable) -> int:
-    """The digest of ``key``'s part of ``state`` above its settled value: its log (times,
-    payloads, outputs, and each entry's state, or journal and the overlay of the records the
-    journals wrote) and its pending tombstones."""
+def key_parts(state: Any, key: Hashable) -> list:
+    """``key``'s part of ``state`` above its settled value: its pending tombstones and its log
+    (times, payloads, outputs, and each entry's state, or journal and the overlay of the records
+    the journals wrote)."""
     log = state.logs.get(key)
     parts: list = [state.pending_tombstones.get(key)]
     if log is not None:
@@ -66,7 +66,12 @@ def key_digest(state: Any, key: Hashable) -> int:
             overlay = state.overlay
             records = sorted({entry for journal in log.after if journal for entry in journal}, key=repr)
             parts.append([(entry, overlay.get((key, entry))) for entry in records])
-    return _crc(parts)
+    return parts
+
+
+def key_digest(state: Any, key: Hashable) -> int:
+    """The digest of :func:`key_parts` (what a record of a difference shows)."""
+    return _crc(key_parts(state, key))
 
 
 class Reexecution:
@@ -89,10 +94,9 @@ class Reexecution:
         copy_out = copy.apply_items(items)
         if copy_out != live_out:
             found.append(Mismatch("output", None, _crc(live_out), _crc(copy_out)))
-        for key in self.keys:
-            theirs, ours = key_digest(live, key), key_digest(copy, key)
-            if theirs != ours:
-                found.append(Mismatch("state", key, theirs, ours))
+        for key in self.keys:  # compared as values (a repr of big states costs more), digested when they differ
+            if key_parts(live, key) != key_parts(copy, key):
+                found.append(Mismatch("state", key, key_digest(live, key), key_digest(copy, key)))
         return found
 
 

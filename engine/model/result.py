@@ -81,6 +81,11 @@ class Metrics:
     #: ``replicas`` (the dissenters), ``kind``, the epoch's ``t_range``, every voter's ``digests``,
     #: the stage's ``steps`` and the ``action`` taken (see runtime/simulated_votes.py)
     dissents: list = field(default_factory=list)
+    #: verify="reexecute:N" (the simulator's; on Ray the instance's log line): per silent corruption
+    #: caught, the ``step``, ``instance``, the batch's ``t_range``, what differed (``found``, with
+    #: both digests of each) and the snapshot the run rolled back to (``restored``; None: the
+    #: beginning), see runtime/reexecuted_step.py
+    corruptions: list = field(default_factory=list)
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)
     #: per stateful step backed by a state cache: records and bytes cached (summed over its

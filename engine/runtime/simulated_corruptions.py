@@ -15,6 +15,7 @@ The faults tests inject are :mod:`.state_faults`'.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional
 
 from driftstream.engine.model.manifest import Manifest
@@ -42,6 +43,10 @@ class SimulatedCorruptions:
         sim.live.stop()
         self.restored.append(None if manifest is None else manifest.snapshot_id)
         sim._start_incarnation(manifest, recovering=True)
+
+    def report(self) -> list:
+        """Per corruption caught, what ``RunMetrics.corruptions`` lists."""
+        return [{**dataclasses.asdict(record), "restored": sid} for record, sid in zip(self.records, self.restored)]
 
     def _target(self, before: Optional[tuple]) -> Optional[Manifest]:
         store = self.sim.store

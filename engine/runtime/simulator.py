@@ -387,6 +387,9 @@ class Simulation:
             result.metrics.skipped = self.skipped
             if self.votes is not None:
                 result.metrics.dissents = self.votes.report()
+            if self.corruptions is not None:
+                result.metrics.corruptions = self.corruptions.report()
+                result.metrics.recoveries += len(self.corruptions.restored)
             return result
         finally:
             self.close()

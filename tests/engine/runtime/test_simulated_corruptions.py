@@ -58,7 +58,7 @@ def _config(seed: int, verify: str) -> RunConfig:
 
 
 def faulty_run(flow: Flow, seed: int, verify: str, fault: Callable) -> tuple:
-    """(simulation, output, the fault injected or None) of one seeded run with ``fault`` struck
+    """(simulation, result, the fault injected or None) of one seeded run with ``fault`` struck
     into a seeded instance at a seeded step, or the first after it where it finds its target."""
     sim = Simulation(flow.plan(2 + seed % 2), _config(seed, verify))
     rng = random.Random(seed)
@@ -72,7 +72,7 @@ def faulty_run(flow: Flow, seed: int, verify: str, fault: Callable) -> tuple:
             break
     else:
         pytest.fail(f"seed {seed}: no end after {MAX_STEPS} steps")
-    return sim, sim.run().output("out"), done
+    return sim, sim.run(), done
 
 
 def _check(name: str, fault: Callable, verify: str, seeds: range) -> dict:
@@ -80,14 +80,15 @@ def _check(name: str, fault: Callable, verify: str, seeds: range) -> dict:
     expected = reference_outputs(flow)["out"]
     wrong, counts = [], {"faults": 0, "caught": 0, "unchecked wrong": 0}
     for seed in seeds:
-        sim, out, done = faulty_run(flow, seed, verify, fault)
+        sim, result, done = faulty_run(flow, seed, verify, fault)
         counts["faults"] += done is not None
-        caught = sim.corruptions.records
+        caught = result.metrics.corruptions  # each with what differed, both digests, the snapshot restored
+        assert len(caught) == len(sim.corruptions.records) and all(c["found"] and c["step"] == "stateful_map" for c in caught)
         counts["caught"] += bool(caught)
-        if out != expected:
+        if result.output("out") != expected:
             wrong.append((seed, done, caught[:1]))
         _, unchecked, _ = faulty_run(flow, seed, "first", fault)
-        counts["unchecked wrong"] += unchecked != expected
+        counts["unchecked wrong"] += unchecked.output("out") != expected
     assert not wrong, f"seeds whose output differs (seed, fault, caught): {wrong[:3]}"
     return counts
 
@@ -113,8 +114,8 @@ def test_without_faults_nothing_is_caught_and_the_output_is_the_fault_free_one()
     flow = FLOWS["entries"]()
     expected = reference_outputs(flow)["out"]
     for seed in range(20):
-        sim, out, _ = faulty_run(flow, seed, "reexecute:1", lambda host, rng: None)
-        assert out == expected and not sim.corruptions.records, seed
+        sim, result, _ = faulty_run(flow, seed, "reexecute:1", lambda host, rng: None)
+        assert result.output("out") == expected and not result.metrics.corruptions and result.metrics.recoveries == 0, seed
 
 
 @pytest.mark.parametrize("verify", ["reexecute:0", "reexecute:x", "reexecute:", "reexecute:-2"])
