@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Hashable, Optional
+from typing import Any, Hashable, Iterable, Optional
 
 from .entry_state import EntryKeyedState
 from .keyed_state import KeyLog
@@ -100,13 +100,14 @@ class Reexecution:
         return found
 
 
-def copy_of(state: Any, items: list) -> Reexecution:
+def copy_of(state: Any, items: list, also: Iterable[Hashable] = ()) -> Reexecution:
     """Before ``state`` applies ``items`` (``(meta, payload, key)``): a fresh state of its class
     over the same settled backend (checked, if it is: the copy's reads of the touched keys'
-    settled state are checked too), holding the logs of the keys ``items`` touch, their entries
-    not applied. O(the touched keys' logs)."""
+    settled state are checked too), holding the logs of the keys ``items`` touch and of the keys
+    ``also`` (checked as well, though the batch has nothing for them), their entries not
+    applied. O(those keys' logs)."""
     copy = type(state)(state.fn, flat=state.flat, backend=state.backend, on_error=state.on_error)
-    keys = list(dict.fromkeys(item[2] for item in items))
+    keys = list(dict.fromkeys([*(item[2] for item in items), *also]))
     logs, pending = state.logs, state.pending_tombstones
     for key in keys:
         log = logs.get(key)

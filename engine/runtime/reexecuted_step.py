@@ -69,7 +69,7 @@ class ReexecutedStep(Operator):
     ``every``-th batch (from ``phase``) re-run on a copy; ``on_mismatch(SilentCorruption)``
     after a batch that disagreed. ``state`` is the inner's: snapshots and reports see it."""
 
-    __slots__ = ("inner", "state", "every", "phase", "instance", "on_mismatch", "batches", "reexecuted", "watermark")
+    __slots__ = ("inner", "state", "every", "phase", "instance", "on_mismatch", "batches", "reexecuted", "watermark", "pending")
 
     def __init__(self, inner: Keyed, every: int, phase: int, instance: str, on_mismatch: Callable[[SilentCorruption], None]) -> None:
         super().__init__(inner.name)
@@ -77,6 +77,7 @@ class ReexecutedStep(Operator):
         self.instance, self.on_mismatch = instance, on_mismatch
         self.batches = self.reexecuted = 0
         self.watermark: tuple = ()
+        self.pending: list = []  # the keys with a log the sweep has not checked yet (see _sweep)
         state = self.state
         if not isinstance(state.backend, (CheckedValues, CheckedEntries)):
             state.backend = (CheckedEntries if isinstance(state, EntryKeyedState) else CheckedValues)(state.backend)
@@ -89,7 +90,7 @@ class ReexecutedStep(Operator):
         else:
             self.reexecuted += 1
             inputs = self.inner.inputs(items)
-            again = copy_of(self.state, inputs)
+            again = copy_of(self.state, inputs, self._sweep(len(items)))
             out = self.inner.run(items)
             found = again.run(inputs, out, self.state)
         corrupt = self.state.backend.corrupt
@@ -100,6 +101,25 @@ class ReexecutedStep(Operator):
             before = min((f.since for f in corrupt), default=None)
             self.on_mismatch(SilentCorruption(CorruptionRecord(self.name, self.instance, (min(ts), max(ts)), found, self.watermark, before)))
         return out
+
+    def _sweep(self, entries: int) -> list:
+        """Keys whose logs the re-run checks too, about ``entries`` of their entries, in turn over
+        every key with a log: a state that went bad in a log nothing re-runs is found within
+        (entries in the logs / a batch's) re-runs, unless the watermark folds it first."""
+        logs, keys = self.state.logs, []
+        while entries > 0:
+            if not self.pending:
+                self.pending = list(logs)
+                if not self.pending:
+                    break
+            key = self.pending.pop()
+            log = logs.get(key)
+            if log is not None:
+                keys.append(key)
+                entries -= len(log.metas)
+            elif not logs:
+                break
+        return keys
 
     def settle(self, watermark: tuple) -> None:
         self.watermark = self.state.backend.at = watermark

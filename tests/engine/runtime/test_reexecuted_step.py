@@ -79,3 +79,14 @@ def test_the_host_wraps_its_keyed_steps_only_under_reexecute():
     host.guarded(host.rt.process_source, host.reader.poll(3))
     host.rt.on_watermark((9,))
     assert [p for _, p in host.rt.collected()["a"]] == [1, 2, 3]
+
+
+def test_a_re_run_also_checks_other_keys_logs_in_turn():
+    """A state gone bad in the log of a key the batch does not touch is found by the sweep."""
+    found: list = []
+    op = _op(2, 0, found)
+    op.run([(_meta(1), 5, "quiet"), (_meta(2), 1, "quiet")])  # batch 1: not re-run
+    op.state.logs["quiet"].after[0] = 99
+    op.run([(_meta(3), 1, "busy")])  # batch 2: re-run, and the sweep takes "quiet"
+    [exc] = found
+    assert [(getattr(f, "kind", None), f.key) for f in exc.record.found] == [("state", "quiet")]
