@@ -83,8 +83,8 @@ class Metrics:
     dissents: list = field(default_factory=list)
     #: verify="reexecute:N" (the simulator's; on Ray the instance's log line): per silent corruption
     #: caught, the ``step``, ``instance``, the batch's ``t_range``, what differed (``found``, with
-    #: both digests of each) and the snapshot the run rolled back to (``restored``; None: the
-    #: beginning), see runtime/reexecuted_step.py
+    #: both digests of each) and the snapshot the run rolled back to (``restored``, its time
+    #: ``restored_t``; None: the beginning), see runtime/reexecuted_step.py
     corruptions: list = field(default_factory=list)
     wall_time: float = 0.0
     latency_ms: dict = field(default_factory=dict)

@@ -43,6 +43,7 @@ from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, writer_turn
 from driftstream.engine.runtime.instance_host import InstanceHost
 from driftstream.engine.runtime.output_logs import LogWriter
+from driftstream.engine.runtime.reexecuted_step import SilentCorruption, set_aside_since
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
 from driftstream.engine.runtime.state_faults import FAULTS
@@ -661,10 +662,14 @@ class StageActor:
 
     def _corrupted(self, exc: BaseException) -> None:
         """``verify="reexecute:N"``: a re-run or a settled read disagreed (see reexecuted_step.py),
-        before anything derived from it left this instance. Its line goes to the log and the
-        process exits: the supervisor recovers as from any death (a global rollback to the
-        newest committed snapshot; under recovery="local" this instance alone)."""
+        before anything derived from it left this instance. Its line goes to the log, the
+        snapshots that may hold the bad value are set aside, and the process exits: the
+        supervisor recovers as from any death (a global rollback to the newest committed
+        snapshot left; under recovery="local" this instance alone)."""
         print(f"driftstream {self.plan.actor_name(self.key)}: {exc}", file=sys.stderr, flush=True)
+        store = self.host.snapshots.store
+        if store is not None and isinstance(exc, SilentCorruption):
+            set_aside_since(store, exc.record.before, str(exc))
         os._exit(CORRUPTION_EXIT)
 
     async def inject_fault(self, kind: str, seed: int) -> Optional[str]:

@@ -29,6 +29,7 @@ from driftstream.ordering.entry_state import EntryKeyedState
 from driftstream.ordering.reexecution import Mismatch, copy_of
 from driftstream.ordering.written_digests import CheckedEntries, CheckedValues
 
+from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.runtime.operators import Keyed, Operator
 
 
@@ -124,6 +125,23 @@ class ReexecutedStep(Operator):
     def settle(self, watermark: tuple) -> None:
         self.watermark = self.state.backend.at = watermark
         self.inner.settle(watermark)
+
+
+def set_aside_since(store: Any, before: Optional[tuple], reason: str) -> list:
+    """Take out of use every committed snapshot of ``store`` whose time is not below ``before``
+    (taken after a value went bad, it may hold it; None: none); their ids. The next restore
+    then takes the newest left (none: the beginning), as after a damaged file
+    (``SnapshotStore.quarantine``)."""
+    if before is None:
+        return []
+    gone = []
+    for sid in reversed(store.committed_ids()):
+        data = store.read_manifest(sid)
+        if data is not None and tuple(Manifest.from_json(data).t) < before:
+            break
+        store.quarantine(sid, reason)
+        gone.append(sid)
+    return gone
 
 
 def reexecuted(rt: Any, every: int, seed: int, on_mismatch: Callable[[SilentCorruption], None], restored: Optional[tuple] = None) -> list:

@@ -5,7 +5,7 @@ A :class:`~.reexecuted_step.SilentCorruption` raised by an instance's keyed step
 disagreed, or a settled read that does not match what was written) rolls every instance back
 (:meth:`SimulatedCorruptions.caught`) to the newest committed snapshot that holds the state
 right: one below the record's ``before`` when the corrupt value was read from settled state
-(a snapshot taken after it went bad holds it bad), else the newest (a re-run's difference lies
+(a snapshot taken after it went bad holds it bad: those are set aside, :func:`.reexecuted_step.set_aside_since`), else the newest (a re-run's difference lies
 in the log, above every committed snapshot). None left: the beginning. Exactly-once sinks drop
 what they hold, as after a crash; nothing derived from the bad value was released (it was
 caught at its first read, or in the batch that computed it).
@@ -19,11 +19,12 @@ import dataclasses
 from typing import Any, Optional
 
 from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.runtime.reexecuted_step import set_aside_since
 
 
 class SimulatedCorruptions:
     """The corruptions ``sim`` (a :class:`~.simulator.Simulation`) caught (``records``, in order)
-    and the rollback each caused (``restored``: the snapshot id, None for the beginning)."""
+    and the rollback each caused (``restored``: the snapshot's id and time, None for the beginning)."""
 
     def __init__(self, sim: Any) -> None:
         self.sim = sim
@@ -34,24 +35,23 @@ class SimulatedCorruptions:
         """Every instance restarts from the newest committed snapshot below ``record.before``."""
         sim = self.sim
         self.records.append(record)
-        manifest = self._target(record.before)
+        manifest = self._target(record)
         collecting = sim.acker.collecting
         if collecting is not None:
             sim.acker.end_snapshot(collecting.snapshot_id)
         if sim.local is not None:
             sim.local.restart_all()
         sim.live.stop()
-        self.restored.append(None if manifest is None else manifest.snapshot_id)
+        self.restored.append(None if manifest is None else (manifest.snapshot_id, tuple(manifest.t)))
         sim._start_incarnation(manifest, recovering=True)
 
     def report(self) -> list:
         """Per corruption caught, what ``RunMetrics.corruptions`` lists."""
-        return [{**dataclasses.asdict(record), "restored": sid} for record, sid in zip(self.records, self.restored)]
+        return [{**dataclasses.asdict(record), "restored": None if r is None else r[0], "restored_t": None if r is None else r[1]}
+                for record, r in zip(self.records, self.restored)]
 
-    def _target(self, before: Optional[tuple]) -> Optional[Manifest]:
+    def _target(self, record: Any) -> Optional[Manifest]:
         store = self.sim.store
-        for sid in sorted(store.committed_ids(), reverse=True):
-            manifest = Manifest.from_json(store.read_manifest(sid))
-            if before is None or tuple(manifest.t) < before:
-                return manifest
-        return None
+        set_aside_since(store, record.before, record.line())
+        data = store.read_latest_manifest()
+        return None if data is None else Manifest.from_json(data)

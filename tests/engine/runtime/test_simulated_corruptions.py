@@ -78,13 +78,17 @@ def faulty_run(flow: Flow, seed: int, verify: str, fault: Callable) -> tuple:
 def _check(name: str, fault: Callable, verify: str, seeds: range) -> dict:
     flow = FLOWS[name]()
     expected = reference_outputs(flow)["out"]
-    wrong, counts = [], {"faults": 0, "caught": 0, "unchecked wrong": 0}
+    wrong, counts = [], {"faults": 0, "caught": 0, "unchecked wrong": 0, "restored below": 0}
     for seed in seeds:
         sim, result, done = faulty_run(flow, seed, verify, fault)
         counts["faults"] += done is not None
         caught = result.metrics.corruptions  # each with what differed, both digests, the snapshot restored
         assert len(caught) == len(sim.corruptions.records) and all(c["found"] and c["step"] == "stateful_map" for c in caught)
         counts["caught"] += bool(caught)
+        for c in caught:  # a corrupt settled read restores a snapshot taken before the value went bad
+            if c["before"] is not None and c["restored"] is not None:
+                counts["restored below"] += 1
+                assert c["restored_t"] < c["before"], c
         if result.output("out") != expected:
             wrong.append((seed, done, caught[:1]))
         _, unchecked, _ = faulty_run(flow, seed, "first", fault)
@@ -98,7 +102,7 @@ def test_a_flipped_state_is_caught_by_the_next_batch_of_its_key_and_the_output_i
     """reexecute:1: the key's next batch is re-run, its settled read checked (unchecked entries
     offer nothing to flip: their backend does not list them)."""
     counts = _check(name, flip_settled, "reexecute:1", range(SEEDS))
-    assert counts["faults"] > SEEDS // 2 and counts["caught"] > SEEDS // 4, counts
+    assert counts["faults"] > SEEDS // 2 and counts["caught"] > SEEDS // 4 and counts["restored below"] >= 1, counts
     if name == "values":  # many flips changed the output unchecked; each of those was caught
         assert counts["unchecked wrong"] > SEEDS // 5 and counts["caught"] >= counts["unchecked wrong"], counts
 
