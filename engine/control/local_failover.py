@@ -12,7 +12,8 @@ replaced, and the others never roll back. The protocol is the simulator's
    it (its restored timers seeded; told the raw frontier until it catches up);
 3. every survivor (:meth:`StageActor.peer_failed`) drops the dead one's queued batches,
    processes what its input merge held, cancels what the dead one sent at or above ``W``,
-   re-sends its log to the replacement and sends the acker its ``ReplaySent``;
+   re-sends its log to the replacement and sends the acker its ``ReplaySent``; those that do
+   not send to the replacement first, so that nothing it sends meets a receiver before;
 4. the replacement starts reading (a source instance, from T).
 
 What it cannot do falls back to the global rollback and says so in the recovery's ``kind``
@@ -107,8 +108,12 @@ class LocalFailover:
             ray.get(run.acker.adopt.remote(tuple(victim), actor, address, ray.get(actor.take_seed.remote())))
             connected = time.time()
             senders = {s.index for s in plan.stages if any(ch.dst_stage == victim.stage for sid in s.step_ids for ch in plan.channels[sid])}
-            parts = ray.get([run.actors[k].peer_failed.remote(tuple(victim), new, cut, address if k.stage in senders else None)
-                             for k in survivors])
+            # The receivers first: the replacement's output reaching one before its part would be
+            # dropped as the dead one's batches in flight, or cancelled with them (its sender is
+            # the same instance); it has no input before its senders' part.
+            parts = [ray.get([run.actors[k].peer_failed.remote(tuple(victim), new, cut, address if sends else None)
+                              for k in survivors if (k.stage in senders) == sends]) for sends in (False, True)]
+            parts = parts[0] + parts[1]
             ray.get(actor.start.remote(None))
         except BaseException:
             ray.kill(actor, no_restart=True)
