@@ -19,25 +19,31 @@ then, so a snapshot taken before that watermark holds it right (:class:`CorruptR
 >>> checked.get("k"), checked.corrupt[0].key, checked.corrupt[0].since
 (2, 'k', (7,))
 
-Costs, only with ``verify="reexecute:N"``: a ``repr`` and a CRC-32 of the value per record
-written and per record read from the backend (reads of a key's own log cost nothing).
+Costs, only with ``verify="reexecute:N"``: a :func:`digest` of the value per record written and
+per record read from the backend (reads of a key's own log cost nothing).
 """
 
 from __future__ import annotations
 
+import marshal
 import zlib
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterable
 
 
 def digest(value: Any) -> int:
-    """The digest of a state value: CRC-32 of its ``repr`` (plain data's is one string for one
-    value built the same way; compared in the process that wrote it).
+    """The digest of a state value: CRC-32 of its ``marshal`` format 0 (plain data: 0.13 us for a
+    short list against 0.48 through ``repr``, 6.5 against 46 for a dict of 200 lists; format 0
+    marks neither shared objects nor interned strings, so a value decoded from the store
+    digests as the one written), else of its ``repr``. Compared in the process that wrote it.
 
-    >>> digest((1, "a")) == digest((1, "a")) != digest((1, "b"))
-    True
+    >>> digest((1, "a")) == digest((1, "a")) != digest((1, "b")), digest(object) == digest(object)
+    (True, True)
     """
-    return zlib.crc32(repr(value).encode())
+    try:
+        return zlib.crc32(marshal.dumps(value, 0))
+    except ValueError:  # not plain data (an object of the user's class)
+        return zlib.crc32(repr(value).encode())
 
 
 @dataclass
