@@ -133,3 +133,19 @@ def test_after_a_failure_the_watermark_is_the_survivors(batches, dead, rnd):
         highest = max(highest, model)
         assert a.frontier_raw() == model
         assert a.watermark == highest
+
+
+def test_the_least_open_time_per_receiver_is_kept_while_asked_for():
+    """keep_receivers builds a heap per receiver from the tables; then each new open time goes
+    in, acked and discarded ones drop out lazily; least_by_receiver is each receiver's least."""
+    a = ChannelAcker(sources=0)
+    a.update({((1, 2), (5, 0, 0, 5)): 3, ((1, 3), (7, 0, 0, 7)): 4})
+    a.keep_receivers(True)
+    a.update({((3, 2), (4, 0, 0, 4)): 5, ((2, 2), (9, 0, 0, 9)): 6})  # a send into 2, and 2's own timer
+    assert a.least_by_receiver() == {2: (4, 0, 0, 4), 3: (7, 0, 0, 7)}
+    a.update({((3, 2), (4, 0, 0, 4)): 5})  # acked
+    assert a.least_by_receiver() == {2: (5, 0, 0, 5), 3: (7, 0, 0, 7)}
+    a.discard(3)  # 3 died: its channels go, into it and out of it
+    assert a.least_by_receiver() == {2: (5, 0, 0, 5)}
+    a.keep_receivers(False)
+    assert a.by_receiver is None
