@@ -1,25 +1,27 @@
-"""``verify="reexecute:N"`` in the simulator: what a caught silent corruption does to the run, and
-the faults tests inject (issue 58).
+"""``verify="reexecute:N"`` in the simulator: what a caught silent corruption does to the run
+(issue 58).
 
 A :class:`~.reexecuted_step.SilentCorruption` raised by an instance's keyed step (a re-run that
 disagreed, or a settled read that does not match what was written) rolls every instance back
 (:meth:`SimulatedCorruptions.caught`) to the newest committed snapshot that holds the state
-right: one below the record's ``before`` when the corrupt value was read from settled state
-(a snapshot taken after it went bad holds it bad: those are set aside, :func:`.reexecuted_step.set_aside_since`), else the newest (a re-run's difference lies
-in the log, above every committed snapshot). None left: the beginning. Exactly-once sinks drop
-what they hold, as after a crash; nothing derived from the bad value was released (it was
-caught at its first read, or in the batch that computed it).
-
-The faults tests inject are :mod:`.state_faults`'.
+right: the snapshots at or past the record's ``before`` are set aside when the corrupt value
+was read from settled state (taken after it went bad, they may hold it:
+:func:`.reexecuted_step.set_aside_since`); a re-run's difference lies in a log, above every
+committed snapshot. None left: the beginning. Exactly-once sinks drop what they hold, as after
+a crash; what was caught before its batch's outputs left reaches no sink. The faults tests
+inject are :mod:`.state_faults`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional
 
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.runtime.reexecuted_step import set_aside_since
+
+log = logging.getLogger(__name__)
 
 
 class SimulatedCorruptions:
@@ -36,6 +38,7 @@ class SimulatedCorruptions:
         sim = self.sim
         self.records.append(record)
         manifest = self._target(record)
+        log.warning("%s; rolling back to %s", record.line(), "the beginning" if manifest is None else f"snapshot {manifest.snapshot_id}")
         collecting = sim.acker.collecting
         if collecting is not None:
             sim.acker.end_snapshot(collecting.snapshot_id)
