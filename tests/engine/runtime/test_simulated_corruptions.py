@@ -126,3 +126,11 @@ def test_without_faults_nothing_is_caught_and_the_output_is_the_fault_free_one()
 def test_reexecute_needs_an_int_of_at_least_one(verify):
     with pytest.raises(FlowError, match="reexecute:N"):
         RunConfig(verify=verify)
+
+
+@pytest.mark.slow  # 160 more seeds of each flow and fault: ~25 s
+@pytest.mark.parametrize("name", sorted(FLOWS))
+@pytest.mark.parametrize("fault", [flip_settled, wrong_once], ids=["flip", "wrong"])
+def test_hundreds_of_seeded_faults_give_the_fault_free_output(name, fault):
+    counts = _check(name, fault, "reexecute:1", range(SEEDS, SEEDS + 160))
+    assert counts["caught"] > 10, counts
