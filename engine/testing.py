@@ -83,7 +83,7 @@ def kill_at(progress: Callable[[], int], kills: list) -> threading.Thread:
 
 
 def fault_at(progress: Callable[[], int], name: str, at: int, kind: str, seed: int = 0) -> threading.Thread:
-    """A thread that injects fault ``kind`` (``"flip"``, ``"wrong"``: see runtime/state_faults.py)
+    """A thread that injects fault ``kind`` (a name of ``runtime/state_faults.FAULTS``)
     into the keyed state of the actor playing instance ``name`` once ``progress()`` reaches
     ``at``, trying again every 20 ms until it finds something to strike; what it struck is in
     the thread's ``faults``, what it could not do in its ``errors``."""
@@ -97,7 +97,11 @@ def fault_at(progress: Callable[[], int], name: str, at: int, kind: str, seed: i
             if actor is None:
                 thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
                 return
-            done = ray.get(actor.inject_fault.remote(kind, seed))
+            try:
+                done = ray.get(actor.inject_fault.remote(kind, seed))
+            except ray.exceptions.RayActorError as exc:  # it struck, was caught and the actor exited before it answered
+                thread.faults.append(f"{kind}: the actor exited before it answered ({type(exc).__name__})")
+                return
             if done is not None:
                 thread.faults.append(done)
                 return

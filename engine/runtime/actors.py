@@ -80,6 +80,8 @@ FREEZE_EVERY_S = 1.0
 
 #: A stage actor's exit status after it caught a silent corruption (verify="reexecute:N")
 CORRUPTION_EXIT = 70
+#: ... and how long it waits for a commit in flight before it sets the snapshots aside again
+CORRUPTION_SETTLE_S = 0.5
 
 #: Modules a flow's setup imports on its first use of a connector (Kafka's: ~0.06 s of CPU a
 #: process, its client library and codecs). A warm actor, which has no flow yet, loads them
@@ -668,12 +670,16 @@ class StageActor:
         snapshot left; under recovery="local" this instance alone)."""
         print(f"driftstream {self.plan.actor_name(self.key)}: {exc}", file=sys.stderr, flush=True)
         store = self.host.snapshots.store
-        if store is not None and isinstance(exc, SilentCorruption):
+        if store is not None and isinstance(exc, SilentCorruption) and exc.record.before is not None:
+            set_aside_since(store, exc.record.before, str(exc))
+            # A snapshot whose parts were all in may be committing now: its commit lands within
+            # this pause (this loop sends no part meanwhile), and is set aside in turn.
+            time.sleep(CORRUPTION_SETTLE_S)
             set_aside_since(store, exc.record.before, str(exc))
         os._exit(CORRUPTION_EXIT)
 
     async def inject_fault(self, kind: str, seed: int) -> Optional[str]:
-        """Tests: fault ``kind`` (``"flip"``, ``"wrong"``: see state_faults.py) in this instance's
+        """Tests: fault ``kind`` (``"flip"``, ``"flip at rest"``, ``"wrong"``: state_faults.py) in this instance's
         keyed state, seeded; what was struck (None: nothing to strike yet)."""
         fault = FAULTS[kind](self.host, random.Random(seed))
         return None if fault is None else repr(fault)

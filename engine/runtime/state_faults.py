@@ -21,6 +21,7 @@ Fault(kind='flip', instance=Instance(stage=0, index=0), step='stateful_map', key
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -43,22 +44,25 @@ class Fault:
     new: Any = None
 
 
-def _records(ks: Any) -> list:
-    """The settled records of ``ks`` a flip may strike: a value state's keys (the same choice
-    checked or not, so a test can see what the flip does unchecked), a checked entry state's
-    records with a digest (an unchecked entry backend lists none)."""
+def _records(ks: Any, rest: bool) -> list:
+    """The settled records of ``ks`` a flip may strike (``rest``: of keys with no log): a value
+    state's keys (the same choice checked or not, so a test can see what the flip does
+    unchecked), a checked entry state's records with a digest (an unchecked entry backend lists
+    none)."""
+    logs = ks.logs if rest else {}
     if isinstance(ks.backend, CheckedEntries):
-        return sorted(ks.backend.written, key=repr)
+        return sorted((r for r in ks.backend.written if r[0] not in logs), key=repr)
     backend = getattr(ks.backend, "inner", ks.backend)
-    return [] if isinstance(ks, EntryKeyedState) else sorted((key for key, _ in backend.items()), key=repr)
+    return [] if isinstance(ks, EntryKeyedState) else sorted((key for key, _ in backend.items() if key not in logs), key=repr)
 
 
-def flip_settled(host: Any, rng: random.Random) -> Optional[Fault]:
+def flip_settled(host: Any, rng: random.Random, rest: bool = False) -> Optional[Fault]:
     """Flip one bit of a seeded settled record of ``host``'s keyed state in its backend itself
     (under ``verify="reexecute:N"`` behind the digests' back), and of every state above the
     watermark that derives from it (a value key's log, an entry's overlay stack): else the next
-    fold would write the right value over it. None: nothing to flip."""
-    choices = [(sid, ks, record) for sid, ks in sorted(host.rt.keyed.items()) for record in _records(ks)]
+    fold would write the right value over it. ``rest``: of a key at rest (no log: its next
+    element reads the settled value). None: nothing to flip."""
+    choices = [(sid, ks, record) for sid, ks in sorted(host.rt.keyed.items()) for record in _records(ks, rest)]
     rng.shuffle(choices)
     for sid, ks, record in choices:
         inner = getattr(ks.backend, "inner", ks.backend)
@@ -103,4 +107,4 @@ def wrong_once(host: Any, rng: random.Random) -> Optional[Fault]:
 
 
 #: the faults by name, as ``StageActor.inject_fault`` takes them
-FAULTS: dict = {"flip": flip_settled, "wrong": wrong_once}
+FAULTS: dict = {"flip": flip_settled, "flip at rest": functools.partial(flip_settled, rest=True), "wrong": wrong_once}
