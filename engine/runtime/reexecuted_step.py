@@ -158,4 +158,4 @@ def reexecuted(rt: Any, every: int, seed: int, on_mismatch: Callable[[SilentCorr
     return done
 
 
-__all__ = ["CorruptionRecord", "Mismatch", "ReexecutedStep", "SilentCorruption", "reexecuted"]
+__all__ = ["CorruptionRecord", "Mismatch", "ReexecutedStep", "SilentCorruption", "reexecuted", "set_aside_since"]

@@ -7,7 +7,7 @@ every output is the fault-free one. Unchecked, the same faults change the output
 from __future__ import annotations
 
 import random
-from typing import Callable, Optional
+from typing import Callable
 
 import pytest
 
