@@ -345,12 +345,12 @@ def test_the_others_release_while_a_replacement_catches_up(downstream):
     assert len(held) >= 10 and sum(n > 0 for n in held) > len(held) // 2, held
 
 
-@pytest.mark.slow  # 200 more seeds of each flow (~20 s)
+@pytest.mark.slow  # 60 more seeds of each flow (~6 s; the suite is kept under 20 minutes)
 @pytest.mark.parametrize("downstream", [False, True], ids=["sink", "feeds-a-stage"])
-def test_hundreds_more_seeds_of_the_others_releasing(downstream):
+def test_more_seeds_of_the_others_releasing(downstream):
     flow = _keyed_sum("others", downstream)
     expected = reference_outputs(flow)
-    for seed in range(FEW, FEW + 200):
+    for seed in range(FEW, FEW + 60):
         sim, result, _ = _released_past_the_cut(flow, seed)
         assert all(result.output(s) == v for s, v in expected.items()), (seed, sim.crash_points)
 

@@ -25,7 +25,7 @@ from tests.engine.runtime.test_simulated_replicas import FLOWS
 from tests.pipelines import STATE_REKEY_STATE, build
 from tests.reference import reference_outputs
 
-#: Seeded runs per flow and check (each ~0.05-0.15 s); the slow tier runs 120 more.
+#: Seeded runs per flow and check (each ~0.05-0.15 s); the slow tier runs 40 more (more by hand: see the architecture doc).
 SEEDS = 30
 
 
@@ -84,10 +84,10 @@ def test_with_two_replicas_a_flip_is_a_mismatch_rolled_back_to_a_snapshot_both_a
     assert seen["rolled back"] >= SEEDS // 5 and seen["detected"] == seen["rolled back"], seen
 
 
-@pytest.mark.slow  # 120 more seeds of each: ~25 s
+@pytest.mark.slow  # 40 more seeds of each: ~8 s (the suite is kept under 20 minutes)
 @pytest.mark.parametrize("name, faults", [("state-rekey-state", {}), ("entries", {}), ("state-rekey-state", {"replicas": 2})])
-def test_hundreds_more_seeded_flips_give_the_fault_free_output(name, faults):
-    _check_seeds(FLOWS[name], range(SEEDS, SEEDS + 120), **faults)
+def test_more_seeded_flips_give_the_fault_free_output(name, faults):
+    _check_seeds(FLOWS[name], range(SEEDS, SEEDS + 40), **faults)
 
 
 @pytest.mark.parametrize("voting", [True, False])
