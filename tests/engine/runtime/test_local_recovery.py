@@ -69,10 +69,10 @@ def test_local_recovery_gives_the_failure_free_output_and_restores_only_the_cras
     _check_seeds(ops, range(SEEDS))
 
 
-@pytest.mark.slow  # hundreds more seeded crashes a flow, as the guarantees' (test_simulated_failures.py): ~9 s a flow
+@pytest.mark.slow  # 150 more seeded crashes a flow (~4 s a flow; 300 passed by hand; the suite is kept under 20 minutes)
 @pytest.mark.parametrize("ops", [STATE_REKEY_STATE, STATE_REKEY_ENTRIES], ids=["state-rekey-state", "entries"])
-def test_thousands_of_seeded_local_recoveries_give_the_failure_free_output(ops):
-    _check_seeds(ops, range(SEEDS, SEEDS + 300))
+def test_more_seeded_local_recoveries_give_the_failure_free_output(ops):
+    _check_seeds(ops, range(SEEDS, SEEDS + 150))
 
 
 def _only_crashed_replaced(sim: Simulation, replaced: set) -> bool:
@@ -282,7 +282,7 @@ def _check_rescaled(name: str, seeds: range) -> None:
 @pytest.mark.slow  # 40 more seeds of each check above (the suite's time is kept under 20 minutes)
 @pytest.mark.parametrize("check, names", [(_check_timed, sorted(TIMED_FLOWS)), (_check_sharded, ["stateful_map", "session", "dead letters"]),
                                           (_check_rescaled, ["stateful_map", "MapState", "session"])], ids=["timed", "sharded", "rescaled"])
-def test_hundreds_more_seeds_of_windows_joins_shards_and_rescales(check, names):
+def test_more_seeds_of_windows_joins_shards_and_rescales(check, names):
     for name in names:
         check(name, range(FEW, FEW + 40))
 
