@@ -55,6 +55,6 @@ class ReadSize:
         if records <= 0:
             return
         now = work / records
-        mean = self.per_record
-        self.per_record = mean = now if mean is None else mean + NEWEST_WEIGHT * (now - mean)
-        self.next = self.batch_size if mean <= 0 else max(min(self.batch_size, MIN_READ), min(self.batch_size, int(WORK_PER_READ / mean)))
+        mean = now if self.per_record is None else self.per_record + NEWEST_WEIGHT * (now - self.per_record)
+        self.per_record = mean
+        self.next = self.batch_size if mean <= 0 else min(self.batch_size, max(MIN_READ, int(WORK_PER_READ / mean)))

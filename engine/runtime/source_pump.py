@@ -60,7 +60,6 @@ class SourcePump:
                  held: Callable[[], bool] = lambda: False, work: Callable[[], int] = lambda: 0) -> None:
         self.reader = reader
         self.source_index = source_index
-        self.batch_size = batch_size
         self.size = ReadSize(batch_size)
         self._work = work
         self._process, self._flush, self._fail, self._alive = process, flush, fail, alive
