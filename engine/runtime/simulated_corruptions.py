@@ -39,12 +39,7 @@ class SimulatedCorruptions:
         self.records.append(record)
         manifest = self._target(record)
         log.warning("%s; rolling back to %s", record.line(), "the beginning" if manifest is None else f"snapshot {manifest.snapshot_id}")
-        collecting = sim.acker.collecting
-        if collecting is not None:
-            sim.acker.end_snapshot(collecting.snapshot_id)
-        if sim.local is not None:
-            sim.local.restart_all()
-        sim.live.stop()
+        sim.stop_every_instance()
         self.restored.append(None if manifest is None else (manifest.snapshot_id, tuple(manifest.t)))
         sim._start_incarnation(manifest, recovering=True)
 

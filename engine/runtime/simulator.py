@@ -323,14 +323,21 @@ class Simulation:
         (a mismatch, or a corrupt primary: its optimistic output may be settled downstream)."""
         epoch, sid = self.votes.rollback_target(set(self.store.committed_ids()))
         manifest = None if sid is None else Manifest.from_json(self.store.read_manifest(sid))
+        self.stop_every_instance()
+        self.votes.rolled_back(epoch, sid, why)
+        self._start_incarnation(manifest, recovering=True)
+
+    def stop_every_instance(self) -> None:
+        """A rollback the run decides on (a vote, a corruption caught), before every instance
+        restarts: the snapshot being collected is given up, every incarnation and replica stops."""
         collecting = self.acker.collecting
         if collecting is not None:
             self.acker.end_snapshot(collecting.snapshot_id)
-        self.local.restart_all()
-        self.replicas.restart()
+        if self.local is not None:
+            self.local.restart_all()
+        if self.replicas is not None:
+            self.replicas.restart()
         self.live.stop()
-        self.votes.rolled_back(epoch, sid, why)
-        self._start_incarnation(manifest, recovering=True)
 
     def _rescale_snapshot(self) -> None:
         catching_up = self.local is not None and self.local.busy(self.acker)  # its marker would carry the watermark past the replacement
