@@ -35,7 +35,7 @@ from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_host import ACKER
 from driftstream.engine.runtime.instance_recovery import catch_up
 from driftstream.engine.runtime.protocol import ReplaySent
-from driftstream.engine.runtime.simulated_replicas import address
+from driftstream.engine.runtime.replicas import address
 
 
 class ReplicaReplacements:

@@ -23,7 +23,7 @@ from driftstream.engine.runtime.protocol import Push, Watermark
 from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.simulated_acker import SimulatedAcker
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
-from driftstream.engine.runtime.simulated_replicas import REPLICA
+from driftstream.engine.runtime.replicas import REPLICA
 
 #: Chance of a crash at a critical point (a marker: shared by every instance's), while
 #: crashes remain; low enough that most crashes strike after a commit.

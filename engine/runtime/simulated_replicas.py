@@ -38,29 +38,19 @@ restore), with steps declared ``deterministic=False``, and ``verify="majority"``
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 from typing import Any, Iterator, Optional
 
-from driftstream.barriers.bundle import Bundle
 from driftstream.ordering.meta import TOP
-from driftstream.snapshots.changelog import Chain
 
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_host import ACKER, InstanceHost
 from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ReplaySent, Watermark
+from driftstream.engine.runtime.replicas import KeptBundles, address, fan_out_copies, for_replica, promote
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
-
-#: The control-plane address of a replica: ``(REPLICA, its incarnation)``.
-REPLICA = "replica"
-
-
-def address(incarnation: Any) -> tuple:
-    """Where the acker's messages to replica ``incarnation`` queue (FIFO per replica)."""
-    return (REPLICA, incarnation)
 
 
 class SimulatedReplicas:
@@ -142,7 +132,7 @@ class SimulatedReplicas:
             if self.is_primary(inc):
                 votes.hold(inc, sink, bundle)
             else:
-                self.kept.setdefault(inc, []).append((sink, bundle))
+                self.kept.setdefault(inc, KeptBundles()).keep(sink, bundle)
             self.hosts[inc][1].bundle_written(sid, bundle)
         return write
 
@@ -152,11 +142,8 @@ class SimulatedReplicas:
         (the sender's, not yet flushed)."""
         data = self.incarnation.data
         data.append((*to, batch))
-        for inc in self.sets.get(to, ()):
-            if inc != batch.channel[1]:
-                copy = dataclasses.replace(batch, channel=(batch.channel[0], inc), times=list(batch.times), items=list(batch.items))
-                acks.xor_many([(copy.channel, t) for t in copy.times], copy.batch_id)
-                data.append((*to, copy))
+        for _, copy in fan_out_copies(batch, self.sets.get(to, ()), acks):
+            data.append((*to, copy))
 
     def receiver(self, to: Instance, batch: Any) -> Optional[InstanceHost]:
         """The host a batch for ``to`` goes to (None: a replica that died)."""
@@ -177,8 +164,7 @@ class SimulatedReplicas:
     def deliver(self, receiver: tuple, message: Any) -> InstanceHost:
         """The acker's ``message`` to replica address ``receiver``: a marker only to the primary."""
         instance, host = self.hosts[receiver[1]]
-        if type(message) is Watermark and message.snapshot_id is not None and not self.is_primary(receiver[1]):
-            message = Watermark(message.t)
+        message = for_replica(message, self.is_primary(receiver[1]))
         host.on_message(message)
         if self.votes is not None and type(message) is Watermark:
             self.votes.watermark(instance, receiver[1], host, message.t, message.snapshot_id is not None)
@@ -197,8 +183,8 @@ class SimulatedReplicas:
         the sinks (with votes: below the snapshot the votes certified, which a replacement restores)."""
         if self.votes is not None:
             t = min(t, self.votes.certified_t())
-        for inc, bundles in self.kept.items():
-            self.kept[inc] = [(sink, b) for sink, b in bundles if not b.t_last < t]
+        for kept in self.kept.values():
+            kept.trim(t)
         for host in self.secondaries():
             host.recovery.trim(t)
 
@@ -274,11 +260,12 @@ class SimulatedReplicas:
         self.local.incarnations[instance] = new
         self.live.register(instance, host)
         self.local.parts[instance] = host.recovery
-        host.recovery.cut = None
-        self._take_over_sinks(new, host)
-        chains = host.snapshots.chains
-        for name in chains:  # its next snapshot a base: its deltas would build on its own, not the dead primary's
-            chains[name] = Chain(host.snapshots.base_every_s)
+        kept = self.kept.pop(new, None)
+        for sink, bundle in promote(host, [] if kept is None else kept.bundles):  # the dead primary's writes in flight were lost
+            if self.votes is not None:
+                self.votes.hold(new, sink, bundle)
+            else:
+                sink.write(bundle)
         table = self.incarnation.acker.table
         for token, peer in self._peers(new):
             table.hold((new, token), cut)
@@ -290,21 +277,6 @@ class SimulatedReplicas:
                 self.fan_out(to, batch, host.rt.acks)
         host.flush()
         self.incarnation.send_control(address(new), ACKER, ReplaySent(new, address(new)))
-
-    def _take_over_sinks(self, inc: Any, host: InstanceHost) -> None:
-        """The new primary's sinks: what it kept that they do not hold is written (the dead
-        primary's writes in flight were lost), and from now on what they hold is dropped."""
-        through = {}
-        for barrier, sink in host.rt.sinks.barriers.values():
-            t_last, through[id(sink)] = sink.skip_replayed()
-            barrier.skip_through(t_last, through[id(sink)])
-        for sink, bundle in self.kept.pop(inc, []):
-            t = through.get(id(sink))
-            rest = [e for e in bundle.elements if t is None or t < e[0]]
-            if rest and self.votes is not None:
-                self.votes.hold(inc, sink, Bundle(rest))
-            elif rest:
-                sink.write(Bundle(rest))
 
     def close(self) -> None:
         """Close the replicas that are not the primary (the run closes the primaries)."""
