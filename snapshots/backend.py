@@ -25,7 +25,8 @@ form (``1``). Unlike a dict, ``items()`` runs in the byte order of the stored
 keys (by key group, then encoded key), not in insertion order.
 
 Costs (2-core machine, small states, codec included): ``get`` about 3 µs,
-``put`` about 2.5 µs, ``items`` about 3 µs per key; larger states add their
+``put`` about 2.5 µs, ``items`` about 3 µs per key (a ``get`` of a missing key: 0.4 µs,
+the bloom filters answer it); larger states add their
 codec cost. ``checkpoint`` flushes the memtable and hard-links the files, so it
 costs the flush (about 30 ms after 50k fresh puts), not the size of the
 database; ``restore`` copies the checkpoint, O(its size).
@@ -38,7 +39,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Optional, Union
 
-from rocksdict import Checkpoint, MemtableFactory, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Checkpoint, MemtableFactory, Options, Rdict, WriteBatch, WriteOptions
 
 from driftstream.ordering.key_groups import GroupRange
 
@@ -81,6 +82,14 @@ class RocksDBBackend:
         # Raw mode: rocksdict stores our bytes as they are. In its default mode it
         # pickles any value that is not str/int/float/bytes, and unpickles on read.
         options = Options(raw_mode=True)
+        # Bloom filters in the table files and the memtable: a state that is not there (a new
+        # key, once the cache is no longer complete) is answered without searching either
+        # (0.4 instead of 5 us a miss over 1.3M keys; a hit the same, ~4 us; 10 bits a key).
+        tables = BlockBasedOptions()
+        tables.set_bloom_filter(10, False)
+        options.set_block_based_table_factory(tables)
+        options.set_memtable_prefix_bloom_ratio(0.1)
+        options.set_memtable_whole_key_filtering(True)
         if bulk:
             options.set_allow_concurrent_memtable_write(False)  # the vector memtable has no concurrent insert
             options.set_memtable_factory(MemtableFactory.vector())
