@@ -24,11 +24,15 @@ of those it has.
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
-#: Memory budget of one state cache (one stateful step instance) by default.
+#: The least memory budget of one state cache (one stateful step instance) by default.
 DEFAULT_BUDGET_BYTES = 256 << 20
+
+#: The default budget's share of the node's memory over its cores (:func:`node_budget_bytes`).
+NODE_MEMORY_SHARE = 1 / 8
 
 #: Items of a container looked at; longer containers are extrapolated from them.
 SAMPLE = 16
@@ -148,3 +152,35 @@ class MeanSize:
                 total += size
         self.count += count
         self.total += total
+
+
+def node_budget_bytes(memory: Optional[int] = None, cores: Optional[int] = None) -> int:
+    """The state cache budget of an instance that names none: an eighth of the node's memory
+    (its cgroup's limit where lower) over its cores, so a node running about an instance a core
+    keeps an eighth of its memory in state caches; at least :data:`DEFAULT_BUDGET_BYTES`. 1.5 GiB
+    on a 2-core machine of 24 GiB. The budget changes what stays decoded, never the output.
+
+    >>> node_budget_bytes(memory=24 << 30, cores=2) >> 20
+    1536
+    >>> node_budget_bytes(memory=1 << 30, cores=8) == DEFAULT_BUDGET_BYTES
+    True
+    """
+    memory = _node_memory() if memory is None else memory
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    return max(DEFAULT_BUDGET_BYTES, int(memory * NODE_MEMORY_SHARE / max(cores, 1)))
+
+
+def _node_memory() -> int:
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX: the floor
+        return 0
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(limit) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            memory = min(memory, int(text))
+    return memory

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Optional, TypedDict, Union
 
-from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
-
 from driftstream.engine.model.data_plane import DataPlaneTLS
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import SnapshotPart
@@ -191,8 +189,10 @@ class RunConfig:
     #: started spare stage actors (Ray): a recovery resets one in a lost instance's place
     #: instead of starting a process (~1 s of CPU); each costs an idle process's memory
     standbys: int = 0
-    #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py)
-    state_cache_bytes: int = DEFAULT_BUDGET_BYTES
+    #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py);
+    #: None: an eighth of its node's memory over the node's cores, at least 256 MiB
+    #: (snapshots/memory_size.py, node_budget_bytes)
+    state_cache_bytes: Optional[int] = None
     #: aligned sources: how far (in the sources' time units, ms for Kafka) a partition may emit
     #: past the slowest of its source's partitions; "auto": each source's own (Kafka: 2 ms, an
     #: in-memory source: off); None: each source instance reads at its own pace
@@ -253,8 +253,9 @@ class RunConfig:
         for name in ("snapshot_interval", "heartbeat_timeout", "snapshot_timeout", "snapshot_failure_timeout", "metrics_interval"):
             if not getattr(self, name) > 0:
                 raise FlowError(f"{name} is a positive number of seconds, not {getattr(self, name)!r}")
-        if type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1:
-            raise FlowError(f"state_cache_bytes is a positive int (bytes per stateful step instance), not {self.state_cache_bytes!r}")
+        if self.state_cache_bytes is not None and (type(self.state_cache_bytes) is not int or self.state_cache_bytes < 1):
+            raise FlowError(f"state_cache_bytes is a positive int (bytes per stateful step instance) or None (a share of "
+                            f"the node's memory), not {self.state_cache_bytes!r}")
         for name in ("resume", "fresh", "allow_state_changes", "allow_new_partitions", "keep_parallelism", "input_merge", "fuse"):
             if type(getattr(self, name)) is not bool:
                 raise FlowError(f"{name} is True or False, not {getattr(self, name)!r}")
@@ -344,7 +345,7 @@ class RunOptions(TypedDict, total=False):
     snapshot_failure_timeout: float
     coordinator_niceness: int
     standbys: int
-    state_cache_bytes: int
+    state_cache_bytes: Optional[int]
     source_alignment: Any
     input_merge: bool
     fuse: bool
@@ -367,7 +368,7 @@ class InstanceConfig:
     sample_every: int = 1
     seed: Optional[int] = None
     snapshot_dir: Optional[str] = None
-    state_cache_bytes: int = DEFAULT_BUDGET_BYTES
+    state_cache_bytes: Optional[int] = None  # None: node_budget_bytes() where the instance runs
     skip_released: bool = False  # exactly-once / at-most-once recovery: drop what the sinks hold
     source_alignment: Any = None  # aligned sources' slack (RunConfig.source_alignment)
     input_merge: bool = True  # RunConfig.input_merge

@@ -35,7 +35,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple, Opt
 from driftstream.snapshots.backend import RocksDBBackend
 from driftstream.snapshots.changelog import DELTA_FILE, REMOVED, Chain, delta_row, delta_rows, pack_delta, replay_deltas
 from driftstream.snapshots.codec import encode
-from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES
+from driftstream.snapshots.memory_size import node_budget_bytes
 from driftstream.snapshots.slices import restore_slices
 from driftstream.snapshots.state_cache import StateCache
 from driftstream.snapshots.state_keys import StateKeys
@@ -77,14 +77,14 @@ class StageSnapshots:
         base_every_s: float = 5.0,
         deferred: bool = False,
         scratch: Optional[str] = None,
-        cache_bytes: int = DEFAULT_BUDGET_BYTES,
+        cache_bytes: Optional[int] = None,
     ) -> None:
         self.store = SnapshotStore(store_uri) if store_uri else None
         self.prefix = participant_prefix
         self.restore = restore or SnapshotPart()
         self.base_every_s = base_every_s
         self.deferred = deferred
-        self.cache_bytes = cache_bytes
+        self.cache_bytes = node_budget_bytes() if cache_bytes is None else cache_bytes  # the node's, where it runs
         # Seconds of writing per turn of the event loop; the owner raises it to what its own
         # callbacks take when it is busy (a backlog), so that snapshots get a fair share.
         self.slice_s = SLICE_S

@@ -59,3 +59,21 @@ def test_a_sample_measures_the_stride_and_every_long_container(states, measured_
     assert all(got[i] == RECORD_OVERHEAD + approx_size(states[i]) for i in got)
     assert sizes.count == measured_before + len(expected)
     assert sizes.total == measured_before * RECORD_OVERHEAD + sum(got.values())
+
+
+def test_the_default_budget_is_a_share_of_the_node_per_core_and_never_below_the_floor():
+    from driftstream.snapshots.memory_size import DEFAULT_BUDGET_BYTES, node_budget_bytes
+
+    assert node_budget_bytes(memory=24 << 30, cores=2) == 3 << 29  # 1.5 GiB
+    assert node_budget_bytes(memory=24 << 30, cores=4) == node_budget_bytes(memory=24 << 30, cores=2) // 2
+    assert node_budget_bytes(memory=2 << 30, cores=2) == DEFAULT_BUDGET_BYTES
+    assert node_budget_bytes(memory=0, cores=0) == DEFAULT_BUDGET_BYTES
+    assert node_budget_bytes() >= DEFAULT_BUDGET_BYTES  # this machine's
+
+
+def test_a_stage_without_a_budget_takes_its_nodes_and_one_given_keeps_it(tmp_path):
+    from driftstream.engine.runtime.stage_snapshots import StageSnapshots
+    from driftstream.snapshots.memory_size import node_budget_bytes
+
+    assert StageSnapshots(None, "p").cache_bytes == node_budget_bytes()
+    assert StageSnapshots(None, "p", cache_bytes=4096).cache_bytes == 4096
