@@ -231,9 +231,10 @@ class Flow:
             from driftstream.engine.control.launch import run_on_ray
             from driftstream.engine.model.config import refuse_on_ray
 
-            refuse_on_ray(options)
+            plan = self.plan(parallelism, fuse=options.get("fuse", True))
+            refuse_on_ray(options, plan.logged_steps)
 
-            return run_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, **options)
+            return run_on_ray(plan, address=address, **options)
         if runtime == "simulator":
             from driftstream.engine.control.resume import check_sources
             from driftstream.engine.model.config import RunConfig
@@ -258,8 +259,9 @@ class Flow:
         from driftstream.engine.api.handle import start_on_ray
         from driftstream.engine.model.config import refuse_on_ray
 
-        refuse_on_ray(options)
-        return start_on_ray(self.plan(parallelism, fuse=options.get("fuse", True)), address=address, detached=detached, **options)
+        plan = self.plan(parallelism, fuse=options.get("fuse", True))
+        refuse_on_ray(options, plan.logged_steps)
+        return start_on_ray(plan, address=address, detached=detached, **options)
 
 
 #: Partitions a dead-letter topic the flow creates gets (at most the flow's max_parallelism):

@@ -30,6 +30,7 @@ from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
+from driftstream.engine.control.replica_launch import ReplicaLaunch
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.runtime.actors import AckerActor, StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE
@@ -69,6 +70,8 @@ class Launcher:
         #: the data-plane addresses of the last launch ("acker" and each instance)
         self.addresses: dict = {}
         self.plane: Optional[PlaneKey] = None
+        #: replicas > 1: the replicas of every instance that reads no source (None: the default path)
+        self.replicas: Optional[ReplicaLaunch] = None if rules.config.replicas == 1 else ReplicaLaunch(rules.config.replicas)
 
     def launch(self, plan: Plan, manifest: Optional[Manifest], recovering: bool, survivors: Optional[dict] = None,
                renamed: Optional[dict] = None, avoid_nodes: Iterable = ()) -> None:
@@ -95,6 +98,10 @@ class Launcher:
         if local:
             self.incarnations = {key: self._next_incarnation + n for n, key in enumerate(plan.instances)}
             self._next_incarnation += len(plan.instances)
+        replicas, sets, configs = self.replicas, None, {}
+        if replicas is not None:
+            sets, self._next_incarnation = replicas.number(plan, self.incarnations, self._next_incarnation)
+            replicas.place(sets, plan, first=not survivors and self.plan is None)
         if acker_name in survivors:
             acker = survivors[acker_name]
             resets.append(acker.reset.remote(len(plan.source_instances), plane, **extra))
@@ -117,7 +124,8 @@ class Launcher:
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
             if local:
-                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations))
+                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations), replica_sets=sets)
+                configs[instance] = opts
             name = plan.actor_name(instance)
             if name in survivors:
                 actor = survivors[name]
@@ -131,10 +139,16 @@ class Launcher:
                 reset_names.append(f"{name} (standby)")
             else:
                 real = real_names[name] = renamed.get(name, name)
-                actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan, *instance, opts, plane)
+                strategy = replicas.strategies[instance][0] if sets and instance in sets else None
+                actor = StageActor.options(name=real, namespace=NAMESPACE, scheduling_strategy=strategy or next(placed)).remote(plan, *instance, opts, plane)
             actors[instance] = actor
             handles.append(actor)
             names.append(name)
+        if sets:  # the replicas that are not the primary: after the instances in names and handles
+            resets += replicas.start(plan, configs, sets, actors, survivors, plane)
+            reset_names += [r.name for r in replicas.secondaries() if r.name in survivors]
+            handles += [r.handle for r in replicas.secondaries()]
+            names += [r.name for r in replicas.secondaries()]
         # The coordinator answers status() on other threads while this runs: they must see the
         # old set of actors or the whole new one, never a dict that is being filled.
         self.plan, self.acker, self.actors, self.handles, self.names, self.real_names = plan, acker, actors, handles, names, real_names
@@ -144,17 +158,25 @@ class Launcher:
         self.resets = {n: t for n, t in zip(reset_names, ray.get(resets)[len(resets) - len(reset_names):])}
         marks.append(time.time())
         keys = list(self.actors)
-        answers = setup_answers([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [h.node.remote() for h in handles],
-                                [plan.actor_name(k) for k in keys] + [acker_name] + names)
+        extra = [] if not sets else replicas.secondaries()  # replicas > 1: those that are not the primary
+        answers = setup_answers([self.actors[k].listen.remote() for k in keys] + [self.acker.listen.remote()] + [r.handle.listen.remote() for r in extra]
+                                + [h.node.remote() for h in handles], [plan.actor_name(k) for k in keys] + [acker_name] + [r.name for r in extra] + names)
         addresses = self.addresses = dict(zip(keys + ["acker"], answers[: len(keys) + 1]))
-        self.node_of = dict(zip(names, answers[len(keys) + 1:]))
+        self.node_of = dict(zip(names, answers[len(keys) + 1 + len(extra):]))
         aligned = aligned_sources(plan, self.rules.config.source_alignment)
         sources = {"source_keys": list(plan.source_instances)} if local else {}
-        ray.get([a.connect.remote(self.acker, addresses) for a in self.actors.values()]
+        wired = {}
+        if extra:
+            at = {r.name: a for r, a in zip(extra, answers[len(keys) + 1:])}
+            at.update({plan.actor_name(k): addresses[k] for k in keys})
+            stage_side, acker_side = replicas.wiring(at)
+            sources["replicas"], wired = acker_side, {"replicas": stage_side}
+        stages = list(self.actors.values()) + [r.handle for r in extra]
+        ray.get([a.connect.remote(self.acker, addresses, **wired) for a in stages]
                 + [self.acker.connect.remote(self.actors, addresses, aligned, **sources)])
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.
-        seeds = [x for x in ray.get([a.take_seed.remote() for a in self.actors.values()]) if x]
+        seeds = [x for x in ray.get([a.take_seed.remote() for a in stages]) if x]
         if seeds:
             ray.get(self.acker.seed.remote(seeds))
         marks.append(time.time())

@@ -46,6 +46,14 @@ from driftstream.engine.runtime.actors import StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE
 
 
+def acker_refusal(ref: ray.ObjectRef) -> Optional[str]:
+    """The acker's answer ``ref`` to why a failure cannot be recovered locally now (None: it can)."""
+    try:
+        return ray.get(ref, timeout=5)
+    except (ray.exceptions.RayError, TimeoutError):
+        return "the acker did not answer"
+
+
 class LocalFailover:
     """Replaces one dead stage instance of ``launcher``'s run in place of a global rollback
     (see the module doc); each recovery's record goes to ``failover.recoveries``."""
@@ -73,12 +81,7 @@ class LocalFailover:
         """:meth:`refusal_of`, then the acker's (a replacement still catching up, the run ending)."""
         run = self.launcher
         why = self.refusal_of(dead, run.names[0], rescaling)
-        if why is not None:
-            return why
-        try:
-            return ray.get(run.acker.local_refusal.remote(), timeout=5)
-        except (ray.exceptions.RayError, TimeoutError):
-            return "the acker did not answer"
+        return why if why is not None else acker_refusal(run.acker.local_refusal.remote())
 
     def recover(self, name: str, detected: float, manifest: Optional[Manifest]) -> Recovery:
         """Replace instance ``name`` (its actor died) from ``manifest`` (None: the beginning);

@@ -32,6 +32,7 @@ from typing import Callable, Optional
 import ray
 
 from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules
@@ -41,6 +42,7 @@ from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
 from driftstream.engine.control.local_failover import LocalFailover
+from driftstream.engine.control.replica_failover import ReplicaFailover
 from driftstream.engine.control.rescaler import Rescaler
 from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
@@ -74,6 +76,8 @@ class RaySupervisor:
         if config.recovery == "local":
             self.local = LocalFailover(self.launcher, self.standbys, self.failover)
             self.committer.after_commit = self._trim_sent
+        #: replicas > 1: a replica's death fails over to a live one (None: the default path)
+        self.replicas: Optional[ReplicaFailover] = None if config.replicas == 1 else ReplicaFailover(self.launcher, self.failover)
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
         self.corrupt = CorruptSnapshots(self.committer)
         self.rescaler = Rescaler(self.launcher, self.committer, self._relaunch, functools.partial(self._inject, "rescale_restore"))
@@ -225,7 +229,11 @@ class RaySupervisor:
         others. Under recovery="local", one dead stage instance is replaced alone; what that
         cannot handle rolls back globally and says why in the record's ``kind``."""
         why = None
-        if self.local is not None:
+        if self.replicas is not None:
+            why, dead = self._fail_over(dead, detected)
+            if why is None:
+                return
+        elif self.local is not None:
             why = self.local.refusal(dead, self.rescaler.due())
             if why is None:
                 try:
@@ -239,6 +247,20 @@ class RaySupervisor:
         if why is not None:
             recovery.kind = f"global (fallback: {why})"
         self._inject("after_restore")
+
+    def _fail_over(self, dead: Optional[set], detected: Optional[float]) -> tuple:
+        """replicas > 1: the death of one replica fails over to a live one, no restore (see
+        replica_failover.py): ``(None, dead)``. Else ``(why not, what the global rollback
+        replaces)`` (local recovery with replicas is not built on Ray: a global rollback)."""
+        why = self.replicas.refusal(dead)
+        if why is None:
+            try:
+                self.replicas.recover(next(iter(dead)), detected or time.time())
+                self._inject("after_restore")
+                return None, dead
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:
+                return f"an actor died during the failover ({type(exc).__name__})", None
+        return why, dead
 
     def _trim_sent(self, manifest: Manifest) -> None:
         """recovery="local": snapshot T committed, a restore starts there: the instances' upstream
@@ -272,7 +294,10 @@ class RaySupervisor:
             ray.kill(handle, no_restart=True)
 
     def request_rescale(self, parallelism: int):
-        """See :meth:`.rescaler.Rescaler.request`."""
+        """See :meth:`.rescaler.Rescaler.request`; refused with replicas > 1 (not built yet)."""
+        if self.replicas is not None:
+            raise FlowError("a rescale of a run with replicas > 1 is not built yet (each replica would restore its part of the "
+                            "rescale's snapshot): stop it and start it again at the new parallelism")
         return self.rescaler.request(self.plan, parallelism)
 
     def shutdown(self) -> list:
@@ -289,6 +314,8 @@ class RaySupervisor:
         # Instances killed before they reported left their RocksDB files (on this node: a
         # cluster's other nodes clean up when an instance of the same name starts there).
         remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
+        if self.launcher.replicas is not None:
+            self.launcher.replicas.close()
         self.committer.close()
         return retired
 

@@ -129,17 +129,26 @@ def reexecute_every(verify: str) -> Optional[int]:
     return int(text)
 
 
-def refuse_on_ray(options: Mapping[str, Any]) -> None:
-    """A FlowError for the options the Ray runtime cannot honour yet (``replicas`` > 1).
+def refuse_on_ray(options: Mapping[str, Any], logged_steps: Any = ()) -> None:
+    """A FlowError for the options the Ray runtime cannot honour yet: ``replicas`` > 1 with
+    ``verify`` other than ``"first"``, or with steps declared ``deterministic=False``
+    (``logged_steps``: the plan's).
 
-    >>> refuse_on_ray({"replicas": 2})
+    >>> refuse_on_ray({"replicas": 2, "recovery": "local", "verify": "majority"})
     Traceback (most recent call last):
     ...
-    driftstream.engine.model.errors.FlowError: replicas run on the simulator only so far (runtime='simulator'); on Ray each stage instance has one copy (replicas=1)
+    driftstream.engine.model.errors.FlowError: verify='majority' runs on the simulator only so far (runtime='simulator'); on Ray replicas take verify='first' (crash faults), and replicas=1 takes verify='reexecute:N'
+    >>> refuse_on_ray({"replicas": 2, "recovery": "local"})
     """
-    if options.get("replicas", 1) != 1:
-        raise FlowError("replicas run on the simulator only so far (runtime='simulator'); on Ray each stage instance has "
-                        "one copy (replicas=1)")
+    if options.get("replicas", 1) == 1:
+        return
+    verify = options.get("verify", "first")
+    if verify != "first":
+        raise FlowError(f"verify={verify!r} runs on the simulator only so far (runtime='simulator'); on Ray replicas take "
+                        "verify='first' (crash faults), and replicas=1 takes verify='reexecute:N'")
+    if logged_steps:
+        raise FlowError("replicas with steps declared deterministic=False are not built yet (a replica must take their "
+                        "outputs from the primary): run them with replicas=1")
 
 
 #: options the engine and its tests set, not a user: accepted, never listed
@@ -378,3 +387,7 @@ class InstanceConfig:
     incarnations: Optional[dict] = None  # recovery="local": every instance's incarnation (None: the default path)
     cut: Optional[tuple] = None  # recovery="local", a replacement: the watermark when its predecessor failed
     reexecute: Optional[int] = None  # verify="reexecute:N": N (None: the default path)
+    #: replicas > 1: replicated instance -> its live replicas' incarnations, the primary first (None: the default path)
+    replica_sets: Optional[dict] = None
+    #: replicas > 1, a replica that is not the primary: ``(its incarnation, its actor name)``
+    replica: Optional[tuple] = None

@@ -44,6 +44,7 @@ from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, 
 from driftstream.engine.runtime.instance_host import InstanceHost
 from driftstream.engine.runtime.output_logs import LogWriter
 from driftstream.engine.runtime.reexecuted_step import SilentCorruption, set_aside_since
+from driftstream.engine.runtime.replicas import DeferredPartition, KeptBundles, address, fan_out_copies, for_replica, promote
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
 from driftstream.engine.runtime.state_faults import FAULTS
@@ -54,13 +55,17 @@ from driftstream.engine.runtime.transport import Endpoint, FrameTooLarge
 class LostPeers:
     """The peers whose data-plane connection ended while one incarnation of an actor ran:
     their processes died (alone or with their node). One per incarnation, so connections
-    that a reset closes on purpose never count for the next one."""
+    that a reset closes on purpose never count for the next one. ``ignore``: peers whose death
+    was answered already (a replica's, seen late: not a new one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignore: frozenset = frozenset()) -> None:
         self.names: set = set()
         self.event = asyncio.Event()
+        self.ignore = ignore
 
     def add(self, name: str) -> None:
+        if name in self.ignore:
+            return
         self.names.add(name)
         self.event.set()
 
@@ -137,6 +142,8 @@ class AckerActor:
         #: recovery="local": replacement -> the frontier it was told while it catches up, and its incarnation
         self.catching_up: dict = {}
         self.incarnations: dict = {}
+        #: replicas > 1: replicated instance -> its live replicas' incarnations, the primary first
+        self.replica_sets: dict = {}
         self.collecting: Optional[asyncio.Event] = None
         self.source_keys: list = []
         #: the acker's protocol (its table, watermarks, frontiers, snapshot parts); this actor adds the transport
@@ -159,17 +166,24 @@ class AckerActor:
         self.done = asyncio.Event()
         return await self.endpoint.listen(node_ip())
 
-    async def connect(self, subscribers: dict, addresses: dict, aligned_sources: Optional[list] = None, source_keys: Optional[list] = None) -> None:
+    async def connect(self, subscribers: dict, addresses: dict, aligned_sources: Optional[list] = None, source_keys: Optional[list] = None,
+                      replicas: Optional[dict] = None) -> None:
         """``subscribers``: every stage actor by key, with its data-plane address;
         ``aligned_sources``: ``(key, group)`` of the source instances, by index, when they
         are told their source's frontier (aligned sources; ``group``: see
         :attr:`~driftstream.engine.model.plan.Plan.source_groups`); ``source_keys``: the source
-        instances in order (``recovery="local"``: a failed one's bound is reset)."""
+        instances in order (``recovery="local"``: a failed one's bound is reset); ``replicas``
+        (replicas > 1): replicated instance -> ``[(incarnation, address)]`` of its replicas, the
+        primary (a subscriber) first."""
         self.subscribers = subscribers
         self.host.subscribers, self.host.aligned = list(subscribers), aligned_sources
         self.source_keys = [Instance(*k) for k in source_keys or ()]
         for key in subscribers:
             await self.endpoint.connect(key, addresses[key])
+        for key, replicas in (replicas or {}).items():
+            self.replica_sets[Instance(*key)] = [inc for inc, _ in replicas]
+            for inc, where in replicas[1:]:
+                await self.endpoint.connect(address(inc), where)
 
     def _on_message(self, message: Any) -> None:
         self.host.receive(message)
@@ -192,9 +206,53 @@ class AckerActor:
 
     def _told(self, to: Any, message: Any) -> None:
         """The acker's message to ``to``, unless it is a watermark and ``to`` a replacement
-        catching up (it is told the raw frontier instead, see :meth:`_on_local_message`)."""
+        catching up (it is told the raw frontier instead, see :meth:`_on_local_message`); to
+        each of its replicas too (replicas > 1: a marker to the primary only)."""
         if not (type(message) is Watermark and to in self.catching_up):
             self.endpoint.send(to, message)
+            replicas = self.replica_sets.get(to) if self.replica_sets else None
+            if replicas is not None:
+                for inc in replicas[1:]:
+                    self.endpoint.send(address(inc), for_replica(message, False))
+
+    async def replica_failed(self, victim: tuple, old: Any, name: str, tokens: Optional[list], handle: Any = None) -> Optional[tuple]:
+        """Replica ``old`` of instance ``victim`` (actor ``name``) died; its tables go (and its ReplaySent's holds).
+        ``tokens`` None: it was not the primary, nothing else. Else the next replica (``handle``)
+        is the primary from the cut, the watermark now, which is returned: the snapshot being
+        collected is given up (the dead primary's part may be lost), and each of ``tokens`` (every
+        live instance's and replica's ReplaySent, the new primary's too) holds the cut until it
+        comes."""
+        victim = Instance(*victim)
+        table, replicas = self.host.table, self.replica_sets[victim]
+        primary = replicas[0] == old
+        replicas.remove(old)
+        cut = None
+        if primary:
+            self._end_schedule()
+            if self.collecting is not None:
+                self.collecting.set()
+            cut = table.watermark
+            new = replicas[0]
+            for token in tokens:
+                table.hold((new, token), cut)
+            self.endpoint.adopt(victim, address(new))  # its watermarks, and markers, to the new primary
+            self.subscribers[victim] = handle
+            self.incarnations[victim] = new
+        table.discard(old)
+        # Its own ReplaySent died with it. Released only now: a release recomputes the watermark,
+        # which must not pass the cut before the new holds are in.
+        for token in [k for k in table.holds if k[1] == address(old)]:
+            table.release(token)
+        self.lost = LostPeers(self.lost.ignore | {name})  # the dead one's connection ended: seen, answered
+        self.endpoint.on_lost = self.lost.add
+        self.host.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
+        return cut
+
+    async def replica_refusal(self) -> Optional[str]:
+        """replicas > 1: why a replica's death cannot fail over now (None: it can)."""
+        if self.host.table.holds:
+            return "a failover or recovery was still under way"  # its re-sends not all in: the cut would be wrong
+        return await self.local_refusal()
 
     async def local_fail(self, victim: tuple, old: Any, new: Any, survivors: list, t: tuple, incarnations: Optional[dict] = None,
                          cones: Optional[Cones] = None) -> tuple:
@@ -377,6 +435,8 @@ class AckerActor:
             figures["frontier_raw"] = self.host.table.frontier_raw()
             if self.host.frontiers is not None:
                 figures["frontiers"] = {Instance(*k).label: told for k, told in self.host.frontiers.told.items()}
+            if self.replica_sets:
+                figures["replicas"] = {Instance(*k).label: list(incs) for k, incs in self.replica_sets.items()}
         return figures
 
     async def close(self) -> None:
@@ -501,10 +561,23 @@ class StageActor:
         #: the instance's protocol (its runtime, snapshots, reader); this actor adds the transport and the event loop
         # recovery="local": the instances' incarnations (this actor's own copy, kept current by peer_failed)
         local = {} if config.incarnations is None else {"incarnations": {Instance(*k): n for k, n in config.incarnations.items()}}
-        self.host = host = InstanceHost(plan, self.key, config, snapshots, self._send, fail=self._fail, sample_every=config.sample_every,
-                                        bundle_writer=self._write_bundle, corrupted=self._corrupted, **local)
+        send, writer, me = self._send, self._write_bundle, self.plan.actor_name(self.key)
+        #: replicas > 1: replicated instance -> its live replicas' incarnations, the primary first (None: the default path)
+        self.replica_sets = None if config.replica_sets is None else {Instance(*k): list(v) for k, v in config.replica_sets.items()}
+        #: a replica that is not the primary: what its sinks released since the last commit (None: it writes them)
+        self.kept: Optional[KeptBundles] = None
+        if self.replica_sets is not None:
+            send = self._send_to_replicas
+        if config.replica is not None:
+            local["incarnation"], me = config.replica
+            self.kept, writer = KeptBundles(), self._keep_bundle
+            local["sink_opener"] = lambda sid, index: DeferredPartition(plan.steps[sid].sink, index, plan.parallelism)
+        self.send = send
+        self.host = host = InstanceHost(plan, self.key, config, snapshots, send, fail=self._fail, sample_every=config.sample_every,
+                                        bundle_writer=writer, corrupted=self._corrupted, **local)
         if host.recovery is not None:
-            host.recovery.cut = config.cut  # a replacement's: its output below it is dropped (the receivers have it)
+            # a replacement's: its output below it is dropped (the receivers have it); a replica's that is not the primary: all of it (logged)
+            host.recovery.cut = config.cut if config.replica is None else TOP
         self.batch_size = config.batch_size
         self.rt = host.rt
         if host.output_logs is not None:  # steps declared deterministic=False: acks wait for their log's writes
@@ -519,8 +592,7 @@ class StageActor:
         took = None if host.recovery is None else lambda batches: [host.recovery.received(b) for b in batches]
         self.drain = BatchDrain(host.rt, snapshots, host.guarded, host.flush, took)
         self.lost = LostPeers()
-        self.endpoint = Endpoint(plane, self._on_message, me=self.plan.actor_name(self.key), on_lost=self.lost.add,
-                                 on_error=self._on_plane_error)
+        self.endpoint = Endpoint(plane, self._on_message, me=me, on_lost=self.lost.add, on_error=self._on_plane_error)
         self.first_release_at: Optional[float] = None
         self.released: Optional[asyncio.Event] = None
 
@@ -542,8 +614,10 @@ class StageActor:
         self.released = asyncio.Event()
         return await self.endpoint.listen(node_ip())
 
-    async def connect(self, acker, addresses: dict) -> None:
-        """Open data-plane connections to the acker and to every instance of a downstream stage."""
+    async def connect(self, acker, addresses: dict, replicas: Optional[dict] = None) -> None:
+        """Open data-plane connections to the acker and to every instance of a downstream stage
+        (``replicas``: incarnation -> ``(instance, address)`` of the replicas that are not the
+        primary; replicas > 1)."""
         self.acker = acker
         await self.endpoint.connect("acker", addresses["acker"])
         stage = self.plan.stages[self.key[0]]
@@ -551,6 +625,9 @@ class StageActor:
         for key in addresses:
             if key != "acker" and key[0] in downstream:
                 await self.endpoint.connect(key, addresses[key])
+        for inc, (key, where) in (replicas or {}).items():
+            if key[0] in downstream:
+                await self.endpoint.connect(address(inc), where)
 
     async def take_seed(self) -> dict:
         """Before :meth:`start`: the XORs of the timers of the windows this incarnation
@@ -580,6 +657,77 @@ class StageActor:
         """``recovery="local"``: snapshot ``t`` committed; the upstream log keeps what is at or after it."""
         if self.key is not None and self.host.recovery is not None:
             self.host.recovery.trim(t)
+            if self.kept is not None:
+                self.kept.trim(t)
+
+    # -- replicas > 1 (see runtime/replicas.py and control/replica_failover.py) -------------------
+
+    async def replica_failed(self, victim: tuple, old: Any, new: Any, cut: Optional[tuple], name: str) -> dict:
+        """Replica ``old`` of instance ``victim`` (actor ``name``) died. ``new`` None: it was not the
+        primary, it leaves the fan-out and nothing else. Else it was, and replica ``new`` is the
+        primary from the cut on: this instance's part (:meth:`InstanceHost.peer_failed` with
+        nothing re-sent; its batches to ``victim`` go to ``new`` from now on). Returns the items
+        cancelled."""
+        victim = Instance(*victim)
+        live = None if self.replica_sets is None else self.replica_sets.get(victim)
+        if live is not None and old in live:
+            live.remove(old)  # before the flush below: what it holds for the dead one goes to the others too
+        self._forget(name)
+        part = self.host.recovery
+        if new is None or part is None:
+            return {"cancelled": 0}
+        cancelled = part.cancelled
+        self.drain.drop_from(victim)
+        sends = live is not None and address(new) in self.endpoint.writers
+        self.host.peer_failed(victim, new, cut, self.batch_size, reconnect=lambda: sends and self.endpoint.adopt(victim, address(new)),
+                              replay=False)
+        return {"cancelled": part.cancelled - cancelled}
+
+    async def promote(self, old: Any, cut: tuple, name: str) -> dict:
+        """This replica becomes its instance's primary at watermark ``cut`` (the dead primary,
+        incarnation ``old``, actor ``name``): what it kept that the sinks lack is written, what it produced at or
+        above the cut is sent again (the receivers cancelled the dead primary's), then its
+        ReplaySent. Returns the items re-sent."""
+        host = self.host
+        for sink, bundle in promote(host, self.kept.bundles):  # before anything it releases from now on
+            sink.write(bundle)
+        self.kept = None
+        self._forget(name)
+        part = host.recovery
+        part.incarnations[self.key] = part.own
+        self.replica_sets[self.key].remove(old)
+        replayed = part.replayed
+        for to in list(part.log.items):
+            for _, batch in part.replay(host.rt, to, part.incarnations[to], self.batch_size, since=cut):
+                self.send(to, Push(batch))
+        host.flush()
+        self.send("acker", ReplaySent(part.own, self.key))
+        return {"replayed": part.replayed - replayed}
+
+    def _forget(self, name: str) -> None:
+        """The death of peer ``name`` is answered: its connection's end, seen late, is not a new one."""
+        self.lost = LostPeers(self.lost.ignore | {name})
+        self.endpoint.on_lost = self.lost.add
+
+    def _send_to_replicas(self, to: Any, message: Any) -> None:
+        """replicas > 1: :meth:`_send`, a batch for a replicated instance to each live replica
+        (runtime/replicas.py), a replica's ReplaySent named by its incarnation."""
+        kind = type(message)
+        if kind is Push:
+            live = self.replica_sets.get(to)
+            if live is not None:
+                for inc, copy in fan_out_copies(message.batch, live, self.rt.acks):
+                    self._send(address(inc), Push(copy))
+        elif kind is ReplaySent and self.key in self.replica_sets:
+            message = ReplaySent(message.receiver, address(self.host.recovery.own))
+        self._send(to, message)
+
+    def _keep_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
+        """A replica that is not the primary keeps what its sinks release (taken as written)."""
+        if self.kept is None:  # promoted since
+            return self._write_bundle(sid, sink, bundle)
+        self.kept.keep(sink, bundle)
+        asyncio.get_running_loop().call_soon(self._bundle_written, self.host, sid, bundle, None)
 
     async def t_last(self) -> Optional[tuple]:
         """See :meth:`StageRuntime.t_last` (asked after a recovery)."""

@@ -94,3 +94,45 @@ def promote(host: Any, kept: list) -> list:
         if rest:
             rests.append((sink, Bundle(rest)))
     return rests
+
+
+class DeferredPartition:
+    """The sink partition of a replica that is not the primary, opened on first use (once it is
+    promoted, or a restart asks what the sink holds): opened beside the primary's, a file sink's
+    open would cut off a line the primary is writing. ``sink.open(index, partitions)`` then.
+
+    >>> from driftstream.engine.testing import MemorySink
+    >>> part = DeferredPartition(MemorySink("o"), 0, 1)
+    >>> part.part is None, part.t_last(), part.part is not None
+    (True, None, True)
+    """
+
+    def __init__(self, sink: Any, index: int, partitions: int) -> None:
+        self.sink, self.index, self.partitions = sink, index, partitions
+        self.part: Any = None
+
+    def _open(self) -> Any:
+        if self.part is None:
+            self.part = self.sink.open(self.index, self.partitions)
+        return self.part
+
+    def write(self, bundle: Bundle) -> None:
+        self._open().write(bundle)
+
+    def t_last(self) -> Any:
+        return self._open().t_last()
+
+    def skip_replayed(self) -> tuple:
+        return self._open().skip_replayed()
+
+    def collected(self) -> Any:
+        return None if self.part is None else self.part.collected()
+
+    def close(self) -> None:
+        if self.part is not None:
+            self.part.close()
+
+    def __getattr__(self, name: str) -> Any:  # what else a sink's partition offers (a writer's figures)
+        if name in ("sink", "index", "partitions", "part"):
+            raise AttributeError(name)
+        return getattr(self._open(), name)

@@ -1,0 +1,132 @@
+"""A replica's death on Ray (``replicas=r``, ``verify="first"``; issue 58, design item 4): no
+restore, no rollback. The protocol is the simulator's (:mod:`driftstream.engine.runtime.
+simulated_replicas`), over actor calls:
+
+- a replica that was not the primary: the acker discards its tables
+  (:meth:`AckerActor.replica_failed`), its senders drop it from their fan-out
+  (:meth:`StageActor.replica_failed`); nothing else;
+- the primary: the acker gives up the snapshot being collected, takes the cut ``W`` (its
+  watermark) and holds it for every live instance and replica; each of them takes its part
+  (the dead primary's queued batches dropped, what it sent at or above ``W`` cancelled, its
+  batches for the instance to the next replica from now on); then the next replica is the
+  primary (:meth:`StageActor.promote`): it writes what it kept that the sinks lack and sends
+  again what it produced at or above ``W``.
+
+The record's ``kind`` is ``"failover"`` or ``"replica lost"`` and it restores nothing
+(``restored`` is empty, so ``metrics.restores`` counts none). What it cannot do is said by
+:meth:`ReplicaFailover.refusal` and falls back to the supervisor's other recoveries.
+
+>>> ReplicaFailover.refusal_of({"f/a/0", "f/b/0"}, None)
+'2 actors died at once'
+>>> ReplicaFailover.refusal_of({"f/src/0"}, None)
+'f/src/0 is not a replica of an instance with another live one'
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Optional
+
+import ray
+
+from driftstream.engine.control.failover import Failover, Recovery
+from driftstream.engine.control.launcher import Launcher
+from driftstream.engine.control.local_failover import acker_refusal
+from driftstream.engine.control.replica_launch import Replica
+from driftstream.engine.runtime.ray_session import kill_actors
+from driftstream.engine.runtime.replicas import address
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaFailover:
+    """Answers the death of one replica of ``launcher``'s run (see the module doc); each
+    record goes to ``failover.recoveries``. ``failovers``: primaries replaced by a replica."""
+
+    def __init__(self, launcher: Launcher, failover: Failover) -> None:
+        self.launcher, self.failover = launcher, failover
+        self.failovers = self.lost = 0
+
+    @staticmethod
+    def refusal_of(dead: Optional[set], found: Optional[tuple], live: int = 0) -> Optional[str]:
+        """Why the death of ``dead`` is not a replica's to fail over (None: it is); ``found``:
+        ``(instance, index)`` of the one dead actor among the replicas, ``live``: its
+        instance's live replicas."""
+        if not dead:
+            return "every actor is restarted"
+        if len(dead) > 1:
+            return f"{len(dead)} actors died at once"
+        if found is None or live < 2:
+            return f"{next(iter(dead))} is not a replica of an instance with another live one"
+        return None
+
+    def refusal(self, dead: Optional[set]) -> Optional[str]:
+        """:meth:`refusal_of`, then the acker's (a failover or a recovery under way, the run ending)."""
+        run = self.launcher
+        found = None if not dead or len(dead) != 1 else run.replicas.find(next(iter(dead)))
+        why = self.refusal_of(dead, found, 0 if found is None else len(run.replicas.sets[found[0]]))
+        return why if why is not None else acker_refusal(run.acker.replica_refusal.remote())
+
+    def recover(self, name: str, detected: float) -> Recovery:
+        """Fail over from the dead replica ``name`` (see the module doc). Returns the record."""
+        run = self.launcher
+        entered = time.time()
+        victim, index = run.replicas.find(name)
+        replicas = run.replicas.sets[victim]
+        dead: Replica = replicas.pop(index)
+        name = run.actor_names([name])[0]  # its actor's own name (a promoted primary's is its replica name): what its peers saw end
+        kill_actors([dead.handle], [])  # a hung one too
+        killed = time.time()
+        peers = [h for h in run.handles[1:] if h is not dead.handle]  # handles[0]: the acker
+        if index:
+            ray.get(run.acker.replica_failed.remote(tuple(victim), dead.incarnation, name, None))
+            ray.get([h.replica_failed.remote(tuple(victim), dead.incarnation, None, None, name) for h in peers])
+            self._dropped(dead.name)
+            self.lost += 1
+            kind, took = "replica lost", f"{victim.label} runs on with {len(replicas)} replica(s)"
+            steps = {"confirm": entered - detected, "kill": killed - entered, "parts": time.time() - killed}
+        else:
+            new = replicas[0]
+            tokens = [address(r.incarnation) for rs in run.replicas.sets.values() for r in rs]
+            tokens += [k for k in run.plan.instances if k not in run.replicas.sets]
+            cut = ray.get(run.acker.replica_failed.remote(tuple(victim), dead.incarnation, name, tokens, new.handle))
+            others = [h for h in peers if h is not new.handle]
+            parts = ray.get([h.replica_failed.remote(tuple(victim), dead.incarnation, new.incarnation, cut, name) for h in others])
+            parted = time.time()
+            promoted = ray.get(new.handle.promote.remote(dead.incarnation, cut, name))
+            took = f"{new.name} is the primary of {victim.label} from t={cut} ({sum(p['cancelled'] for p in parts)} items cancelled, " \
+                   f"{promoted['replayed']} re-sent)"
+            steps = {"confirm": entered - detected, "kill": killed - entered, "parts": parted - killed, "promote": time.time() - parted}
+            self._promoted(victim, new)
+            self.failovers += 1
+            kind = "failover"
+        log.warning("driftstream: replica %s of %s died; %s", name, victim.label, took)
+        recovery = Recovery(detected, time.time() - detected, None, steps_s=steps, kind=kind, restored=[])
+        self.failover.recoveries.append(recovery)
+        return recovery
+
+    def _dropped(self, name: str) -> None:
+        """The launcher's books without the dead replica ``name`` (replaced whole, as below)."""
+        run = self.launcher
+        keep = [i for i, n in enumerate(run.names) if n != name]
+        node_of = dict(run.node_of)
+        node_of.pop(name, None)
+        run.node_of, run.handles, run.names = node_of, [run.handles[i] for i in keep], [run.names[i] for i in keep]
+
+    def _promoted(self, victim: tuple, new: Replica) -> None:
+        """The launcher's books: the instance's slot is the new primary's actor, its own slot goes
+        (status() reads these on other threads: each replaced whole)."""
+        run = self.launcher
+        primary = run.plan.actor_name(victim)
+        keep = [i for i, n in enumerate(run.names) if n != new.name]
+        handles = [new.handle if run.names[i] == primary else run.handles[i] for i in keep]
+        names = [run.names[i] for i in keep]
+        actors = dict(run.actors)
+        actors[victim] = new.handle
+        real_names = dict(run.real_names)
+        real_names[primary] = new.name
+        node_of = dict(run.node_of)
+        node_of[primary] = node_of.pop(new.name, None)
+        run.actors, run.real_names, run.node_of, run.handles, run.names = actors, real_names, node_of, handles, names
+        new.name = primary

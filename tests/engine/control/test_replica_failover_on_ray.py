@@ -1,0 +1,44 @@
+"""Replicas on Ray (``replicas=2``, ``verify="first"``): every keyed instance runs as two stage
+actors; killing one costs no restore and no rollback anywhere. A replica that is not the
+primary is dropped from the fan-out; a dead primary's receivers cancel what it sent at or
+above the cut and the live replica, promoted, sends its own again. The output is a
+failure-free run's, element for element."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
+from driftstream.engine.control.replica_launch import replica_name
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.testing import kill_at
+
+from tests import reference
+from tests.engine.control.test_exactly_once import N
+from tests.engine.control.test_local_recovery_on_ray import _parity_counts
+
+pytestmark = pytest.mark.ray
+
+
+def test_a_killed_replica_and_a_killed_primary_restore_nothing(ray_session, tmp_path, tmp_path_factory):
+    """A secondary of the second keyed stage dies, then the primary of a first-stage instance
+    (its output feeds the second stage: cancelled at the receivers, sent again by the replica);
+    with the promotion replaced by a global rollback, every instance restores."""
+    expected = reference.failure_free_output(
+        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
+    out = tmp_path / "out"
+    kills = [(replica_name("rp-par/par/0", 1), N // 5), ("rp-par/by_key/1", N // 2)]
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, kills)
+    result = _parity_counts("rp-par", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local", replicas=2)
+    killer.join(timeout=5)
+    assert not killer.errors, killer.errors
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["replica lost", "failover"], result.metrics.recovery_s
+    assert result.metrics.restores == {}  # no instance restored a snapshot, none rolled back
+    assert read_file_sink(out, "out") == expected
+
+
+def test_what_replicas_do_not_run_on_ray_is_refused(ray_session):
+    flow = _parity_counts("rp-refused", FileSink("/nonexistent", name="out"), paced=False)
+    with pytest.raises(FlowError, match="verify='first'"):
+        flow.run(parallelism=2, guarantee="exactly-once", recovery="local", replicas=2, verify="majority")
