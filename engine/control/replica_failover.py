@@ -75,7 +75,7 @@ class ReplicaFailover:
         victim, index = run.replicas.find(name)
         replicas = run.replicas.sets[victim]
         dead: Replica = replicas.pop(index)
-        name = run.actor_names([name])[0]  # its actor's own name (a promoted primary's is its replica name): what its peers saw end
+        name = dead.me  # what its peers saw end (a promoted primary's is its replica name; a standby's, the instance's)
         kill_actors([dead.handle], [])  # a hung one too
         killed = time.time()
         peers = [h for h in run.handles[1:] if h is not dead.handle]  # handles[0]: the acker

@@ -39,11 +39,16 @@ def replica_name(instance_name: str, n: int) -> str:
 
 @dataclasses.dataclass
 class Replica:
-    """A live replica: its incarnation, its name among the launcher's ``names``, its actor."""
+    """A live replica: its incarnation, its name among the launcher's ``names``, its actor, and
+    the name its peers know it by on the data plane (``me``: its name at its start)."""
 
     incarnation: int
     name: str
     handle: Any
+    me: str = ""
+
+    def __post_init__(self) -> None:
+        self.me = self.me or self.name
 
 
 class ReplicaLaunch:
