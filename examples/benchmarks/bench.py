@@ -6,6 +6,7 @@
     driftstream bench exactly-once --rate 2000 --seconds 10 --json eo.json
     driftstream bench rescale [--cluster]            # downtime of a running flow's rescale 2 -> 3 -> 2 (rescale.py)
     driftstream bench local-recovery                  # one instance killed: recovery="local" against "global" (local_recovery.py)
+    driftstream bench replicas                        # replicas=2, a primary killed: output gap, throughput against replicas=1 (replicas.py)
     RAY_enable_metrics_collection=1 driftstream bench exactly-once --rate 50 --seconds 20 --intervals 1.0 --metrics-ab 4
                                                       # the metrics export's cost: off / on, in turn
 
@@ -851,6 +852,7 @@ DELEGATED = {
     "backlog": "driftstream.examples.benchmarks.backlog",
     "rescale": "driftstream.examples.benchmarks.rescale",
     "local-recovery": "driftstream.examples.benchmarks.local_recovery",
+    "replicas": "driftstream.examples.benchmarks.replicas",
     "step-costs": "driftstream.examples.benchmarks.step_costs",
     "index-stage": "driftstream.examples.benchmarks.index_stage",
     "acker": "driftstream.examples.benchmarks.acker_capacity",
@@ -883,6 +885,8 @@ def main(argv: Optional[list] = None) -> int:
                    "the engine's drain / restart, output checked (--cluster: on two Ray nodes; --help for options)")
     sub.add_parser("local-recovery", help="a stateful instance killed at parallelism 4, recovery='local' against 'global' in one "
                    "invocation: its first output after the kill, the others' longest output gap, restores (--help for options)")
+    sub.add_parser("replicas", help="replicas=2 at 300 elements/s, a stateful instance's primary killed: the longest output gap with and "
+                   "without the kill, restores; throughput replicas=2 against 1 (--help for options)")
     wc = sub.add_parser("wordcount", help="word count throughput and release latency")
     wc.add_argument("--lines", type=int, default=40_000, help="lines (10 words each) for the throughput run")
     wc.add_argument("--rate", type=float, default=1_000, help="words/s for the latency run")

@@ -141,7 +141,8 @@ def one_run(name: str, recovery: str, kill_at: Optional[float], args: argparse.N
         thread.start()
     try:
         result = flow.run(parallelism=args.parallelism, guarantee="exactly-once", snapshot_interval=args.snapshot_interval,
-                          snapshot_dir=os.path.join(workdir, "snapshots"), recovery=recovery, standbys=args.standbys)
+                          snapshot_dir=os.path.join(workdir, "snapshots"), recovery=recovery, standbys=args.standbys,
+                          replicas=getattr(args, "replicas", 1))
     finally:
         stop.set()
     times = released(workdir)
@@ -150,8 +151,16 @@ def one_run(name: str, recovery: str, kill_at: Optional[float], args: argparse.N
     return {"run": name, "recovery": recovery, "killed": bool(killed),
             "first_output_s": first_new(times.get(VICTIM, []), killed[0]) if killed else None,
             "others_longest_gap_s": max(others, default=0.0), "restores": dict(result.metrics.restores),
+            "longest_gap_s": max((longest_gap([when for when, _ in ts]) for ts in times.values()), default=0.0),
+            "span_s": max((ts[-1][0] for ts in times.values() if ts), default=0.0) - _epoch(workdir),
             "kinds": [r["kind"] for r in recoveries], "engine_first_output_s": [r["first_output_s"] for r in recoveries],
             "restored_s": [r["restored_s"] for r in recoveries], "output": output_of(workdir)}
+
+
+def _epoch(workdir: str) -> float:
+    """The wall time the source's schedule began (its first read)."""
+    with open(os.path.join(workdir, "epoch")) as fh:
+        return float(fh.read())
 
 
 def _s(x: Optional[float]) -> str:
@@ -164,16 +173,21 @@ def format_run(r: dict, same: bool) -> str:
             f"restores {json.dumps(r['restores']) or '{}'}   kind {','.join(r['kinds']) or '-'}   output {'equal' if same else 'DIFFERS'}")
 
 
+def run_options(parser: argparse.ArgumentParser, rate: float, seconds: float, parallelism: int, kill_at: float, repeat: str) -> None:
+    """The options of a bench of :func:`one_run`: their defaults, and what ``--repeat`` repeats."""
+    parser.add_argument("--rate", type=float, default=rate, help=f"elements/s (default {rate:,g})")
+    parser.add_argument("--seconds", type=float, default=seconds, help=f"seconds of input per run (default {seconds:g})")
+    parser.add_argument("--parallelism", "-p", type=int, default=parallelism, help=f"(default {parallelism}; also the source's partitions)")
+    parser.add_argument("--kill-at", type=float, default=kill_at, help=f"seconds into the input the stateful instance is killed (default {kill_at:g})")
+    parser.add_argument("--snapshot-interval", type=float, default=0.5, help="seconds (default 0.5)")
+    parser.add_argument("--repeat", type=int, default=1, help=f"{repeat} (default 1)")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="driftstream bench local-recovery", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=2_000, help="elements/s (default 2,000)")
-    parser.add_argument("--seconds", type=float, default=6.0, help="seconds of input per run (default 6)")
-    parser.add_argument("--parallelism", "-p", type=int, default=4, help="(default 4; also the source's partitions)")
-    parser.add_argument("--kill-at", type=float, default=3.0, help="seconds into the input the stateful instance is killed (default 3)")
-    parser.add_argument("--snapshot-interval", type=float, default=0.5, help="seconds (default 0.5)")
+    run_options(parser, 2_000, 6.0, 4, 3.0, "local and global runs each")
     parser.add_argument("--standbys", type=int, default=0, help="spare actors (default 0: a new process replaces the killed one)")
-    parser.add_argument("--repeat", type=int, default=1, help="local and global runs each (default 1)")
-    parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
     from driftstream.engine.runtime.ray_session import ensure_ray
