@@ -19,7 +19,7 @@ The record's ``kind`` is ``"failover"`` or ``"replica lost"`` and it restores no
 >>> ReplicaFailover.refusal_of({"f/a/0", "f/b/0"}, None)
 '2 actors died at once'
 >>> ReplicaFailover.refusal_of({"f/src/0"}, None)
-'f/src/0 is not a replica of an instance with another live one'
+'f/src/0 is not a replica (a source instance: local recovery beside replicas is not built on Ray)'
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ class ReplicaFailover:
             return "every actor is restarted"
         if len(dead) > 1:
             return f"{len(dead)} actors died at once"
-        if found is None or live < 2:
-            return f"{next(iter(dead))} is not a replica of an instance with another live one"
+        if found is None:
+            return f"{next(iter(dead))} is not a replica (a source instance: local recovery beside replicas is not built on Ray)"
+        if live < 2:
+            return f"{next(iter(dead))} was its instance's last live replica"
         return None
 
     def refusal(self, dead: Optional[set]) -> Optional[str]:
