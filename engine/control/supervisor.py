@@ -136,6 +136,7 @@ class RaySupervisor:
         m.recoveries, m.skipped = len(status.recoveries), status.skipped
         m.recovery_s = [r.to_dict() for r in status.recoveries]
         m.restores = restores_of(status.recoveries, self.plan)
+        m.failovers = sum(r.kind == "failover" for r in status.recoveries)
         m.snapshot_s = [r.duration_s for r in status.snapshots]
         m.snapshot_windows = [(r.requested_at, r.requested_at + r.duration_s) for r in status.snapshots]
         return result

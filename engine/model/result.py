@@ -69,6 +69,9 @@ class Metrics:
     #: per instance (``"stage/index"``): how many times it restored from a snapshot after a
     #: failure (the simulator's; under recovery="local" only the failed instances)
     restores: dict = field(default_factory=dict)
+    #: replicas > 1 on Ray: dead primaries whose live replica took over, no restore (counted in
+    #: ``recoveries`` too, with kind "failover" in ``recovery_s``)
+    failovers: int = 0
     #: per snapshot: seconds from its marker until every part was durable
     snapshot_s: list = field(default_factory=list)
     #: per snapshot: wall times ``(marker sent, every part durable)``
