@@ -265,9 +265,10 @@ class RaySupervisor:
 
     def _trim_sent(self, manifest: Manifest) -> None:
         """recovery="local": snapshot T committed, a restore starts there: the instances' upstream
-        logs keep what they sent at or after it (no reply awaited)."""
+        logs keep what they sent at or after it (no reply awaited); so do the replicas that are not
+        the primary, and their kept bundles."""
         t = tuple(manifest.t)
-        for actor in self.launcher.actors.values():
+        for actor in self.launcher.handles[1:]:  # handles[0]: the acker
             actor.trim_sent.remote(t)
 
     def snapshot(self) -> Optional[SnapshotRecord]:
