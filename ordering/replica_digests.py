@@ -1,5 +1,5 @@
 """Digests of what replicas settle, epoch by epoch, and the vote over them (issue 58, design
-item 5, ``verify="majority"``).
+item 5, ``verify="majority"`` and ``"sample:N"``: one epoch in N digested and voted).
 
 Replicas of an instance get the same input in the same t order, so what they settle is the
 same: what their sinks release below the watermark (in Meta order), their folded keyed
@@ -37,15 +37,23 @@ from typing import Any, Hashable, Iterable, Optional
 class Epochs:
     """The run's epoch boundaries, the snapshots' times in the order they began (each greater
     than the last). ``of(t)``: the epoch of time ``t``; ``range(k)``: ``(T_k, T_k+1)`` (None:
-    the beginning, or not ended yet).
+    the beginning, or not ended yet); ``sampled(k)``: whether epoch ``k`` is digested and
+    voted, one in ``every`` (``verify="sample:N"``; all of them by default).
 
     >>> e = Epochs(); e.add((4,)); e.add((9,))
     >>> e.of((2, 0, 0, 2)), e.of((4, 0, 0, 4)), e.of((9, 1, 0, 0)), e.range(1), e.range(2)
     (0, 1, 2, ((4,), (9,)), ((9,), None))
+    >>> [k for k in range(7) if Epochs(every=3).sampled(k)]
+    [0, 3, 6]
     """
 
-    def __init__(self) -> None:
+    def __init__(self, every: int = 1) -> None:
         self.boundaries: list = []
+        self.every = every
+
+    def sampled(self, k: int) -> bool:
+        # fixed by the index alone: every replica, a replacement too, digests the same epochs
+        return k % self.every == 0
 
     def add(self, t: tuple) -> None:
         """A snapshot began at ``t``: an epoch ends there (a repeat of the last is ignored)."""
@@ -102,10 +110,15 @@ class ReplicaDigest:
         self._states: dict = {}  # epoch -> its state digest at the epoch's end
 
     def released(self, sink: Hashable, elements: Iterable[tuple]) -> None:
-        """``elements`` (``(Meta, payload)``, in release order) left ``sink``."""
-        of, sinks = self.epochs.of, self._sinks
+        """``elements`` (``(Meta, payload)``, in release order) left ``sink`` (those of an epoch
+        not sampled are not hashed: a release is below every boundary still to come, so its
+        epoch is known)."""
+        of, sinks, sampled = self.epochs.of, self._sinks, self.epochs.sampled
         for meta, payload in elements:
-            per = sinks.setdefault(of(meta), {})
+            k = of(meta)
+            if not sampled(k):
+                continue
+            per = sinks.setdefault(k, {})
             h = per.get(sink)
             if h is None:
                 h = per[sink] = hashlib.blake2b(repr(sink).encode(), digest_size=16)

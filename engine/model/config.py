@@ -121,11 +121,26 @@ def reexecute_every(verify: str) -> Optional[int]:
     >>> reexecute_every("reexecute:100"), reexecute_every("first")
     (100, None)
     """
-    if not isinstance(verify, str) or not verify.startswith("reexecute:"):
+    return _one_in(verify, "reexecute", "one batch in N re-run")
+
+
+def vote_sample(verify: str) -> Optional[int]:
+    """N of ``verify="sample:N"`` (replicas vote on one epoch in N after its output left, see
+    runtime/simulated_votes.py); None for any other value. A malformed N is a FlowError.
+
+    >>> vote_sample("sample:4"), vote_sample("majority")
+    (4, None)
+    """
+    return _one_in(verify, "sample", "one epoch in N voted")
+
+
+def _one_in(verify: str, mode: str, meaning: str) -> Optional[int]:
+    """N of ``verify="<mode>:N"``; None for another mode."""
+    if not isinstance(verify, str) or not verify.startswith(mode + ":"):
         return None
-    text = verify[len("reexecute:"):]
+    text = verify[len(mode) + 1:]
     if not text.isdigit() or int(text) < 1:
-        raise FlowError(f"verify='reexecute:N' takes an int N >= 1 (one batch in N re-run), not {verify!r}")
+        raise FlowError(f"verify='{mode}:N' takes an int N >= 1 ({meaning}), not {verify!r}")
     return int(text)
 
 
@@ -241,7 +256,9 @@ class RunConfig:
     replicas: int = 1
     #: what the receivers check of the replicas' output: "first" (crash faults: the primary's
     #: stream, a live replica's once it dies) or "majority" (replicas >= 2: the sinks take an epoch
-    #: once most replicas' digests agree; with 2 a mismatch rolls back; the simulator's only)
+    #: once most replicas' digests agree; with 2 a mismatch rolls back; the simulator's only),
+    #: "sample:N" (replicas >= 2: the sinks take the primary's output at once, one epoch in N is
+    #: voted after it left: a corrupt primary's output may have left; the simulator's only)
     #: or "reexecute:N" (silent corruption without a second copy: one keyed batch in N re-run on a
     #: copy of its keys' state, settled reads checked; a difference rolls the run back)
     verify: str = "first"
@@ -293,9 +310,10 @@ class RunConfig:
     def _check_replicas(self) -> None:
         if type(self.replicas) is not int or self.replicas < 1:
             raise FlowError(f"replicas is an int >= 1 (copies of each keyed stage instance), not {self.replicas!r}")
-        if self.verify not in VERIFY_MODES and reexecute_every(self.verify) is None:
+        if self.verify not in VERIFY_MODES and reexecute_every(self.verify) is None and vote_sample(self.verify) is None:
             raise FlowError(f"verify is 'first' (take the first replica's output; crash faults), 'majority' (release what "
-                            f"most replicas agree on; replicas >= 2) or 'reexecute:N' (one keyed batch in N re-run on a copy), "
+                            f"most replicas agree on; replicas >= 2), 'sample:N' (release the primary's output at once, vote on "
+                            f"one epoch in N after; replicas >= 2) or 'reexecute:N' (one keyed batch in N re-run on a copy), "
                             f"not {self.verify!r}")
         if self.replicas > 1 and self.recovery != "local":
             raise FlowError("replicas build on local recovery (a dead primary's receivers switch to a live replica at the "
@@ -303,6 +321,9 @@ class RunConfig:
         if self.verify == "majority" and self.replicas < 2:
             raise FlowError("verify='majority' needs replicas >= 2 (3 or more to outvote a corrupt replica; with 2 a mismatch "
                             "rolls back to a snapshot both agreed on)")
+        if vote_sample(self.verify) is not None and self.replicas < 2:
+            raise FlowError(f"verify={self.verify!r} needs replicas >= 2 (it compares the replicas' digests of one epoch in N; "
+                            "with replicas=1 take verify='reexecute:N')")
 
     @classmethod
     def from_options(cls, **options: Any) -> "RunConfig":

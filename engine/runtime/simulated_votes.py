@@ -21,6 +21,12 @@ reported and acted on.
   (kind ``"corruption"`` or ``"mismatch"``). A second mismatch before the run passes the first
   one's epoch is ``"likely non-determinism"``, with the stage's steps: the instance's output
   is then taken from its primary unverified (a rollback would only repeat it).
+- ``verify="sample:N"`` (Warden's optimistic mode, ``sample``: N): no gate, the primary's
+  bundles go to the sinks at once (:meth:`SimulatedVotes.hold`); one epoch in N (``k % N ==
+  0``) is digested and voted after its output left, the others pass once their end is known.
+  A dissent is acted on as above (its ``released`` says the output had left), a rollback to a
+  snapshot a vote certified (one at the end of a voted epoch); what the sinks hold is not
+  taken back: a corrupt primary's output written before the vote stays.
 - ``flip(incarnation, rng)``: a fault for tests: one settled value of a replica's keyed state,
   one bit flipped (:class:`Flip`).
 
@@ -68,6 +74,8 @@ class Dissent:
     kind: str
     steps: list = field(default_factory=list)
     action: str = ""
+    #: verify="sample:N": the epoch's output had left the sinks before the vote (a corrupt primary's stays there)
+    released: bool = False
 
 
 @dataclass
@@ -101,17 +109,22 @@ class Flip:
     new: Any
     t: tuple
     found: str = ""
+    primary: bool = False  # the replica was the primary then (its output went to the sinks)
 
 
 class SimulatedVotes:
     """The votes of a run's replicas (``replicas``: its :class:`~.simulated_replicas.SimulatedReplicas`).
     ``passed``: per instance, the epochs it agreed on; ``gate``: the primaries' bundles waiting
     for them; ``dissents``, ``flips``, ``rollbacks``: what happened; ``due``: what the run
-    does at its next step (a :class:`Replace` or a :class:`RollBack`)."""
+    does at its next step (a :class:`Replace` or a :class:`RollBack`). ``sample``: N of
+    ``verify="sample:N"`` (None: ``"majority"``); ``tally``: instance epochs voted and not."""
 
-    def __init__(self, plan: Plan, replicas: Any) -> None:
-        self.plan, self.replicas = plan, replicas
-        self.epochs = Epochs()
+    def __init__(self, plan: Plan, replicas: Any, sample: Optional[int] = None) -> None:
+        self.plan, self.replicas, self.sample = plan, replicas, sample
+        self.epochs = Epochs(sample or 1)
+        self.tally = {"voted": 0, "unvoted": 0}
+        #: sample:N: the newest element the sinks were given (after a rollback they skip what they hold)
+        self.written: tuple = BOTTOM
         self.digests: dict = {}
         self.reached: dict = {}
         self.passed: dict = {instance: 0 for instance in replicas.replicated}
@@ -147,7 +160,11 @@ class SimulatedVotes:
 
     def hold(self, inc: Any, sink: Any, bundle: Any) -> None:
         """The primary's ``bundle`` waits for its epoch's vote before ``sink`` has it (its host
-        took it as written: see simulated_replicas.py)."""
+        took it as written: see simulated_replicas.py); under sample:N it goes at once."""
+        if self.sample is not None:
+            sink.write(bundle)
+            self.written = max(self.written, bundle.t_last)
+            return
         self.gate.append((inc, sink, bundle))
         self._open()
 
@@ -155,13 +172,14 @@ class SimulatedVotes:
         """Replica ``inc``'s watermark reached ``t`` (``marker``: the primary's snapshot marker):
         the epochs it ended get its state digest; votes follow."""
         reached, boundaries = self.reached[inc], self.epochs.boundaries
-        if marker and t == reached and t in boundaries:
+        if marker and t == reached and t in boundaries and self.epochs.sampled(boundaries.index(t)):
             self._marked(instance, inc, host, boundaries.index(t))
         if t <= reached:
             return
         ended = [k for k, b in enumerate(boundaries) if reached < b <= t]
         if t == TOP:
             ended.append(len(boundaries))
+        ended = [k for k in ended if self.epochs.sampled(k)]
         if ended:
             digest = host_state_digest(host)
             self._settled[inc] = (t, digest)
@@ -181,7 +199,7 @@ class SimulatedVotes:
             return
         if now != self._settled.get(inc, (None, now))[1]:
             dissent = Dissent(instance, [inc], k, self.epochs.range(k), {inc: now}, "corruption",
-                              [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids])
+                              [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids], released=self.sample is not None)
             self.dissents.append(dissent)
             self._found([inc], "detected")
             self.tainted.add(k + 1)
@@ -205,14 +223,16 @@ class SimulatedVotes:
         self.epochs.add(t)
         k = len(self.epochs.boundaries) - 1
         for inc, reached in self.reached.items():
-            if reached == t:  # the marker's time is a watermark it already has: its settled state is the epoch's end
+            if reached == t and self.epochs.sampled(k):  # the marker's time is a watermark it already has: its settled state is the epoch's end
                 self._settled[inc] = (t, host_state_digest(self.replicas.hosts[inc][1]))
                 self.digests[inc].ended(k, self._settled[inc][1])
 
     def commit(self, t: tuple, snapshot_id: int) -> None:
-        """The snapshot begun at ``t`` committed: a rollback may restore it once it is certified."""
+        """The snapshot begun at ``t`` committed: a rollback may restore it once it is certified.
+        One taken again at a boundary (after a rollback there) does not replace the first: the
+        vote that certifies it saw the state of then, not of a replica restored since."""
         if t in self.epochs.boundaries:
-            self.committed[self.epochs.boundaries.index(t) + 1] = snapshot_id
+            self.committed.setdefault(self.epochs.boundaries.index(t) + 1, snapshot_id)
 
     def frontier(self) -> int:
         """The epochs every instance agreed on: the gate has released what is before them."""
@@ -230,14 +250,17 @@ class SimulatedVotes:
 
     def rollback_target(self, kept: Optional[set] = None) -> tuple:
         """``(epoch, snapshot id)`` of the newest committed snapshot every instance certified
-        (among the snapshot ids ``kept``, if given: the store prunes old ones; ``(0, None)``: the beginning)."""
-        certified = [k for k in self.committed if k <= self.frontier() and k not in self.tainted and (kept is None or self.committed[k] in kept)]
+        (among the snapshot ids ``kept``, if given: the store prunes old ones; ``(0, None)``: the beginning).
+        Snapshot ``k`` is certified by the vote of epoch ``k - 1``, which sample:N takes one in N."""
+        sampled = self.epochs.sampled
+        certified = [k for k in self.committed if k <= self.frontier() and k not in self.tainted and sampled(k - 1)
+                     and (kept is None or self.committed[k] in kept)]
         return (max(certified), self.committed[max(certified)]) if certified else (0, None)
 
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
         """The run restarts every instance from the snapshot at the start of ``epoch``."""
         self.rollbacks.append((snapshot_id, why.kind, why.instance, why.epoch))
-        self.skipped = max(self.skipped, self.released_through())
+        self.skipped = max(self.skipped, self.released_through(), self.written)
         self._found(list(self.digests), "rolled back")
         why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
         self.epochs.cut(epoch)
@@ -262,22 +285,23 @@ class SimulatedVotes:
         return bool(whole) and self.flip(rng.choice(whole), rng) is not None
 
     def flip(self, inc: Any, rng: random.Random) -> Optional[Flip]:
-        """Flip one bit of a seeded key's value in replica ``inc``'s value state (see
-        :func:`flip_key`). None: it has none to flip."""
+        """Flip one bit of a seeded key's value in replica ``inc``'s value state or a window's
+        open state (see :func:`flip_key`). None: it has none to flip."""
         instance, host = self.replicas.hosts[inc]
         if host.rt.watermark == TOP or any(not f.found and f.instance == instance for f in self.flips):
             return None  # its last state digest is taken; or a second corrupt replica could outvote a good one
-        choices = [(sid, key) for sid, ks in sorted(host.rt.keyed.items()) if isinstance(ks, DriftingKeyedState) and hasattr(ks.backend, "items")
+        states = dict(_states(host))
+        choices = [(sid, key) for sid, ks in sorted(states.items()) if isinstance(ks, DriftingKeyedState) and hasattr(ks.backend, "items")
                    for key, _ in sorted(ks.backend.items(), key=repr) if (inc, sid, key) not in self._flipped]
         rng.shuffle(choices)
         for sid, key in choices:
-            changed = flip_key(host.rt.keyed[sid], key)
+            changed = flip_key(states[sid], key)
             if changed is not None:
                 break
         else:
             return None
         self._flipped.add((inc, sid, key))  # once: a second flip of one value would undo the first
-        done = Flip(instance, inc, self.plan.steps[sid].name, key, *changed, host.rt.watermark)
+        done = Flip(instance, inc, self.plan.steps[sid].name, key, *changed, host.rt.watermark, primary=self.replicas.sets[instance][0] == inc)
         self.flips.append(done)
         return done
 
@@ -287,6 +311,11 @@ class SimulatedVotes:
         """Vote ``instance``'s next epochs while every voter has ended them."""
         while self.due is None:
             k = self.passed[instance]
+            if not self.epochs.sampled(k):  # sample:N: passes once its end is known (its sends then forgotten by time)
+                if k >= len(self.epochs.boundaries) and any(self.reached[inc] != TOP for inc in self.replicas.sets.get(instance, ())):
+                    return
+                self._pass(instance, k, [inc for inc in self.replicas.sets.get(instance, ()) if inc in self.digests], "unvoted")
+                continue
             voters = [inc for inc in self.replicas.sets.get(instance, ()) if self.digests[inc].covers(k)]
             digests = {inc: self.digests[inc].digest(k) for inc in voters}
             if not voters or None in digests.values():
@@ -296,13 +325,18 @@ class SimulatedVotes:
                 self._dissent(instance, k, digests, outcome)
                 if self.due is not None:
                     return
-            self.passed[instance] = k + 1
-            for inc in voters:
-                self.digests[inc].forget(k)
-            through = self.released_through()
-            for key in [key for key, end in self.rechecking.items() if through >= end]:
-                del self.rechecking[key]
-            self._open()
+            self._pass(instance, k, voters, "voted")
+
+    def _pass(self, instance: Instance, k: int, voters: list, how: str) -> None:
+        """``instance`` passed epoch ``k``: its replicas' hashes of it go, the gate opens."""
+        self.tally[how] += 1
+        self.passed[instance] = k + 1
+        for inc in voters:
+            self.digests[inc].forget(k)
+        through = self.released_through()
+        for key in [key for key, end in self.rechecking.items() if through >= end]:
+            del self.rechecking[key]
+        self._open()
 
     def _dissent(self, instance: Instance, k: int, digests: dict, outcome: Any) -> None:
         """Report ``outcome`` of epoch ``k`` and say what the run does about it."""
@@ -312,7 +346,7 @@ class SimulatedVotes:
         lo, hi = self.epochs.range(k)
         if kind == "mismatch" and instance in self.rechecking and (lo is None or lo < self.rechecking[instance]):
             kind = "likely non-determinism"
-        dissent = Dissent(instance, outcome.dissenters, k, self.epochs.range(k), digests, kind, steps)
+        dissent = Dissent(instance, outcome.dissenters, k, self.epochs.range(k), digests, kind, steps, released=self.sample is not None)
         self.dissents.append(dissent)
         self._found(outcome.dissenters, "detected")
         if kind == "likely non-determinism":
@@ -374,8 +408,16 @@ def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:
 
 def host_state_digest(host: Any) -> str:
     """The digest of a host's folded keyed state: value state by key, entry state by ``(key,
-    entry)`` (its records, in the state cache under it); window state is not digested yet."""
-    return state_digest((sid, key, value) for sid, ks in sorted(host.rt.keyed.items()) for key, value in _settled(ks.backend))
+    entry)`` (its records, in the state cache under it), and its windows' (and interval joins')
+    open state by its state key (a window's ``(key, start, end)``, a session's key)."""
+    return state_digest((sid, key, value) for sid, ks in _states(host) for key, value in _settled(ks.backend))
+
+
+def _states(host: Any) -> list:
+    """``(step id, DriftingKeyedState)`` of a host's keyed steps and of its timed steps' state
+    (a window's folded state is a keyed state under it: what closes is then read from it)."""
+    rt = host.rt
+    return sorted([*rt.keyed.items(), *((sid, ws.keyed) for sid, ws in rt.windows.items())], key=lambda pair: pair[0])
 
 
 def _settled(backend: Any) -> Any:

@@ -51,7 +51,7 @@ from driftstream.ordering.meta import TOP
 from driftstream.snapshots.output_segments import discard_outputs
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import RunConfig, aligned_sources, reexecute_every
+from driftstream.engine.model.config import RunConfig, aligned_sources, reexecute_every, vote_sample
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
 from driftstream.engine.model.plan import Plan
@@ -113,8 +113,8 @@ class Simulation:
         #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales, replica_crashes)
-        if replica_flips and config.verify != "majority":
-            raise FlowError("replica_flips need verify='majority': with verify='first' nothing compares the replicas")
+        if replica_flips and config.verify != "majority" and vote_sample(config.verify) is None:
+            raise FlowError("replica_flips need verify='majority' or 'sample:N': with verify='first' nothing compares the replicas")
         self.rescales = list(rescales)
         #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
         self.rescale_phase: Optional[str] = None
@@ -135,8 +135,8 @@ class Simulation:
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         #: replicas > 1: the keyed instances' replicas (see simulated_replicas.py), None by default
         self.replicas = None if config.replicas == 1 else SimulatedReplicas(plan, config.replicas, self.local, self.live)
-        #: verify="majority": the replicas' votes (see simulated_votes.py), None by default
-        self.votes = None if config.verify != "majority" else SimulatedVotes(plan, self.replicas)
+        #: verify="majority" or "sample:N": the replicas' votes (see simulated_votes.py), None by default
+        self.votes = None if config.verify != "majority" and vote_sample(config.verify) is None else SimulatedVotes(plan, self.replicas, vote_sample(config.verify))
         if self.votes is not None:
             self.replicas.votes, self.replicas.replacements = self.votes, ReplicaReplacements(self.replicas)
         #: replicas > 1: their seeded deaths and flips, and what the votes found done (see replica_faults.py)
@@ -193,15 +193,14 @@ class Simulation:
         """Start ``instance`` from its part of ``manifest`` (None: the beginning)."""
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, manifest, recovering)
-        if self.replicas is not None and instance in self.replicas.replicated:
+        if self.replicas is not None and instance in self.replicas.replicated:  # (its timers seeded below: a rollback restores its windows)
             host = self.replicas.start(self.plan, instance, config, self.rng, self.base_every_s)
-            self.local.started(instance, host)
-            return
-        extra = {} if self.local is None else {"incarnations": self.local.incarnations}
-        host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
-                               self.incarnation.bundle_writer(instance), self.incarnation.sender(instance), **extra)
-        if recovering:
-            self.restores[instance] += 1
+        else:
+            extra = {} if self.local is None else {"incarnations": self.local.incarnations}
+            host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
+                                   self.incarnation.bundle_writer(instance), self.incarnation.sender(instance), **extra)
+            if recovering:
+                self.restores[instance] += 1
         if self.local is not None:
             self.local.started(instance, host)
         seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts

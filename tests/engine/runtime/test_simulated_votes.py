@@ -4,7 +4,10 @@ the sinks take an epoch once every instance agreed. Over hundreds of seeds of th
 the replicas' tests use, with values flipped in a replica's state and replicas killed at any
 step, every output is the fault-free one, every flip is found and its replica named, and each
 instance is back to its replicas; with two replicas a mismatch rolls back; a step that draws at
-random is reported as likely non-determinism, by name."""
+random is reported as likely non-determinism, by name. A flip of a window's open state is caught
+too. Under verify="sample:N" (no gate, one epoch in N voted after its output left) every dissent
+names a flipped replica, N = 1 finds what a majority finds, and a corrupt primary's output may
+stay in the sinks (Warden's trade-off)."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource
 from driftstream.ordering.replica_digests import Vote
 
-from tests.engine.runtime.test_local_recovery import DATA, step_to_end
+from tests.engine.runtime.test_local_recovery import DATA, TIMED_FLOWS, step_to_end
 from tests.engine.runtime.test_simulated_replicas import FLOWS
 from tests.pipelines import STATE_REKEY_STATE, build
 from tests.reference import reference_outputs
@@ -181,3 +184,130 @@ def test_flips_need_a_vote():
     config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=2)
     with pytest.raises(FlowError, match="replica_flips need verify='majority'"):
         Simulation(_counter_flow().plan(2), config, replica_flips=1)
+
+
+# -- window state in the state digest -------------------------------------------------------------
+
+#: Seeded runs per window flow (each ~0.13 s); the slow tier runs 20 more.
+WINDOW_SEEDS = 8
+
+
+def _check_window_flips(name: str, seeds: range) -> dict:
+    """Flips of a window's open state (a pane's, a session's, a tumbling window's fold) under a
+    majority of 3: caught at the epoch's end by the state digest, before the window closes."""
+    flow, sinks = TIMED_FLOWS[name]()
+    expected = reference_outputs(flow)
+    wrong, seen = [], {"window flips": 0, "detected": 0}
+    for seed in seeds:
+        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local",
+                           replicas=3, verify="majority")
+        sim = Simulation(flow.plan(2 + seed % 2), config, replica_flips=2, acker_shards=seed % 3)
+        step_to_end(sim, f"seed {seed}", lambda: f"flips {sim.votes.flips}, dissents {sim.votes.dissents}")
+        result, flipped = sim.run(), {f.incarnation for f in sim.votes.flips}
+        if any(result.output(s) != expected[s] for s in sinks) or any(not set(d.replicas) & flipped for d in sim.votes.dissents):
+            wrong.append(seed)
+        seen["window flips"] += sum(f.step == "window" for f in sim.votes.flips)
+        seen["detected"] += sum(f.step == "window" and f.found == "detected" for f in sim.votes.flips)
+    assert not wrong, f"seeds whose output differs or whose dissent names no flipped replica: {wrong}"
+    return seen
+
+
+@pytest.mark.parametrize("name", ["tumbling", "sliding panes", "session"])
+def test_flips_of_window_state_are_caught_and_give_the_fault_free_output(name):
+    """Without the windows in the digest, a flip in a window still open passes the epoch's vote,
+    which certifies the snapshot holding it; a rollback there makes every replica agree on the
+    wrong result (12, 20 and 20 of 30 seeds differed)."""
+    seen = _check_window_flips(name, range(WINDOW_SEEDS))
+    assert seen["detected"] >= WINDOW_SEEDS, seen
+
+
+@pytest.mark.slow  # 20 more seeds of each: ~8 s
+@pytest.mark.parametrize("name", ["tumbling", "sliding panes", "session", "window join"])
+def test_more_seeded_flips_of_window_state(name):
+    _check_window_flips(name, range(WINDOW_SEEDS, WINDOW_SEEDS + 20))
+
+
+# -- verify="sample:N" ----------------------------------------------------------------------------
+
+def _sampled(flow: Flow, seed: int, verify: str, replicas: int = 3, deaths: int = 0) -> tuple:
+    config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local",
+                       replicas=replicas, verify=verify)
+    sim = Simulation(flow.plan(2 + seed % 2), config, replica_crashes=deaths, replica_flips=2, acker_shards=seed % 3)
+    step_to_end(sim, f"seed {seed}", lambda: f"flips {sim.votes.flips}, dissents {sim.votes.dissents}")
+    return sim, sim.run().output("out")
+
+
+def test_sample_1_finds_every_flip_a_majority_finds():
+    """With N = 1 every epoch is voted, after its output left instead of before: the same seeds
+    (the gate draws nothing from the scheduler) see the same flips found, the same dissents and
+    actions, and the output of a majority's run wherever no flip struck a primary."""
+    flow = build("votes", DATA, STATE_REKEY_STATE, partitions=3)
+    found = 0
+    for seed in range(10):
+        runs = [_sampled(flow, seed, verify, deaths=2) for verify in ("majority", "sample:1")]
+        (gated, gated_out), (sampled, sampled_out) = runs
+        assert [(f.incarnation, f.key, f.found) for f in sampled.votes.flips] == [(f.incarnation, f.key, f.found) for f in gated.votes.flips], seed
+        assert [(d.replicas, d.epoch, d.kind, d.action) for d in sampled.votes.dissents] == [
+            (d.replicas, d.epoch, d.kind, d.action) for d in gated.votes.dissents], seed
+        assert all(d.released for d in sampled.votes.dissents) and not any(d.released for d in gated.votes.dissents)
+        assert sampled_out == gated_out or any(f.primary for f in sampled.votes.flips), seed
+        found += sum(f.found == "detected" for f in sampled.votes.flips)
+    assert found >= 5, found
+
+
+@pytest.mark.parametrize("verify, replicas", [("sample:2", 3), ("sample:3", 2)])
+def test_sample_n_names_only_flipped_replicas_and_votes_one_epoch_in_n(verify, replicas):
+    """Every dissent names a flipped replica and is acted on; with the flips on secondaries the
+    output is the fault-free one (the primary's went out unchecked, and was right); about one
+    epoch in N is voted."""
+    n = int(verify.split(":")[1])
+    flow = build("votes", DATA, STATE_REKEY_STATE, partitions=3)
+    expected = reference_outputs(flow)["out"]
+    wrong, detected, tally = [], 0, {"voted": 0, "unvoted": 0}
+    for seed in range(SAMPLE_SEEDS):
+        sim, output = _sampled(flow, seed, verify, replicas)
+        votes = sim.votes
+        flipped = {f.incarnation for f in votes.flips}
+        if (any(not set(d.replicas) & flipped or not d.released for d in votes.dissents)
+                or any(not d.action.startswith(("removed; replaced", "rolled back")) for d in votes.dissents)
+                or (output != expected and not any(f.primary for f in votes.flips))):
+            wrong.append(seed)
+        detected += sum(f.found == "detected" for f in votes.flips)
+        tally = {k: tally[k] + votes.tally[k] for k in tally}
+    assert not wrong, f"seeds that went wrong: {wrong}"
+    assert detected >= SAMPLE_SEEDS // 2, detected
+    assert abs(tally["voted"] / (tally["voted"] + tally["unvoted"]) - 1 / n) < 0.1, tally
+
+
+#: Seeded runs per sample:N check (each ~0.1 s); the slow tier runs 30 more.
+SAMPLE_SEEDS = 12
+
+
+@pytest.mark.slow  # 30 more seeds, with replica deaths: ~6 s
+def test_more_seeds_of_sample_n_with_deaths():
+    flow = build("votes", DATA, STATE_REKEY_STATE, partitions=3)
+    for seed in range(SAMPLE_SEEDS, SAMPLE_SEEDS + 30):
+        sim, _ = _sampled(flow, seed, "sample:2", deaths=2)
+        flipped = {f.incarnation for f in sim.votes.flips}
+        assert all(set(d.replicas) & flipped for d in sim.votes.dissents), seed
+        assert all(len(incs) == 3 for incs in sim.replicas.sets.values()), seed
+
+
+def test_sample_n_lets_a_corrupt_primarys_output_out_where_a_majority_holds_it():
+    """Warden's trade-off, stated: under sample:N what a corrupt primary released before the vote
+    stays in the sinks (they skip what they hold when the run rolls back); under majority the gate
+    held it. Running sums of 200 elements, the same seeds."""
+    flow = _counter_flow(200)
+    expected = reference_outputs(flow)["out"]
+    differ = {verify: [seed for seed in range(10) if _sampled(flow, seed, verify)[1] != expected] for verify in ("majority", "sample:2")}
+    assert not differ["majority"] and differ["sample:2"], differ
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"replicas": 1, "verify": "sample:2"}, r"verify='sample:2' needs replicas >= 2"),
+    ({"replicas": 3, "verify": "sample:0"}, r"verify='sample:N' takes an int N >= 1"),
+    ({"replicas": 3, "verify": "sample:x"}, r"verify='sample:N' takes an int N >= 1"),
+])
+def test_run_config_refuses_a_sample_it_cannot_take(options, message):
+    with pytest.raises(FlowError, match=message):
+        RunConfig(recovery="local", **options)
