@@ -44,6 +44,7 @@ from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance
 from driftstream.engine.runtime.actors import StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE
+from driftstream.engine.runtime.replicas import address as replica_address
 
 
 def acker_refusal(ref: ray.ObjectRef) -> Optional[str]:
@@ -81,7 +82,10 @@ class LocalFailover:
         """:meth:`refusal_of`, then the acker's (a replacement still catching up, the run ending)."""
         run = self.launcher
         why = self.refusal_of(dead, run.names[0], rescaling)
-        return why if why is not None else acker_refusal(run.acker.local_refusal.remote())
+        if why is not None:
+            return why
+        # replicas > 1: a failover's re-sends not all in either (the cut would be wrong)
+        return acker_refusal(run.acker.local_refusal.remote() if run.replicas is None else run.acker.replica_refusal.remote())
 
     def recover(self, name: str, detected: float, manifest: Optional[Manifest]) -> Recovery:
         """Replace instance ``name`` (its actor died) from ``manifest`` (None: the beginning);
@@ -97,9 +101,14 @@ class LocalFailover:
         standby = len(self.standbys) > 0
         self.failover.kill(run.handles_of([name]), [] if standby else [name])
         killed = time.time()
-        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, [tuple(k) for k in survivors], t, dict(run.incarnations), plan.cones()))
+        replicas = {} if run.replicas is None else run.replicas.sets  # replicas > 1: the victim reads a source (replicas never restore)
+        # Whose ReplaySent the acker holds for: a replica's names its incarnation
+        tokens = [replica_address(r.incarnation) for k in survivors for r in replicas.get(k, ())]
+        tokens += [tuple(k) for k in survivors if k not in replicas]
+        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones()))
         opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
-        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), cut=cut)
+        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), cut=cut,
+                                   replica_sets={k: [r.incarnation for r in rs] for k, rs in replicas.items()} if replicas else None)
         real_names = dict(run.real_names)
         actor, resets = self._start(name, victim, opts, standby, real_names)
         try:  # until the launcher holds it, a global rollback after an error here would not end it
@@ -107,15 +116,16 @@ class LocalFailover:
             reset = time.time()
             addresses = dict(run.addresses)
             addresses[victim] = address
-            ray.get(actor.connect.remote(run.acker, addresses))
+            ray.get(actor.connect.remote(run.acker, addresses, **({"replicas": run.replicas.wiring()[0]} if replicas else {})))
             ray.get(run.acker.adopt.remote(tuple(victim), actor, address, ray.get(actor.take_seed.remote())))
             connected = time.time()
             senders = {s.index for s in plan.stages if any(ch.dst_stage == victim.stage for sid in s.step_ids for ch in plan.channels[sid])}
             # The receivers first: the replacement's output reaching one before its part would be
             # dropped as the dead one's batches in flight, or cancelled with them (its sender is
             # the same instance); it has no input before its senders' part.
-            parts = [ray.get([run.actors[k].peer_failed.remote(tuple(victim), new, cut, address if sends else None)
-                              for k in survivors if (k.stage in senders) == sends]) for sends in (False, True)]
+            peers = [(k, run.actors[k]) for k in survivors] + [(k, r.handle) for k in survivors for r in replicas.get(k, ())[1:]]
+            parts = [ray.get([handle.peer_failed.remote(tuple(victim), new, cut, address if sends else None)
+                              for k, handle in peers if (k.stage in senders) == sends]) for sends in (False, True)]
             parts = parts[0] + parts[1]
             ray.get(actor.start.remote(None))
         except BaseException:

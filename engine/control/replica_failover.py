@@ -70,6 +70,15 @@ class ReplicaFailover:
         why = self.refusal_of(dead, found, 0 if found is None else len(run.replicas.sets[found[0]]))
         return why if why is not None else acker_refusal(run.acker.replica_refusal.remote())
 
+    def reads_a_source(self, dead: Optional[set]) -> bool:
+        """Whether ``dead`` is one instance that reads a source (it has no replicas: local recovery
+        replaces it, its peers' replicas take their part too)."""
+        run = self.launcher
+        if not dead or len(dead) != 1:
+            return False
+        name = next(iter(dead))
+        return name in run.names[1:] and run.replicas.find(name) is None and run.plan.instances[run.names.index(name) - 1] in run.plan.source_instances
+
     def recover(self, name: str, detected: float) -> Recovery:
         """Fail over from the dead replica ``name`` (see the module doc). Returns the record."""
         run = self.launcher
@@ -130,5 +139,7 @@ class ReplicaFailover:
         real_names[primary] = new.name
         node_of = dict(run.node_of)
         node_of[primary] = node_of.pop(new.name, None)
-        run.actors, run.real_names, run.node_of, run.handles, run.names = actors, real_names, node_of, handles, names
+        addresses = dict(run.addresses)
+        addresses[victim] = new.where  # where a replacement of a source instance connects to it
+        run.actors, run.real_names, run.node_of, run.handles, run.names, run.addresses = actors, real_names, node_of, handles, names, addresses
         new.name = primary

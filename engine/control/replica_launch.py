@@ -46,6 +46,8 @@ class Replica:
     name: str
     handle: Any
     me: str = ""
+    #: its data-plane address, once it listens
+    where: Optional[tuple] = None
 
     def __post_init__(self) -> None:
         self.me = self.me or self.name
@@ -133,12 +135,16 @@ class ReplicaLaunch:
         """Every live :class:`Replica` that is not its instance's primary."""
         return [r for rs in self.sets.values() for r in rs[1:]]
 
-    def wiring(self, addresses: dict) -> tuple:
+    def wiring(self, addresses: Optional[dict] = None) -> tuple:
         """``(for the stage actors: incarnation -> (instance, address) of each replica that is
         not the primary, for the acker: instance -> [(incarnation, address)], the primary
-        first)``; ``addresses``: an actor name's data-plane address."""
-        stages = {r.incarnation: (tuple(k), addresses[r.name]) for k, rs in self.sets.items() for r in rs[1:]}
-        acker = {tuple(k): [(r.incarnation, addresses[r.name]) for r in rs] for k, rs in self.sets.items()}
+        first)``; ``addresses`` (at a launch): an actor name's data-plane address."""
+        if addresses is not None:
+            for rs in self.sets.values():
+                for r in rs:
+                    r.where = addresses[r.name]
+        stages = {r.incarnation: (tuple(k), r.where) for k, rs in self.sets.items() for r in rs[1:]}
+        acker = {tuple(k): [(r.incarnation, r.where) for r in rs] for k, rs in self.sets.items()}
         return stages, acker
 
     def find(self, name: str) -> Optional[tuple]:

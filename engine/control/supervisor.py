@@ -234,7 +234,7 @@ class RaySupervisor:
             why, dead = self._fail_over(dead, detected)
             if why is None:
                 return
-        elif self.local is not None:
+        if self.local is not None and (self.replicas is None or self.replicas.reads_a_source(dead)):
             why = self.local.refusal(dead, self.rescaler.due())
             if why is None:
                 try:

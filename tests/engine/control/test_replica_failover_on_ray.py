@@ -42,3 +42,18 @@ def test_what_replicas_do_not_run_on_ray_is_refused(ray_session):
     flow = _parity_counts("rp-refused", FileSink("/nonexistent", name="out"), paced=False)
     with pytest.raises(FlowError, match="verify='first'"):
         flow.run(parallelism=2, guarantee="exactly-once", recovery="local", replicas=2, verify="majority")
+
+
+def test_a_killed_source_instance_restores_alone_beside_replicas(ray_session, tmp_path, tmp_path_factory):
+    """A source instance has no replicas: local recovery replaces it, and every replica of its
+    receivers takes its part (cancels, the acker's hold for each); the replacement fans out."""
+    expected = reference.failure_free_output(
+        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
+    out = tmp_path / "out"
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rp-src/src/0", N // 6)])
+    result = _parity_counts("rp-src", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local", replicas=2)
+    killer.join(timeout=5)
+    assert not killer.errors, killer.errors
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {"0/0": 1}
+    assert read_file_sink(out, "out") == expected
