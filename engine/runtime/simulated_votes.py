@@ -312,7 +312,8 @@ class SimulatedVotes:
         while self.due is None:
             k = self.passed[instance]
             if not self.epochs.sampled(k):  # sample:N: passes once its end is known (its sends then forgotten by time)
-                if k >= len(self.epochs.boundaries) and any(self.reached[inc] != TOP for inc in self.replicas.sets.get(instance, ())):
+                last = len(self.epochs.boundaries)
+                if k > last or k == last and any(self.reached[inc] != TOP for inc in self.replicas.sets.get(instance, ())):
                     return
                 self._pass(instance, k, [inc for inc in self.replicas.sets.get(instance, ()) if inc in self.digests], "unvoted")
                 continue
