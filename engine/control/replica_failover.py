@@ -16,16 +16,21 @@ The record's ``kind`` is ``"failover"`` or ``"replica lost"`` and it restores no
 (``restored`` is empty, so ``metrics.restores`` counts none). What it cannot do is said by
 :meth:`ReplicaFailover.refusal` and falls back to the supervisor's other recoveries.
 
->>> ReplicaFailover.refusal_of({"f/a/0", "f/b/0"}, None)
-'2 actors died at once'
->>> ReplicaFailover.refusal_of({"f/src/0"}, None)
-'f/src/0 is not a replica (a source instance: local recovery beside replicas is not built on Ray)'
+>>> from driftstream.engine.model.plan import Instance
+>>> a, b = Instance(1, 0), Instance(1, 1)
+>>> ReplicaFailover.refusal_of({"f/a/0", "f/b/0/replica-1"}, {"f/a/0": (a, 0), "f/b/0/replica-1": (b, 1)}, {a: 2, b: 2}) is None
+True
+>>> ReplicaFailover.refusal_of({"f/a/0", "f/a/0/replica-1"}, {"f/a/0": (a, 0), "f/a/0/replica-1": (a, 1)}, {a: 2})
+'1/0 lost its last live replica'
+>>> ReplicaFailover.refusal_of({"f/src/0"}, {"f/src/0": None}, {})
+'f/src/0 is not a replica (a source instance: local recovery replaces it)'
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from typing import Optional
 
 import ray
@@ -34,6 +39,7 @@ from driftstream.engine.control.failover import Failover, Recovery
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.local_failover import acker_refusal
 from driftstream.engine.control.replica_launch import Replica
+from driftstream.engine.model.plan import Instance
 from driftstream.engine.runtime.ray_session import kill_actors
 from driftstream.engine.runtime.replicas import address
 
@@ -49,25 +55,29 @@ class ReplicaFailover:
         self.failovers = self.lost = 0
 
     @staticmethod
-    def refusal_of(dead: Optional[set], found: Optional[tuple], live: int = 0) -> Optional[str]:
-        """Why the death of ``dead`` is not a replica's to fail over (None: it is); ``found``:
-        ``(instance, index)`` of the one dead actor among the replicas, ``live``: its
-        instance's live replicas."""
+    def refusal_of(dead: Optional[set], found: dict, live: dict) -> Optional[str]:
+        """Why the death of ``dead`` (actor names) is not the replicas' to fail over (None: it
+        is); ``found``: name -> ``(instance, index)`` among the replicas (None: not one),
+        ``live``: instance -> its live replicas. Several may die at once (a node's loss), as long
+        as each instance keeps one."""
         if not dead:
             return "every actor is restarted"
-        if len(dead) > 1:
-            return f"{len(dead)} actors died at once"
-        if found is None:
-            return f"{next(iter(dead))} is not a replica (a source instance: local recovery beside replicas is not built on Ray)"
-        if live < 2:
-            return f"{next(iter(dead))} was its instance's last live replica"
+        others = sorted(n for n in dead if found.get(n) is None)
+        if others and len(dead) == 1:
+            return f"{others[0]} is not a replica (a source instance: local recovery replaces it)"
+        if others:
+            return f"{len(dead)} actors died at once, not all replicas ({others[0]})"
+        lost = Counter(found[n][0] for n in dead)
+        for instance, n in sorted(lost.items()):
+            if live[instance] <= n:
+                return f"{instance.label} lost its last live replica"
         return None
 
     def refusal(self, dead: Optional[set]) -> Optional[str]:
         """:meth:`refusal_of`, then the acker's (a failover or a recovery under way, the run ending)."""
         run = self.launcher
-        found = None if not dead or len(dead) != 1 else run.replicas.find(next(iter(dead)))
-        why = self.refusal_of(dead, found, 0 if found is None else len(run.replicas.sets[found[0]]))
+        found = {n: run.replicas.find(n) for n in dead or ()}
+        why = self.refusal_of(dead, found, {k: len(rs) for k, rs in run.replicas.sets.items()})
         return why if why is not None else acker_refusal(run.acker.replica_refusal.remote())
 
     def reads_a_source(self, dead: Optional[set]) -> bool:
@@ -79,17 +89,40 @@ class ReplicaFailover:
         name = next(iter(dead))
         return name in run.names[1:] and run.replicas.find(name) is None and run.plan.instances[run.names.index(name) - 1] in run.plan.source_instances
 
-    def recover(self, name: str, detected: float) -> Recovery:
-        """Fail over from the dead replica ``name`` (see the module doc). Returns the record."""
+    def recover(self, dead: set, detected: float) -> list:
+        """Fail over from the dead replicas ``dead`` (names; see the module doc), those that were not
+        the primary first, then each primary once the failover before is whole. Returns the records."""
         run = self.launcher
         entered = time.time()
-        victim, index = run.replicas.find(name)
+        found = []
+        for name in sorted(dead):
+            victim, index = run.replicas.find(name)
+            found.append((victim, index, run.replicas.sets[victim][index]))
+        gone = [replica.handle for _, _, replica in found]
+        kill_actors(gone, [])  # hung ones too
+        records = []
+        for victim, index, replica in sorted(found, key=lambda f: f[1] == 0):
+            if records and index == 0:
+                self._settled()
+            records.append(self._one(victim, replica, gone, detected, entered))
+        return records
+
+    def _settled(self, timeout: float = 5.0) -> None:
+        """Wait until the acker holds nothing (the failover before's re-sends are in): the next
+        failover's cut must be past them."""
+        deadline = time.time() + timeout
+        while ray.get(self.launcher.acker.replica_refusal.remote()) is not None and time.time() < deadline:
+            time.sleep(0.01)
+
+    def _one(self, victim: Instance, dead: Replica, gone: list, detected: float, entered: float) -> Recovery:
+        """Fail over from the dead replica ``dead`` of ``victim``; ``gone``: every dead replica's actor."""
+        run = self.launcher
         replicas = run.replicas.sets[victim]
-        dead: Replica = replicas.pop(index)
+        index = replicas.index(dead)
+        replicas.pop(index)
         name = dead.me  # what its peers saw end (a promoted primary's is its replica name; a standby's, the instance's)
-        kill_actors([dead.handle], [])  # a hung one too
         killed = time.time()
-        peers = [h for h in run.handles[1:] if h is not dead.handle]  # handles[0]: the acker
+        peers = [h for h in run.handles[1:] if not any(h is g for g in gone)]  # handles[0]: the acker
         if index:
             ray.get(run.acker.replica_failed.remote(tuple(victim), dead.incarnation, name, None))
             ray.get([h.replica_failed.remote(tuple(victim), dead.incarnation, None, None, name) for h in peers])
@@ -99,7 +132,7 @@ class ReplicaFailover:
             steps = {"confirm": entered - detected, "kill": killed - entered, "parts": time.time() - killed}
         else:
             new = replicas[0]
-            tokens = [address(r.incarnation) for rs in run.replicas.sets.values() for r in rs]
+            tokens = [address(r.incarnation) for rs in run.replicas.sets.values() for r in rs if not any(r.handle is g for g in gone)]
             tokens += [k for k in run.plan.instances if k not in run.replicas.sets]
             cut = ray.get(run.acker.replica_failed.remote(tuple(victim), dead.incarnation, name, tokens, new.handle))
             others = [h for h in peers if h is not new.handle]

@@ -256,7 +256,7 @@ class RaySupervisor:
         why = self.replicas.refusal(dead)
         if why is None:
             try:
-                self.replicas.recover(next(iter(dead)), detected or time.time())
+                self.replicas.recover(dead, detected or time.time())
                 self._inject("after_restore")
                 return None, dead
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:

@@ -20,21 +20,22 @@ from tests.engine.control.test_local_recovery_on_ray import _parity_counts
 pytestmark = pytest.mark.ray
 
 
-def test_a_killed_replica_and_a_killed_primary_restore_nothing(ray_session, tmp_path, tmp_path_factory):
-    """A secondary of the second keyed stage dies, then the primary of a first-stage instance
-    (its output feeds the second stage: cancelled at the receivers, sent again by the replica);
-    with the promotion replaced by a global rollback, every instance restores."""
+def test_a_killed_replica_then_two_killed_primaries_restore_nothing(ray_session, tmp_path, tmp_path_factory):
+    """A secondary of the second keyed stage dies, then at once the primaries of a first-stage
+    instance (its output feeds the second stage: cancelled at the receivers, sent again by the
+    replica) and of a second-stage one, as a node's loss would kill them; with the promotion
+    replaced by a global rollback, every instance restores."""
     expected = reference.failure_free_output(
         "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
     out = tmp_path / "out"
-    kills = [(replica_name("rp-par/par/0", 1), N // 5), ("rp-par/by_key/1", N // 2)]
+    kills = [(replica_name("rp-par/par/0", 1), N // 5), ("rp-par/by_key/1", N // 2), ("rp-par/par/1", N // 2)]
     killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, kills)
     result = _parity_counts("rp-par", FileSink(out, name="out"), paced=True).run(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local", replicas=2)
     killer.join(timeout=5)
     assert not killer.errors, killer.errors
-    assert [r["kind"] for r in result.metrics.recovery_s] == ["replica lost", "failover"], result.metrics.recovery_s
-    assert result.metrics.restores == {} and result.metrics.failovers == 1  # no instance restored a snapshot, none rolled back
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["replica lost", "failover", "failover"], result.metrics.recovery_s
+    assert result.metrics.restores == {} and result.metrics.failovers == 2  # no instance restored a snapshot, none rolled back
     assert read_file_sink(out, "out") == expected
 
 
