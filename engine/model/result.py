@@ -80,9 +80,10 @@ class Metrics:
     #: then to restored actors (``restored_s``, where they went in ``steps_s``, per instance
     #: reset ``resets_s``) and to the first new output (``first_output_s``), and the ``snapshot``
     recovery_s: list = field(default_factory=list)
-    #: verify="majority" (the simulator's): per dissent of an instance's replicas, ``instance``,
-    #: ``replicas`` (the dissenters), ``kind``, the epoch's ``t_range``, every voter's ``digests``,
-    #: the stage's ``steps`` and the ``action`` taken (see runtime/simulated_votes.py)
+    #: verify="majority" or "sample:N" (the simulator's): per dissent of an instance's replicas,
+    #: ``instance``, ``replicas`` (the dissenters), ``kind``, the epoch's ``t_range``, every voter's
+    #: ``digests``, the stage's ``steps``, the ``action`` taken and ``released`` (sample:N: the
+    #: epoch's output had left the sinks before the vote; see runtime/simulated_votes.py)
     dissents: list = field(default_factory=list)
     #: verify="reexecute:N" (the simulator's; on Ray the instance's log line): per silent corruption
     #: caught, the ``step``, ``instance``, the batch's ``t_range``, what differed (``found``, with
