@@ -240,7 +240,7 @@ class SimulatedReplicas:
         incarnation.acker.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
         if self.votes is not None:
             self.replacements.lost(inc)
-            self.votes.lost(instance, inc)
+            self.votes.lost(instance, inc, primary)
         return instance, inc, primary
 
     def _peers(self, but: Any) -> Iterator[tuple]:

@@ -206,9 +206,14 @@ class SimulatedVotes:
             if self.due is None:
                 self.due = RollBack(dissent)
 
-    def lost(self, instance: Instance, inc: Any) -> None:
-        """Replica ``inc`` died or was removed: it votes no more, its gated bundles are lost with it."""
+    def lost(self, instance: Instance, inc: Any, primary: bool = False) -> None:
+        """Replica ``inc`` died or was removed: it votes no more, its gated bundles are lost with it.
+        ``primary``: it was the primary (the next one promoted already)."""
         self._found([inc], "died")
+        successor = self.digests.get(next(iter(self.replicas.sets.get(instance, ())), None))
+        if primary and self.sample is not None and successor is not None:
+            # its sinks drop what the dead one wrote ahead of it, which the others release: it votes past that alone
+            successor.since = self.written if successor.since is None else max(successor.since, self.written)
         self.digests.pop(inc, None)
         self.reached.pop(inc, None)
         self.gate = [g for g in self.gate if g[0] != inc]

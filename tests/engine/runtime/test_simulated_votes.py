@@ -275,6 +275,18 @@ def test_sample_n_names_only_flipped_replicas_and_acts_on_them(verify, replicas)
     assert detected >= SAMPLE_SEEDS // 2, detected
 
 
+def test_a_promoted_primary_votes_only_past_what_the_dead_one_wrote():
+    """Without a gate the sinks may hold what a dead primary wrote ahead of its successor, whose
+    sinks then drop it while the replacements release it: its digest differed, a dissent without
+    a flip (seed 49). Replica deaths and flips, the fan-out flow (~0.04 s a run)."""
+    flow = build("votes", DATA, FLOWS["fan-state"], partitions=3)
+    for seed in range(30, 60):
+        sim, _ = _sampled(flow, seed, "sample:2", deaths=2)
+        flipped = {f.incarnation for f in sim.votes.flips}
+        assert all(set(d.replicas) & flipped for d in sim.votes.dissents), (seed, sim.votes.dissents)
+        assert all(len(incs) == 3 for incs in sim.replicas.sets.values()), seed
+
+
 def test_sample_n_votes_one_epoch_in_n_and_digests_the_state_of_those_alone():
     """Fault-free running sums of 200 elements: each instance votes the epochs k % N == 0 of its
     last + 1 (one in N, the first included), the others pass unvoted, and the replicas digest
