@@ -105,7 +105,7 @@ class LocalFailover:
         # Whose ReplaySent the acker holds for: a replica's names its incarnation
         tokens = [replica_address(r.incarnation) for k in survivors for r in replicas.get(k, ())]
         tokens += [tuple(k) for k in survivors if k not in replicas]
-        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones()))
+        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones(), plan.actor_name(victim)))
         opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
         opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), cut=cut,
                                    replica_sets={k: [r.incarnation for r in rs] for k, rs in replicas.items()} if replicas else None)

@@ -213,14 +213,15 @@ class AckerActor(ReplicaAckerSide):
                 self._tell_replicas(to, message)
 
     async def local_fail(self, victim: tuple, old: Any, new: Any, survivors: list, t: tuple, incarnations: Optional[dict] = None,
-                         cones: Optional[Cones] = None) -> tuple:
+                         cones: Optional[Cones] = None, name: str = "") -> tuple:
         """Instance ``victim``'s incarnation ``old`` died; ``new`` restores snapshot ``t``:
         the snapshot being collected is given up (its part may be lost), the schedule ends, the
         dead incarnation's tables go (and its source's bound), and each of ``survivors`` holds
         ``t`` until its ReplaySent. With ``cones`` (the plan's) and ``incarnations`` (every
         instance's, the replacement's included), each instance is then told its own frontier
         until the recovery is over (ordering/receiver_frontiers.py). Returns the cut: the
-        watermark now."""
+        watermark now. ``name``: the dead one's on the data plane (its connection's end, seen
+        late, is not a new death)."""
         victim = Instance(*victim)
         self._end_schedule()
         if self.collecting is not None:
@@ -239,7 +240,7 @@ class AckerActor(ReplicaAckerSide):
         if cones is not None:  # the others are told their own frontiers until the replacement's downstream is back with them
             owners = {inc: Instance(*key) for key, inc in incarnations.items()}
             self.host.diverge(ReceiverFrontiers(table, cones, victim, owners, self.source_keys, self.host.pushed, self.catching_up))
-        self.lost = LostPeers()  # the dead one's connection ended: seen, answered
+        self.lost = LostPeers(self.lost.ignore | {name})  # the dead one's connection ended: seen, answered
         self.endpoint.on_lost = self.lost.add
         return cut
 
@@ -606,7 +607,9 @@ class StageActor(ReplicaStageSide):
         replayed, cancelled = part.replayed, part.cancelled
         self.drain.drop_from(victim)
         self.host.peer_failed(victim, new, cut, self.batch_size, reconnect=lambda: address is not None and self.endpoint.adopt(victim, opened))
-        self.lost = LostPeers()  # the dead one's connection ended: seen, answered
+        # The dead one's connection ended: seen, answered; its end seen late (this one may have
+        # taken its part first) is no new death (a healthy replacement was recovered again).
+        self.lost = LostPeers(self.lost.ignore | {self.plan.actor_name(victim)})
         self.endpoint.on_lost = self.lost.add
         return {"replayed": part.replayed - replayed, "cancelled": part.cancelled - cancelled}
 
