@@ -62,19 +62,23 @@ def actor_of(name: str, not_id: Optional[object] = None):
 
 def kill_at(progress: Callable[[], int], kills: list) -> threading.Thread:
     """A thread that kills, for each ``(name, at)`` of ``kills`` in turn, the actor playing
-    instance ``name`` once ``progress()`` (e.g. lines of output) reaches ``at``. What it could
-    not kill (no live actor plays it: the run ended first) is in the thread's ``errors``."""
+    instance ``name`` once ``progress()`` (e.g. lines of output) reaches ``at``; ``name`` may be
+    a tuple of names, killed together (as a node's loss would: each found first). A replica is
+    named as ``control/replica_launch.replica_name`` says. What it could not kill (no live actor
+    plays it: the run ended first) is in the thread's ``errors``."""
     import ray
 
     def run() -> None:
-        for name, at in kills:
+        for names, at in kills:
             while progress() < at:
                 time.sleep(0.02)
-            victim = actor_of(name)
-            if victim is None:
-                thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
-                return
-            ray.kill(victim, no_restart=True)
+            victims = [(name, actor_of(name)) for name in ((names,) if isinstance(names, str) else names)]
+            for name, victim in victims:
+                if victim is None:
+                    thread.errors.append(f"{name} at progress {progress()}: no live actor plays it")
+                    return
+            for _, victim in victims:
+                ray.kill(victim, no_restart=True)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.errors = []  # type: ignore[attr-defined]

@@ -28,7 +28,7 @@ def test_a_killed_replica_then_two_killed_primaries_restore_nothing(ray_session,
     expected = reference.failure_free_output(
         "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
     out = tmp_path / "out"
-    kills = [(replica_name("rp-par/par/0", 1), N // 5), ("rp-par/by_key/1", N // 2), ("rp-par/par/1", N // 2)]
+    kills = [(replica_name("rp-par/par/0", 1), N // 5), (("rp-par/by_key/1", "rp-par/par/1"), N // 2)]
     killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, kills)
     result = _parity_counts("rp-par", FileSink(out, name="out"), paced=True).run(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local", replicas=2)
