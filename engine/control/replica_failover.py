@@ -94,28 +94,52 @@ class ReplicaFailover:
         the primary first, then each primary once the failover before is whole. Returns the records."""
         run = self.launcher
         entered = time.time()
-        found = []
+        sets = run.replicas.sets
+        work = []
         for name in sorted(dead):
             victim, index = run.replicas.find(name)
-            found.append((victim, index, run.replicas.sets[victim][index]))
-        gone = [replica.handle for _, _, replica in found]
+            work.append((victim, sets[victim][index]))
+        gone = [replica.handle for _, replica in work]
         kill_actors(gone, [])  # hung ones too
         records = []
-        for victim, index, replica in sorted(found, key=lambda f: f[1] == 0):
-            if records and index == 0:
-                self._settled()
-            records.append(self._one(victim, replica, gone, detected, entered))
+        while work:
+            work.sort(key=lambda w: sets[w[0]].index(w[1]) == 0)  # the secondaries first
+            victim, replica = work.pop(0)
+            if records and sets[victim].index(replica) == 0:
+                self._settled(gone)
+            record, died = self._one(victim, replica, gone, detected, entered)
+            records.append(record)
+            for handle, error in died:  # a peer that died meanwhile (a node's loss seen in pieces): in turn
+                found = run.replicas.holding(handle)
+                if found is None or len(sets[found[0]]) <= 1 + sum(v == found[0] for v, _ in work):
+                    raise error  # not a replica, or its instance's last: the global rollback
+                gone.append(handle)
+                work.append(found)
         return records
 
-    def _settled(self, timeout: float = 5.0) -> None:
-        """Wait until the acker holds nothing (the failover before's re-sends are in): the next
-        failover's cut must be past them."""
+    def _settled(self, gone: list, timeout: float = 5.0) -> None:
+        """Wait until the acker holds nothing but for the dead (the failover before's re-sends are
+        in): the next failover's cut must be past them."""
+        ignore = [address(r.incarnation) for rs in self.launcher.replicas.sets.values() for r in rs if any(r.handle is g for g in gone)]
         deadline = time.time() + timeout
-        while ray.get(self.launcher.acker.replica_refusal.remote()) is not None and time.time() < deadline:
+        while ray.get(self.launcher.acker.replica_refusal.remote(ignore)) is not None and time.time() < deadline:
             time.sleep(0.01)
 
-    def _one(self, victim: Instance, dead: Replica, gone: list, detected: float, entered: float) -> Recovery:
-        """Fail over from the dead replica ``dead`` of ``victim``; ``gone``: every dead replica's actor."""
+    @staticmethod
+    def _gather(calls: list) -> tuple:
+        """``ray.get`` of each ``(handle, ref)``: ``(answers of the live, [(handle, error)] of those
+        that died)``."""
+        answers, died = [], []
+        for handle, ref in calls:
+            try:
+                answers.append(ray.get(ref))
+            except ray.exceptions.RayActorError as error:
+                died.append((handle, error))
+        return answers, died
+
+    def _one(self, victim: Instance, dead: Replica, gone: list, detected: float, entered: float) -> tuple:
+        """Fail over from the dead replica ``dead`` of ``victim``; ``gone``: every dead replica's actor.
+        Returns the record and the peers found dead meanwhile, ``[(handle, error)]``."""
         run = self.launcher
         replicas = run.replicas.sets[victim]
         index = replicas.index(dead)
@@ -125,7 +149,7 @@ class ReplicaFailover:
         peers = [h for h in run.handles[1:] if not any(h is g for g in gone)]  # handles[0]: the acker
         if index:
             ray.get(run.acker.replica_failed.remote(tuple(victim), dead.incarnation, name, None))
-            ray.get([h.replica_failed.remote(tuple(victim), dead.incarnation, None, None, name) for h in peers])
+            _, died = self._gather([(h, h.replica_failed.remote(tuple(victim), dead.incarnation, None, None, name)) for h in peers])
             self._dropped(dead.name)
             self.lost += 1
             kind, took = "replica lost", f"{victim.label} runs on with {len(replicas)} replica(s)"
@@ -136,7 +160,7 @@ class ReplicaFailover:
             tokens += [k for k in run.plan.instances if k not in run.replicas.sets]
             cut = ray.get(run.acker.replica_failed.remote(tuple(victim), dead.incarnation, name, tokens, new.handle))
             others = [h for h in peers if h is not new.handle]
-            parts = ray.get([h.replica_failed.remote(tuple(victim), dead.incarnation, new.incarnation, cut, name) for h in others])
+            parts, died = self._gather([(h, h.replica_failed.remote(tuple(victim), dead.incarnation, new.incarnation, cut, name)) for h in others])
             parted = time.time()
             promoted = ray.get(new.handle.promote.remote(dead.incarnation, cut, name))
             took = f"{new.name} is the primary of {victim.label} from t={cut} ({sum(p['cancelled'] for p in parts)} items cancelled, " \
@@ -148,7 +172,7 @@ class ReplicaFailover:
         log.warning("driftstream: replica %s of %s died; %s", name, victim.label, took)
         recovery = Recovery(detected, time.time() - detected, None, steps_s=steps, kind=kind, restored=[])
         self.failover.recoveries.append(recovery)
-        return recovery
+        return recovery, died
 
     def _dropped(self, name: str) -> None:
         """The launcher's books without the dead replica ``name`` (replaced whole, as below)."""

@@ -155,6 +155,14 @@ class ReplicaLaunch:
                     return Instance(*key), n
         return None
 
+    def holding(self, handle: Any) -> Optional[tuple]:
+        """``(instance, Replica)`` of the live replica whose actor is ``handle`` (None: not one)."""
+        for key, rs in self.sets.items():
+            for r in rs:
+                if r.handle is handle:
+                    return Instance(*key), r
+        return None
+
     def close(self) -> None:
         """Remove the placement groups (their actors are killed by the supervisor)."""
         for group in self.groups:

@@ -150,8 +150,9 @@ class ReplicaAckerSide:
         self.host.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
         return cut
 
-    async def replica_refusal(self) -> Optional[str]:
-        """replicas > 1: why a replica's death cannot fail over now (None: it can)."""
-        if self.host.table.holds:
+    async def replica_refusal(self, ignore: tuple = ()) -> Optional[str]:
+        """replicas > 1: why a replica's death cannot fail over now (None: it can); ``ignore``: the
+        ReplaySent tokens of replicas that died meanwhile (theirs go with their own failover)."""
+        if any(token[1] not in ignore for token in self.host.table.holds):
             return "a failover or recovery was still under way"  # its re-sends not all in: the cut would be wrong
         return await self.local_refusal()
