@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Any
+from typing import Any, Optional
 
 #: Seconds between status updates when the server asks for none (its ``wal_sender_timeout``
 #: is 60 s by default: a client silent for that long is dropped).
@@ -50,6 +50,10 @@ def _pg_now_us() -> int:
     return int(time.time() * 1_000_000) - 946_684_800_000_000
 
 
+#: SQLSTATE object_in_use: the slot is active for another connection's walsender.
+SLOT_IN_USE = "55006"
+
+
 class ReplicationError(ConnectionError):
     """The stream could not start or broke: the server's message."""
 
@@ -71,8 +75,25 @@ class ReplicationStream:
         self.confirmed = 0
         self.wal_end = 0
         self._last_status = 0.0
+        deadline = time.monotonic() + timeout_s
+        while True:
+            refused = self._start(dsn, slot, options, deadline)
+            if refused is None:
+                return
+            state, message = refused
+            # The slot is still held by the walsender of a connection that just ended (a reader
+            # closed or a process killed a moment before): the server frees it once it sees the
+            # end. Seen under load: a replay opened right after its reader's close was refused.
+            if state != SLOT_IN_USE or time.monotonic() > deadline:
+                raise ReplicationError(f"START_REPLICATION of slot {slot!r} refused: {message}")
+            time.sleep(0.1)
+
+    def _start(self, dsn: str, slot: str, options: dict, deadline: float) -> Optional[tuple]:
+        """Open the connection and start the stream: None, or ``(SQLSTATE, message)`` of a refusal
+        (the connection then closed)."""
         from psycopg.conninfo import make_conninfo
 
+        pq = self._pq
         # either form of DSN (key=value or postgresql:// URI), with the replication parameter added
         conn = pq.PGconn.connect(make_conninfo(dsn, replication="database").encode())
         if conn.status != pq.ConnStatus.OK:
@@ -82,21 +103,21 @@ class ReplicationStream:
         self.conn: Any = conn
         opts = ", ".join(f"{_ident(k)} '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in options.items())
         conn.send_query(f"START_REPLICATION SLOT {_ident(slot)} LOGICAL 0/0 ({opts})".encode())
-        deadline = time.monotonic() + timeout_s
         while True:
             conn.consume_input()
             if not conn.is_busy():
                 break
             if time.monotonic() > deadline:
                 self.close()
-                raise ReplicationError(f"START_REPLICATION of slot {slot!r}: no answer within {timeout_s:g} s")
+                raise ReplicationError(f"START_REPLICATION of slot {slot!r}: no answer within the timeout")
             time.sleep(0.01)
         result = conn.get_result()
-        if result is None or result.status != pq.ExecStatus.COPY_BOTH:
-            message = (result.get_error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"").decode(errors="replace") if result else ""
-            message = message or conn.get_error_message().strip()
-            self.close()
-            raise ReplicationError(f"START_REPLICATION of slot {slot!r} refused: {message}")
+        if result is not None and result.status == pq.ExecStatus.COPY_BOTH:
+            return None
+        field = (lambda code: (result.error_field(code) or b"").decode(errors="replace")) if result else (lambda code: "")
+        refusal = (field(pq.DiagnosticField.SQLSTATE), field(pq.DiagnosticField.MESSAGE_PRIMARY) or conn.get_error_message().strip())
+        self.close()
+        return refusal
 
     def messages(self) -> list:
         """The XLogData messages the server has sent, as ``(data_start, payload)``; answers the

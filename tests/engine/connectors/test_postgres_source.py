@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from driftstream.engine import Flow
-from driftstream.engine.connectors.pg_replication import lsn_of
+from driftstream.engine.connectors.pg_replication import ReplicationError, ReplicationStream, lsn_of
 from driftstream.engine.connectors.postgres_sink import PostgresSink, read_table
 from driftstream.engine.connectors.postgres_source import PROGRESS_TABLE, PostgresSource, commit_lsn_of
 from driftstream.engine.connectors.row_changes import Delete, Insert, Truncate, Update
@@ -232,6 +232,28 @@ def test_a_dsn_in_either_form_opens_the_replication_stream(postgres, form):
         assert [p for _, p in _read_all(reader, 1)] == [Insert(f"public.{table}", {"id": 1})]
     finally:
         reader.close()
+    _drop_slot(postgres, slot)
+
+
+def test_a_slot_still_held_by_a_closing_stream_is_waited_for_and_a_refusal_says_the_servers_reason(postgres):
+    """A replay opened while the walsender of the reader before still holds the slot (a close
+    or a kill a moment earlier; seen under load) starts once the slot is free; a refusal for
+    another reason is a ReplicationError with the server's message."""
+    table, pub, slot = _names()
+    _sql(postgres, f"CREATE TABLE {table} (id int PRIMARY KEY)")
+    source = PostgresSource(postgres.dsn, pub, slot, tables=[table])
+    source.partitions()
+    options = {"proto_version": "1", "publication_names": pub}
+    first = ReplicationStream(postgres.dsn, slot, options)
+    threading.Timer(0.5, first.close).start()  # the slot is active for ~0.5 s more
+    started = time.monotonic()
+    second = ReplicationStream(postgres.dsn, slot, options, timeout_s=20)
+    try:
+        assert time.monotonic() - started >= 0.4  # it waited for the slot, then started
+    finally:
+        second.close()
+    with pytest.raises(ReplicationError, match="does not exist"):
+        ReplicationStream(postgres.dsn, slot + "_missing", options, timeout_s=5)
     _drop_slot(postgres, slot)
 
 
