@@ -54,6 +54,7 @@ from driftstream.barriers.json_payloads import json_bytes
 from driftstream.engine.connectors.file_source import FileSource
 
 from ..benchmarks.flames import Flames
+from ..inverted_index.files_basis import TreeCpu
 from .direct import direct_results
 from .flink_queries import check_results, write_event_files
 from .generator import event_time, events
@@ -66,7 +67,8 @@ def run_query(query: str, evs: list, workdir: Path, parallelism: int = 2, expect
     """The backlog run: ``evs`` read from the JSON-lines files in ``input_dir`` (default:
     written there first), checked against ``expected`` (default: :func:`.direct.direct_results`).
     ``ray_start_s``: the Ray session's start, added to the figures from launch; ``flames``: a
-    directory for a py-spy flame graph of each of the run's actors (``<query>-<actor>-<pid>.svg``)."""
+    directory for a py-spy flame graph of each of the run's actors (``<query>-<actor>-<pid>.svg``).
+    ``cpu_s``: the CPU seconds of this process's Ray session over the run (None if Ray runs elsewhere)."""
     tag = f"{query}-backlog-{time.time_ns()}"
     if input_dir is None:
         input_dir = workdir / f"events-{tag}"
@@ -76,9 +78,14 @@ def run_query(query: str, evs: list, workdir: Path, parallelism: int = 2, expect
     flow.dead_letters(FileSink(workdir / tag, name="dead-letters"))
     launched = time.time() - ray_start_s
     recorders = Flames(flames, match="ray::").follow(f"{query}-") if flames is not None else None
+    # The CPU of this process's Ray session (raylet, actors): on a loaded machine the figure to
+    # compare runs by, where events/s moves with the load. Sampled once a second: each scan of
+    # /proc takes CPU from the run it measures.
+    cpu = TreeCpu(every=1.0)
     try:
         result = flow.run(parallelism=parallelism, guarantee="exactly-once", snapshot_interval=1.0, snapshot_dir=str(workdir / f"snaps-{tag}"))
     finally:
+        cpu_s = cpu.stop()
         if recorders is not None:
             recorders.stop()
     end = time.time()
@@ -93,6 +100,8 @@ def run_query(query: str, evs: list, workdir: Path, parallelism: int = 2, expect
         "events_per_s_from_reading": round(len(evs) / (end - reading), 1) if reading and end > reading else None,
         "reading_after_s": round(reading - launched, 2) if reading else None, "results": len(got),
         "p50_ms": None, "p99_ms": None, "snapshots": result.metrics.snapshots,
+        # None when Ray was started elsewhere (its processes are not this one's descendants)
+        "cpu_s": cpu_s or None, "cpu_us_per_event": round(cpu_s / len(evs) * 1e6, 1) if cpu_s else None,
         "correct": not problems, "problems": problems[:10],
     }
 

@@ -69,6 +69,7 @@ def test_the_bench_runs_a_query_exactly_once_on_ray(ray_session, tmp_path, query
 
     row = run_query(query, events(4000, rate=400), tmp_path)
     assert row["correct"] and row["results"] > 0 and row["events_per_s"] > 0
+    assert row["cpu_s"] > 0 and row["cpu_us_per_event"] == round(row["cpu_s"] / 4000 * 1e6, 1)  # this process's Ray session
 
 
 @pytest.mark.parametrize("query", QUERIES)
