@@ -1,6 +1,6 @@
 """The inverted-index benchmark, short: driftstream (none, exactly-once at 50 ms and 1 s
-snapshots) and Spark Structured Streaming (exactly-once, trigger 100 ms) on the same
-corpus slice, feeder and measuring consumer, 50 docs/s for 2 s. Figures are printed and
+snapshots) on a corpus slice, feeder and measuring consumer, 50 docs/s for 2 s (Spark's
+latency run is the bench's: see CONFIGS). Figures are printed and
 kept in pytest-benchmark's extra_info; `driftstream bench inverted-index` runs the full
 grid, the throughput ladder and the recovery run.
 
@@ -31,11 +31,13 @@ def bench(ray_session, kafka_broker, tmp_path_factory):
     return ii.Benchmark(corpus, kafka_broker.bootstrap_servers, truth=truth, skip=SKIP, workdir=str(workdir))
 
 
+# Spark's latency run (~23 s, most of it the JVM's start) is left to `driftstream bench
+# inverted-index`; its job, exactly-once across a restart, is tests/examples/test_spark_baseline.py's,
+# and its backlog run tests/benchmarks/test_throughput_bench.py's (the suite is kept under 20 minutes).
 CONFIGS = [
     ii.Config("driftstream", "none"),
     ii.Config("driftstream", "exactly-once", 0.05),
     ii.Config("driftstream", "exactly-once", 1.0),
-    ii.Config("spark", trigger="100ms"),
 ]
 
 
