@@ -77,7 +77,7 @@ class ReplicationStream:
         self._last_status = 0.0
         deadline = time.monotonic() + timeout_s
         while True:
-            refused = self._start(dsn, slot, options, deadline)
+            refused = self._start(dsn, slot, options, deadline, timeout_s)
             if refused is None:
                 return
             state, message = refused
@@ -88,7 +88,7 @@ class ReplicationStream:
                 raise ReplicationError(f"START_REPLICATION of slot {slot!r} refused: {message}")
             time.sleep(0.1)
 
-    def _start(self, dsn: str, slot: str, options: dict, deadline: float) -> Optional[tuple]:
+    def _start(self, dsn: str, slot: str, options: dict, deadline: float, timeout_s: float) -> Optional[tuple]:
         """Open the connection and start the stream: None, or ``(SQLSTATE, message)`` of a refusal
         (the connection then closed)."""
         from psycopg.conninfo import make_conninfo
@@ -109,7 +109,7 @@ class ReplicationStream:
                 break
             if time.monotonic() > deadline:
                 self.close()
-                raise ReplicationError(f"START_REPLICATION of slot {slot!r}: no answer within the timeout")
+                raise ReplicationError(f"START_REPLICATION of slot {slot!r}: no answer within {timeout_s:g} s")
             time.sleep(0.01)
         result = conn.get_result()
         if result is not None and result.status == pq.ExecStatus.COPY_BOTH:
