@@ -64,10 +64,10 @@ def test_a_node_whose_key_file_differs_is_refused_by_name(key_file):
 
 
 @pytest.mark.parametrize("mode, content, message", [
-    (0o644, os.urandom(32), "others can neither read nor write"),
-    (0o620, os.urandom(32), "others can neither read nor write"),
+    (0o644, bytes(range(32)), "others can neither read nor write"),
+    (0o620, bytes(range(32, 64)), "others can neither read nor write"),
     (0o600, b"short", "fewer than 32"),
-])
+], ids=["others-read", "group-writes", "short"])
 def test_an_unsafe_or_short_key_file_is_refused(tmp_path, mode, content, message):
     path = tmp_path / "k"
     path.write_bytes(content)
