@@ -174,6 +174,21 @@ class Vote:
     majority: list
     dissenters: list
 
+    @property
+    def kind(self) -> str:
+        """``"corruption"`` (a majority names the dissenters) or ``"mismatch"`` (no majority)."""
+        return "corruption" if self.agreed is not None else "mismatch"
+
+    def rolls_back(self, primary: Hashable) -> bool:
+        """Whether the run must roll back: no majority, or the ``primary`` dissents (its output
+        went on optimistically and its receivers may have settled it). Else the dissenters,
+        secondaries all, are taken out and the vote passes with the majority.
+
+        >>> vote({1: "a", 2: "a", 3: "b"}).rolls_back(1), vote({1: "a", 2: "a", 3: "b"}).rolls_back(3), vote({1: "a", 2: "b"}).rolls_back(1)
+        (False, True, True)
+        """
+        return self.agreed is None or primary in self.dissenters
+
 
 def vote(digests: dict) -> Vote:
     """The vote over ``digests`` (replica -> its digest of one epoch): a strict majority agrees.

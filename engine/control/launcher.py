@@ -95,6 +95,9 @@ class Launcher:
         local = self.rules.config.recovery == "local"
         # recovery="local": acks keyed by channel, each incarnation numbered anew (a launch restarts every instance)
         extra = {"local": True} if local else {}
+        votes = self.replicas is not None and self.rules.config.verify == "majority"
+        if votes:  # verify="majority": the acker tallies the replicas' votes
+            extra["votes"] = True
         if local:
             self.incarnations = {key: self._next_incarnation + n for n, key in enumerate(plan.instances)}
             self._next_incarnation += len(plan.instances)
@@ -124,7 +127,7 @@ class Launcher:
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
             if local:
-                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations), replica_sets=sets)
+                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations), replica_sets=sets, votes=votes)
                 configs[instance] = opts
             name = plan.actor_name(instance)
             if name in survivors:

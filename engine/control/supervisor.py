@@ -42,6 +42,7 @@ from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
 from driftstream.engine.control.local_failover import LocalFailover
+from driftstream.engine.control.replica_dissents import ReplicaDissents
 from driftstream.engine.control.replica_failover import ReplicaFailover
 from driftstream.engine.control.rescaler import Rescaler
 from driftstream.engine.control.resume import check_sinks, start_point
@@ -50,6 +51,7 @@ from driftstream.engine.control.snapshot_log import SnapshotRecord
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.control.warm_set import WARM_PREFIX, WarmActors, retire
 from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
+from driftstream.engine.runtime.replica_votes import VoteRollback
 from driftstream.engine.runtime.stage_snapshots import remove_dead_workdirs
 
 
@@ -78,6 +80,8 @@ class RaySupervisor:
             self.committer.after_commit = self._trim_sent
         #: replicas > 1: a replica's death fails over to a live one (None: the default path)
         self.replicas: Optional[ReplicaFailover] = None if config.replicas == 1 else ReplicaFailover(self.launcher, self.failover)
+        #: verify="majority": the replicas' dissents, and a vote's rollback (None: the default path)
+        self.dissents = ReplicaDissents(self.launcher) if self.replicas is not None and config.verify == "majority" else None
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
         self.corrupt = CorruptSnapshots(self.committer)
         self.rescaler = Rescaler(self.launcher, self.committer, self._relaunch, functools.partial(self._inject, "rescale_restore"))
@@ -137,6 +141,8 @@ class RaySupervisor:
         m.recovery_s = [r.to_dict() for r in status.recoveries]
         m.restores = restores_of(status.recoveries, self.plan)
         m.failovers = sum(r.kind == "failover" for r in status.recoveries)
+        if self.dissents is not None:
+            m.dissents = self.dissents.gather()
         m.snapshot_s = [r.duration_s for r in status.snapshots]
         m.snapshot_windows = [(r.requested_at, r.requested_at + r.duration_s) for r in status.snapshots]
         return result
@@ -165,6 +171,9 @@ class RaySupervisor:
                             return "done", run.reports()
                         if isinstance(error, ray.exceptions.RayActorError) and committer.takes_snapshots:
                             return "died", self.failover.confirm(alive)  # a stage died while releasing the end
+                        if isinstance(error, VoteRollback) and self.dissents is not None:
+                            self.dissents.rolled_back(error)  # every instance restarts (none dead) from a certified snapshot
+                            return "died", (set(), time.time())
                         return "error", error
                     committer.commit_arrived(run.acker)
                     if ready:
@@ -230,6 +239,8 @@ class RaySupervisor:
         others. Under recovery="local", one dead stage instance is replaced alone; what that
         cannot handle rolls back globally and says why in the record's ``kind``."""
         why = None
+        if self.dissents is not None:
+            self.dissents.gather(timeout=1.0)  # a global rollback resets the acker, and its dissents with it
         if self.replicas is not None:
             why, dead = self._fail_over(dead, detected)
             if why is None:
@@ -247,6 +258,9 @@ class RaySupervisor:
             self.committer.latest_manifest(), recovering=True, survivors=survivors))
         if why is not None:
             recovery.kind = f"global (fallback: {why})"
+        voted = None if self.dissents is None else self.dissents.take_kind()
+        if voted is not None:
+            recovery.kind = voted
         self._inject("after_restore")
 
     def _fail_over(self, dead: Optional[set], detected: Optional[float]) -> tuple:
@@ -282,6 +296,7 @@ class RaySupervisor:
         status = dataclasses.replace(
             self.live.read(latency_since, latency_samples), parallelism=plan.parallelism, max_parallelism=plan.max_parallelism,
             rescales=self.rescaler.reports(), corrupt_snapshots=list(self.corrupt.records),
+            dissents=[] if self.dissents is None else self.dissents.gather(),
             key_groups={name: [str(plan.key_group_range(Instance(s.index, i))) for i in range(s.parallelism)]
                         for s in plan.keyed_stages for name in plan.keyed_names(s)})
         return status.to_dict()

@@ -61,6 +61,9 @@ class FlowStatus:
     #: per rescale, the rescaler's report
     rescales: list = field(default_factory=list)
     corrupt_snapshots: list = field(default_factory=list)
+    #: verify="majority": per dissent of an instance's replicas, ``instance``, ``replicas`` (the
+    #: dissenters), ``kind``, ``epoch``, ``t_range``, every voter's ``digests`` and the ``action``
+    dissents: list = field(default_factory=list)
     #: per keyed stage, the key groups each instance owns
     key_groups: dict = field(default_factory=dict)
     #: the window's latencies, when asked for (``latency_samples=True``); left out of the dict otherwise

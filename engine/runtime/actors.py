@@ -41,10 +41,11 @@ from driftstream.engine.runtime.instance_recovery import catch_up
 from driftstream.engine.runtime.protocol import Ack, Push, ReplaySent, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, writer_turn
-from driftstream.engine.runtime.instance_host import InstanceHost
+from driftstream.engine.runtime.instance_host import ACKER, InstanceHost
 from driftstream.engine.runtime.output_logs import LogWriter
 from driftstream.engine.runtime.reexecuted_step import SilentCorruption, set_aside_since
 from driftstream.engine.runtime.replica_actors import ReplicaAckerSide, ReplicaStageSide
+from driftstream.engine.runtime.replica_voter import EpochVoter
 from driftstream.engine.runtime.replicas import DeferredPartition, KeptBundles
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
@@ -116,7 +117,7 @@ class AckerActor(ReplicaAckerSide):
     are folded in the order it sent them: a bound never overtakes its XORs.
     """
 
-    def __init__(self, sources: Optional[int], key: Optional[PlaneKey], local: bool = False) -> None:
+    def __init__(self, sources: Optional[int], key: Optional[PlaneKey], local: bool = False, votes: bool = False) -> None:
         # Counts resets and ends of snapshot schedules: a schedule from before one stops (see snapshots).
         self.generation = 0
         self.schedule_changed = asyncio.Event()
@@ -125,21 +126,24 @@ class AckerActor(ReplicaAckerSide):
         self.inbox_address: Optional[tuple] = None
         self.endpoint: Optional[Endpoint] = None
         if sources is not None:  # else a warm actor (control/warm_actors.py): a flow's launch resets it
-            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker", local)
+            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker", local, votes)
 
-    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None, local: bool = False) -> None:
+    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None, local: bool = False, votes: bool = False) -> None:
         """Start over with an empty table (recovery of a surviving acker; a warm actor's first
-        flow, whose acker it becomes under ``name``); ``local``: ``recovery="local"``'s tables."""
+        flow, whose acker it becomes under ``name``); ``local``: ``recovery="local"``'s tables;
+        ``votes``: ``verify="majority"``'s tally (replicas > 1)."""
         if self.endpoint is not None:
             await self.endpoint.close()
-        self._setup(sources, key, name or self.me, local)
+        self._setup(sources, key, name or self.me, local, votes)
 
-    def _setup(self, sources: int, key: PlaneKey, me: str, local: bool = False) -> None:
+    def _setup(self, sources: int, key: PlaneKey, me: str, local: bool = False, votes: bool = False) -> None:
         self._end_schedule()
         self.lost = LostPeers()
         self.me = me
-        self.endpoint = Endpoint(key, self._on_message if not local else self._on_local_message, me=me, on_lost=self.lost.add,
-                                 on_error=self._on_plane_error)
+        handler = self._on_message if not local else self._on_local_message if not votes else self._on_voted_message
+        self.endpoint = Endpoint(key, handler, me=me, on_lost=self.lost.add, on_error=self._on_plane_error)
+        #: verify="majority": the replicas' votes (set at connect, from the replicas) and the dissents so far
+        self.voting, self.votes, self.dissents, self.gate_told = votes, None, [], BOTTOM
         #: recovery="local": replacement -> the frontier it was told while it catches up, and its incarnation
         self.catching_up: dict = {}
         self.incarnations: dict = {}
@@ -272,6 +276,8 @@ class AckerActor(ReplicaAckerSide):
         """The last watermark goes by Ray call so that the driver can wait for every stage to
         have released its output before it collects results."""
         refs = [h.watermark.remote(w) for h in self.subscribers.values()]
+        if self.votes is not None:  # verify="majority": the last epoch ends; the other replicas vote on it too
+            self._last_epoch(w)
         asyncio.get_running_loop().create_task(self._finish(refs))
 
     async def _finish(self, refs: list) -> None:
@@ -350,6 +356,8 @@ class AckerActor(ReplicaAckerSide):
             return TOP, {}, []
         complete = self.collecting = asyncio.Event()
         collector = self.host.begin_snapshot(snapshot_id, lambda c: complete.set())
+        if self.votes is not None:  # verify="majority": the marker ends an epoch of the votes
+            self.votes.ended(snapshot_id, collector.t)
         try:
             await asyncio.wait_for(complete.wait(), timeout)
         except asyncio.TimeoutError:
@@ -396,6 +404,8 @@ class AckerActor(ReplicaAckerSide):
                 figures["frontiers"] = {Instance(*k).label: told for k, told in self.host.frontiers.told.items()}
             if self.replica_sets:
                 figures["replicas"] = {Instance(*k).label: list(incs) for k, incs in self.replica_sets.items()}
+            if self.voting:
+                figures["dissents"] = list(self.dissents)
         return figures
 
     async def close(self) -> None:
@@ -525,15 +535,21 @@ class StageActor(ReplicaStageSide):
         self.replica_sets = None if config.replica_sets is None else {Instance(*k): list(v) for k, v in config.replica_sets.items()}
         #: a replica that is not the primary: what its sinks released since the last commit (None: it writes them)
         self.kept: Optional[KeptBundles] = None
+        voting = config.votes and self.replica_sets is not None and self.key in self.replica_sets
         if self.replica_sets is not None:
-            send = self._send_to_replicas
+            send = self._send_to_replicas if not voting else self._send_voted
         if config.replica is not None:
             local["incarnation"], me = config.replica
             self.kept, writer = KeptBundles(), self._keep_bundle
             local["sink_opener"] = lambda sid, index: DeferredPartition(plan.steps[sid].sink, index, plan.parallelism)
+        if voting:
+            writer = self._voted_bundle
         self.send = send
         self.host = host = InstanceHost(plan, self.key, config, snapshots, send, fail=self._fail, sample_every=config.sample_every,
                                         bundle_writer=writer, corrupted=self._corrupted, **local)
+        #: verify="majority", a replica: its digests and, the primary's, its gate (None: the default path)
+        self.voter = None if not voting else EpochVoter(host, host.recovery.own, config.replica is None, lambda m: self._send(ACKER, m),
+                                                        self._gate_write)
         if host.recovery is not None:
             # a replacement's: its output below it is dropped (the receivers have it); a replica's that is not the primary: all of it (logged)
             host.recovery.cut = config.cut if config.replica is None else TOP
@@ -551,7 +567,8 @@ class StageActor(ReplicaStageSide):
         took = None if host.recovery is None else lambda batches: [host.recovery.received(b) for b in batches]
         self.drain = BatchDrain(host.rt, snapshots, host.guarded, host.flush, took)
         self.lost = LostPeers()
-        self.endpoint = Endpoint(plane, self._on_message, me=me, on_lost=self.lost.add, on_error=self._on_plane_error)
+        self.endpoint = Endpoint(plane, self._on_message if self.voter is None else self._on_voted_message, me=me, on_lost=self.lost.add,
+                                 on_error=self._on_plane_error)
         self.first_release_at: Optional[float] = None
         self.released: Optional[asyncio.Event] = None
 
@@ -665,6 +682,8 @@ class StageActor(ReplicaStageSide):
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
         self.host.apply_watermark(w)
+        if self.voter is not None:  # verify="majority": once the votes passed the last epoch and the gate let it through
+            await self._voted_end(w)
         await self.writers.idle.wait()
 
     async def report(self) -> InstanceReport:

@@ -21,6 +21,9 @@ message                   from -> to                 meaning
 :class:`ScheduleEnded`    acker -> supervisor        a schedule of snapshots ended
 :class:`ReplaySent`       stage -> acker             ``recovery="local"``: its part in a peer's
                                                      recovery is sent (behind that Ack)
+:class:`EpochDigest`      replica -> acker           ``verify="majority"``: its digest of an epoch
+:class:`GateOpen`         acker -> replicas          every instance passed the epochs below ``t``
+:class:`Expelled`         acker -> replica           outvoted: it leaves the run
 ========================  =========================  ==============================================
 
 >>> Watermark((5,)).snapshot_id is None, Watermark((5,), 3).snapshot_id
@@ -102,3 +105,26 @@ class ReplaySent(NamedTuple):
 
     receiver: Any
     sender: Any
+
+
+class EpochDigest(NamedTuple):
+    """``verify="majority"``: replica ``replica`` of ``instance`` -> acker, its ``digest`` of the
+    epoch that ends at snapshot ``snapshot_id``'s marker (None: the run's last watermark)."""
+
+    instance: tuple
+    replica: Any
+    snapshot_id: Any
+    digest: str
+
+
+class GateOpen(NamedTuple):
+    """``verify="majority"``: acker -> every replica, every instance passed the epochs below ``t``:
+    a primary's sinks may be given its output below ``t``."""
+
+    t: tuple
+
+
+class Expelled(NamedTuple):
+    """``verify="majority"``: acker -> a replica a majority outvoted: it leaves the run (``why``)."""
+
+    why: str

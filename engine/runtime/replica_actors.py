@@ -1,22 +1,38 @@
-"""The stage and acker actors' parts under ``replicas=r`` (``verify="first"``; issue 58, design
-item 4), mixed into :class:`~.actors.StageActor` and :class:`~.actors.AckerActor`: the fan-out
+"""The stage and acker actors' parts under ``replicas=r`` (issue 58, design items 4 and 5),
+mixed into :class:`~.actors.StageActor` and :class:`~.actors.AckerActor`: the fan-out
 of batches and the acker's messages to every replica, a replica that is not the primary keeping
 its sinks' bundles, and each actor's part when a replica dies
-(:mod:`driftstream.engine.control.replica_failover` calls them in order). What the simulator
-does alike is :mod:`.replicas`; with ``replicas=1`` nothing here runs.
+(:mod:`driftstream.engine.control.replica_failover` calls them in order); under
+``verify="majority"`` the replicas' digests, the primary's gate (:mod:`.replica_voter`) and the
+acker's tally (:mod:`driftstream.ordering.epoch_votes`). What the simulator does alike is
+:mod:`.replicas` and :mod:`.simulated_votes`; with ``replicas=1`` nothing here runs.
 
 >>> sorted(m for m in vars(ReplicaStageSide) if not m.startswith("_")), sorted(m for m in vars(ReplicaAckerSide) if not m.startswith("_"))
-(['promote', 'replica_failed'], ['replica_failed', 'replica_refusal'])
+(['promote', 'replica_failed'], ['dissent_reports', 'replica_failed', 'replica_refusal'])
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
+import time
 from typing import Any, Optional
 
+from driftstream.ordering.epoch_votes import EpochVotes
+from driftstream.ordering.meta import TOP
+
 from driftstream.engine.model.manifest import Instance
-from driftstream.engine.runtime.protocol import Ack, Push, ReplaySent
+from driftstream.engine.runtime.operators import step_error
+from driftstream.engine.runtime.protocol import Ack, EpochDigest, Expelled, GateOpen, Prepared, Push, ReplaySent, Watermark
+from driftstream.engine.runtime.replica_votes import Dissent, VoteRollback
 from driftstream.engine.runtime.replicas import address, fan_out_copies, for_replica, promote
+
+log = logging.getLogger(__name__)
+
+#: A replica's exit status once a majority of its instance's replicas outvoted it (verify="majority")
+EXPELLED_EXIT = 71
 
 
 class ReplicaStageSide:
@@ -50,8 +66,13 @@ class ReplicaStageSide:
         above the cut is sent again (the receivers cancelled the dead primary's), then its
         ReplaySent. Returns the items re-sent."""
         host = self.host
-        for sink, bundle in promote(host, self.kept.bundles):  # before anything it releases from now on
-            sink.write(bundle)
+        rests = promote(host, self.kept.bundles)
+        if self.voter is None:
+            for sink, bundle in rests:  # before anything it releases from now on
+                sink.write(bundle)
+        else:  # verify="majority": through its gate, before anything it releases from now on
+            sid_of = {id(sink): sid for sid, (_, sink) in host.rt.sinks.barriers.items()}
+            self.voter.promoted([(sid_of[id(sink)], sink, bundle) for sink, bundle in rests])
         self.kept = None
         self._forget(name)
         part = host.recovery
@@ -97,6 +118,73 @@ class ReplicaStageSide:
         self.kept.keep(sink, bundle)
         asyncio.get_running_loop().call_soon(self._bundle_written, self.host, sid, bundle, None)
 
+    # -- verify="majority" (runtime/replica_voter.py) -------------------------------------------
+
+    def _on_voted_message(self, message: Any) -> None:
+        """A replica's data-plane message under ``verify="majority"``: a marker ends an epoch
+        (a secondary's host takes it as a watermark), the acker opens the gate or expels it."""
+        kind = type(message)
+        if kind is Push:
+            self.drain.push(message.batch)
+        elif kind is Watermark:
+            voter = self.voter
+            marker = message.snapshot_id is not None
+            self.host.on_message(message if voter.primary or not marker else Watermark(message.t))
+            if marker or message.t == TOP:  # the last watermark comes to the others on the data plane
+                voter.marker(message.snapshot_id, message.t)
+        elif kind is GateOpen:
+            self.voter.open(message.t)
+        elif kind is Expelled:
+            print(f"driftstream {self.endpoint.me}: {message.why}", file=sys.stderr, flush=True)
+            os._exit(EXPELLED_EXIT)  # the supervisor answers its death as a lost replica's
+        else:
+            self.host.on_message(message)
+
+    def _send_voted(self, to: Any, message: Any) -> None:
+        """:meth:`_send_to_replicas`, the primary's snapshot parts held by its gate."""
+        if type(message) is Prepared and self.voter is not None and self.voter.part(message):
+            return
+        self._send_to_replicas(to, message)
+
+    def _voted_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
+        """A replica's sink released ``bundle``: digested, then the primary's gated, another's
+        kept; taken as written (the gate holds it, not the sink's one bundle in flight)."""
+        self.voter.released(sid, bundle)
+        if self.voter.primary:
+            self.voter.hold(sid, sink, bundle)
+        else:
+            self.kept.keep(sink, bundle)
+        asyncio.get_running_loop().call_soon(self._voted_written, self.host, sid, bundle)
+
+    def _voted_written(self, host: Any, sid: int, bundle: Any) -> None:
+        if host is self.host and host.bundle_written(sid, bundle, None):
+            self.voter.report()  # an epoch's digest waits for its releases
+
+    def _gate_write(self, sid: int, sink: Any, bundle: Any) -> None:
+        """The gate let ``bundle`` through: to sink step ``sid``'s writer thread."""
+        host = self.host
+        self.writers.write(sid, sink, bundle, lambda error: self._gate_written(host, sid, bundle, error))
+
+    def _gate_written(self, host: Any, sid: int, bundle: Any, error: Optional[BaseException]) -> None:
+        if host is not self.host:
+            return  # written for an incarnation that was reset since
+        if error is not None:
+            host.fail(step_error(self.plan.steps[sid].name, bundle.t_last, bundle.payloads(), error))
+            return
+        self.voter.written(bundle)
+        if self.first_release_at is None:
+            self.first_release_at = time.time()
+            self.released.set()
+        if not self.voter.writing:
+            self.writers.idle.set()
+
+    async def _voted_end(self, w: tuple) -> None:
+        """The primary took the last watermark ``w``: its last epoch's digest goes, and it waits
+        until the votes passed it and the gate's writes are acknowledged."""
+        self.voter.marker(None, w)
+        while not self.voter.drained() and not self.host.failed:
+            await asyncio.sleep(0.005)
+
 
 class ReplicaAckerSide:
     """An :class:`~.actors.AckerActor`'s replica methods: ``replica_sets`` (replicated instance ->
@@ -109,13 +197,16 @@ class ReplicaAckerSide:
             self.replica_sets[Instance(*key)] = [inc for inc, _ in listed]
             for inc, where in listed[1:]:
                 await self.endpoint.connect(address(inc), where)
+        if self.voting:
+            self.votes = EpochVotes(self.replica_sets)
 
     def _tell_replicas(self, to: Any, message: Any) -> None:
         """What the primary of ``to`` was told, to its other replicas (a marker as a watermark)."""
         replicas = self.replica_sets.get(to)
         if replicas is not None:
+            told = message if self.voting else for_replica(message, False)  # a marker ends an epoch for every replica
             for inc in replicas[1:]:
-                self.endpoint.send(address(inc), for_replica(message, False))
+                self.endpoint.send(address(inc), told)
 
     async def replica_failed(self, victim: tuple, old: Any, name: str, tokens: Optional[list], handle: Any = None) -> Optional[tuple]:
         """Replica ``old`` of instance ``victim`` (actor ``name``) died; its tables go (and its ReplaySent's holds).
@@ -148,6 +239,8 @@ class ReplicaAckerSide:
         self.lost = type(self.lost)(self.lost.ignore | {name})  # the dead one's connection ended: seen, answered
         self.endpoint.on_lost = self.lost.add
         self.host.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
+        if self.votes is not None:  # it votes no more: the votes that waited for it go on
+            self._judge(self.votes.lost(victim, old))
         return cut
 
     async def replica_refusal(self, ignore: tuple = ()) -> Optional[str]:
@@ -156,3 +249,48 @@ class ReplicaAckerSide:
         if any(token[1] not in ignore for token in self.host.table.holds):
             return "a failover or recovery was still under way"  # its re-sends not all in: the cut would be wrong
         return await self.local_refusal()
+
+    # -- verify="majority" (ordering/epoch_votes.py) ----------------------------------------------
+
+    def _on_voted_message(self, message: Any) -> None:
+        """An instance's message under ``verify="majority"``: a replica's digest is tallied."""
+        if type(message) is EpochDigest:
+            if self.votes is not None:
+                self._judge(self.votes.add(Instance(*message.instance), message.replica, message.snapshot_id, message.digest))
+            return
+        self._on_local_message(message)
+
+    def _judge(self, verdicts: list) -> None:
+        """Act on ``verdicts``: outvoted secondaries are expelled (each exits; its death is a lost
+        replica's), a corrupt primary or no majority rolls the run back (the supervisor restores
+        the newest committed snapshot: each was certified); then the gate opens as far as it can."""
+        for v in verdicts:
+            action = "the run rolls back to the newest committed snapshot" if v.rolls_back else "taken out of service (its death: a lost replica)"
+            dissent = Dissent(v.instance, v.dissenters, v.epoch, v.t_range, v.digests, v.kind, action=action)
+            self.dissents.append(dissent.report())
+            log.warning("driftstream: the replicas of %s disagree on t %s (%s): %s; %s", v.instance.label, v.t_range, v.kind,
+                        v.digests, action)
+            if v.rolls_back:
+                self.error = self.error or VoteRollback(list(self.dissents))
+                self.done.set()
+            else:
+                for inc in v.dissenters:
+                    self.endpoint.send(address(inc), Expelled(f"outvoted on t {v.t_range} ({v.kind}: {v.digests})"))
+        through = self.votes.released_through()
+        if through > self.gate_told:
+            self.gate_told = through
+            for key, incs in self.replica_sets.items():
+                self.endpoint.send(key, GateOpen(through))  # the primary, by its instance (adopted by a promoted one)
+                for inc in incs[1:]:
+                    self.endpoint.send(address(inc), GateOpen(through))
+
+    def _last_epoch(self, w: tuple) -> None:
+        """The last watermark went to the primaries (by Ray call): it ends the last epoch; the
+        other replicas get it on the data plane."""
+        self.votes.ended(None, w)
+        for key in self.replica_sets:
+            self._tell_replicas(key, Watermark(w))
+
+    async def dissent_reports(self) -> list:
+        """verify="majority": every dissent of this acker's incarnation (:meth:`Dissent.report`)."""
+        return list(self.dissents)

@@ -46,36 +46,16 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from driftstream.ordering.keyed_state import DriftingKeyedState
 from driftstream.ordering.meta import BOTTOM, TOP
-from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, flipped, state_digest, vote
-from driftstream.ordering.upstream_log import UpstreamLog
+from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, flipped, vote
 
 from driftstream.engine.model.plan import Instance, Plan
-
-
-@dataclass
-class Dissent:
-    """Replicas of ``instance`` that disagreed on epoch ``epoch`` (its times ``t_range``: ``(T,
-    T')``, None for the beginning or the end): ``replicas`` (the dissenters' incarnations; all
-    of them without a majority), every voter's ``digests``, ``kind`` (``"corruption"``,
-    ``"mismatch"``, ``"likely non-determinism"``), the stage's ``steps`` and what was done."""
-
-    instance: Instance
-    replicas: list
-    epoch: int
-    t_range: tuple
-    digests: dict
-    kind: str
-    steps: list = field(default_factory=list)
-    action: str = ""
-    #: verify="sample:N": the epoch's output had left the sinks before the vote (a corrupt primary's stays there)
-    released: bool = False
+from driftstream.engine.runtime.replica_votes import DigestedLog, Dissent, host_state_digest, keyed_states
 
 
 @dataclass
@@ -276,7 +256,7 @@ class SimulatedVotes:
 
     def report(self) -> list:
         """The dissents as ``metrics.dissents`` shows them (a dict each; instance ``"stage/index"``)."""
-        return [dict(dataclasses.asdict(d), instance=f"{d.instance.stage}/{d.instance.index}") for d in self.dissents]
+        return [d.report() for d in self.dissents]
 
     def take_due(self) -> Any:
         due, self.due = self.due, None
@@ -295,7 +275,7 @@ class SimulatedVotes:
         instance, host = self.replicas.hosts[inc]
         if host.rt.watermark == TOP or any(not f.found and f.instance == instance for f in self.flips):
             return None  # its last state digest is taken; or a second corrupt replica could outvote a good one
-        states = dict(_states(host))
+        states = dict(keyed_states(host))
         choices = [(sid, key) for sid, ks in sorted(states.items()) if isinstance(ks, DriftingKeyedState) and hasattr(ks.backend, "items")
                    for key, _ in sorted(ks.backend.items(), key=repr) if (inc, sid, key) not in self._flipped]
         rng.shuffle(choices)
@@ -348,7 +328,7 @@ class SimulatedVotes:
         """Report ``outcome`` of epoch ``k`` and say what the run does about it."""
         primary = self.replicas.sets[instance][0]
         steps = [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids]
-        kind = "corruption" if outcome.agreed is not None else "mismatch"
+        kind = outcome.kind
         lo, hi = self.epochs.range(k)
         if kind == "mismatch" and instance in self.rechecking and (lo is None or lo < self.rechecking[instance]):
             kind = "likely non-determinism"
@@ -358,7 +338,7 @@ class SimulatedVotes:
         if kind == "likely non-determinism":
             dissent.action = "the primary's output taken unverified from now on"
             self.unverified.add(instance)
-        elif kind == "corruption" and primary not in outcome.dissenters:
+        elif not outcome.rolls_back(primary):
             self.due = Replace(instance, outcome.dissenters, dissent)
         else:
             if kind == "mismatch":
@@ -382,19 +362,6 @@ class SimulatedVotes:
         self.gate = keep
 
 
-class DigestedLog(UpstreamLog):
-    """A replica's upstream log that digests what it records, what the replica sends (before a
-    secondary's cut drops it), into ``digest``."""
-
-    def __init__(self, digest: ReplicaDigest) -> None:
-        super().__init__()
-        self.digest = digest
-
-    def record(self, peer: Any, entry: int, items: list) -> None:
-        super().record(peer, entry, items)
-        self.digest.sent((peer, entry), items)
-
-
 def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:
     """Flip ``key``'s settled value in ``ks`` and every state its log holds above the watermark
     (else a fold, or a late element's re-application, would bring the old back). ``(old, new)``
@@ -410,23 +377,3 @@ def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:
         log.after[i] = flipped(log.after[i])
     old = flipped(log.after[after[-1]]) if after else settled
     return old, flipped(old)
-
-
-def host_state_digest(host: Any) -> str:
-    """The digest of a host's folded keyed state: value state by key, entry state by ``(key,
-    entry)`` (its records, in the state cache under it), and its windows' (and interval joins')
-    open state by its state key (a window's ``(key, start, end)``, a session's key)."""
-    return state_digest((sid, key, value) for sid, ks in _states(host) for key, value in _settled(ks.backend))
-
-
-def _states(host: Any) -> list:
-    """``(step id, DriftingKeyedState)`` of a host's keyed steps and of its timed steps' state
-    (a window's folded state is a keyed state under it: what closes is then read from it)."""
-    rt = host.rt
-    return sorted([*rt.keyed.items(), *((sid, ws.keyed) for sid, ws in rt.windows.items())], key=lambda pair: pair[0])
-
-
-def _settled(backend: Any) -> Any:
-    """The ``(key, value)`` records a keyed state's backend holds (none: it cannot list them)."""
-    listing = getattr(backend, "items", None) or getattr(getattr(backend, "cache", None), "items", None)
-    return () if listing is None else listing()

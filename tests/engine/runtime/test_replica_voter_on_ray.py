@@ -1,0 +1,74 @@
+"""verify="majority" on Ray (issue 58, design item 5): every keyed instance runs as r stage
+actors that digest each epoch (a snapshot interval) and vote in the acker; the primaries' sinks
+get an epoch's output only once every instance passed it. A value flipped in one replica's
+keyed state mid-run (the test fault hook, killing nothing) is found at the next epoch's end and
+named in ``status()``; a corrupt secondary (r = 3) is outvoted and leaves the run (a lost
+replica), a corrupt primary or a mismatch of two replicas rolls every instance back to the newest
+committed snapshot. The output is the fault-free run's, element for element."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
+from driftstream.engine.control.replica_launch import replica_name
+from driftstream.engine.testing import fault_at
+
+from tests.engine.runtime.test_reexecuted_step_on_ray import N, build
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory) -> list:
+    out = tmp_path_factory.mktemp("votes-ref")
+    build("rv-ref", FileSink(out, name="out"), paced=False).run(parallelism=2)
+    return read_file_sink(out, "out")
+
+
+def _run_with_flip(name: str, tmp_path, replicas: int, victim: str) -> tuple:
+    """The flow at parallelism 2 under ``verify="majority"`` with ``replicas``, a value flipped in
+    actor ``victim``'s keyed state once a sixth of the output is out; its status() polled until
+    the run ends. Returns ``(the last status, the result's metrics, the output)``."""
+    out = tmp_path / name
+    injector = fault_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, victim, N // 6, "flip", seed=3)
+    handle = build(name, FileSink(out, name="out"), paced=True).start(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
+        replicas=replicas, verify="majority")
+    status: dict = {}
+    try:
+        while True:
+            got = handle.status()
+            if not got.get("running"):
+                break
+            status = got if got.get("dissents") else status
+            time.sleep(0.1)
+        result = handle.wait()
+    finally:
+        injector.join(timeout=5)
+    assert not injector.errors and injector.faults, injector.errors
+    return status, result.metrics, read_file_sink(out, "out")
+
+
+def test_a_flipped_secondary_is_outvoted_and_leaves_the_run(ray_session, tmp_path, expected):
+    status, metrics, got = _run_with_flip("rv-sec", tmp_path, 3, replica_name("rv-sec/by_key/0", 1))
+    (dissent,) = metrics.dissents
+    assert dissent["instance"] == "1/0" and dissent["kind"] == "corruption" and len(dissent["replicas"]) == 1, dissent
+    assert len(set(dissent["digests"].values())) == 2 and dissent["t_range"][1] is not None
+    assert status["dissents"] == [dissent]  # named in status() while the run went on
+    assert [r["kind"] for r in metrics.recovery_s] == ["replica lost"] and metrics.restores == {}
+    assert got == expected
+
+
+@pytest.mark.parametrize("replicas, victim", [(3, "rv-pri/by_key/0"), (2, "rv-two/by_key/0/replica-1")])
+def test_a_flipped_primary_or_a_mismatch_of_two_rolls_back(ray_session, tmp_path, expected, replicas, victim):
+    name = victim.split("/")[0]
+    status, metrics, got = _run_with_flip(name, tmp_path, replicas, victim)
+    (dissent,) = metrics.dissents
+    assert dissent["instance"] == "1/0" and dissent["kind"] == ("corruption" if replicas == 3 else "mismatch"), dissent
+    assert [r["kind"] for r in metrics.recovery_s] == [f"global (vote: {dissent['kind']} of 1/0's replicas {dissent['replicas']} "
+                                                       f"in t {tuple(dissent['t_range'])})"], metrics.recovery_s
+    assert status["dissents"] == [dissent]
+    assert got == expected
