@@ -57,7 +57,7 @@ def run_coordinated(
     check_sources(plan)
     restarts = 0
     # The first coordinator and its launch take warm actors instead of starting processes.
-    taken = take_warm(len(plan.instances) + config.standbys, ackers=1, coordinators=1)
+    taken = take_warm(len(plan.instances) + config.standby_count, ackers=1, coordinators=1)
     while True:
         coordinator, name, warm = _coordinator_for(plan, config, taken)
         if on_coordinator is not None:

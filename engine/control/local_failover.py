@@ -36,12 +36,12 @@ import ray
 
 from driftstream.ordering.meta import BOTTOM
 
-from driftstream.engine.control.failover import Failover, Recovery
+from driftstream.engine.control.failover import STANDBY_REPLENISH_DELAY_S, Failover, Recovery
 from driftstream.engine.control.launcher import Launcher, setup_answers
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.model.config import InstanceConfig
 from driftstream.engine.model.manifest import Manifest
-from driftstream.engine.model.plan import Instance
+from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.actors import StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE
 from driftstream.engine.runtime.replicas import address as replica_address
@@ -53,6 +53,26 @@ def acker_refusal(ref: ray.ObjectRef) -> Optional[str]:
         return ray.get(ref, timeout=5)
     except (ray.exceptions.RayError, TimeoutError):
         return "the acker did not answer"
+
+
+def senders_to(plan: Plan, stage: int) -> set:
+    """The stages with a channel to ``stage``."""
+    return {s.index for s in plan.stages if any(ch.dst_stage == stage for sid in s.step_ids for ch in plan.channels[sid])}
+
+
+def part_rounds(plan: Plan, victim: Instance, peers: list) -> list:
+    """``peers`` (``(instance, handle)`` of the survivors and their replicas) in the rounds their
+    :meth:`StageActor.peer_failed` calls take, each awaited before the next.
+
+    The replacement's receivers take their part before its senders: its output reaching one
+    before would be dropped as the dead one's batches in flight, or cancelled with them (its
+    sender is the same instance), and it has no input before its senders' part. Without a
+    receiver or without a sender, one round (a round trip to busy instances less)."""
+    senders = senders_to(plan, victim.stage)
+    receivers = {ch.dst_stage for sid in plan.stages[victim.stage].step_ids for ch in plan.channels[sid]}
+    if not (any(k.stage in receivers for k, _ in peers) and any(k.stage in senders for k, _ in peers)):
+        return [peers]
+    return [[p for p in peers if p[0].stage not in senders], [p for p in peers if p[0].stage in senders]]
 
 
 class LocalFailover:
@@ -105,29 +125,32 @@ class LocalFailover:
         # Whose ReplaySent the acker holds for: a replica's names its incarnation
         tokens = [replica_address(r.incarnation) for k in survivors for r in replicas.get(k, ())]
         tokens += [tuple(k) for k in survivors if k not in replicas]
-        cut = ray.get(run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones(), plan.actor_name(victim)))
+        # The acker takes the failure in while the replacement restores: its cut (the acker's
+        # answer) reaches the replacement with connect(), before any input or output.
+        failed = run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones(), plan.actor_name(victim))
         opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
-        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), cut=cut,
+        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations),
                                    replica_sets={k: [r.incarnation for r in rs] for k, rs in replicas.items()} if replicas else None)
         real_names = dict(run.real_names)
-        actor, resets = self._start(name, victim, opts, standby, real_names)
+        actor, resetting = self._start(name, victim, opts, standby, real_names)
         try:  # until the launcher holds it, a global rollback after an error here would not end it
-            address, node = setup_answers([actor.listen.remote(), actor.node.remote()], [name, name])
+            resets = {f"{name} (standby)": ray.get(resetting)} if resetting is not None else {}
+            # Sent together once it is set up (an async actor may run one caller's calls out of
+            # order): connect() takes the acker's cut when it comes.
+            calls = [actor.listen.remote(), actor.node.remote()]
+            seed = actor.take_seed.remote()
+            connecting = actor.connect.remote(run.acker, run.addresses, cut=failed, **({"replicas": run.replicas.wiring()[0]} if replicas else {}))
+            address, node = setup_answers(calls, [name, name])
+            cut = ray.get(failed)
             reset = time.time()
             addresses = dict(run.addresses)
             addresses[victim] = address
-            ray.get(actor.connect.remote(run.acker, addresses, **({"replicas": run.replicas.wiring()[0]} if replicas else {})))
-            ray.get(run.acker.adopt.remote(tuple(victim), actor, address, ray.get(actor.take_seed.remote())))
+            ray.get(connecting)
+            ray.get(run.acker.adopt.remote(tuple(victim), actor, address, seed))
             connected = time.time()
-            senders = {s.index for s in plan.stages if any(ch.dst_stage == victim.stage for sid in s.step_ids for ch in plan.channels[sid])}
-            # The receivers first: the replacement's output reaching one before its part would be
-            # dropped as the dead one's batches in flight, or cancelled with them (its sender is
-            # the same instance); it has no input before its senders' part.
-            peers = [(k, run.actors[k]) for k in survivors] + [(k, r.handle) for k in survivors for r in replicas.get(k, ())[1:]]
-            parts = [ray.get([handle.peer_failed.remote(tuple(victim), new, cut, address if sends else None)
-                              for k, handle in peers if (k.stage in senders) == sends]) for sends in (False, True)]
-            parts = parts[0] + parts[1]
-            ray.get(actor.start.remote(None))
+            parts = self._take_parts(victim, survivors, replicas, new, cut, address)
+            if victim in plan.source_instances:  # an instance without a source has nothing to start
+                ray.get(actor.start.remote(None))
         except BaseException:
             ray.kill(actor, no_restart=True)
             raise
@@ -149,14 +172,26 @@ class LocalFailover:
                                      "connect": connected - reset, "replay": started - connected},
                             resets_s=resets, kind="local", restored=[victim.label])
         self.failover.recoveries.append(recovery)
+        # A new standby's process start (about a second of CPU) would slow the replacement's catch-up
+        self.standbys.delay(STANDBY_REPLENISH_DELAY_S)
         return recovery
 
+    def _take_parts(self, victim: Instance, survivors: list, replicas: dict, new: int, cut: tuple, address: tuple) -> list:
+        """Every survivor's (and its replicas') :meth:`StageActor.peer_failed`, in the rounds
+        of :func:`part_rounds`; their answers."""
+        plan = self.launcher.plan
+        senders = senders_to(plan, victim.stage)
+        peers = [(k, self.launcher.actors[k]) for k in survivors] + [(k, r.handle) for k in survivors for r in replicas.get(k, ())[1:]]
+        return [part for peers in part_rounds(plan, victim, peers)
+                for part in ray.get([h.peer_failed.remote(tuple(victim), new, cut, address if k.stage in senders else None) for k, h in peers])]
+
     def _start(self, name: str, victim: Instance, opts: InstanceConfig, standby: bool, real_names: dict) -> tuple:
-        """The replacement of instance ``name``, ``(actor, resets_s)``: a standby reset, or a
-        new actor (under the name the kill left free); ``real_names`` learns its actor's name."""
+        """The replacement of instance ``name``, ``(actor, ref of a standby's reset() or None)``:
+        a standby reset, or a new actor (under the name the kill left free); ``real_names``
+        learns its actor's name."""
         run = self.launcher
         if standby:
             actor, real_names[name] = self.standbys.take()
-            return actor, {f"{name} (standby)": ray.get(actor.reset.remote(opts, run.plane, tuple(victim), run.plan))}
+            return actor, actor.reset.remote(opts, run.plane, tuple(victim), run.plan)
         real = real_names[name] = self.failover.take_renames().get(name, name)
-        return StageActor.options(name=real, namespace=NAMESPACE).remote(run.plan, *victim, opts, run.plane), {}
+        return StageActor.options(name=real, namespace=NAMESPACE).remote(run.plan, *victim, opts, run.plane), None

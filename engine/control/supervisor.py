@@ -67,7 +67,7 @@ class RaySupervisor:
         self.stop_requested = threading.Event()
         self.committer = SnapshotCommitter(plan, config, before_commit=functools.partial(self._inject, "before_commit"))
         self.snapshot_dir: Optional[str] = self.committer.snapshot_dir
-        self.standbys = StandbyPool(config.standbys)
+        self.standbys = StandbyPool(config.standby_count)
         # Warm stage actors are standbys the first launch takes in order; a warm acker, its acker.
         warm = warm or WarmActors()
         self.standbys.adopt(warm.stages)

@@ -210,8 +210,10 @@ class RunConfig:
     snapshot_failure_timeout: float = 300.0
     coordinator_niceness: int = COORDINATOR_NICENESS
     #: started spare stage actors (Ray): a recovery resets one in a lost instance's place
-    #: instead of starting a process (~1 s of CPU); each costs an idle process's memory
-    standbys: int = 0
+    #: instead of starting a process (~1 s of CPU); each costs an idle process's memory.
+    #: None: one under recovery="local" without replicas (its replacement starts while the
+    #: others work: a new process took up to twice global's time to first output), else none
+    standbys: Optional[int] = None
     #: memory budget of each stateful step instance's cached states (see snapshots/state_cache.py);
     #: None: an eighth of its node's memory over the node's cores, at least 256 MiB
     #: (snapshots/memory_size.py, node_budget_bytes)
@@ -267,8 +269,9 @@ class RunConfig:
         object.__setattr__(self, "faults", {k: tuple(v) for k, v in dict(self.faults or {}).items()})
         if type(self.coordinator_niceness) is not int or not 0 <= self.coordinator_niceness <= 19:
             raise FlowError(f"coordinator_niceness is an int from 0 (the data path's priority) to 19, not {self.coordinator_niceness!r}")
-        if type(self.standbys) is not int or self.standbys < 0:
-            raise FlowError(f"standbys is an int >= 0 (spare actors that replace a lost one), not {self.standbys!r}")
+        if self.standbys is not None and (type(self.standbys) is not int or self.standbys < 0):
+            raise FlowError(f"standbys is an int >= 0 (spare actors that replace a lost one) or None (the recovery's own), "
+                            f"not {self.standbys!r}")
         for name in ("batch_size", "max_inflight"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
@@ -337,6 +340,18 @@ class RunConfig:
         return cls(**options)
 
     @property
+    def standby_count(self) -> int:
+        """How many standbys the run keeps: ``standbys``, or when None the recovery's own
+        (one under recovery="local" without replicas, else none).
+
+        >>> RunConfig().standby_count, RunConfig(recovery="local").standby_count, RunConfig(recovery="local", standbys=0).standby_count
+        (0, 1, 0)
+        """
+        if self.standbys is not None:
+            return self.standbys
+        return 1 if self.recovery == "local" and self.replicas == 1 else 0
+
+    @property
     def takes_snapshots(self) -> bool:
         return self.guarantee is not Guarantee.NONE
 
@@ -373,7 +388,7 @@ class RunOptions(TypedDict, total=False):
     snapshot_timeout: float
     snapshot_failure_timeout: float
     coordinator_niceness: int
-    standbys: int
+    standbys: Optional[int]
     state_cache_bytes: Optional[int]
     source_alignment: Any
     input_merge: bool
@@ -405,7 +420,6 @@ class InstanceConfig:
     restore_t: Optional[tuple] = None  # that manifest's watermark (None: from the beginning)
     recovering: bool = False  # a restart after a failure (or a resume): output logs are replayed, also from the beginning
     incarnations: Optional[dict] = None  # recovery="local": every instance's incarnation (None: the default path)
-    cut: Optional[tuple] = None  # recovery="local", a replacement: the watermark when its predecessor failed
     reexecute: Optional[int] = None  # verify="reexecute:N": N (None: the default path)
     #: replicas > 1: replicated instance -> its live replicas' incarnations, the primary first (None: the default path)
     replica_sets: Optional[dict] = None

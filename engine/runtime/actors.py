@@ -550,9 +550,9 @@ class StageActor(ReplicaStageSide):
         #: verify="majority", a replica: its digests and, the primary's, its gate (None: the default path)
         self.voter = None if not voting else EpochVoter(host, host.recovery.own, config.replica is None, lambda m: self._send(ACKER, m),
                                                         self._gate_write)
-        if host.recovery is not None:
-            # a replacement's: its output below it is dropped (the receivers have it); a replica's that is not the primary: all of it (logged)
-            host.recovery.cut = config.cut if config.replica is None else TOP
+        if host.recovery is not None and config.replica is not None:
+            # a replica's that is not the primary: its output is all dropped (logged); a replacement's cut comes with connect()
+            host.recovery.cut = TOP
         self.batch_size = config.batch_size
         self.rt = host.rt
         if host.output_logs is not None:  # steps declared deterministic=False: acks wait for their log's writes
@@ -590,11 +590,14 @@ class StageActor(ReplicaStageSide):
         self.released = asyncio.Event()
         return await self.endpoint.listen(node_ip())
 
-    async def connect(self, acker, addresses: dict, replicas: Optional[dict] = None) -> None:
+    async def connect(self, acker, addresses: dict, replicas: Optional[dict] = None, cut: Optional[tuple] = None) -> None:
         """Open data-plane connections to the acker and to every instance of a downstream stage
         (``replicas``: incarnation -> ``(instance, address)`` of the replicas that are not the
-        primary; replicas > 1)."""
+        primary; replicas > 1). ``cut`` (recovery="local", a replacement): the watermark when
+        its predecessor failed; its output below is dropped (the receivers have it)."""
         self.acker = acker
+        if cut is not None:
+            self.host.recovery.cut = cut
         await self.endpoint.connect("acker", addresses["acker"])
         stage = self.plan.stages[self.key[0]]
         downstream = {ch.dst_stage for sid in stage.step_ids for ch in self.plan.channels[sid]}

@@ -8,7 +8,9 @@ The flow is the exactly-once bench's (:func:`~driftstream.examples.benchmarks.be
 a scheduled source, ``key_by``, a rolling hash per key, a file sink whose partitions note the
 wall time each bundle is durable), run exactly-once three ways: with no failure (``recovery="local"``,
 nothing killed), then killing ``by_key/1`` ``--kill-at`` seconds into the input under
-``recovery="local"`` and under ``recovery="global"``. Per run it prints:
+``recovery="local"`` and under ``recovery="global"``, each with its own standbys unless
+``--standbys`` says (one under local, whose replacement starts while the others work; none
+under global). Per run it prints:
 
 - ``first output``: from the kill to the first bundle of the killed instance's sink partition
   written by its replacement (another process);
@@ -154,7 +156,8 @@ def one_run(name: str, recovery: str, kill_at: Optional[float], args: argparse.N
             "longest_gap_s": max((longest_gap([when for when, _ in ts]) for ts in times.values()), default=0.0),
             "span_s": max((ts[-1][0] for ts in times.values() if ts), default=0.0) - _epoch(workdir),
             "kinds": [r["kind"] for r in recoveries], "engine_first_output_s": [r["first_output_s"] for r in recoveries],
-            "restored_s": [r["restored_s"] for r in recoveries], "output": output_of(workdir)}
+            "restored_s": [r["restored_s"] for r in recoveries], "steps_s": [r["steps_s"] for r in recoveries],
+            "resets_s": [r["resets_s"] for r in recoveries], "output": output_of(workdir)}
 
 
 def _epoch(workdir: str) -> float:
@@ -187,14 +190,16 @@ def run_options(parser: argparse.ArgumentParser, rate: float, seconds: float, pa
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="driftstream bench local-recovery", description=__doc__.split("\n\n")[0])
     run_options(parser, 2_000, 6.0, 4, 3.0, "local and global runs each")
-    parser.add_argument("--standbys", type=int, default=0, help="spare actors (default 0: a new process replaces the killed one)")
+    parser.add_argument("--standbys", type=int, default=None,
+                        help="spare actors (default: each recovery's own, one under local, none under global; 0: a new process replaces the killed one)")
     args = parser.parse_args(argv)
 
     from driftstream.engine.runtime.ray_session import ensure_ray
 
     started_ray = ensure_ray(None)
     print(f"local-recovery bench: parallelism {args.parallelism}, {args.rate:g} elements/s for {args.seconds:g} s, exactly-once, "
-          f"snapshots every {args.snapshot_interval:g} s, by_key/{VICTIM} killed at {args.kill_at:g} s, {args.standbys} standby(s)", flush=True)
+          f"snapshots every {args.snapshot_interval:g} s, by_key/{VICTIM} killed at {args.kill_at:g} s, "
+          f"{'each recovery its own standbys' if args.standbys is None else f'{args.standbys} standby(s)'}", flush=True)
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="driftstream-local-bench-") as root:

@@ -35,13 +35,16 @@ def run_killing(name: str, victim: str, tmp_path, tmp_path_factory) -> tuple:
 @pytest.mark.parametrize("victim", ["by_key/0", "src/1"])
 def test_a_killed_instance_restores_alone(ray_session, tmp_path, tmp_path_factory, victim):
     """A stateful instance (its senders replay, its output below the cut is dropped) or a
-    source instance (it re-reads from T, its receivers cancel what it sent past the cut)."""
+    source instance (it re-reads from T, its receivers cancel what it sent past the cut). Its
+    replacement is the standby recovery="local" keeps by default: no process starts while the
+    others work (a new one took up to twice a global recovery's time to the first output)."""
     name = "lr-" + victim.split("/")[0]
     result, plan, got, expected = run_killing(name, victim, tmp_path, tmp_path_factory)
     label = next(i.label for i in plan.instances if plan.actor_name(i) == f"{name}/{victim}")
     (recovery,) = result.metrics.recovery_s
     assert recovery["kind"] == "local", recovery
     assert recovery["snapshot"] is not None  # restored a committed snapshot, not the beginning
+    assert list(recovery["resets_s"]) == [f"{name}/{victim} (standby)"], recovery  # a started actor took its place
     assert result.metrics.restores == {label: 1}  # only the killed instance restored; the others never did
     assert got == expected  # same payloads, same Metas, same order
 
