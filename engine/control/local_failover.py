@@ -17,8 +17,9 @@ replaced, and the others never roll back. The protocol is the simulator's
 4. the replacement starts reading (a source instance, from T).
 
 What it cannot do falls back to the global rollback and says so in the recovery's ``kind``
-(:meth:`LocalFailover.refusal`): the acker died, more than one actor, a replacement still
-catching up, a rescale under way, the run's last watermark already out.
+(:meth:`LocalFailover.refusal`: the acker died, more than one actor, a rescale under way; the
+acker's, with its ``local_fail`` in one call, raised as :class:`LocalRefused`: a replacement
+still catching up, the run's last watermark already out).
 
 >>> LocalFailover.refusal_of({"f/acker"}, "f/acker", rescaling=False)
 'the acker died'
@@ -53,6 +54,14 @@ def acker_refusal(ref: ray.ObjectRef) -> Optional[str]:
         return ray.get(ref, timeout=5)
     except (ray.exceptions.RayError, TimeoutError):
         return "the acker did not answer"
+
+
+class LocalRefused(Exception):
+    """The acker found that the failure cannot be recovered locally now (``why``); nothing changed."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
 
 
 def senders_to(plan: Plan, stage: int) -> set:
@@ -99,17 +108,16 @@ class LocalFailover:
         return None
 
     def refusal(self, dead: Optional[set], rescaling: bool) -> Optional[str]:
-        """:meth:`refusal_of`, then the acker's (a replacement still catching up, the run ending)."""
-        run = self.launcher
-        why = self.refusal_of(dead, run.names[0], rescaling)
-        if why is not None:
-            return why
-        # replicas > 1: a failover's re-sends not all in either (the cut would be wrong)
-        return acker_refusal(run.acker.local_refusal.remote() if run.replicas is None else run.acker.replica_refusal.remote())
+        """:meth:`refusal_of` for this run. The acker's reasons (a replacement still catching up,
+        the run ending; replicas > 1: a failover's re-sends not all in) come with its
+        ``local_fail``, in :meth:`recover`: asked apart, they were a round trip to a busy acker
+        before the recovery began, and could change before it did."""
+        return self.refusal_of(dead, self.launcher.names[0], rescaling)
 
     def recover(self, name: str, detected: float, manifest: Optional[Manifest]) -> Recovery:
         """Replace instance ``name`` (its actor died) from ``manifest`` (None: the beginning);
-        the others go on. Returns the recovery's record."""
+        the others go on. Returns the recovery's record; LocalRefused when the acker refuses
+        (the replacement killed, nothing else changed but the dead one's kill)."""
         run, plan = self.launcher, self.launcher.plan
         entered = time.time()
         victim = plan.instances[run.names.index(name) - 1]  # names: the acker's, then the instances' in order
@@ -125,9 +133,10 @@ class LocalFailover:
         # Whose ReplaySent the acker holds for: a replica's names its incarnation
         tokens = [replica_address(r.incarnation) for k in survivors for r in replicas.get(k, ())]
         tokens += [tuple(k) for k in survivors if k not in replicas]
-        # The acker takes the failure in while the replacement restores: its cut (the acker's
-        # answer) reaches the replacement with connect(), before any input or output.
-        failed = run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones(), plan.actor_name(victim))
+        # The acker takes the failure in (or refuses it) while the replacement restores: its cut
+        # reaches the replacement with connect(), before any input or output.
+        failed = run.acker.local_fail.remote(tuple(victim), old, new, tokens, t, dict(run.incarnations), plan.cones(), plan.actor_name(victim),
+                                             replicas=run.replicas is not None)
         opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
         opts = dataclasses.replace(opts, incarnations=dict(run.incarnations),
                                    replica_sets={k: [r.incarnation for r in rs] for k, rs in replicas.items()} if replicas else None)
@@ -135,13 +144,14 @@ class LocalFailover:
         actor, resetting = self._start(name, victim, opts, standby, real_names)
         try:  # until the launcher holds it, a global rollback after an error here would not end it
             resets = {f"{name} (standby)": ray.get(resetting)} if resetting is not None else {}
-            # Sent together once it is set up (an async actor may run one caller's calls out of
-            # order): connect() takes the acker's cut when it comes.
+            # Sent together once it is set up (an async actor may run one caller's calls out of order)
             calls = [actor.listen.remote(), actor.node.remote()]
             seed = actor.take_seed.remote()
-            connecting = actor.connect.remote(run.acker, run.addresses, cut=failed, **({"replicas": run.replicas.wiring()[0]} if replicas else {}))
+            cut, why = ray.get(failed)
+            if why is not None:
+                raise LocalRefused(why)
+            connecting = actor.connect.remote(run.acker, run.addresses, cut=cut, **({"replicas": run.replicas.wiring()[0]} if replicas else {}))
             address, node = setup_answers(calls, [name, name])
-            cut = ray.get(failed)
             reset = time.time()
             addresses = dict(run.addresses)
             addresses[victim] = address

@@ -41,7 +41,7 @@ from driftstream.engine.control.corrupt_snapshots import CorruptSnapshots, corru
 from driftstream.engine.control.failover import Failover, Heartbeat, Hung
 from driftstream.engine.control.launcher import Launcher
 from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
-from driftstream.engine.control.local_failover import LocalFailover
+from driftstream.engine.control.local_failover import LocalFailover, LocalRefused
 from driftstream.engine.control.replica_dissents import ReplicaDissents
 from driftstream.engine.control.replica_failover import ReplicaFailover
 from driftstream.engine.control.rescaler import Rescaler
@@ -252,6 +252,8 @@ class RaySupervisor:
                     self.local.recover(next(iter(dead)), detected or time.time(), self.committer.latest_manifest())
                     self._inject("after_restore")
                     return
+                except LocalRefused as exc:
+                    why = exc.why
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:
                     why, dead = f"an actor died during the local recovery ({type(exc).__name__})", None
         recovery = self.failover.recover(dead, detected, lambda survivors: self._launch_surviving(

@@ -217,15 +217,20 @@ class AckerActor(ReplicaAckerSide):
                 self._tell_replicas(to, message)
 
     async def local_fail(self, victim: tuple, old: Any, new: Any, survivors: list, t: tuple, incarnations: Optional[dict] = None,
-                         cones: Optional[Cones] = None, name: str = "") -> tuple:
+                         cones: Optional[Cones] = None, name: str = "", replicas: bool = False) -> tuple:
         """Instance ``victim``'s incarnation ``old`` died; ``new`` restores snapshot ``t``:
         the snapshot being collected is given up (its part may be lost), the schedule ends, the
         dead incarnation's tables go (and its source's bound), and each of ``survivors`` holds
         ``t`` until its ReplaySent. With ``cones`` (the plan's) and ``incarnations`` (every
         instance's, the replacement's included), each instance is then told its own frontier
-        until the recovery is over (ordering/receiver_frontiers.py). Returns the cut: the
-        watermark now. ``name``: the dead one's on the data plane (its connection's end, seen
-        late, is not a new death)."""
+        until the recovery is over (ordering/receiver_frontiers.py). Returns ``(the cut, None)``:
+        the watermark now; or, changing nothing, ``(None, why)`` when the failure cannot be
+        recovered locally now (:meth:`local_refusal`; ``replicas``: :meth:`replica_refusal`),
+        asked in the same call: nothing may change in between. ``name``: the dead one's on the
+        data plane (its connection's end, seen late, is not a new death)."""
+        why = await (self.replica_refusal() if replicas else self.local_refusal())
+        if why is not None:
+            return None, why
         victim = Instance(*victim)
         self._end_schedule()
         if self.collecting is not None:
@@ -246,7 +251,7 @@ class AckerActor(ReplicaAckerSide):
             self.host.diverge(ReceiverFrontiers(table, cones, victim, owners, self.source_keys, self.host.pushed, self.catching_up))
         self.lost = LostPeers(self.lost.ignore | {name})  # the dead one's connection ended: seen, answered
         self.endpoint.on_lost = self.lost.add
-        return cut
+        return cut, None
 
     async def adopt(self, victim: tuple, handle: Any, address: tuple, seed: dict) -> None:
         """The replacement of ``victim`` listens at ``address``: watermarks go to it (its frontier

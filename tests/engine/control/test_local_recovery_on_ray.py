@@ -96,3 +96,27 @@ def test_the_other_partitions_release_while_the_replacement_starts(ray_session, 
     run = bench.one_run("lr-gap", "local", args.kill_at, args, str(tmp_path))
     assert run["killed"] and run["kinds"][0] == "local" and set(run["restores"]) == {"1/1"}, run
     assert run["first_output_s"] is not None and run["others_longest_gap_s"] < run["first_output_s"] / 2, run
+
+
+def test_the_acker_refuses_a_second_local_failure_in_the_same_call_changing_nothing(ray_session):
+    """The acker's reasons to refuse (here: a replacement still catching up) are asked in the
+    call that takes a failure in, not in a round trip before it: one answer, nothing changed by
+    a refusal (the holds and the replacement catching up are the first failure's)."""
+    import ray
+
+    from driftstream.engine.model.data_plane import PlaneKey
+    from driftstream.engine.runtime.actors import AckerActor
+    from driftstream.ordering.meta import BOTTOM
+
+    acker = AckerActor.remote(2, PlaneKey.new(), local=True)
+    try:
+        ray.get(acker.connect.remote({}, {}, None, [(0, 0), (0, 1)]))
+        cut, why = ray.get(acker.local_fail.remote((1, 0), 3, 5, [(0, 0), (0, 1), (1, 1)], BOTTOM))
+        assert why is None and cut is not None
+        before = ray.get(acker.status.remote())
+        assert before["catching_up"] == {"1/0": BOTTOM} and len(before["holds"]) == 3
+        assert ray.get(acker.local_fail.remote((1, 1), 4, 6, [(0, 0), (0, 1), (1, 0)], BOTTOM)) == (None, "a replacement was still catching up")
+        after = ray.get(acker.status.remote())
+        assert (after["catching_up"], after["holds"]) == (before["catching_up"], before["holds"])
+    finally:
+        ray.kill(acker, no_restart=True)
