@@ -44,15 +44,18 @@ from driftstream.engine.model.connectors import SourcePartition
 #: record per round trip; a dense one (many records per ms) is held by the slack alone.
 ALIGNMENT_RUN = 16
 #: ...and the elements those records may make downstream (what a keyed step would receive out
-#: of order): a record that makes one element gets a run of up to :data:`ALIGNMENT_MAX_RUN`,
-#: one that makes ~50 (a document into words) stays at :data:`ALIGNMENT_RUN`. The run trades
+#: of order): a record that makes one element gets a run of 128, one that makes ~50 (a
+#: document into words) stays at :data:`ALIGNMENT_RUN`, one that makes ~0.1 (Nexmark q8's
+#: events, of which people and auctions go on) up to :data:`ALIGNMENT_MAX_RUN`. The run trades
 #: rate for order by the work a record makes: Nexmark q7 from two files (300k events, a record
 #: every 10 ms, one element each) read 21k events/s with a run of 16 and 14 elements out of
 #: order, 62k with 128 and 731 (0.26%), 75k with 512 and 8,339 (3%), unaligned 72k and 35,509;
 #: the inverted index went from 0.3-0.4% out of order with 16 to 8.8% with 128 (and from
-#: 344-477 to 250 docs/s).
+#: 344-477 to 250 docs/s). A sparse source's run is capped in records only by the credit it
+#: leaves: capped at 128 records, q8's sources sent 2-10 elements a round trip and a watermark
+#: went to every instance per ~100 events (issue 57); at 1,024 half as many.
 ALIGNMENT_ELEMENTS = 128
-ALIGNMENT_MAX_RUN = 128
+ALIGNMENT_MAX_RUN = 1024
 
 
 class Alignment:
@@ -79,7 +82,9 @@ class Alignment:
         >>> a = Alignment(slack=2); a.made(100, 5000); a.run      # a document into ~50 words
         16
         >>> a = Alignment(slack=2); a.made(100, 92); a.run        # Nexmark's bids of its events
-        128
+        139
+        >>> a = Alignment(slack=2); a.made(100, 8); a.run         # q8's people and auctions of them
+        1024
         """
         if records <= 0:
             return

@@ -566,7 +566,9 @@ class StageActor(ReplicaStageSide):
         self.pump = None if host.reader is None else SourcePump(
             host.reader, host.source_index, config.batch_size, process=lambda items: host.guarded(host.rt.process_source, items),
             flush=host.flush_read, fail=host.fail, alive=lambda: not host.failed,
-            took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots), work=host.rt.work)
+            took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots), work=host.rt.work,
+            # a stage that sends to others lingers in a backlog (fewer, larger batches); a fused flow's sends nothing
+            pending=host.rt.outbound.pending if any(plan.channels[sid] for sid in host.rt.stage.step_ids) else None)
         if self.pump is not None:
             host.source = self.pump  # a watermark or a frontier also wakes the reading task
         took = None if host.recovery is None else lambda batches: [host.recovery.received(b) for b in batches]

@@ -131,6 +131,10 @@ class Outbound:
     def __bool__(self) -> bool:
         return bool(self.buffers)
 
+    def pending(self) -> int:
+        """The items waiting in the buffers (what :meth:`take` would send). O(buffers)."""
+        return sum(len(buf.items) for buf in self.buffers.values())
+
     def _buffer(self, dest: tuple) -> _OutBuffer:
         buf = self.buffers.get(dest)
         if buf is None:

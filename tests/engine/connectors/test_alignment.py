@@ -197,3 +197,19 @@ def test_auto_aligns_the_sources_of_a_flow_with_keyed_state_only():
         assert sorted(result.output("out")) == list(range(40))
         assert all((r.alignment is not None) == aligned for r in sim.readers.values())
 
+
+def test_a_run_is_128_elements_worth_of_records_and_a_sparse_source_reads_up_to_1024_a_round_trip():
+    """The run follows what a record makes downstream: a record into one element reads ~128 a
+    round trip to the acker, one into ~50 the least (16), and one into ~0.08 (Nexmark q8's
+    events, of which only people and auctions go on) 1,024, not 128: capped at 128 records,
+    q8's sources sent 2-10 elements a round trip (issue 57)."""
+    from driftstream.engine.connectors.alignment import ALIGNMENT_MAX_RUN, Alignment
+
+    runs = {}
+    for name, records, elements in (("bids", 1000, 920), ("documents", 100, 5000), ("people and auctions", 1000, 80)):
+        align = Alignment(slack=0.0)
+        align.made(records, elements)
+        align.frontier = (1000, 0, 0, 0)
+        runs[name] = (align.run, align.limit(spacing=1.0))
+    assert runs == {"bids": (139, 1139.0), "documents": (ALIGNMENT_RUN, 1000.0 + ALIGNMENT_RUN), "people and auctions": (1024, 2024.0)}
+    assert ALIGNMENT_MAX_RUN == 1024

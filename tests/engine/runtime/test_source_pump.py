@@ -215,3 +215,75 @@ def test_records_of_little_work_keep_the_batch_size():
 
     assert asyncio.run(main()) == 4
     assert stage.got == list(range(12))
+
+
+class SparseStage(Stage):
+    """A stage whose steps make one element for its receivers per ``per`` records read, held
+    until a flush (``pending``: what the pump lingers by)."""
+
+    def __init__(self, per: int) -> None:
+        super().__init__()
+        self.per, self.waiting, self.sent = per, 0, []
+
+    def process(self, items: list) -> bool:
+        self.waiting += len(items) // self.per
+        return super().process(items)
+
+    def flush(self, more: bool) -> int:
+        self.sent.append(self.waiting)
+        self.waiting = 0
+        return super().flush(more)
+
+
+def lingering_pump(reader: SourceReader, stage: SparseStage, batch_size: int):
+    from driftstream.engine.runtime.source_pump import SourcePump
+
+    return SourcePump(reader, 0, batch_size, process=stage.process, flush=stage.flush, fail=stage.failures.append,
+                      pending=lambda: stage.waiting)
+
+
+def test_in_a_backlog_the_output_of_consecutive_reads_goes_out_in_one_flush_of_at_most_a_batch():
+    """Each message costs its sender, its receiver and the acker alike whatever it holds: a
+    source whose reads make a few elements each sends them a batch at a time (issue 57)."""
+    stage = SparseStage(per=4)
+
+    async def main():
+        pump = lingering_pump(reader_of(range(160), max_inflight=1000, batch_size=16), stage, batch_size=16)
+        pump.start()
+        await asyncio.wait_for(pump.task, 5)
+
+    asyncio.run(main())
+    assert stage.got == list(range(160))
+    sent = [n for n in stage.sent if n]
+    assert sum(sent) == 40 and max(sent) <= 16
+    assert len(sent) == 3, stage.sent  # 10 reads of 4 elements each: 16, 16, then the last 8 at the end
+    assert stage.flushes[-1] is False
+
+
+def test_a_read_that_is_not_full_and_a_reader_out_of_credit_flush_at_once():
+    """At the live edge (a read short of what it asked, nothing left) nothing waits; out of
+    credit, what lingered goes out before the pump waits for the watermark its acks move."""
+    live = SparseStage(per=1)
+
+    async def at_the_live_edge():
+        pump = lingering_pump(reader_of(range(3), batch_size=16), live, batch_size=16)
+        pump.start()
+        await asyncio.sleep(0.05)
+        return list(live.sent)
+
+    assert asyncio.run(at_the_live_edge())[0] == 3  # the first flush: the whole short read
+
+    stage = SparseStage(per=4)
+
+    async def out_of_credit():
+        reader = reader_of(range(64), max_inflight=8, batch_size=4)
+        pump = lingering_pump(reader, stage, batch_size=16)
+        pump.start()
+        await asyncio.sleep(0.05)
+        held = (list(stage.got), sum(stage.sent), stage.waiting)
+        pump.stop()
+        return held
+
+    got, sent, waiting = asyncio.run(out_of_credit())
+    assert got == list(range(8))  # two reads of 4, then out of credit
+    assert (sent, waiting) == (2, 0)  # both reads' elements sent before it waits
