@@ -78,7 +78,10 @@ class ReplicaFailover:
         run = self.launcher
         found = {n: run.replicas.find(n) for n in dead or ()}
         why = self.refusal_of(dead, found, {k: len(rs) for k, rs in run.replicas.sets.items()})
-        return why if why is not None else acker_refusal(run.acker.replica_refusal.remote())
+        if why is not None:
+            return why
+        secondaries = all(found[n][1] > 0 for n in dead)  # (an outvoted one's exit may come as the run ends)
+        return acker_refusal(run.acker.replica_refusal.remote((), secondaries))
 
     def reads_a_source(self, dead: Optional[set]) -> bool:
         """Whether ``dead`` is one instance that reads a source (it has no replicas: local recovery

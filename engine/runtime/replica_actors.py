@@ -129,6 +129,8 @@ class ReplicaStageSide:
         elif kind is Watermark:
             voter = self.voter
             marker = message.snapshot_id is not None
+            if marker:  # before the host takes it: its part, if prepared at once, must wait at the gate
+                voter.marks[message.snapshot_id] = message.t
             self.host.on_message(message if voter.primary or not marker else Watermark(message.t))
             if marker or message.t == TOP:  # the last watermark comes to the others on the data plane
                 voter.marker(message.snapshot_id, message.t)
@@ -142,7 +144,8 @@ class ReplicaStageSide:
 
     def _send_voted(self, to: Any, message: Any) -> None:
         """:meth:`_send_to_replicas`, the primary's snapshot parts held by its gate."""
-        if type(message) is Prepared and self.voter is not None and self.voter.part(message):
+        if type(message) is Prepared:
+            self.voter.part(message)
             return
         self._send_to_replicas(to, message)
 
@@ -243,11 +246,15 @@ class ReplicaAckerSide:
             self._judge(self.votes.lost(victim, old))
         return cut
 
-    async def replica_refusal(self, ignore: tuple = ()) -> Optional[str]:
+    async def replica_refusal(self, ignore: tuple = (), secondaries: bool = False) -> Optional[str]:
         """replicas > 1: why a replica's death cannot fail over now (None: it can); ``ignore``: the
-        ReplaySent tokens of replicas that died meanwhile (theirs go with their own failover)."""
+        ReplaySent tokens of replicas that died meanwhile (theirs go with their own failover);
+        ``secondaries``: none of the dead was a primary (their tables go, nothing else: the run
+        may be ending)."""
         if any(token[1] not in ignore for token in self.host.table.holds):
             return "a failover or recovery was still under way"  # its re-sends not all in: the cut would be wrong
+        if secondaries and self.host.pushed == TOP and not self.catching_up:
+            return None
         return await self.local_refusal()
 
     # -- verify="majority" (ordering/epoch_votes.py) ----------------------------------------------

@@ -27,10 +27,10 @@ pass. The acker's tally is :mod:`driftstream.ordering.epoch_votes`; the actors' 
 >>> key = plan.instances[0]
 >>> host = InstanceHost(plan, key, InstanceConfig(), StageSnapshots(None, plan.participant(key), None), send=None, incarnations={key: 4}, incarnation=4)
 >>> voter = EpochVoter(host, 4, True, sent.append, lambda sid, sink, bundle: written.append(bundle))
->>> host.apply_watermark((5,)); voter.marker(7, (5,)); [(type(m).__name__, m.snapshot_id) for m in sent]
+>>> voter.marks[7] = (5,); host.apply_watermark((5,)); voter.marker(7, (5,)); [(type(m).__name__, m.snapshot_id) for m in sent]
 [('EpochDigest', 7)]
->>> voter.open((5,)); voter.part(Prepared(7, tuple(key), {})), sent[-1].snapshot_id, voter.drained()
-(True, 7, False)
+>>> voter.open((5,)); voter.part(Prepared(7, tuple(key), {})); sent[-1].snapshot_id, voter.drained()
+(7, False)
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class EpochVoter:
         self.digest = ReplicaDigest(self.epochs)
         host.recovery.log = DigestedLog(self.digest)  # empty still: the instance has sent nothing
         self.ends: deque = deque()  # (snapshot id, t, epoch index or None, state digest), waiting for the sinks
-        self.marks: dict = {}  # snapshot id -> its marker's t
+        #: snapshot id -> its marker's t (set before the host takes the marker: its part may be ready at once)
+        self.marks: dict = {}
         #: the primary's bundles the votes have not passed yet, ``(sink step id, sink, bundle)``
         self.gate: list = []
         self.open_through: tuple = BOTTOM
@@ -84,8 +85,6 @@ class EpochVoter:
             k = len(boundaries) - 1
         else:
             k = None  # a marker at the last one's time: an empty epoch, voted on the state alone
-        if snapshot_id is not None:
-            self.marks[snapshot_id] = t
         self.ends.append((snapshot_id, t, k, host_state_digest(self.host)))
         self.report()
 
@@ -142,15 +141,11 @@ class EpochVoter:
         self.writing.remove(bundle.elements[0][0])
         self._send_parts()
 
-    def part(self, message: Prepared) -> bool:
-        """The primary's snapshot part ``message``: True if this voter sends it (once the gate's
-        writes below its time are acknowledged: now, or later), False if the caller does."""
-        t = self.marks.get(message.snapshot_id)
-        if t is None:
-            return False
-        self.parts.append((t, message))
+    def part(self, message: Prepared) -> None:
+        """The primary's snapshot part ``message`` goes once the gate's writes below its time are
+        acknowledged (now, or later): a committed snapshot says the sinks hold what is below it."""
+        self.parts.append((self.marks[message.snapshot_id], message))
         self._send_parts()
-        return True
 
     def _send_parts(self) -> None:
         parts = self.parts

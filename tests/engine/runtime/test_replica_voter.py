@@ -67,7 +67,8 @@ def test_the_gate_writes_what_the_votes_passed_and_the_part_waits_for_it():
     sink = object()
     voter.marks[5] = (25,)
     voter.hold(9, sink, Bundle([(Meta(t, 0, 0, t), t) for t in (18, 22, 26)]))
-    assert written == [] and voter.part(Prepared(5, (0, 0), {})) and sent == []
+    voter.part(Prepared(5, (0, 0), {}))
+    assert written == [] and sent == []
     voter.open((25,))
     assert [[p for _, p in b.elements] for b in written] == [[18, 22]] and sent == []  # split; the part waits for the write
     voter.written(written[0])

@@ -14,6 +14,7 @@ import pytest
 
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.control.replica_launch import replica_name
+from driftstream.engine.model.errors import FlowGone
 from driftstream.engine.testing import fault_at
 
 from tests.engine.runtime.test_reexecuted_step_on_ray import N, build
@@ -40,7 +41,10 @@ def _run_with_flip(name: str, tmp_path, replicas: int, victim: str) -> tuple:
     status: dict = {}
     try:
         while True:
-            got = handle.status()
+            try:
+                got = handle.status()
+            except FlowGone:  # it ended between two polls
+                break
             if not got.get("running"):
                 break
             status = got if got.get("dissents") else status
