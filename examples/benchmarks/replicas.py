@@ -1,8 +1,9 @@
 """``driftstream bench replicas``: replicas on Ray (``replicas=2``, ``verify="first"``), a
-stateful instance's primary killed, in one invocation.
+stateful instance's primary killed, in one invocation; with ``--verify majority`` the votes' cost.
 
     driftstream bench replicas                        # parallelism 2, 300 elements/s for 8 s, kill at 4 s
     driftstream bench replicas --repeat 3 --json replicas.json
+    driftstream bench replicas --verify majority --replicas 3 --repeat 3
 
 The flow is the local-recovery bench's (:func:`~driftstream.examples.benchmarks.local_recovery.
 flow_of`: a scheduled source, ``key_by``, a rolling hash per key, a file sink noting when and by
@@ -14,6 +15,12 @@ which process each bundle is durable), exactly-once under ``recovery="local"``. 
   process, ``metrics.restores`` and the recovery's kind; the output checked against replicas=1's;
 - a backlog of ``--backlog`` elements (all available at once) with replicas=1 and =2: elements/s
   from the schedule's start to the last bundle durable, and their ratio.
+
+With ``--verify majority`` (no kill: the votes' cost), per round, interleaved: the exactly-once
+bench's flow (:func:`~driftstream.examples.benchmarks.bench.eo_flow`) at ``--rate`` with
+replicas=1 and with ``--replicas`` under ``verify="majority"``, release latency (durable minus
+emitted, the first second left out) p50 and p99; then the backlog with each, elements/s and the
+ratio. Every output is checked exactly-once.
 """
 
 from __future__ import annotations
@@ -47,7 +54,12 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="driftstream bench replicas", description=__doc__.split("\n\n")[0])
     run_options(parser, 300, 8.0, 2, 4.0, "rounds")
     parser.add_argument("--backlog", type=int, default=200_000, help="elements of the throughput runs (default 200,000; 0: none)")
+    parser.add_argument("--verify", choices=("first", "majority"), default="first",
+                        help="first (default): the kill runs; majority: the votes' latency and throughput against replicas=1")
+    parser.add_argument("--replicas", type=int, default=2, help="replicas of each keyed instance (default 2; --verify majority: 3 outvotes one)")
     args = parser.parse_args(argv)
+    if args.verify == "majority":
+        return votes_main(args)
     print(f"replicas bench: parallelism {args.parallelism}, {args.rate:g} elements/s for {args.seconds:g} s, exactly-once, "
           f"recovery='local', snapshots every {args.snapshot_interval:g} s, the primary of by_key/{VICTIM} killed at {args.kill_at:g} s; "
           f"throughput over a backlog of {args.backlog:,}", flush=True)
@@ -102,6 +114,76 @@ def report(runs: list, backlog: int) -> bool:
         ratios = [a["span_s"] / b["span_s"] for a, b in pairs]
         print(f"throughput replicas=2 / replicas=1: median {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
     return ok
+
+
+
+#: seconds of release latency left out at the start of a paced run (actors warming up)
+WARMUP_S = 1.0
+
+
+def votes_main(args: argparse.Namespace) -> int:
+    """``--verify majority``: per round replicas=1 and ``--replicas`` voting, paced then over the backlog."""
+    print(f"replicas bench, verify='majority': parallelism {args.parallelism}, replicas {args.replicas} against 1, {args.rate:g} elements/s "
+          f"for {args.seconds:g} s, exactly-once, recovery='local', snapshots (epochs) every {args.snapshot_interval:g} s; throughput over "
+          f"a backlog of {args.backlog:,}; {args.repeat} round(s), interleaved", flush=True)
+    from driftstream.engine.runtime.ray_session import ensure_ray
+
+    started_ray = ensure_ray(None)
+    try:
+        with tempfile.TemporaryDirectory(prefix="driftstream-votes-bench-") as root:
+            runs = [vote_run(f"rvb-{kind}{r}-{n}", r, args, root, rate, seconds)
+                    for n in range(args.repeat)
+                    for kind, rate, seconds in (("paced", args.rate, args.seconds), ("backlog", BACKLOG_RATE, args.backlog / BACKLOG_RATE))
+                    if seconds > 0 for r in (1, args.replicas)]
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    ok = report_votes(runs)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(runs, indent=1))
+        print(f"results: {args.json}")
+    return 0 if ok else 1
+
+
+def vote_run(name: str, replicas: int, args: argparse.Namespace, root: str, rate: float, seconds: float) -> dict:
+    """One run of the exactly-once bench's flow: replicas=1, or ``replicas`` voting; its figures."""
+    from driftstream.examples.benchmarks.bench import _ms, _run_eo
+
+    n = int(rate * seconds)
+    voting = {} if replicas == 1 else {"replicas": replicas, "verify": "majority"}
+    run = _run_eo(name, "exactly-once", args.snapshot_interval, n, rate, args.parallelism, args.parallelism, root, recovery="local", **voting)
+    epoch, rows = run["epoch"], run["rows"]
+    latencies = [release - emit for _, emit, release, _ in rows if release is not None and emit >= epoch + WARMUP_S]
+    span = max((release for _, _, release, _ in rows if release is not None), default=epoch) - epoch
+    return {"run": name, "replicas": replicas, "elements": n, "latency_ms": _ms(latencies), "span_s": span,
+            "exactly_once": run["check"]["exactly_once"], "dissents": run["metrics"].dissents,
+            "kinds": [r["kind"] for r in run["metrics"].recovery_s]}
+
+
+def report_votes(runs: list) -> bool:
+    """Each run's line and the ratios, round by round; False if an output is not exactly-once."""
+    for r in runs:
+        lat = r["latency_ms"]
+        figure = (f"p50 {lat.get('p50', 0):7.1f} ms   p99 {lat.get('p99', 0):7.1f} ms" if r["run"].startswith("rvb-paced")
+                  else f"{r['elements'] / r['span_s']:,.0f} elements/s")
+        print(f"{r['run']:<18} replicas={r['replicas']}   {figure}   exactly-once {r['exactly_once']}   dissents {len(r['dissents'])}   "
+              f"recoveries {','.join(r['kinds']) or '-'}")
+    for kind, of in (("paced", lambda a, b: (b["latency_ms"].get("p50", 0) - a["latency_ms"].get("p50", 0),
+                                             b["latency_ms"].get("p99", 0) - a["latency_ms"].get("p99", 0))),
+                     ("backlog", lambda a, b: (a["span_s"] / b["span_s"],))):
+        pairs = [(a, b) for a, b in zip(runs, runs[1:]) if a["run"].startswith(f"rvb-{kind}1-") and b["run"].startswith(f"rvb-{kind}")
+                 and b["replicas"] > 1]
+        if pairs and kind == "paced":
+            added = [of(a, b) for a, b in pairs]
+            print(f"gate's added latency (voting - replicas=1, per round): p50 {', '.join(f'{x:+.1f}' for x, _ in added)} ms; "
+                  f"p99 {', '.join(f'{y:+.1f}' for _, y in added)} ms")
+        elif pairs:
+            ratios = [of(a, b)[0] for a, b in pairs]
+            print(f"throughput voting / replicas=1: median {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
+    return all(r["exactly_once"] for r in runs)
 
 
 if __name__ == "__main__":
