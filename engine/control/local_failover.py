@@ -4,16 +4,17 @@ replaced, and the others never roll back. The protocol is the simulator's
 
 1. the acker (:meth:`AckerActor.local_fail`) gives up the snapshot being collected, discards
    the dead incarnation's tables (and its source's bound), holds the restored snapshot's T
-   for every survivor, returns the cut ``W`` (its watermark), and tells each instance its own
+   for every survivor and the replacement, returns the cut ``W`` (its watermark), and tells each instance its own
    frontier from then on (the others release on while the replacement catches up) until every
    instance is back under one watermark;
 2. the replacement (a standby if there is one, else a new actor) restores the newest
-   committed snapshot with its new incarnation and the cut, connects, and the acker adopts
-   it (its restored timers seeded; told the raw frontier until it catches up);
-3. every survivor (:meth:`StageActor.peer_failed`) drops the dead one's queued batches,
+   committed snapshot with its new incarnation (beside step 1), connects with the cut, and the
+   acker adopts it (its restored timers seeded, then its own hold at T released; told the raw
+   frontier until it catches up);
+3. meanwhile every survivor (:meth:`StageActor.peer_failed`) drops the dead one's queued batches,
    processes what its input merge held, cancels what the dead one sent at or above ``W``,
-   re-sends its log to the replacement and sends the acker its ``ReplaySent``; those that do
-   not send to the replacement first, so that nothing it sends meets a receiver before;
+   re-sends its log to the replacement and sends the acker its ``ReplaySent``; its receivers
+   first when it has senders too, so that nothing it sends meets a receiver before (:func:`part_rounds`);
 4. the replacement starts reading (a source instance, from T).
 
 What it cannot do falls back to the global rollback and says so in the recovery's ``kind``
@@ -156,9 +157,11 @@ class LocalFailover:
             addresses = dict(run.addresses)
             addresses[victim] = address
             ray.get(connecting)
-            ray.get(run.acker.adopt.remote(tuple(victim), actor, address, seed))
+            # The acker holds T for the replacement until it has its timers: the survivors' parts go meanwhile
+            adopting = run.acker.adopt.remote(tuple(victim), actor, address, seed)
             connected = time.time()
             parts = self._take_parts(victim, survivors, replicas, new, cut, address)
+            ray.get(adopting)
             if victim in plan.source_instances:  # an instance without a source has nothing to start
                 ray.get(actor.start.remote(None))
         except BaseException:

@@ -222,7 +222,8 @@ class AckerActor(ReplicaAckerSide):
         the snapshot being collected is given up (its part may be lost), the schedule ends, the
         dead incarnation's tables go (and its source's bound), and each of ``survivors`` holds
         ``t`` until its ReplaySent. With ``cones`` (the plan's) and ``incarnations`` (every
-        instance's, the replacement's included), each instance is then told its own frontier
+        instance's, the replacement's included), and the replacement holds ``t`` until :meth:`adopt`,
+        each instance is then told its own frontier
         until the recovery is over (ordering/receiver_frontiers.py). Returns ``(the cut, None)``:
         the watermark now; or, changing nothing, ``(None, why)`` when the failure cannot be
         recovered locally now (:meth:`local_refusal`; ``replicas``: :meth:`replica_refusal`),
@@ -242,6 +243,8 @@ class AckerActor(ReplicaAckerSide):
             table.reset_bound(self.source_keys.index(victim))
         for key in survivors:
             table.hold((new, Instance(*key)), t)
+        # and its own, until adopt() has its restored timers: the survivors' parts need not wait for that call
+        table.hold((new, victim), t)
         self.incarnations[victim] = new
         # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
         # fires only once the replacement is told T itself.
@@ -255,7 +258,8 @@ class AckerActor(ReplicaAckerSide):
 
     async def adopt(self, victim: tuple, handle: Any, address: tuple, seed: dict) -> None:
         """The replacement of ``victim`` listens at ``address``: watermarks go to it (its frontier
-        while it catches up); its restored windows' timers, ``seed``, enter the table first."""
+        while it catches up); its restored windows' timers, ``seed``, enter the table, then its
+        hold from :meth:`local_fail` goes (the survivors' parts may come before or after)."""
         victim = Instance(*victim)
         await self.endpoint.connect(("replacement", victim), address)
         self.endpoint.adopt(victim, ("replacement", victim))
@@ -265,7 +269,7 @@ class AckerActor(ReplicaAckerSide):
         # Told anew from the bottom: what an Ack's catch-up told it while the connection opened
         # went to its dead predecessor's (a stall: the frontier it was told never moved again).
         self.catching_up[victim] = BOTTOM
-        catch_up(self.host.table, self.catching_up, self.incarnations, self.host.table.watermark, self.endpoint.send)
+        self._on_local_message(ReplaySent(self.incarnations[victim], victim))  # its timers are in: its own hold goes
 
     async def local_refusal(self) -> Optional[str]:
         """``recovery="local"``: why a failure now cannot be recovered locally (None: it can)."""

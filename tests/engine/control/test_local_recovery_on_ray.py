@@ -114,7 +114,7 @@ def test_the_acker_refuses_a_second_local_failure_in_the_same_call_changing_noth
         cut, why = ray.get(acker.local_fail.remote((1, 0), 3, 5, [(0, 0), (0, 1), (1, 1)], BOTTOM))
         assert why is None and cut is not None
         before = ray.get(acker.status.remote())
-        assert before["catching_up"] == {"1/0": BOTTOM} and len(before["holds"]) == 3
+        assert before["catching_up"] == {"1/0": BOTTOM} and len(before["holds"]) == 4  # the survivors' and its own
         assert ray.get(acker.local_fail.remote((1, 1), 4, 6, [(0, 0), (0, 1), (1, 0)], BOTTOM)) == (None, "a replacement was still catching up")
         after = ray.get(acker.status.remote())
         assert (after["catching_up"], after["holds"]) == (before["catching_up"], before["holds"])
