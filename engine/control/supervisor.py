@@ -172,8 +172,8 @@ class RaySupervisor:
                         if isinstance(error, ray.exceptions.RayActorError) and committer.takes_snapshots:
                             return "died", self.failover.confirm(alive)  # a stage died while releasing the end
                         if isinstance(error, VoteRollback) and self.dissents is not None:
-                            self.dissents.rolled_back(error)  # every instance restarts (none dead) from a certified snapshot
-                            return "died", (set(), time.time())
+                            refused = self.dissents.rolled_back(error)  # every instance restarts (none dead) from a certified snapshot
+                            return ("died", (set(), time.time())) if refused is None else ("error", refused)
                         return "error", error
                     committer.commit_arrived(run.acker)
                     if ready:
