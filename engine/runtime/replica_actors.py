@@ -184,8 +184,9 @@ class ReplicaStageSide:
     async def _voted_end(self, w: tuple) -> None:
         """The primary took the last watermark ``w``: its last epoch's digest goes, and it waits
         until the votes passed it and the gate's writes are acknowledged."""
-        self.voter.marker(None, w)
-        while not self.voter.drained() and not self.host.failed:
+        voter, host = self.voter, self.host
+        voter.marker(None, w)
+        while not voter.drained() and not host.failed and host is self.host:  # (a rollback's reset ends this incarnation)
             await asyncio.sleep(0.005)
 
 
