@@ -19,8 +19,8 @@ which process each bundle is durable), exactly-once under ``recovery="local"``. 
 With ``--verify majority`` (no kill: the votes' cost), per round, interleaved: the exactly-once
 bench's flow (:func:`~driftstream.examples.benchmarks.bench.eo_flow`) at ``--rate`` with
 replicas=1 and with ``--replicas`` under ``verify="majority"``, release latency (durable minus
-emitted, the first second left out) p50 and p99; then the backlog with each, elements/s and the
-ratio. Every output is checked exactly-once.
+emitted, the first second left out) p50 and p99; then the backlog with each, elements/s, the CPU
+seconds of the Ray session's processes and the ratios. Every output is checked exactly-once.
 """
 
 from __future__ import annotations
@@ -151,14 +151,20 @@ def votes_main(args: argparse.Namespace) -> int:
 def vote_run(name: str, replicas: int, args: argparse.Namespace, root: str, rate: float, seconds: float) -> dict:
     """One run of the exactly-once bench's flow: replicas=1, or ``replicas`` voting; its figures."""
     from driftstream.examples.benchmarks.bench import _ms, _run_eo
+    from driftstream.examples.inverted_index.files_basis import TreeCpu
 
     n = int(rate * seconds)
     voting = {} if replicas == 1 else {"replicas": replicas, "verify": "majority"}
-    run = _run_eo(name, "exactly-once", args.snapshot_interval, n, rate, args.parallelism, args.parallelism, root, recovery="local", **voting)
+    cpu = TreeCpu(every=1.0)  # the Ray session's processes, when this process started it (else ~0)
+    try:
+        run = _run_eo(name, "exactly-once", args.snapshot_interval, n, rate, args.parallelism, args.parallelism, root, recovery="local",
+                      **voting)
+    finally:
+        cpu_s = cpu.stop()
     epoch, rows = run["epoch"], run["rows"]
     latencies = [release - emit for _, emit, release, _ in rows if release is not None and emit >= epoch + WARMUP_S]
     span = max((release for _, _, release, _ in rows if release is not None), default=epoch) - epoch
-    return {"run": name, "replicas": replicas, "elements": n, "latency_ms": _ms(latencies), "span_s": span,
+    return {"run": name, "replicas": replicas, "elements": n, "latency_ms": _ms(latencies), "span_s": span, "cpu_s": cpu_s,
             "exactly_once": run["check"]["exactly_once"], "dissents": run["metrics"].dissents,
             "kinds": [r["kind"] for r in run["metrics"].recovery_s]}
 
@@ -169,11 +175,11 @@ def report_votes(runs: list) -> bool:
         lat = r["latency_ms"]
         figure = (f"p50 {lat.get('p50', 0):7.1f} ms   p99 {lat.get('p99', 0):7.1f} ms" if r["run"].startswith("rvb-paced")
                   else f"{r['elements'] / r['span_s']:,.0f} elements/s")
-        print(f"{r['run']:<18} replicas={r['replicas']}   {figure}   exactly-once {r['exactly_once']}   dissents {len(r['dissents'])}   "
+        print(f"{r['run']:<18} replicas={r['replicas']}   {figure}   cpu {r['cpu_s']:6.1f} s   exactly-once {r['exactly_once']}   dissents {len(r['dissents'])}   "
               f"recoveries {','.join(r['kinds']) or '-'}")
     for kind, of in (("paced", lambda a, b: (b["latency_ms"].get("p50", 0) - a["latency_ms"].get("p50", 0),
                                              b["latency_ms"].get("p99", 0) - a["latency_ms"].get("p99", 0))),
-                     ("backlog", lambda a, b: (a["span_s"] / b["span_s"],))):
+                     ("backlog", lambda a, b: (a["span_s"] / b["span_s"], b["cpu_s"] / a["cpu_s"] if a["cpu_s"] else 0.0))):
         pairs = [(a, b) for a, b in zip(runs, runs[1:]) if a["run"].startswith(f"rvb-{kind}1-") and b["run"].startswith(f"rvb-{kind}")
                  and b["replicas"] > 1]
         if pairs and kind == "paced":
@@ -181,8 +187,10 @@ def report_votes(runs: list) -> bool:
             print(f"gate's added latency (voting - replicas=1, per round): p50 {', '.join(f'{x:+.1f}' for x, _ in added)} ms; "
                   f"p99 {', '.join(f'{y:+.1f}' for _, y in added)} ms")
         elif pairs:
-            ratios = [of(a, b)[0] for a, b in pairs]
-            print(f"throughput voting / replicas=1: median {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
+            ratios, cpus = [of(a, b)[0] for a, b in pairs], [of(a, b)[1] for a, b in pairs]
+            print(f"throughput voting / replicas=1: median {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)}); "
+                  f"CPU seconds voting / replicas=1 (the session's, starts included): median {statistics.median(cpus):.2f} "
+                  f"({', '.join(f'{x:.2f}' for x in cpus)})")
     return all(r["exactly_once"] for r in runs)
 
 
