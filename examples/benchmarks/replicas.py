@@ -56,7 +56,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--backlog", type=int, default=200_000, help="elements of the throughput runs (default 200,000; 0: none)")
     parser.add_argument("--verify", choices=("first", "majority"), default="first",
                         help="first (default): the kill runs; majority: the votes' latency and throughput against replicas=1")
-    parser.add_argument("--replicas", type=int, default=2, help="replicas of each keyed instance (default 2; --verify majority: 3 outvotes one)")
+    parser.add_argument("--replicas", type=int, default=2,
+                        help="--verify majority: replicas of each keyed instance (default 2; 3 outvote one); the kill runs take 2")
     args = parser.parse_args(argv)
     if args.verify == "majority":
         return votes_main(args)
