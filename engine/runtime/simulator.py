@@ -55,8 +55,7 @@ from driftstream.engine.model.config import RunConfig, aligned_sources, reexecut
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
 from driftstream.engine.model.plan import Plan
-from driftstream.engine.model.reassignment import reassigned
-from driftstream.engine.model.recovery import RecoveryRules, drained, replay_limit
+from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.output_logs import trim_logs
@@ -65,6 +64,7 @@ from driftstream.engine.runtime.simulated_corruptions import SimulatedCorruption
 from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 from driftstream.engine.runtime.simulated_replicas import SimulatedReplicas
+from driftstream.engine.runtime.simulated_rescales import SimulatedRescales
 from driftstream.engine.runtime.replica_replacements import ReplicaReplacements
 from driftstream.engine.runtime.replica_faults import ReplicaFaults
 from driftstream.engine.runtime.simulated_votes import SimulatedVotes
@@ -80,10 +80,6 @@ CRASH_POINTS = ("any step", "after a marker", "between prepared and commit", "af
 #: Chance of a crash at any step while crashes remain (at a critical point: CRASH_AT_POINT,
 #: in simulated_incarnation.py, where the marker's is tried).
 CRASH_ANY = 0.004
-
-#: Chance per step that a pending rescale begins (its sources stop reading).
-RESCALE_AT = 0.03
-
 
 class Simulation:
     """One seeded run across its incarnations: ``step()`` performs one scheduling decision,
@@ -115,10 +111,8 @@ class Simulation:
         _refuse_impossible(plan, config, crashes, rescales, replica_crashes)
         if replica_flips and config.verify != "majority" and vote_sample(config.verify) is None:
             raise FlowError("replica_flips need verify='majority' or 'sample:N': with verify='first' nothing compares the replicas")
-        self.rescales = list(rescales)
-        #: None, "draining" (sources stopped, what they read settling) or "snapshot" (the rescale's, being taken)
-        self.rescale_phase: Optional[str] = None
-        self.rescaled: list = []  # per rescale done: (parallelism, the snapshot id it restored)
+        #: the rescales still to come, the phase of the one under way, and those done (see simulated_rescales.py)
+        self.rescaling = SimulatedRescales(self, rescales)
         self.plan, self.config = plan, config
         self.rng = random.Random(config.seed)
         self.clock_value, self.steps_taken = 0.0, 0
@@ -220,8 +214,7 @@ class Simulation:
         """Record a crash at ``point`` (a pending rescale begins again later: its snapshot, if
         begun, is given up); the newest manifest, which the restart restores."""
         self.crashes_left -= 1
-        self.crash_points.append(point if self.rescale_phase is None else f"{point} (rescale {self.rescale_phase})")
-        self.rescale_phase = None
+        self.crash_points.append(self.rescaling.crashed(point))
         data = self.store.read_latest_manifest()
         manifest = None if data is None else Manifest.from_json(data)
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
@@ -244,23 +237,6 @@ class Simulation:
             self.landed += self.incarnation.land_writes(hosts)
         self._start_incarnation(manifest, recovering=True)
 
-    def _rescale(self, manifest: Manifest) -> None:
-        """The rescale's snapshot is committed: restart at the next parallelism from it. The
-        reassigned manifest is committed first, so a crash from here on restores at the new
-        parallelism, whose routing wrote any output past the snapshot."""
-        plan = self.plan.with_parallelism(self.rescales.pop(0))
-        self.live.stop()
-        self.plan, self.rescale_phase = plan, None
-        self.aligned = aligned_sources(plan, self.config.source_alignment)
-        sid = self.next_snapshot_id
-        self.next_snapshot_id += 1
-        moved = reassigned(manifest, plan, sid)
-        self.store.write_manifest(sid, moved.to_json())
-        self.rescaled.append((plan.parallelism, manifest.snapshot_id))
-        if self.local is not None:
-            self.local.restart_all(plan)
-        self._start_incarnation(moved, recovering=True)
-
     def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
         if self.crashes_left and self.rng.random() < chance:
             self._crash(point)
@@ -274,15 +250,15 @@ class Simulation:
         instance, the rescale's snapshot, begin or commit a snapshot), in a fixed order."""
         if self.restoring:
             return [self._restore_one]
-        kinds = self.incarnation.deliveries(reading=self.rescale_phase is None)
-        if (self.rescale_phase == "draining" and not kinds and not self.incarnation.writes and self.acker.collecting is None
-                and not self.incarnation.logs_due()):  # an ack held for its output log would settle later
-            return [self._rescale_snapshot]  # nothing in flight: the watermark stays where it is
+        kinds = self.incarnation.deliveries(reading=self.rescaling.phase is None)
+        rescale_snapshot = self.rescaling.due(kinds)
+        if rescale_snapshot is not None:
+            return [rescale_snapshot]
         kinds += self.incarnation.completions()
         if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
         elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
-              and self.rescale_phase is None and (self.votes is None or not self.replicas.replacements.catching_up)):
+              and self.rescaling.phase is None and (self.votes is None or not self.replicas.replacements.catching_up)):
             if self.local is None or not self.local.busy(self.acker):
                 kinds.append(self._begin_snapshot)
             elif self.acker.frontiers is not None:
@@ -302,13 +278,7 @@ class Simulation:
             return True
         if self.replica_faults is not None and self.replica_faults.step():
             return True
-        if self.rescales and self.rescale_phase is None and not self.restoring and self.acker.pushed != TOP and self.rng.random() < RESCALE_AT:
-            self.rescale_phase = "draining"
-            # The sources stop reading, each once what it read is sent with its bound (Ray's
-            # pause_reading): a bound sent later (a source with nothing left to read) would
-            # move the watermark past the snapshot, and release output after it.
-            for instance in self.readers:
-                self.incarnation.flush(instance)
+        if self.rescaling.maybe_begin():
             return True
         choice: Callable[[], None] = self.rng.choice(kinds)
         try:
@@ -338,14 +308,6 @@ class Simulation:
             self.replicas.restart()
         self.live.stop()
 
-    def _rescale_snapshot(self) -> None:
-        catching_up = self.local is not None and self.local.busy(self.acker)  # its marker would carry the watermark past the replacement
-        if not catching_up and self.acker.table.settled() and drained(self.acker.pushed, (rt.t_last() for rt in self.stages.values())):
-            self.rescale_phase = "snapshot"
-            self._begin_snapshot()
-        else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
-            self.rescale_phase = None
-
     def _begin_snapshot(self) -> None:
         """The supervisor's side: a new snapshot, its marker sent by the acker (see AckerHost.begin_snapshot)."""
         sid = self.next_snapshot_id
@@ -373,8 +335,7 @@ class Simulation:
             self.votes.commit(c.t, c.snapshot_id)
         if self._maybe_crash("after a commit"):
             return
-        if self.rescale_phase == "snapshot":
-            self._rescale(manifest)
+        self.rescaling.committed(manifest)
 
     def run(self) -> RunResult:
         try:

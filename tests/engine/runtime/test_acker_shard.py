@@ -81,7 +81,7 @@ def test_simulated_runs_through_acker_shards_give_the_sequential_output(name):
         batches += sum(shard.sent for shard in sim.ackers.shards)
         for sink, expected in _reference(name).items():
             if result.output(sink) != expected:
-                wrong.append((seed, sink, sim.crash_points, sim.rescaled))
+                wrong.append((seed, sink, sim.crash_points, sim.rescaling.done))
     assert not wrong, f"seeds whose output differs (seed, sink, crash points, rescales): {wrong[:5]}"
     assert batches > 0
 

@@ -273,7 +273,7 @@ def _check_rescaled(name: str, seeds: range) -> None:
         config = _config(seed)
         sim = Simulation(flow.plan(2), config, crashes=1 + seed % 3, rescales=[[3, 1], [1, 2], [2, 3, 1]][seed % 3])
         result = sim.run()
-        rescaled += len(sim.rescaled)
+        rescaled += len(sim.rescaling.done)
         if any(result.output(s) != expected[s] for s in sinks):
             wrong.append((seed, sim.crash_points))
     assert not wrong, wrong[:5]

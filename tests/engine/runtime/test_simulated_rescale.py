@@ -58,9 +58,9 @@ def test_any_rescales_and_crashes_give_the_unscaled_sequential_output(name, para
     sim = Simulation(flow.plan(parallelisms[0]), config, crashes=crashes, rescales=parallelisms[1:])
     result = sim.run()
     for sink, expected in _reference(name).items():
-        assert result.output(sink) == expected, (sink, sim.rescaled, sim.crash_points)
+        assert result.output(sink) == expected, (sink, sim.rescaling.done, sim.crash_points)
         # the whole run's count, its incarnations before the last carried through rescales and crashes
-        assert result.metrics.released.get(sink, 0) == len(expected), (sink, sim.rescaled, sim.crash_points)
+        assert result.metrics.released.get(sink, 0) == len(expected), (sink, sim.rescaling.done, sim.crash_points)
 
 
 @pytest.mark.slow  # the property above covers the module in the fast tier
@@ -81,8 +81,8 @@ def test_seeded_rescales_happen_and_crashes_strike_during_them():
         config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=0.01)
         sim = Simulation(flow.plan(1 + seed % 3), config, crashes=1 + seed % 2, rescales=[1 + (seed // 3) % 4, 1 + seed % 3])
         if sim.run().output("out") != expected:
-            wrong.append((seed, sim.rescaled, sim.crash_points))
-        done.update("up" if n > m else "down" for (n, _), m in zip(sim.rescaled, [1 + seed % 3] + [n for n, _ in sim.rescaled]) if n != m)
+            wrong.append((seed, sim.rescaling.done, sim.crash_points))
+        done.update("up" if n > m else "down" for (n, _), m in zip(sim.rescaling.done, [1 + seed % 3] + [n for n, _ in sim.rescaling.done]) if n != m)
         points.update(p for p in sim.crash_points if "rescale" in p)
         if seed + 1 >= 45 and reached():
             break
@@ -124,7 +124,7 @@ def test_a_fused_run_at_1_rescaled_to_2_and_back_through_crashes_gives_the_refer
         config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=0.005)
         sim = Simulation(flow.plan(1), config, crashes=seed % 2, rescales=[2, 1])
         result = sim.run()
-        done += [n for n, _ in sim.rescaled]
+        done += [n for n, _ in sim.rescaling.done]
         for sink, expected in _reference(name).items():
             assert result.output(sink) == expected, (sink, seed, sim.crash_points)
         if seed >= 3 and 2 in done:
