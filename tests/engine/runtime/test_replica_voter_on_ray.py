@@ -4,7 +4,8 @@ get an epoch's output only once every instance passed it. A value flipped in one
 keyed state mid-run (the test fault hook, killing nothing) is found at the next epoch's end and
 named in ``status()``; a corrupt secondary (r = 3) is outvoted and leaves the run (a lost
 replica), a corrupt primary or a mismatch of two replicas rolls every instance back to the newest
-committed snapshot. The output is the fault-free run's, element for element."""
+committed snapshot; a killed primary fails over to a replica whose kept bundles go through its
+gate. The output is the fault-free run's, element for element."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
 from driftstream.engine.control.replica_launch import replica_name
 from driftstream.engine.model.errors import FlowGone
-from driftstream.engine.testing import fault_at
+from driftstream.engine.testing import fault_at, kill_at
 
 from tests.engine.runtime.test_reexecuted_step_on_ray import N, build
 
@@ -77,3 +78,18 @@ def test_a_mismatch_of_two_replicas_rolls_back(ray_session, tmp_path, expected):
                                                        f"in t {tuple(dissent['t_range'])})"], metrics.recovery_s
     assert status.get("dissents") == [dissent] or dissent["epoch"] is None
     assert got == expected
+
+
+def test_a_killed_primary_fails_over_through_the_gate(ray_session, tmp_path, expected):
+    """r = 3: the primary of the stateful instance killed mid-run; the promoted replica writes
+    what it kept that the sinks lack through its gate, and votes on with the other one."""
+    out = tmp_path / "out"
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rv-kill/by_key/0", N // 3)])
+    result = build("rv-kill", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
+        replicas=3, verify="majority")
+    killer.join(timeout=5)
+    assert not killer.errors, killer.errors
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["failover"] and result.metrics.restores == {}
+    assert result.metrics.dissents == []
+    assert read_file_sink(out, "out") == expected
