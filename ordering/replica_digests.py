@@ -113,24 +113,32 @@ class ReplicaDigest:
         """``elements`` (``(Meta, payload)``, in release order) left ``sink`` (those of an epoch
         not sampled are not hashed: a release is below every boundary still to come, so its
         epoch is known)."""
-        of, sinks, sampled = self.epochs.of, self._sinks, self.epochs.sampled
-        for meta, payload in elements:
-            k = of(meta)
-            if not sampled(k):
-                continue
-            per = sinks.setdefault(k, {})
-            h = per.get(sink)
-            if h is None:
-                h = per[sink] = hashlib.blake2b(repr(sink).encode(), digest_size=16)
-            h.update(_encoded((tuple(meta), payload)))
+        boundaries, run, k, until = self.epochs.boundaries, [], None, None
+        for meta, payload in elements:  # in Meta order: an epoch's run of them is hashed at once
+            if k is None or until is not None and not meta < until:
+                self._hash_run(sink, k, run)
+                k = self.epochs.of(meta)
+                until, run = boundaries[k] if k < len(boundaries) else None, []
+            run.append(repr((tuple(meta), payload)).encode())  # (= _encoded: a tuple)
+        self._hash_run(sink, k, run)
+
+    def _hash_run(self, sink: Hashable, k: Optional[int], run: list) -> None:
+        """Hash ``run`` (encoded elements of epoch ``k``) into ``sink``'s hash of it, if sampled."""
+        if not run or not self.epochs.sampled(k):
+            return
+        per = self._sinks.setdefault(k, {})
+        h = per.get(sink)
+        if h is None:
+            h = per[sink] = hashlib.blake2b(repr(sink).encode(), digest_size=16)
+        h.update(b"".join(run))
 
     def sent(self, receiver: Hashable, items: Iterable[tuple]) -> None:
         """``items`` (``(Meta, payload, ...)``, tombstones among them) went to ``receiver``."""
-        sent = self._sent
+        sent, to = self._sent, repr(receiver)
         for item in items:
             meta = item[0]
             t = tuple(meta[:5])
-            sent[(t, _encoded((receiver, t, item[1])))] += -1 if meta[5] else 1
+            sent[(t, f"({to}, {t!r}, {item[1]!r})".encode())] += -1 if meta[5] else 1  # (= _encoded((receiver, t, payload)))
 
     def ended(self, k: int, state: str) -> None:
         """Epoch ``k`` ended: its watermark passed the epoch's end, its state then was ``state``
