@@ -20,7 +20,7 @@ until a later seeded moment; it begins again from the draining.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from driftstream.ordering.meta import TOP
 
@@ -29,19 +29,16 @@ from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.reassignment import reassigned
 from driftstream.engine.model.recovery import drained
 
-if TYPE_CHECKING:  # pragma: no cover
-    from driftstream.engine.runtime.simulator import Simulation
-
 #: Chance per step that a pending rescale begins (its sources stop reading).
 RESCALE_AT = 0.03
 
 
 class SimulatedRescales:
-    """The parallelisms ``sim`` is still to move to (``pending``), the phase of the one under
+    """The parallelisms ``sim`` (the :class:`~.simulator.Simulation`) is still to move to (``pending``), the phase of the one under
     way (``phase``: None, "draining" or "snapshot") and those done (``done``: per rescale, the
     parallelism and the id of the snapshot it restored)."""
 
-    def __init__(self, sim: "Simulation", parallelisms: Sequence[int]) -> None:
+    def __init__(self, sim: Any, parallelisms: Sequence[int]) -> None:
         self.sim = sim
         self.pending = list(parallelisms)
         self.phase: Optional[str] = None
