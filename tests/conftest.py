@@ -5,8 +5,8 @@ Spark, Flink and benchmark harnesses (``tests/examples``, ``tests/benchmarks``),
 marked ``slow`` by hand. ``pytest -m "not slow"`` is the fast tier: every module through
 the simulator and the real broker, in a few minutes; ``pytest`` runs everything.
 
-Two processes run the tests (pytest-xdist, ``-n 2`` in pyproject.toml): every Ray test is in one
-group, which one process runs in order on the one Ray session, while the other takes the
+Two processes run the tests (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml): every
+Ray test is in one group, which one process runs in order on the one Ray session, while the other takes the
 simulator's, the broker's and the baselines' tests. ``-n 0`` runs them in one process (and
 lets pytest-benchmark time its benchmarks, which it does not do under xdist)."""
 
@@ -42,13 +42,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
 #: starts one Ray session, not one per process
 RAY_GROUP = "ray"
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    # ``-n 2`` alone means xdist's "load" scheduling, which ignores groups: keep the Ray group
-    # together. An explicit other ``--dist`` is the caller's choice.
-    if getattr(config.option, "dist", "no") == "load":
-        config.option.dist = "loadgroup"
 
 
 @pytest.fixture(autouse=True)
