@@ -5,14 +5,17 @@ Spark, Flink and benchmark harnesses (``tests/examples``, ``tests/benchmarks``),
 marked ``slow`` by hand. ``pytest -m "not slow"`` is the fast tier: every module through
 the simulator and the real broker, in a few minutes; ``pytest`` runs everything.
 
-Two processes run the tests (pytest-xdist, ``-n 2 --dist loadgroup`` in pyproject.toml): every
-Ray test is in one group, which one process runs in order on the one Ray session, while the other takes the
-simulator's, the broker's and the baselines' tests. ``-n 0`` runs them in one process (and
-lets pytest-benchmark time its benchmarks, which it does not do under xdist)."""
+Two processes run the tests (pytest-xdist, ``-n 2`` in pyproject.toml): every test file with a
+Ray test is one unit of work, which one process runs in order on the one Ray session, while the
+other takes the simulator's, the broker's and the baselines' tests. ``-n 0`` runs them in one
+process (and lets pytest-benchmark time its benchmarks, which it does not do under xdist)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -28,20 +31,46 @@ SLOW_DIRS = ("tests/examples/", "tests/benchmarks/")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     root = str(config.rootpath) + os.sep
+    ray_files = ray_test_files(config.rootpath)
     for item in items:
         path = str(item.path).removeprefix(root)
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
-        if item.get_closest_marker("ray"):
-            item.add_marker(pytest.mark.xdist_group(RAY_GROUP))
+        if item.get_closest_marker("ray") and path not in ray_files:
+            raise pytest.UsageError(f"{item.nodeid} runs on Ray but its file names neither the ray_session fixture nor "
+                                    "pytest.mark.ray: name one there, so that the one process with the Ray session runs it")
         if item.get_closest_marker("ray") or path.startswith(SLOW_DIRS):
             item.add_marker(pytest.mark.slow)
 
 
-#: the xdist group of every test on the Ray session: one process runs them all, so a test run
-#: starts one Ray session, not one per process
+#: the scheduler's unit of work that holds every test file with a Ray test (see below)
 RAY_GROUP = "ray"
 
+
+@functools.lru_cache(maxsize=None)
+def ray_test_files(root: Path) -> frozenset:
+    """The test files under ``root``/tests whose source names the ``ray_session`` fixture or
+    ``pytest.mark.ray``, as paths from ``root`` (a test's node id begins so)."""
+    pattern = re.compile(rb"ray_session|mark\.ray\b")
+    return frozenset(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py") if pattern.search(p.read_bytes()))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under ``-n N`` (xdist's "load"): every test file with a Ray test is one unit of work, the
+    largest, which one process takes first and runs in order on its one Ray session; every other
+    test is a unit of its own, for whichever process is free. (xdist's ``loadgroup`` would group by
+    marker, but under pytest 9.2 the group it appends to a test's id does not reach the scheduler.)"""
+    if config.getvalue("dist") != "load":
+        return None  # the caller chose another distribution
+    from xdist.scheduler import LoadScopeScheduling
+
+    ray_files = ray_test_files(config.rootpath)
+
+    class RayTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return RAY_GROUP if nodeid.split("::", 1)[0] in ray_files else nodeid
+
+    return RayTestsTogether(config, log)
 
 
 @pytest.fixture(autouse=True)
