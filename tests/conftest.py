@@ -5,13 +5,14 @@ Spark, Flink and benchmark harnesses (``tests/examples``, ``tests/benchmarks``),
 marked ``slow`` by hand. ``pytest -m "not slow"`` is the fast tier: every module through
 the simulator and the real broker, in a few minutes; ``pytest`` runs everything.
 
-Two processes run the tests (pytest-xdist, ``-n 2`` in pyproject.toml): every test file with a
-Ray test is one unit of work, which one process runs in order on the one Ray session, while the
-other takes the simulator's, the broker's and the baselines' tests. ``-n 0`` runs them in one
+Two processes run the tests (pytest-xdist, ``-n 2`` in pyproject.toml): the tests on Ray are
+one unit of work, which one process runs in order on the one Ray session, while the other takes
+the simulator's, the broker's and the baselines' tests. ``-n 0`` runs them in one
 process (and lets pytest-benchmark time its benchmarks, which it does not do under xdist)."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import re
@@ -31,44 +32,71 @@ SLOW_DIRS = ("tests/examples/", "tests/benchmarks/")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     root = str(config.rootpath) + os.sep
-    ray_files = ray_test_files(config.rootpath)
+    on_ray = ray_tests(config.rootpath)
     for item in items:
         path = str(item.path).removeprefix(root)
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.ray)
-        if item.get_closest_marker("ray") and path not in ray_files:
-            raise pytest.UsageError(f"{item.nodeid} runs on Ray but its file names neither the ray_session fixture nor "
-                                    "pytest.mark.ray: name one there, so that the one process with the Ray session runs it")
+        if item.get_closest_marker("ray") and item.nodeid.split("[", 1)[0] not in on_ray:
+            raise pytest.UsageError(f"{item.nodeid} runs on Ray, which tests/conftest.py's ray_tests did not see in its "
+                                    "source: take ray_session or mark it (or its class or module) pytest.mark.ray there")
         if item.get_closest_marker("ray") or path.startswith(SLOW_DIRS):
             item.add_marker(pytest.mark.slow)
 
 
-#: the scheduler's unit of work that holds every test file with a Ray test (see below)
+#: the scheduler's unit of work that holds every test on Ray (see below)
 RAY_GROUP = "ray"
 
 
 @functools.lru_cache(maxsize=None)
-def ray_test_files(root: Path) -> frozenset:
-    """The test files under ``root``/tests whose source names the ``ray_session`` fixture or
-    ``pytest.mark.ray``, as paths from ``root`` (a test's node id begins so)."""
-    pattern = re.compile(rb"ray_session|mark\.ray\b")
-    return frozenset(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py") if pattern.search(p.read_bytes()))
+def ray_tests(root: Path) -> frozenset:
+    """The tests under ``root``/tests that run on the Ray session, by their source: as node ids
+    without parameters (``tests/x/test_y.py::test_z``, ``...::TestC::test_z``), found by
+    ``pytestmark``, the ``ray`` marker on the test or its class, or the ``ray_session`` fixture
+    (taken directly or through fixtures of the same file). The collection checks the answer
+    (:func:`pytest_collection_modifyitems`)."""
+    found: set = set()
+    mark = re.compile(r"mark\.ray\b")
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        source = path.read_text()
+        if not re.search(r"ray_session|mark\.ray\b", source):
+            continue
+        tree = ast.parse(source)
+        file = str(path.relative_to(root))
+        whole = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                    and mark.search(ast.unparse(n.value)) for n in tree.body)
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        on_ray = {"ray_session"}  # and the fixtures that take it
+        while True:
+            more = {f.name for f in functions if f.name not in on_ray and any(a.arg in on_ray for a in f.args.args)}
+            if not more:
+                break
+            on_ray |= more
+        for node in tree.body:
+            owner = node if isinstance(node, ast.ClassDef) else None
+            for f in (node.body if owner is not None else [node]):
+                if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or not f.name.startswith("test"):
+                    continue
+                decorators = f.decorator_list + (owner.decorator_list if owner is not None else [])
+                if whole or any(mark.search(ast.unparse(d)) for d in decorators) or any(a.arg in on_ray for a in f.args.args):
+                    found.add(f"{file}::{owner.name}::{f.name}" if owner is not None else f"{file}::{f.name}")
+    return frozenset(found)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Under ``-n N`` (xdist's "load"): every test file with a Ray test is one unit of work, the
-    largest, which one process takes first and runs in order on its one Ray session; every other
-    test is a unit of its own, for whichever process is free. (xdist's ``loadgroup`` would group by
+    """Under ``-n N`` (xdist's "load"): every test on Ray is in one unit of work, the largest,
+    which one process takes first and runs in order on its one Ray session; every other test is
+    a unit of its own, for whichever process is free. (xdist's ``loadgroup`` would group by
     marker, but under pytest 9.2 the group it appends to a test's id does not reach the scheduler.)"""
     if config.getvalue("dist") != "load":
         return None  # the caller chose another distribution
     from xdist.scheduler import LoadScopeScheduling
 
-    ray_files = ray_test_files(config.rootpath)
+    on_ray = ray_tests(config.rootpath)
 
     class RayTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return RAY_GROUP if nodeid.split("::", 1)[0] in ray_files else nodeid
+            return RAY_GROUP if nodeid.split("[", 1)[0] in on_ray else nodeid
 
     return RayTestsTogether(config, log)
 
