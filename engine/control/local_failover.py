@@ -67,7 +67,7 @@ class LocalRefused(Exception):
 
 def senders_to(plan: Plan, stage: int) -> set:
     """The stages with a channel to ``stage``."""
-    return {s.index for s in plan.stages if any(ch.dst_stage == stage for sid in s.step_ids for ch in plan.channels[sid])}
+    return {s.index for s in plan.stages if stage in plan.receivers_of(s.index)}
 
 
 def part_rounds(plan: Plan, victim: Instance, peers: list) -> list:
@@ -79,7 +79,7 @@ def part_rounds(plan: Plan, victim: Instance, peers: list) -> list:
     sender is the same instance), and it has no input before its senders' part. Without a
     receiver or without a sender, one round (a round trip to busy instances less)."""
     senders = senders_to(plan, victim.stage)
-    receivers = {ch.dst_stage for sid in plan.stages[victim.stage].step_ids for ch in plan.channels[sid]}
+    receivers = plan.receivers_of(victim.stage)
     if not (any(k.stage in receivers for k, _ in peers) and any(k.stage in senders for k, _ in peers)):
         return [peers]
     return [[p for p in peers if p[0].stage not in senders], [p for p in peers if p[0].stage in senders]]

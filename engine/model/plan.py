@@ -193,6 +193,17 @@ class Plan:
                         to.add(Instance(ch.dst_stage, key.index))
         return Cones(receivers)
 
+    def receivers_of(self, stage: int) -> set:
+        """The stages that ``stage``'s channels reach. O(its channels).
+
+        >>> from driftstream.engine import Flow
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> f = Flow("r"); f.source(MemorySource([1], partitions=2)).key_by(str).count().sink(MemorySink("o"))
+        >>> p = f.plan(2); p.receivers_of(0), p.receivers_of(1)
+        ({1}, set())
+        """
+        return {ch.dst_stage for sid in self.stages[stage].step_ids for ch in self.channels[sid]}
+
     def actor_name(self, instance: Instance) -> str:
         """The Ray name of ``instance``'s actor: ``flow/stage/index``."""
         return self.stages[instance.stage].actor_names[instance.index]

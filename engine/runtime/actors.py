@@ -466,7 +466,7 @@ class StageActor(ReplicaStageSide, LocalStageSide):
             flush=host.flush_read, fail=host.fail, alive=lambda: not host.failed,
             took=lambda seconds: writer_turn(snapshots, seconds), held=lambda: hold_for_budget(snapshots), work=host.rt.work,
             # a stage that sends to others lingers in a backlog (fewer, larger batches); a fused flow's sends nothing
-            pending=host.rt.outbound.pending if any(plan.channels[sid] for sid in host.rt.stage.step_ids) else None)
+            pending=host.rt.outbound.pending if plan.receivers_of(host.rt.stage.index) else None)
         if self.pump is not None:
             host.source = self.pump  # a watermark or a frontier also wakes the reading task
         took = None if host.recovery is None else lambda batches: [host.recovery.received(b) for b in batches]
@@ -504,8 +504,7 @@ class StageActor(ReplicaStageSide, LocalStageSide):
         if cut is not None:
             self.host.recovery.cut = cut
         await self.endpoint.connect("acker", addresses["acker"])
-        stage = self.plan.stages[self.key[0]]
-        downstream = {ch.dst_stage for sid in stage.step_ids for ch in self.plan.channels[sid]}
+        downstream = self.plan.receivers_of(self.key[0])
         for key in addresses:
             if key != "acker" and key[0] in downstream:
                 await self.endpoint.connect(key, addresses[key])

@@ -128,14 +128,15 @@ class SourcePump:
         self.reader.align(frontier)
         self.credit.set()
 
-    def _linger(self, more: bool, made: int, started: float) -> bool:
-        """Whether the output of the read just made (``made`` elements) may wait for the next
-        read's: the backlog goes on (``more``), credit and the frontier let the next read come
-        at once, and it would stay within ``batch_size`` elements and :data:`LINGER_S`. O(1)."""
+    def _linger(self, more: bool, waiting: int, made: int, started: float) -> bool:
+        """Whether the ``waiting`` elements, ``made`` of them by the read just made, may wait for
+        the next read's: the backlog goes on (``more``), credit and the frontier let the next read
+        come at once, and a read like this one would keep them within ``batch_size`` elements
+        and :data:`LINGER_S`. O(1)."""
         reader = self.reader
-        if not more or self._pending is None or not reader.has_credit() or reader.waiting():
+        if not more or not reader.has_credit() or reader.waiting():
             return False
-        if self._pending() + made > self.size.batch_size:
+        if waiting + made > self.size.batch_size:
             return False
         if self.lingering is None:
             self.lingering = started
@@ -177,10 +178,13 @@ class SourcePump:
             # the items they hold for it do not hold the watermark (StageRuntime._hold_at_held),
             # so its credit comes back.
             more = bool(items) and (len(items) >= asked or bool(reader.lag()))
-            made = pending() - before if self._pending is not None else None
-            if not self._linger(more, made or 0, started):
-                sent = self._flush_now(more)
-                made = sent if made is None else made
+            if self._pending is None:
+                made = self._flush_now(more)
+            else:
+                waiting = self._pending()
+                made = waiting - before
+                if not self._linger(more, waiting, made, started):
+                    self._flush_now(more)
             if items:
                 reader.made(len(items), made)
                 self.size.made(len(items), self._work() - work)
