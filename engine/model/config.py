@@ -113,6 +113,9 @@ RECOVERY_MODES = ("global", "local")
 #: RunConfig.verify's values: what the receivers of an instance's replicas check (issue 58)
 VERIFY_MODES = ("first", "majority")
 
+#: RunConfig.reexecute_on's values: where a verify="reexecute:N" re-run runs on Ray
+REEXECUTE_PLACES = ("verifier", "process")
+
 
 def reexecute_every(verify: str) -> Optional[int]:
     """N of ``verify="reexecute:N"`` (one keyed batch in N re-run on a copy, see
@@ -263,6 +266,10 @@ class RunConfig:
     #: or "reexecute:N" (silent corruption without a second copy: one keyed batch in N re-run on a
     #: copy of its keys' state, settled reads checked; a difference rolls the run back)
     verify: str = "first"
+    #: where verify="reexecute:N" re-runs a batch on Ray: "verifier" (another process, the flow's
+    #: verifier actor: a bad core does not check itself) or "process" (the instance's own). The
+    #: simulator re-runs in the instance's process whatever this says.
+    reexecute_on: str = "verifier"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
@@ -323,6 +330,9 @@ class RunConfig:
         if self.verify == "majority" and self.replicas < 2:
             raise FlowError("verify='majority' needs replicas >= 2 (3 or more to outvote a corrupt replica; with 2 a mismatch "
                             "rolls back to a snapshot both agreed on)")
+        if self.reexecute_on not in REEXECUTE_PLACES:
+            raise FlowError(f"reexecute_on is 'verifier' (verify='reexecute:N' re-runs a batch in the flow's verifier "
+                            f"process) or 'process' (in the instance's own), not {self.reexecute_on!r}")
         if vote_sample(self.verify) is not None and self.replicas < 2:
             raise FlowError(f"verify={self.verify!r} needs replicas >= 2 (it compares the replicas' digests of one epoch in N; "
                             "with replicas=1 take verify='reexecute:N')")
@@ -400,6 +410,7 @@ class RunOptions(TypedDict, total=False):
     recovery: str
     replicas: int
     verify: str
+    reexecute_on: str
 
 
 @dataclass(frozen=True)
@@ -421,6 +432,8 @@ class InstanceConfig:
     recovering: bool = False  # a restart after a failure (or a resume): output logs are replayed, also from the beginning
     incarnations: Optional[dict] = None  # recovery="local": every instance's incarnation (None: the default path)
     reexecute: Optional[int] = None  # verify="reexecute:N": N (None: the default path)
+    #: verify="reexecute:N" on another process: the flow's verifier actor (None: in the instance's own)
+    verifier: Any = None
     #: replicas > 1: replicated instance -> its live replicas' incarnations, the primary first (None: the default path)
     replica_sets: Optional[dict] = None
     #: replicas > 1, a replica that is not the primary: ``(its incarnation, its actor name)``
