@@ -56,9 +56,12 @@ class ChannelAcker(Acker):
         #: receiver incarnation -> its heap of (t, channel), lazily deleted, while frontiers per
         #: receiver are asked for (see receiver_frontiers.py; None: not kept)
         self.by_receiver: Optional[dict] = None
+        #: a replacement replica catching up (its incarnation) -> its heap of (t, channel) of the
+        #: channels into it (its timers too), lazily deleted: out of the watermark until it joins
+        self.aside: dict = {}
 
     def _fold(self, xors: Mapping) -> None:
-        tables, dead, heap, by_receiver = self.tables, self.dead, self._heap, self.by_receiver
+        tables, dead, heap, by_receiver, aside = self.tables, self.dead, self._heap, self.by_receiver, self.aside
         for (channel, t), x in xors.items():
             if channel[0] in dead or channel[1] in dead:
                 continue  # the dead incarnation's, come late
@@ -68,7 +71,7 @@ class ChannelAcker(Acker):
             v = table.get(t, 0) ^ x
             if v:
                 if t not in table:
-                    heapq.heappush(heap, (t, channel))
+                    heapq.heappush(aside[channel[1]] if aside and channel[1] in aside else heap, (t, channel))
                     if by_receiver is not None:
                         heapq.heappush(by_receiver.setdefault(channel[1], []), (t, channel))
                 table[t] = v
@@ -101,6 +104,7 @@ class ChannelAcker(Acker):
         """Incarnation ``incarnation`` died: drop its channels' tables, and every XOR that comes
         for them later. Returns the channels dropped. O(channels)."""
         self.dead.add(incarnation)
+        self.aside.pop(incarnation, None)
         gone = [ch for ch in self.tables if ch[0] == incarnation or ch[1] == incarnation]
         for ch in gone:
             del self.tables[ch]
@@ -146,8 +150,39 @@ class ChannelAcker(Acker):
                 heapq.heappop(h)
         return out
 
+    def set_aside(self, incarnation: Hashable) -> None:
+        """Keep the channels into ``incarnation`` (a replacement replica, whose output is dropped:
+        no one waits for it), its timers and the holds put for it (tokens ``(incarnation, ...)``)
+        out of the watermark until :meth:`join`: its backlog would stop every instance's output.
+        A new incarnation: no channel into it is open yet."""
+        self.aside[incarnation] = []
+
+    def frontier_of(self, incarnation: Hashable) -> Time:
+        """What ``incarnation`` may be told: :meth:`frontier_raw`, and if it is set aside, no
+        further than its own channels' least open time and its holds."""
+        frontier = self.frontier_raw()
+        heap = self.aside.get(incarnation)
+        if heap is None:
+            return frontier
+        least = self._least_of(heap)
+        if least < frontier:
+            frontier = least
+        for token, t in self.holds.items():
+            if t < frontier and token[0] == incarnation:
+                frontier = t
+        return frontier
+
+    def join(self, incarnation: Hashable) -> None:
+        """``incarnation`` caught up (:meth:`frontier_of` met the watermark): its channels count
+        in the watermark from now on."""
+        for entry in self.aside.pop(incarnation, ()):
+            heapq.heappush(self._heap, entry)
+
     def _least_entry(self) -> Time:
-        heap, tables = self._heap, self.tables
+        return self._least_of(self._heap)
+
+    def _least_of(self, heap: list) -> Time:
+        tables = self.tables
         while heap:
             t, channel = heap[0]
             table = tables.get(channel)
@@ -163,8 +198,9 @@ class ChannelAcker(Acker):
         least = self._least_entry()
         if least < frontier:
             frontier = least
-        for t in self.holds.values():
-            if t < frontier:
+        aside = self.aside
+        for token, t in self.holds.items():
+            if t < frontier and not (aside and token[0] in aside):
                 frontier = t
         return frontier
 

@@ -124,15 +124,21 @@ class InstanceRecovery:
         return out
 
 
-def catch_up(table: Any, catching_up: dict, incarnations: dict, pushed: tuple, send: Callable[[Any, Any], None]) -> None:
+def catch_up(table: Any, catching_up: dict, incarnations: dict, pushed: tuple, send: Callable[[Any, Any], None]) -> list:
     """The acker's side: tell each replacement catching up (``catching_up``: instance -> the
-    watermark it was told) the raw frontier of ``table`` if it moved; one whose frontier met
-    the watermark the others were told (``pushed``), with no replay pending, has caught up."""
+    watermark it was told) the raw frontier of ``table`` if it moved (a replica's set aside:
+    :meth:`~driftstream.ordering.channel_tables.ChannelAcker.frontier_of`); one whose frontier met
+    the watermark the others were told (``pushed``), with no replay pending, has caught up (a
+    replica's channels join the watermark). Returns those that caught up."""
+    caught = []
     for instance, told in list(catching_up.items()):
-        raw = table.frontier_raw()
+        own = incarnations[instance]
+        raw = table.frontier_of(own)
         if raw > told:
             catching_up[instance] = raw
             send(instance, Watermark(raw))
-        own = incarnations[instance]
         if raw >= pushed and not any(token[0] == own for token in table.holds):
             del catching_up[instance]
+            table.join(own)
+            caught.append(instance)
+    return caught

@@ -149,3 +149,56 @@ def test_the_least_open_time_per_receiver_is_kept_while_asked_for():
     assert a.least_by_receiver() == {2: (5, 0, 0, 5)}
     a.keep_receivers(False)
     assert a.by_receiver is None
+
+
+def test_a_replacement_set_aside_holds_no_one_until_it_joins():
+    """A replacement replica (incarnation 9) restored at T(2): its replay into it, its timer and
+    its hold stay out of the watermark; it is told no further than them; once they are past the
+    watermark it joins and counts again."""
+    a = ChannelAcker(sources=1)
+    a.update({((1, 2), T(6)): 3}, source=0, bound=T(8))
+    a.set_aside(9)
+    a.hold((9, "s"), T(2))
+    a.update({((1, 9), T(3)): 5, ((9, 9), T(4)): 6})  # the replay's batch, its timer
+    assert a.watermark == T(6) and a.frontier_raw() == T(6)
+    assert a.frontier_of(9) == T(2) and a.frontier_of(2) == T(6)
+    a.release((9, "s"))
+    assert a.frontier_of(9) == T(3)
+    a.update({((1, 9), T(3)): 5, ((9, 9), T(4)): 6})  # acked, fired
+    a.update({((1, 9), T(7)): 11})  # a new batch into it, above the watermark
+    assert a.frontier_of(9) == T(6)
+    a.join(9)
+    assert a.update({((1, 2), T(6)): 3}) == T(7)  # its open batch holds the watermark now
+    a.discard(9)
+    assert a.update({}) == successor(T(8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 6)), min_size=1, max_size=25),
+       st.integers(0, 3), st.randoms(use_true_random=False))
+def test_an_incarnation_aside_is_out_of_the_watermark_and_in_its_own_frontier(batches, aside, rnd):
+    """Sends and acks in any order with incarnation ``aside`` set aside from the start (a new
+    incarnation) and joined at a random point: the raw frontier is the least open time of the
+    channels not into it (a model), its own frontier the least of all; once joined, it is every
+    channel's."""
+    events = [(i, side) for i in range(len(batches)) for side in (0, 1)]
+    rnd.shuffle(events)
+    ids = [rnd.getrandbits(64) | 1 for _ in batches]
+    start, end = 0, rnd.randrange(len(events) + 1)
+    a = ChannelAcker(sources=1)
+    a.update({}, source=0, bound=T(10))
+    folded: dict = {}
+    for n, (i, _) in enumerate(events):
+        if n == start:
+            a.set_aside(aside)
+        if n == end:
+            a.join(aside)
+        s, r, t = batches[i]
+        a.update({((s, r), T(t)): ids[i]})
+        folded[((s, r), T(t))] = folded.get(((s, r), T(t)), 0) ^ ids[i]
+        apart = start <= n < end
+        open_ = [(ch, tt) for (ch, tt), x in folded.items() if x]
+        whole = min([tt for _, tt in open_] + [successor(T(10))])
+        others = min([tt for ch, tt in open_ if not (apart and ch[1] == aside)] + [successor(T(10))])
+        assert a.frontier_raw() == others
+        assert a.frontier_of(aside) == whole
