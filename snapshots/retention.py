@@ -15,12 +15,19 @@ import bisect
 from typing import Callable, Optional
 
 
-def kept_snapshots(usable: list, links_of: Callable[[int], Optional[tuple]], keep: int) -> tuple:
+def kept_snapshots(usable: list, links_of: Callable[[int], Optional[tuple]], keep: int,
+                   pinned: Optional[Callable[[int], bool]] = None) -> tuple:
     """``(kept, required)`` for the usable committed ids ``usable`` (ascending): the manifests
     kept as snapshots to restore, and every snapshot whose files a kept one is built on
     (``links_of(id)`` gives a manifest's ``(requires, bases)``, see ``manifest_text.links_in``).
-    Nothing is decided (two empty sets) while fewer than ``keep`` are usable.
-    O(kept × log(usable)) plus the kept manifests' links."""
+    Nothing is decided (two empty sets) while fewer than ``keep`` are usable. ``pinned``: the
+    newest usable id it holds for is kept too (``verify="sample:N"``: the newest snapshot a vote
+    certified, which a vote's rollback restores).
+    O(kept × log(usable)) plus the kept manifests' links.
+
+    >>> sorted(kept_snapshots([1, 2, 3, 4, 5], {i: ([i], [i]) for i in range(1, 6)}.get, keep=2, pinned=lambda i: i % 3 == 0)[0])
+    [3, 4, 5]
+    """
     window = usable[-keep:]
     if len(window) < keep:
         return set(), set()
@@ -33,5 +40,7 @@ def kept_snapshots(usable: list, links_of: Callable[[int], Optional[tuple]], kee
         below = bisect.bisect_left(usable, base)
         if below:
             kept.add(usable[below - 1])
+    if pinned is not None:
+        kept.update(next(([sid] for sid in reversed(usable) if pinned(sid)), []))
     required = {i for sid in kept for i in links_of(sid)[0]}
     return kept, required

@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Optional
+from typing import Callable, Optional
 
 from driftstream.snapshots.checksums import CorruptSnapshot
 from driftstream.snapshots.manifest_text import decode_manifest, encode_manifest, has_checksum, links_in
@@ -67,11 +67,13 @@ class SnapshotStore(SnapshotFiles):
     in between, up to n - 1 more old snapshots stay.
     """
 
-    def __init__(self, uri: str, *, keep: int = 2, prune_every: int = 1) -> None:
+    def __init__(self, uri: str, *, keep: int = 2, prune_every: int = 1, pinned: Optional[Callable[[int], bool]] = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
         super().__init__(uri)
         self.keep = keep
+        #: the newest committed id it holds for is kept too (see retention.kept_snapshots)
+        self.pinned = pinned
         self._links: dict = {}  # snapshot id -> what its manifest is built on, links_in (None: unusable)
         self._unchecked_noted = False  # a manifest without a checksum was logged (once)
         self.prune_every = prune_every
@@ -205,7 +207,7 @@ class SnapshotStore(SnapshotFiles):
         the newest ``keep`` lose their manifest (not a snapshot to restore any more: files it
         needs may be gone; its own stay). Uncommitted snapshots newer than the newest ``keep``
         are kept: they may be in progress; so are quarantined ones (:meth:`quarantine`), for
-        whoever looks into the damage.
+        whoever looks into the damage; and the newest for which ``pinned`` holds.
 
         Cost: one listing, plus reading each committed manifest once per store object, plus
         one existence check per snapshot deleted.
@@ -214,7 +216,7 @@ class SnapshotStore(SnapshotFiles):
         if len(committed) <= self.keep:
             return []
         usable = [sid for sid in committed if self._links_of(sid) is not None]  # ascending
-        kept, required = kept_snapshots(usable, self._links_of, self.keep)
+        kept, required = kept_snapshots(usable, self._links_of, self.keep, self.pinned)
         if not kept:
             return []
         oldest_kept = usable[-self.keep]

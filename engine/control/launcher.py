@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from driftstream.snapshots.checksums import CorruptSnapshot
 
-from driftstream.engine.model.config import RunConfig, aligned_sources  # noqa: F401  (RunConfig: the doctest)
+from driftstream.engine.model.config import RunConfig, aligned_sources, vote_sample  # noqa: F401  (RunConfig: the doctest)
 from driftstream.engine.model.data_plane import PlaneKey
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Plan
@@ -95,14 +95,17 @@ class Launcher:
         local = self.rules.config.recovery == "local"
         # recovery="local": acks keyed by channel, each incarnation numbered anew (a launch restarts every instance)
         extra = {"local": True} if local else {}
-        votes = self.replicas is not None and self.rules.config.verify == "majority"
-        if votes:  # verify="majority": the acker tallies the replicas' votes
+        sample = vote_sample(self.rules.config.verify)
+        votes = self.replicas is not None and (self.rules.config.verify == "majority" or sample is not None)
+        if votes:  # verify="majority" / "sample:N": the acker tallies the replicas' votes
             extra["votes"] = True
         if local:
             self.incarnations = {key: self._next_incarnation + n for n, key in enumerate(plan.instances)}
             self._next_incarnation += len(plan.instances)
         replicas, sets, configs = self.replicas, None, {}
         if replicas is not None:
+            if sample is not None:
+                extra["sample"] = sample
             sets, self._next_incarnation = replicas.number(plan, self.incarnations, self._next_incarnation)
             replicas.place(sets, plan, first=not survivors and self.plan is None)
         if acker_name in survivors:
@@ -127,7 +130,8 @@ class Launcher:
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
             if local:
-                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations), replica_sets=sets, votes=votes)
+                opts = dataclasses.replace(opts, incarnations=dict(self.incarnations), replica_sets=sets, votes=votes,
+                                           sample=sample if votes else None)
                 configs[instance] = opts
             name = plan.actor_name(instance)
             if name in survivors:

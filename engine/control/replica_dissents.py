@@ -1,5 +1,5 @@
-"""The supervisor's record of the replicas' dissents on Ray (``verify="majority"``; issue 58,
-design item 5). The acker tallies the votes (:mod:`driftstream.ordering.epoch_votes`) and keeps
+"""The supervisor's record of the replicas' dissents on Ray (``verify="majority"`` and
+``"sample:N"``; issue 58, design item 5). The acker tallies the votes (:mod:`driftstream.ordering.epoch_votes`) and keeps
 the dissents of its incarnation; a vote that rolls the run back ends the acker's wait with a
 :class:`~driftstream.engine.runtime.replica_votes.VoteRollback`, and the supervisor restarts
 every instance from the newest committed snapshot (each was certified: the primaries' parts
@@ -8,7 +8,9 @@ wait for their gates). This keeps every dissent across those restarts, for ``sta
 with no majority again over the times they disagreed on before, after the rollback replayed them
 (:data:`MISMATCHES_IN_A_ROW` times), are likely non-deterministic, not corrupt: the run fails
 saying so rather than roll back forever (the simulator takes the primary's output unverified
-from the second; on Ray a restarted acker does not yet know it).
+from the second; on Ray a restarted acker does not yet know it). Under ``"sample:N"`` only the
+snapshots at the end of a sampled epoch are certified (the store keeps the newest, ``pinned``):
+before the rollback the committed ones after it are set aside (:meth:`set_aside_uncertified`).
 
 >>> from types import SimpleNamespace as NS
 >>> from driftstream.engine.runtime.replica_votes import VoteRollback
@@ -41,8 +43,10 @@ class ReplicaDissents:
     """Every dissent of ``launcher``'s runs so far (``seen``, :meth:`Dissent.report` dicts), and
     the vote rollback that the next recovery answers."""
 
-    def __init__(self, launcher: Any) -> None:
+    def __init__(self, launcher: Any, store: Any = None) -> None:
         self.launcher = launcher
+        #: the snapshot store, whose ``pinned`` says which snapshots a vote certified (None: every committed one)
+        self.store = store
         self.seen: list = []
         self.rollback: Optional[VoteRollback] = None
         #: instance -> the end of its last mismatch's times, and how many mismatches in a row covered them
@@ -65,8 +69,25 @@ class ReplicaDissents:
                              f"({last['digests']}): a step of its stage is likely not deterministic (declare a draw with "
                              "deterministic=False before the key_by, or run with verify='first')")
         self.rollback = error
-        log.warning("driftstream: %s; every instance restarts from the newest committed snapshot", error)
+        aside = self.set_aside_uncertified(str(error))
+        log.warning("driftstream: %s; every instance restarts from the newest %s snapshot%s", error,
+                    "committed" if self.store is None or self.store.pinned is None else "certified",
+                    f" (set aside, not certified: {aside})" if aside else "")
         return None
+
+    def set_aside_uncertified(self, why: str) -> list:
+        """``verify="sample:N"``: take the committed snapshots after the newest one a vote
+        certified out of use (quarantined, with ``why``), so that the rollback restores that one
+        (none: the beginning; the sinks keep what they hold). The ids set aside."""
+        store = self.store
+        if store is None or store.pinned is None:
+            return []  # majority: every committed snapshot was certified
+        committed = store.committed_ids()
+        newest = next((sid for sid in reversed(committed) if store.pinned(sid)), None)
+        aside = [sid for sid in committed if newest is None or sid > newest]
+        for sid in aside:
+            store.quarantine(sid, f"not certified by a vote (verify='sample:N'), set aside for the rollback of: {why}")
+        return aside
 
     def take_kind(self) -> Optional[str]:
         """The kind of the recovery that answers the rollback (None: it was not one); once."""

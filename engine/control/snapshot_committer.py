@@ -16,15 +16,17 @@ ends and another starts after a backoff. The run stops only past ``snapshot_fail
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Callable, Optional
 
 import ray
 
+from driftstream.ordering.epoch_votes import sampled
 from driftstream.snapshots.store import SnapshotStore
 
-from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.config import RunConfig, vote_sample
 from driftstream.engine.model.manifest import Manifest, MissingParts, SnapshotFailed, committed_t, manifest_of
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.private_dir import data_dir
@@ -70,7 +72,10 @@ class SnapshotCommitter:
         if config.takes_snapshots:
             self.snapshot_dir = config.snapshot_dir or default_snapshot_dir(plan.flow_name)
             # Pruning lists the store: about once a second, whatever the snapshot interval.
-            self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)))
+            sample = vote_sample(config.verify) if config.replicas > 1 else None
+            # verify="sample:N": the newest snapshot a vote certified is kept, a vote's rollback restores it
+            pinned = None if sample is None else functools.partial(sampled, every=sample)
+            self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)), pinned=pinned)
         self.log = SnapshotLog()  # committed and failed snapshots
         #: the manifest the running incarnation was restored from (None: the beginning); the
         #: supervisor sets it at each launch (see committed_t)

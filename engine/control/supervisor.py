@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import ray
 
-from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.config import RunConfig, vote_sample
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
@@ -80,8 +80,9 @@ class RaySupervisor:
             self.committer.after_commit = self._trim_sent
         #: replicas > 1: a replica's death fails over to a live one (None: the default path)
         self.replicas: Optional[ReplicaFailover] = None if config.replicas == 1 else ReplicaFailover(self.launcher, self.failover)
-        #: verify="majority": the replicas' dissents, and a vote's rollback (None: the default path)
-        self.dissents = ReplicaDissents(self.launcher) if self.replicas is not None and config.verify == "majority" else None
+        #: verify="majority" / "sample:N": the replicas' dissents, and a vote's rollback (None: the default path)
+        voting = self.replicas is not None and (config.verify == "majority" or vote_sample(config.verify) is not None)
+        self.dissents = ReplicaDissents(self.launcher, self.committer.store) if voting else None
         self.live = LiveStatus(self.launcher, self.committer, self.failover)
         self.corrupt = CorruptSnapshots(self.committer)
         self.rescaler = Rescaler(self.launcher, self.committer, self._relaunch, functools.partial(self._inject, "rescale_restore"))

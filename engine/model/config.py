@@ -149,20 +149,20 @@ def _one_in(verify: str, mode: str, meaning: str) -> Optional[int]:
 
 def refuse_on_ray(options: Mapping[str, Any], logged_steps: Any = ()) -> None:
     """A FlowError for the options the Ray runtime cannot honour yet: ``replicas`` > 1 with
-    ``verify="sample:N"``, or with steps declared ``deterministic=False`` (``logged_steps``: the plan's).
+    ``verify="reexecute:N"`` (it takes replicas=1).
 
-    >>> refuse_on_ray({"replicas": 2, "recovery": "local", "verify": "sample:2"})
+    >>> refuse_on_ray({"replicas": 2, "recovery": "local", "verify": "reexecute:2"})
     Traceback (most recent call last):
     ...
-    driftstream.engine.model.errors.FlowError: verify='sample:2' runs on the simulator only so far (runtime='simulator'); on Ray replicas take verify='first' (crash faults) or 'majority', and replicas=1 takes verify='reexecute:N'
-    >>> refuse_on_ray({"replicas": 2, "recovery": "local", "verify": "majority"})
+    driftstream.engine.model.errors.FlowError: verify='reexecute:2' runs with replicas=1; replicas take verify='first' (crash faults), 'majority' or 'sample:N'
+    >>> refuse_on_ray({"replicas": 2, "recovery": "local", "verify": "sample:2"})
     """
     if options.get("replicas", 1) == 1:
         return
     verify = options.get("verify", "first")
-    if verify not in ("first", "majority"):
-        raise FlowError(f"verify={verify!r} runs on the simulator only so far (runtime='simulator'); on Ray replicas take "
-                        "verify='first' (crash faults) or 'majority', and replicas=1 takes verify='reexecute:N'")
+    if verify not in ("first", "majority") and vote_sample(verify) is None:
+        raise FlowError(f"verify={verify!r} runs with replicas=1; replicas take verify='first' (crash faults), 'majority' "
+                        "or 'sample:N'")
     if logged_steps:
         raise FlowError("replicas with steps declared deterministic=False are not built yet (a replica must take their "
                         "outputs from the primary): run them with replicas=1")
@@ -439,3 +439,4 @@ class InstanceConfig:
     #: replicas > 1, a replica that is not the primary: ``(its incarnation, its actor name)``
     replica: Optional[tuple] = None
     votes: bool = False  # verify="majority": the replicas digest their epochs and the primaries' sinks wait for the votes
+    sample: Optional[int] = None  # verify="sample:N" (with votes): N, one epoch in N voted after its output left, no gate

@@ -92,7 +92,8 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
     are folded in the order it sent them: a bound never overtakes its XORs.
     """
 
-    def __init__(self, sources: Optional[int], key: Optional[PlaneKey], local: bool = False, votes: bool = False) -> None:
+    def __init__(self, sources: Optional[int], key: Optional[PlaneKey], local: bool = False, votes: bool = False,
+                 sample: Optional[int] = None) -> None:
         # Counts resets and ends of snapshot schedules: a schedule from before one stops (see snapshots).
         self.generation = 0
         self.schedule_changed = asyncio.Event()
@@ -101,24 +102,26 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
         self.inbox_address: Optional[tuple] = None
         self.endpoint: Optional[Endpoint] = None
         if sources is not None:  # else a warm actor (control/warm_actors.py): a flow's launch resets it
-            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker", local, votes)
+            self._setup(sources, key, ray.get_runtime_context().get_actor_name() or "acker", local, votes, sample)
 
-    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None, local: bool = False, votes: bool = False) -> None:
+    async def reset(self, sources: int, key: PlaneKey, name: Optional[str] = None, local: bool = False, votes: bool = False,
+                    sample: Optional[int] = None) -> None:
         """Start over with an empty table (recovery of a surviving acker; a warm actor's first
         flow, whose acker it becomes under ``name``); ``local``: ``recovery="local"``'s tables;
-        ``votes``: ``verify="majority"``'s tally (replicas > 1)."""
+        ``votes``: ``verify="majority"``'s tally (replicas > 1), ``sample``: N of ``"sample:N"``."""
         if self.endpoint is not None:
             await self.endpoint.close()
-        self._setup(sources, key, name or self.me, local, votes)
+        self._setup(sources, key, name or self.me, local, votes, sample)
 
-    def _setup(self, sources: int, key: PlaneKey, me: str, local: bool = False, votes: bool = False) -> None:
+    def _setup(self, sources: int, key: PlaneKey, me: str, local: bool = False, votes: bool = False,
+               sample: Optional[int] = None) -> None:
         self._end_schedule()
         self.lost = LostPeers()
         self.me = me
         handler = self._on_message if not local else self._on_local_message if not votes else self._on_voted_message
         self.endpoint = Endpoint(key, handler, me=me, on_lost=self.lost.add, on_error=self._on_plane_error)
         #: verify="majority": the replicas' votes (set at connect, from the replicas) and the dissents so far
-        self.voting, self.votes, self.dissents, self.gate_told = votes, None, [], BOTTOM
+        self.voting, self.votes, self.dissents, self.gate_told, self.sample = votes, None, [], BOTTOM, sample
         #: recovery="local": replacement -> the frontier it was told while it catches up, and its incarnation
         self.catching_up: dict = {}
         self.incarnations: dict = {}
@@ -259,8 +262,8 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
             return TOP, {}, []
         complete = self.collecting = asyncio.Event()
         collector = self.host.begin_snapshot(snapshot_id, lambda c: complete.set())
-        if self.votes is not None:  # verify="majority": the marker ends an epoch of the votes
-            self.votes.ended(snapshot_id, collector.t)
+        if self.votes is not None:  # verify="majority" / "sample:N": the marker ends an epoch of the votes
+            self._judge(self.votes.ended(snapshot_id, collector.t))
         try:
             await asyncio.wait_for(complete.wait(), timeout)
         except asyncio.TimeoutError:
@@ -446,13 +449,13 @@ class StageActor(ReplicaStageSide, LocalStageSide):
             self.kept, writer = KeptBundles(), self._keep_bundle
             local["sink_opener"] = lambda sid, index: DeferredPartition(plan.steps[sid].sink, index, plan.parallelism)
         if voting:
-            writer = self._voted_bundle
+            writer = self._voted_bundle if config.sample is None else self._sampled_bundle
         self.send = send
         self.host = host = InstanceHost(plan, self.key, config, snapshots, send, fail=self._fail, sample_every=config.sample_every,
                                         bundle_writer=writer, corrupted=self._corrupted, **local)
         #: verify="majority", a replica: its digests and, the primary's, its gate (None: the default path)
         self.voter = None if not voting else EpochVoter(host, host.recovery.own, config.replica is None, lambda m: self._send(ACKER, m),
-                                                        self._gate_write)
+                                                        self._gate_write, config.sample)
         if host.recovery is not None and config.replica is not None:
             # a replica's that is not the primary: its output is all dropped (logged); a replacement's cut comes with connect()
             host.recovery.cut = TOP

@@ -3,7 +3,7 @@ mixed into :class:`~.actors.StageActor` and :class:`~.actors.AckerActor`: the fa
 of batches and the acker's messages to every replica, a replica that is not the primary keeping
 its sinks' bundles, and each actor's part when a replica dies
 (:mod:`driftstream.engine.control.replica_failover` calls them in order); under
-``verify="majority"`` the replicas' digests, the primary's gate (:mod:`.replica_voter`) and the
+``verify="majority"`` (and ``"sample:N"``, without the gate) the replicas' digests, the primary's gate (:mod:`.replica_voter`) and the
 acker's tally (:mod:`driftstream.ordering.epoch_votes`). What the simulator does alike is
 :mod:`.replicas` and :mod:`.simulated_votes`; with ``replicas=1`` nothing here runs.
 
@@ -67,9 +67,11 @@ class ReplicaStageSide:
         ReplaySent. Returns the items re-sent."""
         host = self.host
         rests = promote(host, self.kept.bundles)
-        if self.voter is None:
+        if self.voter is None or self.voter.sample is not None:
             for sink, bundle in rests:  # before anything it releases from now on
                 sink.write(bundle)
+            if self.voter is not None:  # sample:N: no gate, its sinks write at once from now on
+                self.voter.promoted([])
         else:  # verify="majority": through its gate, before anything it releases from now on
             sid_of = {id(sink): sid for sid, (_, sink) in host.rt.sinks.barriers.items()}
             self.voter.promoted([(sid_of[id(sink)], sink, bundle) for sink, bundle in rests])
@@ -163,6 +165,22 @@ class ReplicaStageSide:
         if host is self.host and host.bundle_written(sid, bundle, None):
             self.voter.report()  # an epoch's digest waits for its releases
 
+    def _sampled_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
+        """``verify="sample:N"``: a replica's sink released ``bundle``: digested, then the
+        primary's written at once (no gate), another's kept, as under ``"first"``."""
+        self.voter.released(sid, bundle)
+        host = self.host
+        if self.voter.primary:
+            self.writers.write(sid, sink, bundle, lambda error: self._sampled_written(host, sid, bundle, error))
+        else:
+            self.kept.keep(sink, bundle)
+            asyncio.get_running_loop().call_soon(self._sampled_written, host, sid, bundle, None)
+
+    def _sampled_written(self, host: Any, sid: int, bundle: Any, error: Optional[BaseException]) -> None:
+        self._bundle_written(host, sid, bundle, error)
+        if host is self.host and not host.failed:
+            self.voter.report()  # a sampled epoch's digest waits for its sinks
+
     def _gate_write(self, sid: int, sink: Any, bundle: Any) -> None:
         """The gate let ``bundle`` through: to sink step ``sid``'s writer thread."""
         host = self.host
@@ -202,7 +220,7 @@ class ReplicaAckerSide:
             for inc, where in listed[1:]:
                 await self.endpoint.connect(address(inc), where)
         if self.voting:
-            self.votes = EpochVotes(self.replica_sets)
+            self.votes = EpochVotes(self.replica_sets, every=self.sample or 1)
 
     def _tell_replicas(self, to: Any, message: Any) -> None:
         """What the primary of ``to`` was told, to its other replicas (a marker as a watermark)."""
@@ -272,9 +290,14 @@ class ReplicaAckerSide:
         """Act on ``verdicts``: outvoted secondaries are expelled (each exits; its death is a lost
         replica's), a corrupt primary or no majority rolls the run back (the supervisor restores
         the newest committed snapshot: each was certified); then the gate opens as far as it can."""
+        sample = self.sample is not None
         for v in verdicts:
-            action = "the run rolls back to the newest committed snapshot" if v.rolls_back else "taken out of service (its death: a lost replica)"
-            dissent = Dissent(v.instance, v.dissenters, v.epoch, v.t_range, v.digests, v.kind, action=action)
+            action = "taken out of service (its death: a lost replica)"
+            if v.rolls_back:
+                action = ("the run rolls back to the newest committed snapshot" if not sample else
+                          "the run rolls back to the newest snapshot a vote certified; what the primary released in t "
+                          f"{v.t_range} (and after, before the rollback) stays in the sinks, not corrected")
+            dissent = Dissent(v.instance, v.dissenters, v.epoch, v.t_range, v.digests, v.kind, action=action, released=sample)
             self.dissents.append(dissent.report())
             log.warning("driftstream: the replicas of %s disagree on t %s (%s): %s; %s", v.instance.label, v.t_range, v.kind,
                         v.digests, action)
@@ -295,9 +318,10 @@ class ReplicaAckerSide:
     def _last_epoch(self, w: tuple) -> None:
         """The last watermark went to the primaries (by Ray call): it ends the last epoch; the
         other replicas get it on the data plane."""
-        self.votes.ended(None, w)
+        verdicts = self.votes.ended(None, w)
         for key in self.replica_sets:
             self._tell_replicas(key, Watermark(w))
+        self._judge(verdicts)
 
     async def dissent_reports(self) -> list:
         """verify="majority": every dissent of this acker's incarnation (:meth:`Dissent.report`)."""

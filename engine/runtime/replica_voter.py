@@ -1,6 +1,6 @@
-"""A replica's side of ``verify="majority"`` on Ray (issue 58, design item 5): what one stage
-actor of a replicated instance digests and, if it is the primary, holds back until the votes
-pass. The acker's tally is :mod:`driftstream.ordering.epoch_votes`; the actors' glue is in
+"""A replica's side of ``verify="majority"`` and ``"sample:N"`` on Ray (issue 58, design item 5):
+what one stage actor of a replicated instance digests and, under majority, if it is the primary,
+holds back until the votes pass. The acker's tally is :mod:`driftstream.ordering.epoch_votes`; the actors' glue is in
 :mod:`.replica_actors`; what the simulator does alike is :mod:`.simulated_votes`.
 
 - Every replica gets every snapshot's marker (the secondaries take no snapshot: a marker only
@@ -15,6 +15,12 @@ pass. The acker's tally is :mod:`driftstream.ordering.epoch_votes`; the actors' 
   sink writers. Its snapshot parts wait until the gate's writes below their time are
   acknowledged: a committed snapshot then says, as without votes, that the sinks hold what is
   below it, and every committed snapshot is certified by the votes.
+- Under ``"sample:N"`` (``sample`` = N) there is no gate: the primary's bundles go to its sinks'
+  writers at once (the actor's), and only the epochs whose end
+  :func:`~driftstream.ordering.epoch_votes.sampled` picks are digested and voted, after their
+  output left (the others: no state listed, no message). The primary's part of a sampled
+  snapshot still waits for the vote (:class:`~.protocol.GateOpen` past its time), so a committed
+  sampled snapshot is certified; the others' parts go at once.
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.model.config import InstanceConfig
@@ -40,6 +46,7 @@ from collections import deque
 from typing import Any, Callable, Optional
 
 from driftstream.barriers.bundle import Bundle
+from driftstream.ordering.epoch_votes import sampled
 from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.ordering.replica_digests import Epochs, ReplicaDigest
 
@@ -51,11 +58,13 @@ class EpochVoter:
     """Replica ``incarnation`` of ``host``'s instance (``primary``: it is the primary): its
     digests per epoch, sent with ``send(message)`` (to the acker), and, while it is the
     primary, its gate; ``write(sid, sink, bundle)`` hands a bundle the gate let through to its
-    sink's writer, which calls :meth:`written` once the sink has it."""
+    sink's writer, which calls :meth:`written` once the sink has it. ``sample``: N of
+    ``verify="sample:N"`` (None: majority's, every epoch voted and the gate)."""
 
     def __init__(self, host: Any, incarnation: Any, primary: bool, send: Callable[[Any], None],
-                 write: Callable[[int, Any, Bundle], None]) -> None:
+                 write: Callable[[int, Any, Bundle], None], sample: Optional[int] = None) -> None:
         self.host, self.incarnation, self.primary, self.send, self.write = host, incarnation, primary, send, write
+        self.sample = sample
         self.epochs = Epochs()
         self.digest = ReplicaDigest(self.epochs)
         host.recovery.log = DigestedLog(self.digest)  # empty still: the instance has sent nothing
@@ -85,7 +94,8 @@ class EpochVoter:
             k = len(boundaries) - 1
         else:
             k = None  # a marker at the last one's time: an empty epoch, voted on the state alone
-        self.ends.append((snapshot_id, t, k, host_state_digest(self.host)))
+        state = host_state_digest(self.host) if sampled(snapshot_id, self.sample or 1) else None  # (None: not voted)
+        self.ends.append((snapshot_id, t, k, state))
         self.report()
 
     def report(self) -> None:
@@ -96,6 +106,10 @@ class EpochVoter:
         durable = self.host.rt.sinks.output_durable_through()
         while ends and ends[0][1] <= durable:
             snapshot_id, _, k, state = ends.popleft()
+            if state is None:  # sample:N, an epoch not sampled: its hashes go unsent
+                if k is not None:
+                    self.digest.forget(k)
+                continue
             if k is None:
                 digest = hashlib.blake2b(state.encode(), digest_size=16).hexdigest()
             else:
@@ -143,8 +157,10 @@ class EpochVoter:
 
     def part(self, message: Prepared) -> None:
         """The primary's snapshot part ``message`` goes once the gate's writes below its time are
-        acknowledged (now, or later): a committed snapshot says the sinks hold what is below it."""
-        self.parts.append((self.marks[message.snapshot_id], message))
+        acknowledged (now, or later): a committed snapshot says the sinks hold what is below it.
+        Under sample:N a part of a snapshot not sampled goes without waiting (no vote certifies it)."""
+        t = self.marks[message.snapshot_id] if sampled(message.snapshot_id, self.sample or 1) else BOTTOM
+        self.parts.append((t, message))
         self._send_parts()
 
     def _send_parts(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driftstream.ordering.epoch_votes import EpochVotes
+from driftstream.ordering.epoch_votes import EpochVotes, sampled
 from driftstream.ordering.meta import BOTTOM
 
 
@@ -101,3 +101,25 @@ def test_two_replicas_that_differ_roll_back_and_nothing_passes_after():
         votes.add("b", inc, 7, "z")
         votes.add("b", inc, None, "z")
     assert votes.halted and votes.released_through() == BOTTOM and not votes.certified(7)
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(), st.integers(1, 4))
+def test_sample_votes_only_the_sampled_epochs_and_passes_the_others(run, every):
+    instances, epochs, corrupt, order = run
+    votes = EpochVotes(instances, every=every)
+    verdicts = []
+    for k in range(epochs):
+        verdicts += votes.ended(100 + k, (10 * (k + 1),))
+    for (key, inc), (k, digest) in order:
+        if sampled(100 + k, every):  # the replicas digest the sampled epochs only
+            verdicts += votes.add(key, inc, 100 + k, digest)
+    assert all(sampled(v.epoch, every) for v in verdicts)
+    wrong_sampled = {key for key, incs in instances.items() for inc in incs
+                     if inc in corrupt and any(sampled(100 + k, every) for k in range(corrupt[inc], epochs))}
+    named = {v.instance for v in verdicts}
+    if any(v.rolls_back for v in verdicts):  # a rollback halts the tally: the others may not be voted
+        assert named <= wrong_sampled
+    else:  # every corruption in a sampled epoch is named, no other; the gate passes every epoch
+        assert named == wrong_sampled and votes.released_through() == (10 * epochs,)
+    assert all(not votes.certified(100 + k) for k in range(epochs) if not sampled(100 + k, every))

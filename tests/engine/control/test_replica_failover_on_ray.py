@@ -42,7 +42,7 @@ def test_a_killed_replica_then_two_killed_primaries_restore_nothing(ray_session,
 def test_what_replicas_do_not_run_on_ray_is_refused(ray_session):
     flow = _parity_counts("rp-refused", FileSink("/nonexistent", name="out"), paced=False)
     with pytest.raises(FlowError, match="verify='first'"):
-        flow.run(parallelism=2, guarantee="exactly-once", recovery="local", replicas=2, verify="sample:2")
+        flow.run(parallelism=2, guarantee="exactly-once", recovery="local", replicas=2, verify="reexecute:2")
 
 
 def test_a_killed_source_instance_restores_alone_beside_replicas(ray_session, tmp_path, tmp_path_factory):

@@ -5,7 +5,9 @@ keyed state mid-run (the test fault hook, killing nothing) is found at the next 
 named in ``status()``; a corrupt secondary (r = 3) is outvoted and leaves the run (a lost
 replica), a corrupt primary or a mismatch of two replicas rolls every instance back to the newest
 committed snapshot; a killed primary fails over to a replica whose kept bundles go through its
-gate. The output is the fault-free run's, element for element."""
+gate. The output is the fault-free run's, element for element. Under ``verify="sample:N"`` the
+same votes on one epoch in N, without the gate: a flipped secondary is found and named the same way,
+its dissent saying the epoch's output had left."""
 
 from __future__ import annotations
 
@@ -30,15 +32,15 @@ def expected(tmp_path_factory) -> list:
     return read_file_sink(out, "out")
 
 
-def _run_with_flip(name: str, tmp_path, replicas: int, victim: str) -> tuple:
-    """The flow at parallelism 2 under ``verify="majority"`` with ``replicas``, a value flipped in
+def _run_with_flip(name: str, tmp_path, replicas: int, victim: str, verify: str = "majority") -> tuple:
+    """The flow at parallelism 2 under ``verify`` with ``replicas``, a value flipped in
     actor ``victim``'s keyed state once a sixth of the output is out; its status() polled until
     the run ends. Returns ``(the last status, the result's metrics, the output)``."""
     out = tmp_path / name
     injector = fault_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, victim, N // 6, "flip", seed=3)
     handle = build(name, FileSink(out, name="out"), paced=True).start(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
-        replicas=replicas, verify="majority")
+        replicas=replicas, verify=verify)
     status: dict = {}
     try:
         while True:
@@ -93,3 +95,18 @@ def test_a_killed_primary_fails_over_through_the_gate(ray_session, tmp_path, exp
     assert [r["kind"] for r in result.metrics.recovery_s] == ["failover"] and result.metrics.restores == {}
     assert result.metrics.dissents == []
     assert read_file_sink(out, "out") == expected
+
+
+def test_sample_finds_a_flipped_secondary_after_its_output_left(ray_session, tmp_path, expected):
+    """``verify="sample:1"``, r = 3: no gate (the primaries' sinks write at once), every epoch voted
+    after its output left; the flipped secondary is named as under majority, ``released``, and
+    leaves the run; the primaries' output is the fault-free one."""
+    status, metrics, got = _run_with_flip("rv-sample", tmp_path, 3, replica_name("rv-sample/by_key/0", 1), verify="sample:1")
+    (dissent,) = metrics.dissents
+    assert dissent["instance"] == "1/0" and dissent["kind"] == "corruption" and len(dissent["replicas"]) == 1, dissent
+    assert dissent["released"] and "taken out of service" in dissent["action"]
+    assert len(set(dissent["digests"].values())) == 2 and dissent["t_range"][1] is not None
+    assert status.get("dissents") == [dissent] or dissent["epoch"] is None
+    kinds = [r["kind"] for r in metrics.recovery_s]  # (then its replacement, or why not: replica_replacement.py)
+    assert kinds[0] == "replica lost" and not any(k.startswith("global") for k in kinds) and metrics.restores == {}, kinds
+    assert got == expected

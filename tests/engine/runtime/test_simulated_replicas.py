@@ -105,10 +105,10 @@ def test_run_config_refuses_replicas_it_cannot_have(options, message):
 
 
 def test_ray_refuses_what_its_replicas_do_not_run_before_it_starts():
-    """verify='first' and 'majority' run on Ray (tests/engine/control/test_replica_failover_on_ray.py,
-    test_replica_votes_on_ray.py); 'sample:N' does not yet."""
-    with pytest.raises(FlowError, match="'sample:2' runs on the simulator only so far"):
-        _counter_flow().run(2, runtime="ray", guarantee="exactly-once", recovery="local", replicas=2, verify="sample:2")
+    """verify='first', 'majority' and 'sample:N' run on Ray (tests/engine/control/test_replica_failover_on_ray.py,
+    test_replica_voter_on_ray.py); 'reexecute:N' takes replicas=1."""
+    with pytest.raises(FlowError, match="'reexecute:2' runs with replicas=1"):
+        _counter_flow().run(2, runtime="ray", guarantee="exactly-once", recovery="local", replicas=2, verify="reexecute:2")
 
 
 @pytest.mark.parametrize("replicas, verify, crashes, message", [
