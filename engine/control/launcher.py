@@ -33,7 +33,9 @@ from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.control.replica_launch import ReplicaLaunch
 from driftstream.engine.control.standbys import StandbyPool
 from driftstream.engine.runtime.actors import AckerActor, StageActor
-from driftstream.engine.runtime.ray_session import NAMESPACE
+from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
+from driftstream.engine.runtime.verifier_actor import VerifierActor
+from driftstream.engine.model.config import reexecute_every
 
 
 class Launcher:
@@ -72,6 +74,8 @@ class Launcher:
         self.plane: Optional[PlaneKey] = None
         #: replicas > 1: the replicas of every instance that reads no source (None: the default path)
         self.replicas: Optional[ReplicaLaunch] = None if rules.config.replicas == 1 else ReplicaLaunch(rules.config.replicas)
+        #: verify="reexecute:N" with reexecute_on="verifier": the flow's verifier actor, kept over launches (None: none)
+        self.verifier = None
 
     def launch(self, plan: Plan, manifest: Optional[Manifest], recovering: bool, survivors: Optional[dict] = None,
                renamed: Optional[dict] = None, avoid_nodes: Iterable = ()) -> None:
@@ -88,6 +92,7 @@ class Launcher:
         # every actor derives the secret from its node's key file (model/data_plane.py).
         plane = PlaneKey.new(self.rules.config.data_plane_tls, self.rules.config.data_plane_key)
         self.plane = plane
+        verifier = self._verifier(plan, placed)
         resets: list = []
         reset_names: list = []
         acker_name = acker_name_of(plan)
@@ -129,6 +134,8 @@ class Launcher:
             real_names[acker_name] = self.real_names[acker_name]
         for ordinal, instance in enumerate(plan.instances):
             opts = self.rules.instance_config(instance, ordinal, manifest, recovering)
+            if verifier is not None:
+                opts = dataclasses.replace(opts, verifier=verifier)
             if local:
                 opts = dataclasses.replace(opts, incarnations=dict(self.incarnations), replica_sets=sets, votes=votes,
                                            sample=sample if votes else None)
@@ -179,8 +186,11 @@ class Launcher:
             stage_side, acker_side = replicas.wiring(at)
             sources["replicas"], wired = acker_side, {"replicas": stage_side}
         stages = list(self.actors.values()) + [r.handle for r in extra]
+        # verify="reexecute:N" on the verifier: up before any batch is shipped to it (else the
+        # first batches wait for its process, past their bound), and the acker's end told to wait for it
+        judged = [] if verifier is None else [verifier.ping.remote(), self.acker.judge_before_end.remote()]
         ray.get([a.connect.remote(self.acker, addresses, **wired) for a in stages]
-                + [self.acker.connect.remote(self.actors, addresses, aligned, **sources)])
+                + [self.acker.connect.remote(self.actors, addresses, aligned, **sources)] + judged)
         # Restored windows' timers reach the acker before any source starts: the watermark
         # must not pass a close time whose windows have not been emitted.
         seeds = [x for x in ray.get([a.take_seed.remote() for a in stages]) if x]
@@ -192,6 +202,25 @@ class Launcher:
             skip_after = replay_limit(ray.get([a.t_last.remote() for a in self.actors.values()]))
         self.skipped += sum(ray.get([a.start.remote(skip_after) for a in self.actors.values()]))
         marks.append(time.time())
+
+    def _verifier(self, plan: Plan, placed: Iterator) -> Optional[object]:
+        """The flow's verifier (verify="reexecute:N" on the verifier; None: none): started at the
+        first launch, without waiting for it (the instances' first re-runs wait in its queue),
+        told a later launch's plan when it changes (a rescale)."""
+        c = self.rules.config
+        if reexecute_every(c.verify) is None or c.reexecute_on != "verifier":
+            return None
+        if self.verifier is None:
+            self.verifier = VerifierActor.options(namespace=NAMESPACE, scheduling_strategy=next(placed)).remote(plan)
+        elif plan is not self.plan:
+            self.verifier.use.remote(plan)
+        return self.verifier
+
+    def close_verifier(self) -> None:
+        """End the flow's verifier (its run ended)."""
+        if self.verifier is not None:
+            kill_actors([self.verifier], [], wait_s=0)
+            self.verifier = None
 
     def actor_names(self, names: Iterable[str]) -> list:
         """The names of the actors playing the instances ``names`` (a standby keeps its own)."""

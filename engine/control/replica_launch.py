@@ -106,6 +106,10 @@ class ReplicaLaunch:
                 self.sets[key].append(Replica(inc, name, handle))
         return resets
 
+    def fresh_name(self, instance_name: str) -> str:
+        """A name for a new replica of instance ``instance_name`` that no live actor holds (a replacement's)."""
+        return self._fresh_name(instance_name, {})
+
     def _fresh_name(self, instance_name: str, survivors: dict) -> str:
         """A surviving replica's name first (reset in place), else one no live actor holds."""
         for name in survivors:

@@ -44,6 +44,7 @@ from driftstream.engine.control.live_status import LiveStatus, SupervisorStatus
 from driftstream.engine.control.local_failover import LocalFailover, LocalRefused
 from driftstream.engine.control.replica_dissents import ReplicaDissents
 from driftstream.engine.control.replica_failover import ReplicaFailover
+from driftstream.engine.control.replica_replacement import ReplicaReplacement
 from driftstream.engine.control.rescaler import Rescaler
 from driftstream.engine.control.resume import check_sinks, start_point
 from driftstream.engine.control.snapshot_committer import SnapshotCommitter
@@ -80,6 +81,8 @@ class RaySupervisor:
             self.committer.after_commit = self._trim_sent
         #: replicas > 1: a replica's death fails over to a live one (None: the default path)
         self.replicas: Optional[ReplicaFailover] = None if config.replicas == 1 else ReplicaFailover(self.launcher, self.failover)
+        #: replicas > 1: an instance that lost a replica gets a new one, restored and caught up
+        self.replacement = None if self.replicas is None else ReplicaReplacement(self.launcher, self.standbys, self.failover)
         #: verify="majority" / "sample:N": the replicas' dissents, and a vote's rollback (None: the default path)
         voting = self.replicas is not None and (config.verify == "majority" or vote_sample(config.verify) is not None)
         self.dissents = ReplicaDissents(self.launcher, self.committer.store) if voting else None
@@ -142,6 +145,7 @@ class RaySupervisor:
         m.recovery_s = [r.to_dict() for r in status.recoveries]
         m.restores = restores_of(status.recoveries, self.plan)
         m.failovers = sum(r.kind == "failover" for r in status.recoveries)
+        m.replacements = sum(r.kind == "replica replaced" for r in status.recoveries)
         if self.dissents is not None:
             m.dissents = self.dissents.gather()
         m.snapshot_s = [r.duration_s for r in status.snapshots]
@@ -268,12 +272,16 @@ class RaySupervisor:
 
     def _fail_over(self, dead: Optional[set], detected: Optional[float]) -> tuple:
         """replicas > 1: the death of one replica fails over to a live one, no restore (see
-        replica_failover.py): ``(None, dead)``. Else ``(why not, what the global rollback
+        replica_failover.py), then each instance that lost one gets a replacement (see
+        replica_replacement.py): ``(None, dead)``. Else ``(why not, what the global rollback
         replaces)`` (local recovery with replicas is not built on Ray: a global rollback)."""
         why = self.replicas.refusal(dead)
         if why is None:
             try:
+                victims = sorted({self.launcher.replicas.find(name)[0] for name in dead})
                 self.replicas.recover(dead, detected or time.time())
+                for victim in victims:
+                    self.replacement.replace(victim, detected or time.time(), self.committer.latest_manifest())
                 self._inject("after_restore")
                 return None, dead
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:

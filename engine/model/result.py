@@ -72,6 +72,9 @@ class Metrics:
     #: replicas > 1 on Ray: dead primaries whose live replica took over, no restore (counted in
     #: ``recoveries`` too, with kind "failover" in ``recovery_s``)
     failovers: int = 0
+    #: replicas > 1 on Ray: lost replicas replaced by a new one, restored and caught up while the
+    #: others ran on (kind "replica replaced" in ``recovery_s``; not in ``restores``: no instance rolled back)
+    replacements: int = 0
     #: per snapshot: seconds from its marker until every part was durable
     snapshot_s: list = field(default_factory=list)
     #: per snapshot: wall times ``(marker sent, every part durable)``

@@ -45,6 +45,7 @@ from driftstream.engine.runtime.lost_peers import RETIRED, LostPeers
 from driftstream.engine.runtime.output_logs import LogWriter
 from driftstream.engine.runtime.reexecuted_step import SilentCorruption, set_aside_since
 from driftstream.engine.runtime.replica_actors import ReplicaAckerSide, ReplicaStageSide
+from driftstream.engine.runtime.replica_replacement_actors import ReplacementAckerSide, ReplacementStageSide
 from driftstream.engine.runtime.replica_voter import EpochVoter
 from driftstream.engine.runtime.replicas import DeferredPartition, KeptBundles
 from driftstream.engine.runtime.sink_writers import SinkWriters
@@ -52,6 +53,7 @@ from driftstream.engine.runtime.source_pump import SourcePump
 from driftstream.engine.runtime.state_faults import FAULTS
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 from driftstream.engine.runtime.transport import Endpoint, FrameTooLarge
+from driftstream.engine.runtime.verifier_link import VerifierLink
 
 
 #: The interpreter's thread switch interval in stage actors (see StageActor.__init__).
@@ -84,7 +86,7 @@ def preload_connectors() -> None:
 
 
 @ray.remote(num_cpus=0)
-class AckerActor(ReplicaAckerSide, LocalAckerSide):
+class AckerActor(ReplacementAckerSide, ReplicaAckerSide, LocalAckerSide):
     """Wraps :class:`~driftstream.ordering.acker.Acker`: folds the stage actors' flushes,
     pushes watermarks (coalesced) and tells the driver when the run ends or fails.
 
@@ -116,6 +118,7 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
     def _setup(self, sources: int, key: PlaneKey, me: str, local: bool = False, votes: bool = False,
                sample: Optional[int] = None) -> None:
         self._end_schedule()
+        self.verdicts_first = False  # see judge_before_end
         self.lost = LostPeers()
         self.me = me
         handler = self._on_message if not local else self._on_local_message if not votes else self._on_voted_message
@@ -129,6 +132,9 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
         self.replica_sets: dict = {}
         self.collecting: Optional[asyncio.Event] = None
         self.source_keys: list = []
+        #: replicas > 1: each replacement replica catching up, and when each joined (replica_replacement_actors.py)
+        self.joining: dict = {}
+        self.joined_at: dict = {}
         #: the acker's protocol (its table, watermarks, frontiers, snapshot parts); this actor adds the transport
         self.host = AckerHost(sources, self.endpoint.send if not local else self._told, defer=lambda fn: asyncio.get_running_loop().call_soon(fn),
                               finish=self._last_watermark, table=ChannelAcker(sources) if local else None)
@@ -181,6 +187,25 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
     def _last_watermark(self, w: tuple) -> None:
         """The last watermark goes by Ray call so that the driver can wait for every stage to
         have released its output before it collects results."""
+        if self.verdicts_first:
+            asyncio.get_running_loop().create_task(self._after_verdicts(w))
+            return
+        self._release_last(w)
+
+    async def judge_before_end(self) -> None:
+        """verify="reexecute:N" on the verifier: the last watermark waits until every instance
+        has the verdicts of what it shipped (a difference found after it would come too late:
+        the sinks would have released what derives from it)."""
+        self.verdicts_first = True
+
+    async def _after_verdicts(self, w: tuple) -> None:
+        try:
+            await asyncio.gather(*(h.drained.remote() for h in self.subscribers.values()))
+        except ray.exceptions.RayActorError:
+            return  # an instance exited (a difference found): the supervisor recovers the run
+        self._release_last(w)
+
+    def _release_last(self, w: tuple) -> None:
         refs = [h.watermark.remote(w) for h in self.subscribers.values()]
         if self.votes is not None:  # verify="majority": the last epoch ends; the other replicas vote on it too
             self._last_epoch(w)
@@ -332,7 +357,7 @@ class AckerActor(ReplicaAckerSide, LocalAckerSide):
 
 
 @ray.remote(num_cpus=0)
-class StageActor(ReplicaStageSide, LocalStageSide):
+class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide):
     """One stage instance around a pure :class:`StageRuntime`.
 
     Created with ``config=None`` it is a *standby*: a started process, the flow's code
@@ -451,8 +476,10 @@ class StageActor(ReplicaStageSide, LocalStageSide):
         if voting:
             writer = self._voted_bundle if config.sample is None else self._sampled_bundle
         self.send = send
+        # verify="reexecute:N" with reexecute_on="verifier": the re-runs go to the flow's verifier actor
+        link = None if config.verifier is None or config.reexecute is None else VerifierLink.on_ray(config.verifier)
         self.host = host = InstanceHost(plan, self.key, config, snapshots, send, fail=self._fail, sample_every=config.sample_every,
-                                        bundle_writer=writer, corrupted=self._corrupted, **local)
+                                        bundle_writer=writer, corrupted=self._corrupted, verifier=link, **local)
         #: verify="majority", a replica: its digests and, the primary's, its gate (None: the default path)
         self.voter = None if not voting else EpochVoter(host, host.recovery.own, config.replica is None, lambda m: self._send(ACKER, m),
                                                         self._gate_write, config.sample)
@@ -562,6 +589,12 @@ class StageActor(ReplicaStageSide, LocalStageSide):
         """The id of the Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
+    async def drained(self) -> None:
+        """verify="reexecute:N" on the verifier: returns once every batch this instance shipped
+        has its verdict (or was given up); a difference found exits the process first."""
+        if self.host.verifier is not None:
+            await self.host.verifier.drained()
+
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
         self.host.apply_watermark(w)
@@ -592,7 +625,10 @@ class StageActor(ReplicaStageSide, LocalStageSide):
 
     async def stats(self, releases_since: Optional[float] = None, emits_of: Optional[list] = None) -> dict:
         """Progress counters for ``FlowHandle.status()`` (see :func:`.live_figures.instance_stats`)."""
-        return instance_stats(self.rt, self.reader, self.host.snapshots.cache_stats(), releases_since, emits_of)
+        stats = instance_stats(self.rt, self.reader, self.host.snapshots.cache_stats(), releases_since, emits_of)
+        if self.host.verifier is not None:  # verify="reexecute:N" on the verifier: what it shipped, dropped, lost
+            stats["reexecution"] = self.host.verifier.stats()
+        return stats
 
     def _on_plane_error(self, peer: str, exc: BaseException) -> None:
         """A message this actor could not load or handle: the run fails with it."""

@@ -37,7 +37,9 @@ class LocalAckerSide:
         host.receive(message)
         if self.catching_up:
             # Against the table's watermark, not the one last pushed (pushes are deferred here).
-            catch_up(host.table, self.catching_up, self.incarnations, host.table.watermark, self.endpoint.send)
+            for key in catch_up(host.table, self.catching_up, self.incarnations, host.table.watermark, self.endpoint.send):
+                if key in self.joining:  # a replacement replica (replica_replacement_actors.py)
+                    self._replica_caught_up(key)
         if host.frontiers is not None:
             host.push_soon()  # a replacement that caught up may end the recovery's frontiers
 
