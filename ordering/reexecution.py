@@ -84,11 +84,7 @@ class Reexecution:
         """Re-apply the touched keys' logs, then ``items``; the :class:`Mismatch` es against the
         live state (which has applied ``items`` and given ``live_out``). Empty: they agree."""
         copy, found = self.copy, []
-        replayed: list = []
-        for key in self.keys:
-            log = copy.logs.get(key)
-            if log is not None and log.metas:
-                copy._replay(key, log, 0, replayed)
+        replayed = reapply_logs(copy, self.keys)
         if replayed:
             found.append(Mismatch("log", None, 0, _crc(replayed)))
         copy_out = copy.apply_items(items)
@@ -109,16 +105,33 @@ def copy_of(state: Any, items: list, also: Iterable[Hashable] = ()) -> Reexecuti
     copy = type(state)(state.fn, flat=state.flat, backend=state.backend, on_error=state.on_error)
     keys = list(dict.fromkeys([*(item[2] for item in items), *also]))
     logs, pending = state.logs, state.pending_tombstones
-    for key in keys:
-        log = logs.get(key)
-        if log is not None:
-            mine = KeyLog()
-            mine.metas, mine.payloads, mine.outputs = list(log.metas), list(log.payloads), list(log.outputs)
-            mine.after = [None] * len(log.metas)
-            copy.logs[key] = mine
-            copy._size += len(mine.metas)
-        if pending.get(key):
-            copy.pending_tombstones[key] = list(pending[key])
-    if state.diverted:
-        copy.diverted = set(state.diverted)
+    copy_logs(copy, ((key, (log.metas, log.payloads, log.outputs)) for key in keys if (log := logs.get(key)) is not None),
+              {key: pending[key] for key in keys if pending.get(key)}, state.diverted)
     return Reexecution(copy, keys)
+
+
+def copy_logs(copy: Any, logs: Iterable[tuple], pending: dict, diverted: set) -> None:
+    """Give the fresh state ``copy`` the logs ``(key, (metas, payloads, outputs))``, their
+    entries not applied, the ``pending`` tombstones (key -> list) and the ``diverted`` metas
+    (copies of each: the live state goes on changing its own)."""
+    for key, (metas, payloads, outputs) in logs:
+        mine = KeyLog()
+        mine.metas, mine.payloads, mine.outputs = list(metas), list(payloads), list(outputs)
+        mine.after = [None] * len(mine.metas)
+        copy.logs[key] = mine
+        copy._size += len(mine.metas)
+    for key, tombstones in pending.items():
+        copy.pending_tombstones[key] = list(tombstones)
+    if diverted:
+        copy.diverted = set(diverted)
+
+
+def reapply_logs(copy: Any, keys: Iterable[Hashable]) -> list:
+    """Re-apply each of ``keys``' logs in ``copy`` from its settled value; the outputs that
+    came out different from those the logs hold (empty: the same)."""
+    replayed: list = []
+    for key in keys:
+        log = copy.logs.get(key)
+        if log is not None and log.metas:
+            copy._replay(key, log, 0, replayed)
+    return replayed

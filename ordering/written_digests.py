@@ -28,7 +28,7 @@ from __future__ import annotations
 import marshal
 import zlib
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, Optional
 
 
 def digest(value: Any) -> int:
@@ -111,16 +111,35 @@ class CheckedValues(CheckedBackend):
 class CheckedEntries(CheckedBackend):
     """An entry state's backend (:class:`~.entry_state.EntryBackend`) whose folded writes are
     digested and whose reads are checked (no ``read_view``: the in-order path reads through
-    :meth:`get`)."""
+    :meth:`get`). ``read`` (after :meth:`track`): per key, the entries read or folded since the
+    key's log was last empty (:meth:`forget`), which a re-run of its log in another process
+    reads (a log entry read from the overlay what a fold has since moved here)."""
+
+    read: Optional[dict] = None
 
     def get(self, record: tuple) -> Any:
+        if self.read is not None:
+            self.read.setdefault(record[0], set()).add(record[1])
         return self._check(record, self.inner.get(record))
 
     def fold(self, writes: list) -> None:
-        written, at = self.written, self.at
+        written, at, read = self.written, self.at, self.read
         for record, value in writes:
             written[record] = (digest(value), at)
+            if read is not None:
+                read.setdefault(record[0], set()).add(record[1])
         self.inner.fold(writes)
+
+    def track(self) -> None:
+        """From now on, keep :attr:`read`."""
+        self.read = {}
+
+    def forget(self, logs: dict) -> None:
+        """Drop :attr:`read` of the keys with no log in ``logs`` (after a fold). O(keys tracked)."""
+        read = self.read
+        if read:
+            for key in [key for key in read if key not in logs]:
+                del read[key]
 
     def entries(self, key: Hashable) -> Iterable[tuple]:
         return self.inner.entries(key)

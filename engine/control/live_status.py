@@ -98,6 +98,7 @@ class LiveStatus:
         # answered (released > emitted in a one-to-one flow). The sinks' release samples come
         # in the first round, the emit samples of those times in the second.
         first = _ask([acker.status.remote(), *(a.stats.remote(since) for a in actors.values())])
+        verifier = None if run.verifier is None else _ask([run.verifier.stats.remote()])[0]
         stats = [s for s in first[1:] if s is not None]
         times = sorted({t for s in stats for t, _ in s["releases"]}) or None
         second = _ask([a.stats.remote(None, times if _stamps_emits(plan, k) else None) for k, a in actors.items()])
@@ -140,6 +141,8 @@ class LiveStatus:
             recoveries=[r.to_dict() for r in self.failover.recoveries],
             commit_groups={plan.stages[stage].name: hook.status() for stage, hook in self.committer.commit_hooks.items()},
             latency_samples_ms=latencies if latency_samples else None,
+            reexecution=None if run.verifier is None else {
+                **sum_per_step(s["reexecution"] for s in stats if "reexecution" in s), "verifier": verifier},
         )
 
 

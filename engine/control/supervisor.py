@@ -344,6 +344,7 @@ class RaySupervisor:
         remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
         if self.launcher.replicas is not None:
             self.launcher.replicas.close()
+        self.launcher.close_verifier()
         self.committer.close()
         return retired
 

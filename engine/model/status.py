@@ -64,6 +64,11 @@ class FlowStatus:
     #: verify="majority": per dissent of an instance's replicas, ``instance``, ``replicas`` (the
     #: dissenters), ``kind``, ``epoch``, ``t_range``, every voter's ``digests`` and the ``action``
     dissents: list = field(default_factory=list)
+    #: verify="reexecute:N" on the verifier: the instances' batches ``sent``, ``verified``,
+    #: ``dropped`` (past their bound), ``lost`` (the verifier died: Ray restarts it), ``late`` (no
+    #: verdict within the deadline), ``outstanding``, ``parts_held``, and the ``verifier``'s own
+    #: ``reruns`` and ``cpu_s`` since its process started (None: it does not answer). None: not on.
+    reexecution: Optional[dict] = None
     #: per keyed stage, the key groups each instance owns
     key_groups: dict = field(default_factory=dict)
     #: the window's latencies, when asked for (``latency_samples=True``); left out of the dict otherwise

@@ -56,16 +56,22 @@ class InstanceHost:
     ``source``: what a watermark or a frontier wakes (the Ray actor's pump; default: the
     reader). After :meth:`close` nothing an earlier callback finishes reaches the runtime.
     ``corrupted(SilentCorruption)``: under ``verify="reexecute:N"``, what a re-run or a settled
-    read that disagreed does (default: raise it; the simulator rolls the run back).
+    read that disagreed does (default: raise it; the simulator rolls the run back); ``verifier``
+    (a :class:`~.verifier_link.VerifierLink`): the re-runs go to the flow's verifier, and this
+    instance's snapshot parts wait for the verdicts below their T (None: re-run in this process).
     """
 
     def __init__(self, plan: Plan, key: Instance, config: InstanceConfig, snapshots: StageSnapshots, send: Callable[[Any, Any], None],
                  fail: Callable[[BaseException], None] = raise_it, corrupted: Callable[[BaseException], None] = raise_it,
-                 **runtime: Any) -> None:
+                 verifier: Any = None, **runtime: Any) -> None:
         self.key, self.snapshots, self._send, self._fail = key, snapshots, send, fail
         self.rt = StageRuntime(plan, *key, backend_factory=snapshots.backend, merging=config.input_merge, restore_t=config.restore_t, **runtime)
         if config.reexecute is not None:  # verify="reexecute:N": keyed steps re-run one batch in N (see reexecuted_step.py)
-            reexecuted(self.rt, config.reexecute, config.seed or 0, corrupted, config.restore_t)
+            reexecuted(self.rt, config.reexecute, config.seed or 0, corrupted, config.restore_t, verifier)
+        #: verify="reexecute:N" on the verifier: its link, which holds the snapshot parts back (None: the default path)
+        self.verifier = verifier
+        if verifier is not None:
+            verifier.wire(corrupted, self._verified_part)
         incarnations = runtime.get("incarnations")
         #: recovery="local": this incarnation's side of it (its log, inputs taken, cut; None: the default path)
         self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key, runtime.get("incarnation"))
@@ -203,11 +209,21 @@ class InstanceHost:
             rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
 
             def prepared(part: SnapshotPart) -> None:
-                if not self.closed:  # else: written for an incarnation that was reset since
-                    rt.part_prepared(t, Prepared(snapshot_id, self.key, part))
-                    self.send_parts()
+                if self.closed:
+                    return  # written for an incarnation that was reset since
+                if self.verifier is not None:  # after the verdicts of what was re-run below t
+                    self.verifier.hold_part(t, Prepared(snapshot_id, self.key, part))
+                    return
+                rt.part_prepared(t, Prepared(snapshot_id, self.key, part))
+                self.send_parts()
 
             self.snapshots.take(snapshot_id, t, self.reader, prepared)
+
+    def _verified_part(self, t: tuple, message: Prepared) -> None:
+        """A part the verifier's verdicts held back goes on (see verifier_link.py)."""
+        if not self.closed:
+            self.rt.part_prepared(t, message)
+            self.send_parts()
 
     def apply_watermark(self, w: tuple) -> None:
         """Fold and release what ``w`` settled, send what windows it closed made, return credit."""

@@ -53,14 +53,18 @@ def _keyed(cls: type) -> Builder:
     def build(step: Step, ctx: StepContext) -> Operator:
         entries = step.state is MapState
         backend = ctx.backend(step, step.fn, entries)
-        flat = step.kind.flat
-        if entries:
-            state = EntryKeyedState(step.fn, flat=flat, backend=None if backend is None else CachedEntries(backend), on_error=_divert(step))
-        else:
-            state = DriftingKeyedState(step.fn, flat=flat, backend=backend, on_error=_divert(step))
-        return cls(step.name, state)
+        return cls(step.name, keyed_state(step, CachedEntries(backend) if entries and backend is not None else backend))
 
     return build
+
+
+def keyed_state(step: Step, backend: Any) -> Any:
+    """The state of keyed step ``step`` (``stateful_map``, ``stateful_flat_map``, lookup) over
+    ``backend`` (an entry state's: an ``EntryBackend``; None: in memory); the instance's and,
+    under ``verify="reexecute:N"``, the verifier's (verifier_actor.py)."""
+    if step.state is MapState:
+        return EntryKeyedState(step.fn, flat=step.kind.flat, backend=backend, on_error=_divert(step))
+    return DriftingKeyedState(step.fn, flat=step.kind.flat, backend=backend, on_error=_divert(step))
 
 
 def _window(step: Step, ctx: StepContext) -> Operator:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 
 from driftstream.ordering.entry_state import EntryKeyedState
 from driftstream.ordering.reexecution import Mismatch, copy_of
+from driftstream.ordering.shipped_reexecution import expected_of, ship
 from driftstream.ordering.written_digests import CheckedEntries, CheckedValues
 
 from driftstream.engine.model.manifest import Manifest
@@ -68,26 +69,34 @@ class SilentCorruption(Exception):
 class ReexecutedStep(Operator):
     """``inner`` (a keyed step's operator) with its state's backend checked, and every
     ``every``-th batch (from ``phase``) re-run on a copy; ``on_mismatch(SilentCorruption)``
-    after a batch that disagreed. ``state`` is the inner's: snapshots and reports see it."""
+    after a batch that disagreed. ``state`` is the inner's: snapshots and reports see it.
+    ``link`` (a :class:`~.verifier_link.VerifierLink`): the batch is re-run in the verifier's
+    process instead, as plan step ``step_id``, and its verdict compared when it comes."""
 
-    __slots__ = ("inner", "state", "every", "phase", "instance", "on_mismatch", "batches", "reexecuted", "watermark", "pending")
+    __slots__ = ("inner", "state", "every", "phase", "instance", "on_mismatch", "batches", "reexecuted", "watermark", "pending",
+                 "link", "step_id")
 
-    def __init__(self, inner: Keyed, every: int, phase: int, instance: str, on_mismatch: Callable[[SilentCorruption], None]) -> None:
+    def __init__(self, inner: Keyed, every: int, phase: int, instance: str, on_mismatch: Callable[[SilentCorruption], None],
+                 link: Any = None, step_id: int = -1) -> None:
         super().__init__(inner.name)
         self.inner, self.state, self.every, self.phase = inner, inner.state, every, phase % every
-        self.instance, self.on_mismatch = instance, on_mismatch
+        self.instance, self.on_mismatch, self.link, self.step_id = instance, on_mismatch, link, step_id
         self.batches = self.reexecuted = 0
         self.watermark: tuple = ()
         self.pending: list = []  # the keys with a log the sweep has not checked yet (see _sweep)
         state = self.state
         if not isinstance(state.backend, (CheckedValues, CheckedEntries)):
             state.backend = (CheckedEntries if isinstance(state, EntryKeyedState) else CheckedValues)(state.backend)
+        if link is not None and isinstance(state.backend, CheckedEntries):
+            state.backend.track()  # a re-run elsewhere is shipped the entries its keys' logs read
 
     def run(self, items: list) -> list:
         self.batches += 1
         if self.batches % self.every != self.phase:
             out = self.inner.run(items)
             found: list = []
+        elif self.link is not None:
+            out, found = self._shipped(items), []
         else:
             self.reexecuted += 1
             inputs = self.inner.inputs(items)
@@ -101,6 +110,21 @@ class ReexecutedStep(Operator):
             ts = [item[0][:4] for item in items]
             before = min((f.since for f in corrupt), default=None)
             self.on_mismatch(SilentCorruption(CorruptionRecord(self.name, self.instance, (min(ts), max(ts)), found, self.watermark, before)))
+        return out
+
+    def _shipped(self, items: list) -> list:
+        """Run ``items`` and ship them to the verifier with what their re-run reads (unless
+        the link is full: then they run unchecked, counted)."""
+        link = self.link
+        if link.full():
+            link.dropped += 1
+            return self.inner.run(items)
+        self.reexecuted += 1
+        state, inputs = self.state, self.inner.inputs(items)
+        shipment = ship(state, self.step_id, inputs, self._sweep(len(items)))
+        out = self.inner.run(items)
+        shipment.add_settled(state, getattr(state.backend, "read", None))
+        link.submit(shipment, expected_of(state, shipment, out), self.name, self.instance, self.watermark)
         return out
 
     def _sweep(self, entries: int) -> list:
@@ -125,6 +149,8 @@ class ReexecutedStep(Operator):
     def settle(self, watermark: tuple) -> None:
         self.watermark = self.state.backend.at = watermark
         self.inner.settle(watermark)
+        if self.link is not None and isinstance(self.state.backend, CheckedEntries):
+            self.state.backend.forget(self.state.logs)
 
 
 def set_aside_since(store: Any, before: Optional[tuple], reason: str) -> list:
@@ -144,15 +170,17 @@ def set_aside_since(store: Any, before: Optional[tuple], reason: str) -> list:
     return gone
 
 
-def reexecuted(rt: Any, every: int, seed: int, on_mismatch: Callable[[SilentCorruption], None], restored: Optional[tuple] = None) -> list:
+def reexecuted(rt: Any, every: int, seed: int, on_mismatch: Callable[[SilentCorruption], None], restored: Optional[tuple] = None,
+               link: Any = None) -> list:
     """Wrap the keyed steps (``stateful_map``, ``stateful_flat_map``, lookups) of stage runtime
     ``rt`` in :class:`ReexecutedStep`; the wrapped ones. The first batch re-run is seeded per
     instance (``seed``), then every ``every``-th. ``restored``: the time of the snapshot its
-    state was restored from (what it reads from there was right then). Windows are not covered yet."""
+    state was restored from (what it reads from there was right then). ``link``: re-run on the
+    verifier (see :class:`ReexecutedStep`). Windows are not covered yet."""
     done = []
     for sid, op in list(rt.operators.items()):
         if isinstance(op, Keyed):
-            rt.operators[sid] = wrapped = ReexecutedStep(op, every, seed + sid, f"{rt.key[0]}/{rt.key[1]}", on_mismatch)
+            rt.operators[sid] = wrapped = ReexecutedStep(op, every, seed + sid, f"{rt.key[0]}/{rt.key[1]}", on_mismatch, link, sid)
             wrapped.state.backend.at = restored or ()
             done.append(wrapped)
     return done

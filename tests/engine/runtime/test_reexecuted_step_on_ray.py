@@ -31,16 +31,19 @@ def build(name: str, sink, paced: bool) -> Flow:
     return flow
 
 
-@pytest.mark.parametrize("kind", ["flip at rest", "wrong"])
-def test_a_fault_in_keyed_state_is_caught_and_the_output_is_the_fault_free_one(ray_session, tmp_path, kind):
+@pytest.mark.parametrize("kind,where", [("flip at rest", "process"), ("wrong", "process"), ("flip at rest", "verifier"),
+                                        ("wrong", "verifier")])
+def test_a_fault_in_keyed_state_is_caught_and_the_output_is_the_fault_free_one(ray_session, tmp_path, kind, where):
+    """A wrong result re-run on the verifier (``where``) is caught only there: the instance
+    re-runs nothing itself, and the settled reads it checks do not see a wrong value written."""
     build("rx-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
     expected = read_file_sink(tmp_path / "ref", "out")
-    name = f"rx-{kind.split()[0]}"
+    name = f"rx-{kind.split()[0]}-{where}"
     out = tmp_path / name
     injector = fault_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, f"{name}/by_key/0", N // 6, kind, seed=3)
     flow = build(name, FileSink(out, name="out"), paced=True)
     result = flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"),
-                      verify="reexecute:1")
+                      verify="reexecute:1", reexecute_on=where)
     injector.join(timeout=5)
     assert not injector.errors and injector.faults, injector.errors
     assert result.metrics.recoveries == 1, result.metrics.recovery_s  # the corruption was caught: the instance exited
