@@ -4,10 +4,14 @@ one while its live replicas' output goes on; no one else rolls back. The protoco
 simulator's (:mod:`driftstream.engine.runtime.replica_replacements`), over actor calls
 (:mod:`driftstream.engine.runtime.replica_replacement_actors`):
 
-1. a new stage actor (a standby when there is one; else new, on a node none of the live
-   replicas is on when the cluster has one) restores the newest committed snapshot ``T`` (under
-   ``"majority"`` every committed snapshot is certified), its sinks dropping nothing (it keeps
-   what they release, as any replica that is not the primary), its output dropped but logged;
+1. a new stage actor (a standby when there is one; else a new process, on a node none of the
+   live replicas is on when the cluster has one) is readied without holding the supervisor up
+   (:meth:`ReplicaReplacement.replace`: a process start takes seconds under load, and a death
+   meanwhile must be answered at once); once it is up (:meth:`ReplicaReplacement.poll`, from the
+   supervisor's watch) it restores the newest committed snapshot ``T`` (under ``"majority"`` every
+   committed snapshot is certified) with the replica sets of that moment, its sinks dropping
+   nothing (it keeps what they release, as any replica that is not the primary), its output
+   dropped but logged;
 2. the acker (:meth:`AckerActor.replica_joining`) sets it aside: its channels stay out of the one
    watermark while it catches up (it is told its own frontier), and holds ``T`` for it until
    each sender's ReplaySent;
@@ -18,8 +22,10 @@ simulator's (:mod:`driftstream.engine.runtime.replica_replacements`), over actor
 
 The record's ``kind`` is ``"replica replaced"``, ``restored`` empty (no instance rolled back), its
 ``snapshot`` the one restored; ``first_output_s``: seconds from the death's detection until it
-joined. What cannot be done (the acker refuses: a failover or recovery under way, the run ending)
-leaves the instance with one replica fewer and says why (``"replica not replaced (why)"``).
+joined; ``steps_s``: ``start`` (its process up), ``restore``, ``connect``, ``replay``. What cannot
+be done (the acker refuses: a failover or recovery under way, the run ending; its actor died)
+leaves the instance with one replica fewer and says why (``"replica not replaced (why)"``); a
+global rollback meanwhile gives every instance its replicas again (the pending one is dropped).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import ray
@@ -39,10 +46,11 @@ from driftstream.engine.control.launcher import Launcher, setup_answers
 from driftstream.engine.control.local_failover import acker_refusal, senders_to
 from driftstream.engine.control.replica_launch import Replica
 from driftstream.engine.control.standbys import StandbyPool
+from driftstream.engine.model.config import vote_sample
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance
 from driftstream.engine.runtime.actors import StageActor
-from driftstream.engine.runtime.ray_session import NAMESPACE
+from driftstream.engine.runtime.ray_session import NAMESPACE, kill_actors
 from driftstream.engine.runtime.replicas import address
 
 log = logging.getLogger(__name__)
@@ -53,71 +61,133 @@ SETTLE_S = 5.0
 UNDER_WAY = "a failover or recovery was still under way"
 
 
+@dataclass
+class PendingReplica:
+    """A replacement of a replica of ``victim`` whose actor is starting: ``ready`` answers once
+    its process is up; ``name`` its replica name, ``real`` its Ray name (a standby's own)."""
+
+    victim: Instance
+    actor: Any
+    name: str
+    real: str
+    ready: Any
+    detected: float
+
+
 class ReplicaReplacement:
     """Replaces the lost replicas of ``launcher``'s run (see the module doc); each record goes to
-    ``failover.recoveries``. ``replaced``: replicas replaced so far."""
+    ``failover.recoveries``. ``pending``: replacements whose actor is starting; ``replaced``:
+    replicas replaced so far."""
 
     def __init__(self, launcher: Launcher, standbys: StandbyPool, failover: Failover) -> None:
         self.launcher, self.standbys, self.failover = launcher, standbys, failover
+        self.pending: list = []
         self.replaced = 0
 
-    def replace(self, victim: Instance, detected: float, manifest: Optional[Manifest]) -> Recovery:
-        """A new replica of ``victim`` from ``manifest`` (None: the beginning). Returns its record."""
-        run, plan = self.launcher, self.launcher.plan
-        entered = time.time()
+    def replace(self, victim: Instance, detected: float) -> None:
+        """Start a replacement of a lost replica of ``victim``: its actor is readied (a standby,
+        else a new process away from the live replicas); :meth:`poll` goes on once it is up."""
+        run = self.launcher
+        name = run.replicas.fresh_name(run.plan.actor_name(victim))
+        if len(self.standbys):
+            actor, real = self.standbys.take()
+        else:
+            actor, real = self._new_actor(name, victim), name
+        self.pending.append(PendingReplica(victim, actor, name, real, actor.node.remote(), detected))
+
+    def waiting(self) -> list:
+        """The refs that answer once a pending replacement's actor is up (for the supervisor's wait)."""
+        return [p.ready for p in self.pending]
+
+    def poll(self, manifest: Optional[Manifest]) -> list:
+        """Each pending replacement whose actor is up restores ``manifest`` (None: the beginning)
+        and joins (see the module doc). Returns the actors added to the launcher's books. A
+        peer's death on the way raises (the supervisor recovers; this replacement is killed)."""
+        added = []
+        for p in [p for p in self.pending if ray.wait([p.ready], timeout=0)[0]]:
+            self.pending.remove(p)
+            if len(self.launcher.replicas.sets.get(p.victim, ())) >= self.launcher.replicas.count:
+                kill_actors([p.actor], [p.real])  # a global rollback since gave the instance its replicas
+                continue
+            try:
+                ray.get(p.ready)
+            except ray.exceptions.RayActorError as exc:
+                self._not_replaced(p.victim, p.detected, f"its actor died starting ({type(exc).__name__})")
+                continue
+            if self._join(p, manifest):
+                added.append(p.actor)
+        return added
+
+    def close(self) -> None:
+        """Kill the pending replacements' actors (the run ended)."""
+        if self.pending:
+            kill_actors([p.actor for p in self.pending], [p.real for p in self.pending])
+            self.pending = []
+
+    def _join(self, p: PendingReplica, manifest: Optional[Manifest]) -> bool:
+        """The replacement ``p``, up, restores ``manifest`` and joins; whether it did."""
+        run, plan, victim = self.launcher, self.launcher.plan, p.victim
+        up = time.time()
         why = self._settled()
         if why is not None:
-            return self._not_replaced(victim, detected, why)
+            kill_actors([p.actor], [p.real])
+            self._not_replaced(victim, p.detected, why)
+            return False
         t = BOTTOM if manifest is None else tuple(manifest.t)
         inc = run._next_incarnation
         run._next_incarnation += 1
         sets = run.replicas.sets
-        name = run.replicas.fresh_name(plan.actor_name(victim))
         replica_sets = {tuple(k): [r.incarnation for r in rs] + ([inc] if k == victim else []) for k, rs in sets.items()}
         opts = run.rules.instance_config(victim, plan.instances.index(victim), manifest, recovering=True)
-        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), replica_sets=replica_sets, replica=(inc, name),
-                                   votes=run.rules.config.verify == "majority", skip_released=False)  # it writes no sink: it keeps
-        actor, real = self._start(name, victim, opts)
+        verify = run.rules.config.verify
+        sample = vote_sample(verify)
+        # as the launcher's (votes under "majority" and "sample:N"); its sinks skip nothing: it writes none, it keeps
+        opts = dataclasses.replace(opts, incarnations=dict(run.incarnations), replica_sets=replica_sets, replica=(inc, p.name),
+                                   votes=verify == "majority" or sample is not None, sample=sample, skip_released=False)
+        actor = p.actor
         try:
-            where, node = setup_answers([actor.listen.remote(), actor.node.remote()], [name, name])
-            started = time.time()
+            ray.get(actor.reset.remote(opts, run.plane, tuple(victim), plan))
+            where = setup_answers([actor.listen.remote()], [p.name])[0]
+            restored = time.time()
             senders = senders_to(plan, victim.stage)
             tokens = [address(sets[k][0].incarnation) if k in sets else tuple(k) for k in plan.instances if k.stage in senders]
             why, ends = ray.get(run.acker.replica_joining.remote(tuple(victim), inc, where, tokens, t))
             if why is not None:
-                ray.kill(actor, no_restart=True)
-                return self._not_replaced(victim, detected, why)
-            if ends:  # verify="majority": its digests are cut at the epochs' ends so far
+                kill_actors([actor], [p.real])
+                self._not_replaced(victim, p.detected, why)
+                return False
+            if ends:  # votes: its digests are cut at the epochs' ends so far
                 ray.get(actor.replica_epochs.remote(ends))
             ray.get(actor.connect.remote(run.acker, run.addresses, replicas=run.replicas.wiring()[0]))
             adopting = run.acker.replica_adopt.remote(inc, ray.get(actor.take_seed.remote()))
             connected = time.time()
             streams = {id(run.actors[k]) for k in plan.instances if k.stage in senders}  # primaries, and instances without replicas
-            peers = run.handles[1:]  # handles[0]: the acker
             replayed = sum(ray.get([h.replica_added.remote(tuple(victim), inc, where if self._sends(h, senders) else None, t,
-                                                           id(h) in streams) for h in peers]))
+                                                           id(h) in streams) for h in run.handles[1:]]))  # handles[0]: the acker
             ray.get(adopting)
+            node = ray.get(p.ready)
         except BaseException:
-            ray.kill(actor, no_restart=True)
+            kill_actors([actor], [p.real])
             raise
-        sets[victim].append(Replica(inc, name, actor, where=where))
+        sets[victim].append(Replica(inc, p.name, actor, where=where))
         node_of = dict(run.node_of)
-        node_of[name] = node
+        node_of[p.name] = node
         real_names = dict(run.real_names)
-        if real != name:
-            real_names[name] = real
+        if p.real != p.name:
+            real_names[p.name] = p.real
         # status() reads these on other threads: each replaced whole
-        run.node_of, run.real_names, run.handles, run.names = node_of, real_names, run.handles + [actor], run.names + [name]
+        run.node_of, run.real_names, run.handles, run.names = node_of, real_names, run.handles + [actor], run.names + [p.name]
         self.replaced += 1
         log.warning("driftstream: %s replaces a lost replica of %s, restored from %s (%d items re-sent by its senders); "
-                    "it joins once caught up", name, victim.label, "the beginning" if manifest is None else f"snapshot {manifest.snapshot_id}",
+                    "it joins once caught up", p.name, victim.label, "the beginning" if manifest is None else f"snapshot {manifest.snapshot_id}",
                     replayed)
-        recovery = Recovery(detected, time.time() - detected, None if manifest is None else manifest.snapshot_id,
+        recovery = Recovery(p.detected, time.time() - p.detected, None if manifest is None else manifest.snapshot_id,
                             pending=[run.acker.replica_joined.remote(inc)],
-                            steps_s={"settle": started - entered, "connect": connected - started, "replay": time.time() - connected},
+                            steps_s={"start": up - p.detected, "restore": restored - up, "connect": connected - restored,
+                                     "replay": time.time() - connected},
                             kind="replica replaced", restored=[])
         self.failover.recoveries.append(recovery)
-        return recovery
+        return True
 
     def _sends(self, handle: Any, senders: set) -> bool:
         """Whether the actor ``handle`` plays (or replicates) an instance of a stage in ``senders``."""
@@ -138,14 +208,10 @@ class ReplicaReplacement:
                 return why
             time.sleep(0.01)
 
-    def _start(self, name: str, victim: Instance, opts: Any) -> tuple:
-        """The replacement's actor and its Ray name: a standby reset, or a new actor named
-        ``name``, away from the live replicas' nodes when the cluster has another."""
+    def _new_actor(self, name: str, victim: Instance) -> Any:
+        """A new stage actor with no instance yet (as a standby), named ``name``, on a node none
+        of ``victim``'s live replicas is on when the cluster has one."""
         run = self.launcher
-        if len(self.standbys):
-            actor, real = self.standbys.take()
-            ray.get(actor.reset.remote(opts, run.plane, tuple(victim), run.plan))
-            return actor, real
         options: dict = {"name": name, "namespace": NAMESPACE}
         taken = {run.node_of.get(r.name) for r in run.replicas.sets[victim]}
         free = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in taken]
@@ -153,10 +219,8 @@ class ReplicaReplacement:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=free[0], soft=True)
         else:
             log.warning("driftstream: the replacement replica of %s shares a node with a live one: the cluster has no other", victim.label)
-        return StageActor.options(**options).remote(run.plan, *victim, opts, run.plane), name
+        return StageActor.options(**options).remote(run.plan, None, None, None, None)
 
-    def _not_replaced(self, victim: Instance, detected: float, why: str) -> Recovery:
+    def _not_replaced(self, victim: Instance, detected: float, why: str) -> None:
         log.warning("driftstream: the lost replica of %s is not replaced (%s): it runs on with one replica fewer", victim.label, why)
-        recovery = Recovery(detected, time.time() - detected, kind=f"replica not replaced ({why})", restored=[])
-        self.failover.recoveries.append(recovery)
-        return recovery
+        self.failover.recoveries.append(Recovery(detected, time.time() - detected, kind=f"replica not replaced ({why})", restored=[]))

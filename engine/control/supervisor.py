@@ -165,8 +165,12 @@ class RaySupervisor:
         committer.schedule()
         try:
             while True:
-                ready, _ = ray.wait([done_ref] + alive, num_returns=1, timeout=committer.wait())
+                replacing = [] if self.replacement is None else self.replacement.waiting()
+                ready, _ = ray.wait([done_ref] + alive + replacing, num_returns=1, timeout=committer.wait())
                 try:
+                    if replacing:  # replicas > 1: a replacement replica's actor is up: it restores and joins
+                        ready = [r for r in ready if r not in replacing]
+                        alive += [h.alive.remote() for h in self.replacement.poll(committer.latest_manifest())]
                     hung = heartbeat.hung(run.names, run.handles)
                     if hung and committer.takes_snapshots:
                         raise Hung(hung)
@@ -281,7 +285,7 @@ class RaySupervisor:
                 victims = sorted({self.launcher.replicas.find(name)[0] for name in dead})
                 self.replicas.recover(dead, detected or time.time())
                 for victim in victims:
-                    self.replacement.replace(victim, detected or time.time(), self.committer.latest_manifest())
+                    self.replacement.replace(victim, detected or time.time())  # its actor starts; _watch goes on once it is up
                 self._inject("after_restore")
                 return None, dead
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:
@@ -343,6 +347,7 @@ class RaySupervisor:
         # cluster's other nodes clean up when an instance of the same name starts there).
         remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
         if self.launcher.replicas is not None:
+            self.replacement.close()
             self.launcher.replicas.close()
         self.launcher.close_verifier()
         self.committer.close()
