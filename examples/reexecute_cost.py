@@ -1,46 +1,69 @@
 """What ``verify="reexecute:N"`` costs (issue 58): the inverted index's backlog (see
 ``driftstream bench backlog``) on Ray with ``verify="first"`` (the default: nothing checked)
-against ``"reexecute:100"`` and ``"reexecute:10"``, in one invocation, the runs interleaved
-round by round so that a loaded machine's drift falls on every mode alike; each run's output is
-checked against the sequential reference.
+against ``"reexecute:N"`` re-run on the flow's verifier (``@verifier``, another process: the
+default) and in the instance's own process (``@process``), in one invocation, the runs
+interleaved round by round so that a loaded machine's drift falls on every mode alike; each
+run's output is checked against the sequential reference. Per mode: the median docs/s and CPU
+seconds of the Ray session (raylet, actors, the verifier) per run, and their ratios to the first
+mode's; the load before and after.
 
-    python -m driftstream.examples.reexecute_cost --docs 3000 --rounds 3 --state entries,value
+    python -m driftstream.examples.reexecute_cost --docs 2000 --rounds 3 --state entries,value
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from typing import Optional
 
 from driftstream.engine.runtime.ray_session import ensure_ray
 from driftstream.examples.benchmarks.backlog import RUN_OPTIONS, Backlog, documents, run_backlog
+from driftstream.examples.inverted_index.files_basis import TreeCpu
 
-MODES = ("first", "reexecute:100", "reexecute:10")
+MODES = ("first", "reexecute:100@verifier", "reexecute:100@process", "reexecute:10@verifier", "reexecute:10@process")
+
+
+def options_of(mode: str) -> dict:
+    """The run options of a mode: ``verify``, and ``@place`` as ``reexecute_on``.
+
+    >>> options_of("reexecute:10@process")
+    {'verify': 'reexecute:10', 'reexecute_on': 'process'}
+    """
+    verify, _, place = mode.partition("@")
+    return {"verify": verify, **({"reexecute_on": place} if place else {})}
 
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m driftstream.examples.reexecute_cost", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", type=int, default=3000)
+    parser.add_argument("--docs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--state", default="entries,value", help="state forms, comma-separated: entries, value")
-    parser.add_argument("--modes", default=",".join(MODES), help="verify values, comma-separated")
+    parser.add_argument("--modes", default=",".join(MODES), help="verify values (with @verifier or @process), comma-separated")
     args = parser.parse_args(argv)
     ensure_ray()
     docs = documents(args.docs)
     modes = args.modes.split(",")
+    print(f"load before: {os.getloadavg()}", flush=True)
     for state in args.state.split(","):
         rates: dict = {mode: [] for mode in modes}
+        cpus: dict = {mode: [] for mode in modes}
         for _ in range(args.rounds):
             for mode in modes:
-                figures = run_backlog(Backlog(args.docs, state, options={**RUN_OPTIONS, "verify": mode}), docs)
+                cpu = TreeCpu(every=1.0)
+                try:
+                    figures = run_backlog(Backlog(args.docs, state, options={**RUN_OPTIONS, **options_of(mode)}), docs)
+                finally:
+                    cpus[mode].append(cpu.stop())
                 if not figures["correct"] or figures["recoveries"]:
                     print(f"{state} {mode}: wrong output or a recovery: {figures}")
                 rates[mode].append(figures["docs_per_s"])
-        base = statistics.median(rates[modes[0]])
+        base, base_cpu = statistics.median(rates[modes[0]]), statistics.median(cpus[modes[0]])
         for mode in modes:
-            median = statistics.median(rates[mode])
-            print(f"{state:8} {mode:14} docs/s {median:8.1f} (runs {rates[mode]})  x{median / base:.3f} of {modes[0]}")
+            rate, cpu_s = statistics.median(rates[mode]), statistics.median(cpus[mode])
+            print(f"{state:8} {mode:24} docs/s {rate:7.1f} x{rate / base:.3f}  CPU s {cpu_s:6.2f} x{cpu_s / base_cpu:.3f}  "
+                  f"(docs/s {rates[mode]}, CPU s {cpus[mode]})", flush=True)
+    print(f"load after: {os.getloadavg()}", flush=True)
     return 0
 
 

@@ -114,7 +114,7 @@ class Shipment:
         """Take the settled records the re-run reads from ``state``'s backend (unchecked: the
         live reads were checked): a value state's per key; an entry state's, the records its
         logs' journals wrote, its size, and ``read[key]`` (the entries the engine read or
-        folded for the key since its log was last empty, see ``CheckedEntries.track``)."""
+        folded for the key since its log's entries were applied, see ``CheckedEntries.read_since``)."""
         backend = getattr(state.backend, "inner", state.backend)
         if not self.entries:
             self.settled = {key: backend.get(key) for key in self.keys}

@@ -112,27 +112,38 @@ class CheckedEntries(CheckedBackend):
     """An entry state's backend (:class:`~.entry_state.EntryBackend`) whose folded writes are
     digested and whose reads are checked (no ``read_view``: the in-order path reads through
     :meth:`get`). ``read`` (after :meth:`track`): per key, the entries read or folded since the
-    key's log was last empty (:meth:`forget`), which a re-run of its log in another process
-    reads (a log entry read from the overlay what a fold has since moved here)."""
+    key's log was last empty (:meth:`forget`), each with ``seq`` then (its owner's batch number),
+    which a re-run of its log in another process reads (a log entry read from the overlay what a
+    fold has since moved here)."""
 
     read: Optional[dict] = None
+    seq: int = 0
 
     def get(self, record: tuple) -> Any:
         if self.read is not None:
-            self.read.setdefault(record[0], set()).add(record[1])
+            self.read.setdefault(record[0], {})[record[1]] = self.seq
         return self._check(record, self.inner.get(record))
 
     def fold(self, writes: list) -> None:
-        written, at, read = self.written, self.at, self.read
+        written, at, read, seq = self.written, self.at, self.read, self.seq
         for record, value in writes:
             written[record] = (digest(value), at)
             if read is not None:
-                read.setdefault(record[0], set()).add(record[1])
+                read.setdefault(record[0], {})[record[1]] = seq
         self.inner.fold(writes)
 
     def track(self) -> None:
         """From now on, keep :attr:`read`."""
         self.read = {}
+
+    def read_since(self, key: Hashable, since: int) -> dict:
+        """The entries of ``key`` read or folded at ``seq`` >= ``since`` (the older ones are
+        forgotten: what the key's log now holds was applied since). O(the key's entries tracked)."""
+        entries = self.read.get(key) if self.read else None
+        if not entries:
+            return {}
+        kept = self.read[key] = {entry: seq for entry, seq in entries.items() if seq >= since}
+        return kept
 
     def forget(self, logs: dict) -> None:
         """Drop :attr:`read` of the keys with no log in ``logs`` (after a fold). O(keys tracked)."""

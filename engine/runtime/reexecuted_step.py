@@ -22,6 +22,7 @@ every read of settled state costs a digest (see written_digests.py). Built only 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -74,7 +75,7 @@ class ReexecutedStep(Operator):
     process instead, as plan step ``step_id``, and its verdict compared when it comes."""
 
     __slots__ = ("inner", "state", "every", "phase", "instance", "on_mismatch", "batches", "reexecuted", "watermark", "pending",
-                 "link", "step_id")
+                 "link", "step_id", "arrivals")
 
     def __init__(self, inner: Keyed, every: int, phase: int, instance: str, on_mismatch: Callable[[SilentCorruption], None],
                  link: Any = None, step_id: int = -1) -> None:
@@ -87,11 +88,17 @@ class ReexecutedStep(Operator):
         state = self.state
         if not isinstance(state.backend, (CheckedValues, CheckedEntries)):
             state.backend = (CheckedEntries if isinstance(state, EntryKeyedState) else CheckedValues)(state.backend)
+        #: with a link, an entry state's: per key, ``(t, batch number)`` of its elements in arrival
+        #: order (see _reads); None: not kept
+        self.arrivals: Optional[dict] = None
         if link is not None and isinstance(state.backend, CheckedEntries):
             state.backend.track()  # a re-run elsewhere is shipped the entries its keys' logs read
+            self.arrivals = {}
 
     def run(self, items: list) -> list:
         self.batches += 1
+        if self.arrivals is not None:
+            self._arrived(items)
         if self.batches % self.every != self.phase:
             out = self.inner.run(items)
             found: list = []
@@ -123,8 +130,31 @@ class ReexecutedStep(Operator):
         state, inputs = self.state, self.inner.inputs(items)
         shipment = ship(state, self.step_id, inputs, self._sweep(len(items)))
         out = self.inner.run(items)
-        shipment.add_settled(state, getattr(state.backend, "read", None))
+        shipment.add_settled(state, None if self.arrivals is None else self._reads(shipment.keys))
         link.submit(shipment, expected_of(state, shipment, out), self.name, self.instance, self.watermark)
+        return out
+
+    def _arrived(self, items: list) -> None:
+        """Note each element's key, time and batch (the backend's reads go with the batch number)."""
+        self.state.backend.seq = batch = self.batches
+        arrivals = self.arrivals
+        for meta, _, key in items:
+            queue = arrivals.get(key)
+            if queue is None:
+                queue = arrivals[key] = deque()
+            queue.append((meta[:4], batch))
+
+    def _reads(self, keys: list) -> dict:
+        """Per key of ``keys``, the entries its log's entries read or saw folded: those read or
+        folded since the earliest arrival among its elements not folded yet (each was last applied
+        since it arrived), the older ones forgotten. O(the keys' entries tracked)."""
+        backend, arrivals, watermark, out = self.state.backend, self.arrivals, self.watermark, {}
+        for key in keys:
+            queue = arrivals.get(key)
+            while queue and queue[0][0] < watermark:
+                queue.popleft()  # folded: its reads are settled history
+            if queue:
+                out[key] = backend.read_since(key, queue[0][1])
         return out
 
     def _sweep(self, entries: int) -> list:
@@ -149,8 +179,11 @@ class ReexecutedStep(Operator):
     def settle(self, watermark: tuple) -> None:
         self.watermark = self.state.backend.at = watermark
         self.inner.settle(watermark)
-        if self.link is not None and isinstance(self.state.backend, CheckedEntries):
-            self.state.backend.forget(self.state.logs)
+        if self.arrivals is not None:  # the keys whose logs the watermark emptied start afresh
+            logs = self.state.logs
+            self.state.backend.forget(logs)
+            for key in [key for key in self.arrivals if key not in logs]:
+                del self.arrivals[key]
 
 
 def set_aside_since(store: Any, before: Optional[tuple], reason: str) -> list:
