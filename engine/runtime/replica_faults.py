@@ -1,6 +1,6 @@
 """The seeded faults of a simulated run's replicas, and what the run does about what the votes
 found (``replicas`` > 1; see simulated_replicas.py and simulated_votes.py): at a step, a
-replica's death (``replica_crashes``: a dead replica is replaced under ``verify="majority"``),
+replica's death (``replica_crashes``: a dead replica is replaced),
 a dissent's action (its dissenters removed and replaced, or a global rollback), or a value
 flipped in a replica's state (``replica_flips``).
 
@@ -44,7 +44,7 @@ class ReplicaFaults:
         if self.crashes_left and not sim.restoring and replicas.can_fail() and rng.random() < REPLICA_CRASH_ANY:
             self.crashes_left -= 1
             instance, _, _ = replicas.fail_one(rng, sim.rules.settings["batch_size"])
-            if votes is not None and votes.due is None:  # (a due rollback restarts every replica anyway)
+            if votes is None or votes.due is None:  # (a due rollback restarts every replica anyway)
                 self._replace(instance)
             return True
         if votes is None:
@@ -59,9 +59,9 @@ class ReplicaFaults:
 
     def kill(self, instance: Any, incarnation: Any) -> str:
         """Kill replica ``incarnation`` of ``instance`` (a test's hook; it must have a live
-        one beside it) and, under verify="majority", replace it; what was done."""
+        one beside it) and replace it; what was done."""
         self.sim.replicas.fail(instance, incarnation, self.sim.rules.settings["batch_size"])
-        return "killed" if self.sim.votes is None else "killed; " + self._replace(instance)
+        return "killed; " + self._replace(instance)
 
     def _act(self, due: Any) -> None:
         """A dissent's action: a rollback (the run's), or its dissenters removed and replaced."""

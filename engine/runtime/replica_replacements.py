@@ -1,5 +1,5 @@
 """A replacement replica in the simulator (issue 58, design item 4): an instance that lost a
-replica (a dissenter removed by the votes, see simulated_votes.py) gets a new one, back to
+replica (a death, or a dissenter removed by the votes, see simulated_votes.py) gets a new one, back to
 ``replicas`` copies, as local recovery replaces a failed instance (local_recovery.py):
 
 1. It restores the newest committed snapshot the votes certified (``T``; a snapshot they
@@ -50,9 +50,15 @@ class ReplicaReplacements:
 
     def replace(self, plan: Plan, instance: Instance, store: Any, rules: RecoveryRules, rng: random.Random, base_every_s: float) -> str:
         """A new replica of ``instance`` from the newest snapshot the votes certified (in
-        ``store``; the run's ``rules`` make its config); says what was done."""
-        _, sid = self.replicas.votes.rollback_target()
-        data = None if sid is None else store.read_manifest(sid)
+        ``store``; under ``verify="first"`` the newest committed; the run's ``rules`` make its
+        config); says what was done."""
+        votes = self.replicas.votes
+        if votes is not None:
+            _, sid = votes.rollback_target()
+            data = None if sid is None else store.read_manifest(sid)
+        else:
+            data = store.read_latest_manifest()
+            sid = None if data is None else Manifest.from_json(data).snapshot_id
         if sid is not None and data is None:  # the logs hold what follows it alone: no older one will do
             return f"not replaced (certified snapshot {sid} pruned)"
         manifest = None if data is None else Manifest.from_json(data)
@@ -73,7 +79,8 @@ class ReplicaReplacements:
         host.recovery.cut = TOP  # its output dropped, but logged
         replicas.sets[instance].append(inc)
         replicas.hosts[inc] = (instance, host)
-        replicas.votes.started(instance, inc, host, first=len(replicas.votes.epochs.boundaries))
+        if replicas.votes is not None:
+            replicas.votes.started(instance, inc, host, first=len(replicas.votes.epochs.boundaries))
         seed = host.rt.take_seed()
         if seed:
             incarnation.acker.seed(host.recovery.tag(seed))

@@ -20,8 +20,8 @@ replica's death costs no restore of anyone and no rollback.
   the same, settled), writes what it kept that its sinks do not hold and drops what they do,
   and writes a base at its next snapshot (its chains are not the dead primary's).
 
-Not built yet: a replacement replica (an instance runs on with one replica fewer; only an
-instance with two live ones loses one), replicas with ``crashes`` or ``rescales`` (a
+A lost replica is replaced (:mod:`.replica_replacements`: restored from the newest committed
+snapshot, caught up, then a replica as any other). Not built yet: replicas with ``crashes`` or ``rescales`` (a
 restore), with steps declared ``deterministic=False``, and ``verify="majority"``.
 
 >>> from driftstream.engine import Flow
@@ -238,8 +238,9 @@ class SimulatedReplicas:
         for token in [k for k in table.holds if k[1] == address(inc)]:
             table.release(token)
         incarnation.acker.receive(Ack({}, None, None))  # the watermark a released hold kept back is pushed
-        if self.votes is not None:
+        if self.replacements is not None:
             self.replacements.lost(inc)
+        if self.votes is not None:
             self.votes.lost(instance, inc, primary)
         return instance, inc, primary
 

@@ -131,7 +131,7 @@ class Simulation:
         self.replicas = None if config.replicas == 1 else SimulatedReplicas(plan, config.replicas, self.local, self.live)
         #: verify="majority" or "sample:N": the replicas' votes (see simulated_votes.py), None by default
         self.votes = None if config.verify != "majority" and vote_sample(config.verify) is None else SimulatedVotes(plan, self.replicas, vote_sample(config.verify))
-        if self.votes is not None:
+        if self.replicas is not None:  # a lost replica is replaced (replica_replacements.py)
             self.replicas.votes, self.replicas.replacements = self.votes, ReplicaReplacements(self.replicas)
         #: replicas > 1: their seeded deaths and flips, and what the votes found done (see replica_faults.py)
         self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
@@ -258,7 +258,7 @@ class Simulation:
         if self.acker.collecting is not None and not self.acker.collecting.missing:
             kinds.append(self._commit)
         elif (self.store is not None and self.acker.collecting is None and self.acker.pushed != TOP and self.clock_value >= self.next_snapshot_at
-              and self.rescaling.phase is None and (self.votes is None or not self.replicas.replacements.catching_up)):
+              and self.rescaling.phase is None and (self.replicas is None or not self.replicas.replacements.catching_up)):
             if self.local is None or not self.local.busy(self.acker):
                 kinds.append(self._begin_snapshot)
             elif self.acker.frontiers is not None:
@@ -267,7 +267,7 @@ class Simulation:
 
     def step(self) -> bool:
         """Take one scheduling decision; False when nothing is left to do."""
-        if self.votes is not None and self.replicas.replacements.catching_up:
+        if self.replicas is not None and self.replicas.replacements.catching_up:
             self.replicas.replacements.catch_up()  # the acker tells a replacement its frontier
         kinds = self._choices()
         if not kinds and (self.votes is None or self.votes.due is None):  # a vote's action may be left at the end
