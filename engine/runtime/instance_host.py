@@ -71,7 +71,8 @@ class InstanceHost:
         #: verify="reexecute:N" on the verifier: its link, which holds the snapshot parts back (None: the default path)
         self.verifier = verifier
         if verifier is not None:
-            verifier.wire(corrupted, self._verified_part)
+            # a verdict after this incarnation closed (a recovery reset the actor) is of what was rolled back
+            verifier.wire(lambda exc: None if self.closed else corrupted(exc), self._verified_part)
         incarnations = runtime.get("incarnations")
         #: recovery="local": this incarnation's side of it (its log, inputs taken, cut; None: the default path)
         self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key, runtime.get("incarnation"))

@@ -10,8 +10,10 @@ from hypothesis import given, settings, strategies as st
 
 from driftstream.ordering.entry_state import EntryKeyedState
 from driftstream.ordering.keyed_state import DriftingKeyedState
-from driftstream.ordering.meta import Meta, tombstone_of
+from driftstream.ordering.meta import Meta
 from driftstream.ordering.reexecution import copy_of, key_digest
+
+from tests.ordering.arrival_orders import batches
 
 
 def _concat(state, x):
@@ -31,21 +33,13 @@ def _state(kind: str):
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(["values", "entries"]), st.integers(0, 2**32), st.integers(4, 30))
 def test_a_healthy_state_and_its_copy_agree_for_any_arrival_order(kind, seed, n):
-    rng = random.Random(seed)
-    elements = [(Meta(i, 0, 0, i), "ab"[i % 2], "kl"[i % 3 == 0]) for i in range(n)]
-    rng.shuffle(elements)
-    live, watermark = _state(kind), 0
-    while elements:
-        batch = [elements.pop() for _ in range(min(len(elements), rng.randint(1, 4)))]
-        if rng.random() < 0.2 and batch:  # a tombstone and the element again, as a retraction does
-            m, p, k = batch[0]
-            batch += [(tombstone_of(m), p, k), (m, p, k)]
+    live = _state(kind)
+    for batch, watermark in batches(random.Random(seed), [(Meta(i, 0, 0, i), "ab"[i % 2], "kl"[i % 3 == 0]) for i in range(n)]):
         again = copy_of(live, batch)
         out = live.apply_items(batch)
         assert again.run(batch, out, live) == []
-        if rng.random() < 0.3:
-            watermark = min([watermark + 1] + [m[0] for m, _, _ in elements] or [watermark + 1])
-            live.advance((watermark,))
+        if watermark is not None:
+            live.advance(watermark)
 
 
 def test_a_bad_state_in_the_log_is_told_apart_by_the_state_and_the_outputs():

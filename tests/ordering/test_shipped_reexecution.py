@@ -16,9 +16,11 @@ from hypothesis import given, settings, strategies as st
 
 from driftstream.ordering.entry_state import DictEntryBackend, EntryKeyedState
 from driftstream.ordering.keyed_state import DictBackend, DriftingKeyedState
-from driftstream.ordering.meta import Meta, tombstone_of
+from driftstream.ordering.meta import Meta
 from driftstream.ordering.shipped_reexecution import canonical_digest, compare, expected_of, rerun, ship
 from driftstream.ordering.written_digests import CheckedEntries, CheckedValues
+
+from tests.ordering.arrival_orders import batches
 
 
 def _concat(state, x):
@@ -58,19 +60,12 @@ def _shipped(live, batch, also=()):
 @given(st.sampled_from(["values", "entries"]), st.integers(0, 2**32), st.integers(4, 30))
 def test_a_healthy_state_and_its_shipped_rerun_agree_for_any_arrival_order(kind, seed, n):
     rng = random.Random(seed)
-    elements = [(Meta(i, 0, 0, i), "abc"[i % 3], "kl"[i % 4 == 0]) for i in range(n)]
-    rng.shuffle(elements)
-    live, watermark = _state(kind), 0
-    while elements:
-        batch = [elements.pop() for _ in range(min(len(elements), rng.randint(1, 4)))]
-        if rng.random() < 0.2 and batch:  # a tombstone and the element again, as a retraction does
-            m, p, k = batch[0]
-            batch += [(tombstone_of(m), p, k), (m, p, k)]
+    live = _state(kind)
+    for batch, watermark in batches(rng, [(Meta(i, 0, 0, i), "abc"[i % 3], "kl"[i % 4 == 0]) for i in range(n)], advance=0.4):
         expected, verdict = _shipped(live, batch, also=["l"] if rng.random() < 0.3 else ())
         assert compare(expected, verdict) == []
-        if rng.random() < 0.4:
-            watermark = min([watermark + 1] + [m[0] for m, _, _ in elements] or [watermark + 1])
-            live.advance((watermark,))
+        if watermark is not None:
+            live.advance(watermark)
             if kind == "entries":
                 live.backend.forget(live.logs)
 
