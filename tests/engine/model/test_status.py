@@ -11,7 +11,7 @@ KEYS = {
     "step_dead_letters", "source_lag", "source_partitions", "source_behind", "skipped", "state_cache", "late_elements",
     "last_snapshot", "snapshots", "snapshot_failures", "last_snapshot_error", "snapshots_failing_s", "recoveries",
     "commit_groups", "parallelism", "max_parallelism", "rescales", "corrupt_snapshots", "key_groups", "counted_since_snapshot",
-    "dissents",
+    "dissents", "reexecution",
 }
 
 
