@@ -150,12 +150,13 @@ def one_run(name: str, recovery: str, kill_at: Optional[float], args: argparse.N
     times = released(workdir)
     others = [longest_gap([when for when, _ in ts]) for p, ts in times.items() if p != VICTIM]
     recoveries = result.metrics.recovery_s
-    return {"run": name, "recovery": recovery, "killed": bool(killed),
+    return {"run": name, "recovery": recovery, "killed": bool(killed), "killed_at": killed[0] if killed else None,
             "first_output_s": first_new(times.get(VICTIM, []), killed[0]) if killed else None,
             "others_longest_gap_s": max(others, default=0.0), "restores": dict(result.metrics.restores),
             "longest_gap_s": max((longest_gap([when for when, _ in ts]) for ts in times.values()), default=0.0),
             "span_s": max((ts[-1][0] for ts in times.values() if ts), default=0.0) - _epoch(workdir),
             "kinds": [r["kind"] for r in recoveries], "engine_first_output_s": [r["first_output_s"] for r in recoveries],
+            "detected_at": [r["detected_at"] for r in recoveries],
             "restored_s": [r["restored_s"] for r in recoveries], "steps_s": [r["steps_s"] for r in recoveries],
             "resets_s": [r["resets_s"] for r in recoveries], "output": output_of(workdir)}
 

@@ -13,6 +13,8 @@ which process each bundle is durable), exactly-once under ``recovery="local"``. 
   ``--kill-at`` seconds in: the longest gap between two bundles of any partition (the killed
   one's included, from 1 s after the first), the killed partition's first output by another
   process, ``metrics.restores`` and the recovery's kind; the output checked against replicas=1's;
+  the replacement replica (a new process; a standby with ``--standbys 1``) restored and caught up meanwhile: seconds
+  from the kill until it joined, and how they went (its process start, restore, connect, replay);
 - a backlog of ``--backlog`` elements (all available at once) with replicas=1 and =2: elements/s
   from the schedule's start to the last bundle durable, and their ratio.
 
@@ -40,7 +42,7 @@ BACKLOG_RATE = 1e6
 
 def run(name: str, replicas: int, kill_at: Optional[float], args: argparse.Namespace, root: str, rate: float, seconds: float) -> dict:
     """:func:`.local_recovery.one_run` with ``replicas`` at ``rate`` for ``seconds``."""
-    options = argparse.Namespace(**{**vars(args), "replicas": replicas, "rate": rate, "seconds": seconds, "standbys": 0})
+    options = argparse.Namespace(**{**vars(args), "replicas": replicas, "rate": rate, "seconds": seconds})
     figures = one_run(name, "local", kill_at, options, root)
     figures["replicas"] = replicas
     return figures
@@ -56,6 +58,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--backlog", type=int, default=200_000, help="elements of the throughput runs (default 200,000; 0: none)")
     parser.add_argument("--verify", choices=("first", "majority"), default="first",
                         help="first (default): the kill runs; majority: the votes' latency and throughput against replicas=1")
+    parser.add_argument("--standbys", type=int, default=0, help="spare actors (default 0: a lost replica's replacement is a new process)")
     parser.add_argument("--replicas", type=int, default=2,
                         help="--verify majority: replicas of each keyed instance (default 2; 3 outvote one); the kill runs take 2")
     args = parser.parse_args(argv)
@@ -95,6 +98,23 @@ def rounds(args: argparse.Namespace) -> list:
             ray.shutdown()
 
 
+def joined_s(r: dict) -> Optional[float]:
+    """Seconds from run ``r``'s kill until its replacement replica joined (None: none joined)."""
+    for kind, detected, joined in zip(r["kinds"], r["detected_at"], r["engine_first_output_s"]):
+        if kind == "replica replaced" and joined is not None and r["killed_at"] is not None:
+            return detected + joined - r["killed_at"]
+    return None
+
+
+def replacement(r: dict) -> str:
+    """Run ``r``'s replacement replica: when it joined after the kill, and where its setup went."""
+    joined = joined_s(r) if r.get("killed_at") is not None else None
+    if joined is None:
+        return ""
+    steps = r["steps_s"][r["kinds"].index("replica replaced")]
+    return f"\n{'':<15} replacement joined {joined:.3f} s after the kill ({', '.join(f'{k} {v:.3f} s' for k, v in steps.items())})"
+
+
 def report(runs: list, backlog: int) -> bool:
     """Print each run and the comparisons; False if an output differs or a kill did not happen."""
     base, ok = runs[0], True
@@ -104,12 +124,15 @@ def report(runs: list, backlog: int) -> bool:
         ok = ok and same and (r["killed"] or not r["run"].startswith("rpb-kill"))
         rate = f"   {backlog / r['span_s']:,.0f} elements/s" if throughput else ""
         print(f"{r['run']:<15} replicas={r['replicas']}   longest gap {_s(r['longest_gap_s']):>9}   first output {_s(r['first_output_s']):>9}   "
-              f"restores {json.dumps(r['restores'])}   kind {','.join(r['kinds']) or '-'}   output {'equal' if same else 'DIFFERS'}{rate}")
+              f"restores {json.dumps(r['restores'])}   kind {','.join(r['kinds']) or '-'}   output {'equal' if same else 'DIFFERS'}{rate}"
+              f"{replacement(r)}")
     kills = [r["longest_gap_s"] for r in runs if r["run"].startswith("rpb-kill")]
     nones = [r["longest_gap_s"] for r in runs if r["run"].startswith("rpb-none")]
     if kills and nones:
         print(f"longest gap, killed / not: worst {max(kills):.3f} s / {max(nones):.3f} s (ratio {max(kills) / max(nones):.2f}); "
               f"restores: {sum(len(r['restores']) for r in runs)}")
+        joins = [joined_s(r) for r in runs if r["run"].startswith("rpb-kill")]
+        print(f"replacement replica joined after the kill: {', '.join('-' if j is None else f'{j:.3f} s' for j in joins)}")
     pairs = [(a, b) for a, b in zip(runs, runs[1:]) if a["run"].startswith("rpb-backlog1") and b["run"].startswith("rpb-backlog2")]
     if pairs:
         ratios = [a["span_s"] / b["span_s"] for a, b in pairs]
