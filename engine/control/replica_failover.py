@@ -14,7 +14,8 @@ simulated_replicas`), over actor calls:
 
 The record's ``kind`` is ``"failover"`` or ``"replica lost"`` and it restores nothing
 (``restored`` is empty, so ``metrics.restores`` counts none). What it cannot do is said by
-:meth:`ReplicaFailover.refusal` and falls back to the supervisor's other recoveries.
+:meth:`ReplicaFailover.refusal` and falls back to the supervisor's other recoveries. Then the
+instance gets a new replica (:mod:`.replica_replacement`); until it joined, it runs on with one fewer.
 
 >>> from driftstream.engine.model.plan import Instance
 >>> a, b = Instance(1, 0), Instance(1, 1)
