@@ -147,7 +147,7 @@ def _one_in(verify: str, mode: str, meaning: str) -> Optional[int]:
     return int(text)
 
 
-def refuse_on_ray(options: Mapping[str, Any], logged_steps: Any = ()) -> None:
+def refuse_on_ray(options: Mapping[str, Any]) -> None:
     """A FlowError for the options the Ray runtime cannot honour yet: ``replicas`` > 1 with
     ``verify="reexecute:N"`` (it takes replicas=1).
 
@@ -163,9 +163,6 @@ def refuse_on_ray(options: Mapping[str, Any], logged_steps: Any = ()) -> None:
     if verify not in ("first", "majority") and vote_sample(verify) is None:
         raise FlowError(f"verify={verify!r} runs with replicas=1; replicas take verify='first' (crash faults), 'majority' "
                         "or 'sample:N'")
-    if logged_steps:
-        raise FlowError("replicas with steps declared deterministic=False are not built yet (a replica must take their "
-                        "outputs from the primary): run them with replicas=1")
 
 
 #: options the engine and its tests set, not a user: accepted, never listed

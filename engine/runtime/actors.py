@@ -45,6 +45,7 @@ from driftstream.engine.runtime.lost_peers import RETIRED, LostPeers
 from driftstream.engine.runtime.output_logs import LogWriter
 from driftstream.engine.runtime.reexecuted_step import SilentCorruption, set_aside_since
 from driftstream.engine.runtime.replica_actors import ReplicaAckerSide, ReplicaStageSide
+from driftstream.engine.runtime.replica_draws import InstanceDraws
 from driftstream.engine.runtime.replica_replacement_actors import ReplacementAckerSide, ReplacementStageSide
 from driftstream.engine.runtime.replica_voter import EpochVoter
 from driftstream.engine.runtime.replicas import DeferredPartition, KeptBundles
@@ -483,6 +484,10 @@ class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide):
         #: verify="majority", a replica: its digests and, the primary's, its gate (None: the default path)
         self.voter = None if not voting else EpochVoter(host, host.recovery.own, config.replica is None, lambda m: self._send(ACKER, m),
                                                         self._gate_write, config.sample)
+        if host.output_logs is not None and self.replica_sets is not None and self.key in self.replica_sets:
+            # replicas > 1, steps declared deterministic=False: the primary draws, the others take its draws
+            host.draws = InstanceDraws(host.rt, config.replica is None, host.recovery.own, self._send, self._draw_followers,
+                                       lambda: self.replica_sets[self.key][0])
         if host.recovery is not None and config.replica is not None:
             # a replica's that is not the primary: its output is all dropped (logged); a replacement's cut comes with connect()
             host.recovery.cut = TOP

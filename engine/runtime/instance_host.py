@@ -31,7 +31,7 @@ from driftstream.engine.model.manifest import SnapshotPart
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_recovery import InstanceRecovery
 from driftstream.engine.runtime.output_logs import OutputLogs
-from driftstream.engine.runtime.protocol import Ack, Align, Prepared, Push, ReplaySent, Watermark
+from driftstream.engine.runtime.protocol import Ack, Align, Drawn, DrawsHeld, Prepared, Push, ReplaySent, Watermark
 from driftstream.engine.runtime.reexecuted_step import reexecuted
 from driftstream.engine.runtime.stage import StageRuntime
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
@@ -87,6 +87,9 @@ class InstanceHost:
         #: the bound last sent to the acker (TOP once the source has read everything)
         self.last_bound: Any = None
         self.failed = self.closed = False
+        #: replicas > 1 and steps declared deterministic=False: this replica's side of their draws
+        #: (replica_draws.py; None: the default path)
+        self.draws: Any = None
 
     def guarded(self, fn: Callable[..., Any], *args: Any) -> bool:
         """Run ``fn(*args)`` unless the run has failed; a StepError fails the run. True if it ran."""
@@ -198,9 +201,14 @@ class InstanceHost:
             self.flush()
 
     def on_message(self, message: Any) -> None:
-        """The acker's :class:`Watermark` (with a snapshot's marker) or :class:`Align`."""
-        if type(message) is Align:
+        """The acker's :class:`Watermark` (with a snapshot's marker) or :class:`Align`; with
+        replicas, the primary's :class:`Drawn` (and, to a new primary, a :class:`DrawsHeld`)."""
+        kind = type(message)
+        if kind is Align:
             self.source.align(message.frontier)
+            return
+        if kind is Drawn or kind is DrawsHeld:
+            self.draws.take(self, message)
             return
         self.apply_watermark(message.t)
         if self.recovery is not None:

@@ -19,7 +19,8 @@ emitted, which a ``key_by`` after it would route to another key.
 [((1, 0, 0, 1, (), False), 1.25, None)]
 
 Costs: one dict lookup and one record per element, and the wrapped operator's own run over the
-elements it computes (one call for all of them, as without the log).
+elements it computes (one call for all of them, as without the log). With replicas, ``replica``
+(:class:`~.replica_draws.ReplicaDraws`) runs it instead: the primary draws, the others take its draws.
 """
 
 from __future__ import annotations
@@ -34,13 +35,17 @@ class LoggedStep(Operator):
     """``inner`` (the step's operator) whose outputs per input go through ``log``; ``flat``: an
     output's parent is its Meta without its last child id (a flat map's), else its own Meta."""
 
-    __slots__ = ("inner", "log", "flat")
+    __slots__ = ("inner", "log", "flat", "replica")
 
     def __init__(self, inner: Operator, log: OutputLog, flat: bool) -> None:
         super().__init__(inner.name)
         self.inner, self.log, self.flat = inner, log, flat
+        #: replicas > 1: this replica's side of the draws (None: the step's instance has no replicas)
+        self.replica = None
 
     def run(self, items: list) -> list:
+        if self.replica is not None:
+            return self.replica.run(self, items)
         log = self.log
         replay = log.replay
         fresh = [item for item in items if not item[0][5] and item[0] not in replay]
@@ -79,3 +84,5 @@ class LoggedStep(Operator):
 
     def settle(self, watermark: tuple) -> None:
         self.log.settle(watermark)
+        if self.replica is not None:
+            self.replica.settle(watermark)

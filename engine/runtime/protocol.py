@@ -128,3 +128,25 @@ class Expelled(NamedTuple):
     """``verify="majority"``: acker -> a replica a majority outvoted: it leaves the run (``why``)."""
 
     why: str
+
+
+class Drawn(NamedTuple):
+    """``replicas`` > 1: the primary (incarnation ``sender``) -> each other replica of its
+    instance, what step ``step`` (declared ``deterministic=False``) drew: ``[(key, outputs)]``,
+    the key an input's Meta and its payload's ``repr`` (see replica_draws.py); the others take
+    these instead of drawing."""
+
+    step: int
+    entries: list
+    sender: Any
+    #: every draw the primary holds, and its watermark then (a replacement's first: till then it
+    #: takes nothing from its log, and then only below that watermark); None: new draws
+    whole: Any = None
+
+
+class DrawsHeld(NamedTuple):
+    """``replicas`` > 1, the primary died: replica ``sender`` -> the new primary, the draws it
+    holds, step id -> ``[(key, outputs)]`` (some it took from the dead one the new one may lack)."""
+
+    sender: Any
+    steps: dict

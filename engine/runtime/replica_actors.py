@@ -51,6 +51,8 @@ class ReplicaStageSide:
             live.remove(old)  # before the flush below: what it holds for the dead one goes to the others too
         self._forget(name)
         part = self.host.recovery
+        if new is not None and self.host.draws is not None and victim == self.key:
+            self.host.draws.hand_over(address(new))  # the draws it took from the dead primary, for the new one
         if new is None or part is None:
             return {"cancelled": 0}
         cancelled = part.cancelled
@@ -80,6 +82,9 @@ class ReplicaStageSide:
         part = host.recovery
         part.incarnations[self.key] = part.own
         self.replica_sets[self.key].remove(old)
+        if host.draws is not None:  # steps declared deterministic=False: the others' draws first, then it draws what waits
+            await self._draws_handed_over(old)
+            host.draws.promote(host, list(host.draws.handed.values()))
         replayed = part.replayed
         for to in list(part.log.items):
             for _, batch in part.replay(host.rt, to, part.incarnations[to], self.batch_size, since=cut):
@@ -92,8 +97,24 @@ class ReplicaStageSide:
         """``replicas``: incarnation -> ``(instance, address)`` of each replica that is not the
         primary; those of ``downstream`` stages are connected."""
         for inc, (key, where) in replicas.items():
-            if key[0] in downstream:
-                await self.endpoint.connect(address(inc), where)
+            if key[0] in downstream or self.host.draws is not None and tuple(key) == tuple(self.key) and inc != self.host.recovery.own:
+                await self.endpoint.connect(address(inc), where)  # (its own instance's: the draws, see replica_draws.py)
+
+    async def _draws_handed_over(self, old: Any, patience: float = 5.0) -> None:
+        """Wait until every other live replica of its instance handed over its draws (a
+        :class:`~.protocol.DrawsHeld` on the data plane, sent in its part before this promotion;
+        one that died meanwhile sends none: given up after ``patience`` seconds)."""
+        own, draws = self.host.recovery.own, self.host.draws
+        others = [inc for inc in self.replica_sets[self.key] if inc not in (own, old)]
+        deadline = time.time() + patience
+        while any(inc not in draws.handed for inc in others) and time.time() < deadline:
+            await asyncio.sleep(0.002)
+
+    def _draw_followers(self) -> list:
+        """The addresses of its instance's other live replicas (those it is connected to): where
+        the primary's draws go (replica_draws.py)."""
+        own, writers = self.host.recovery.own, self.endpoint.writers
+        return [address(inc) for inc in self.replica_sets.get(self.key, ()) if inc != own and address(inc) in writers]
 
     def _forget(self, name: str) -> None:
         """The death of peer ``name`` is answered: its connection's end, seen late, is not a new one."""

@@ -22,7 +22,8 @@ replica's death costs no restore of anyone and no rollback.
 
 A lost replica is replaced (:mod:`.replica_replacements`: restored from the newest committed
 snapshot, caught up, then a replica as any other). Not built yet: replicas with ``crashes`` or ``rescales`` (a
-restore), with steps declared ``deterministic=False``, and ``verify="majority"``.
+restore). Steps declared ``deterministic=False``: the primary draws, the others take its draws
+(:mod:`.replica_draws`).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.model.config import RunConfig
@@ -49,6 +50,7 @@ from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_host import ACKER, InstanceHost
 from driftstream.engine.runtime.local_recovery import LocalRecovery
 from driftstream.engine.runtime.protocol import Ack, Prepared, Push, ReplaySent, Watermark
+from driftstream.engine.runtime.replica_draws import InstanceDraws
 from driftstream.engine.runtime.replicas import KeptBundles, address, fan_out_copies, for_replica, promote
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
@@ -86,6 +88,8 @@ class SimulatedReplicas:
             host = self.live.host(plan, instance, config, rng.getrandbits(32), base_every_s, self._bundle_writer(instance, inc),
                                   self._sender(inc), scratch, incarnations=self.local.incarnations, incarnation=inc)
             self.hosts[inc] = (instance, host)
+            if host.output_logs is not None:  # steps declared deterministic=False: the primary draws (replica_draws.py)
+                host.draws = self.draws(instance, inc, host, n == 0)
             if self.votes is not None:
                 self.votes.started(instance, inc, host)
             if n:
@@ -96,6 +100,12 @@ class SimulatedReplicas:
         primary = self.hosts[incs[0]][1]
         self.live.register(instance, primary)
         return primary
+
+    def draws(self, instance: Instance, inc: Any, host: InstanceHost, primary: bool, synced: bool = True) -> InstanceDraws:
+        """Replica ``inc``'s side of its stage's steps declared deterministic=False (replica_draws.py;
+        ``synced`` False: a replacement, which waits for its primary's draws whole)."""
+        return InstanceDraws(host.rt, primary, inc, self._sender(inc), lambda: [address(i) for i in self.sets.get(instance, ()) if i != inc],
+                             lambda: self.sets[instance][0], synced)
 
     def is_primary(self, incarnation: Any) -> bool:
         entry = self.hosts.get(incarnation)
@@ -261,6 +271,8 @@ class SimulatedReplicas:
         self.local.incarnations[instance] = new
         self.live.register(instance, host)
         self.local.parts[instance] = host.recovery
+        if host.draws is not None:  # steps declared deterministic=False: the others' draws first, then it draws what waits
+            host.draws.promote(host, [self.hosts[i][1].draws.held() for i in self.sets[instance] if i != new])
         kept = self.kept.pop(new, None)
         for sink, bundle in promote(host, [] if kept is None else kept.bundles):  # the dead primary's writes in flight were lost
             if self.votes is not None:

@@ -386,9 +386,6 @@ def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequ
     if crashes or rescales:
         raise FlowError("replicas with crashes= or rescales= are not built yet (a replacement replica restores a snapshot): "
                         "kill replicas with replica_crashes=")
-    if plan.logged_steps:
-        raise FlowError("replicas with steps declared deterministic=False are not built yet (a replica must take their "
-                        "outputs from the primary)")
 
 
 def _fresh_store(config: RunConfig, scratch: str) -> tuple:

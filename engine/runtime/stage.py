@@ -217,6 +217,13 @@ class StageRuntime:
         """Run ``items`` from step ``entry`` through the rest of the stage."""
         self._run({entry: items})
 
+    def process_outputs(self, sid: int, outs: list) -> None:
+        """Step ``sid``'s outputs, drawn elsewhere (a replica's primary's, see replica_draws.py),
+        through the rest of the stage and out on its channels."""
+        pending: dict = {}
+        self._pass_on(sid, outs, pending)
+        self._run(pending)
+
     def _run(self, pending: dict) -> None:
         """Run the stage's steps in order over ``pending`` (step id -> its input items)."""
         operators = self.operators
