@@ -162,8 +162,9 @@ class ReplicaReplacement:
             adopting = run.acker.replica_adopt.remote(inc, ray.get(actor.take_seed.remote()))
             connected = time.time()
             streams = {id(run.actors[k]) for k in plan.instances if k.stage in senders}  # primaries, and instances without replicas
-            replayed = sum(ray.get([h.replica_added.remote(tuple(victim), inc, where if self._sends(h, senders) else None, t,
-                                                           id(h) in streams) for h in run.handles[1:]]))  # handles[0]: the acker
+            # (the victim's primary is told where too: the draws of its steps declared deterministic=False go to it)
+            replayed = sum(ray.get([h.replica_added.remote(tuple(victim), inc, where if self._sends(h, senders) or h is run.actors[victim] else None,
+                                                           t, id(h) in streams) for h in run.handles[1:]]))  # handles[0]: the acker
             ray.get(adopting)
             node = ray.get(p.ready)
         except BaseException:

@@ -66,14 +66,22 @@ class OutputLogs:
         self.seq = 0
         self.woken = False
         self.closed = False
+        #: the time its restore loaded the logs from (False: none loaded, a start from the beginning)
+        self.since = since
         if not self.segments:
             for log in logs.values():
                 log.pending = None  # nothing to make durable: record() keeps no entries to write
         elif since is not False:
-            for name, log in logs.items():
-                seg = self.segments[name]
-                for segment in seg.names(since):
-                    log.load(seg.read(segment), since)
+            self.reload()
+
+    def reload(self) -> None:
+        """Load the logged entries at or after the restore's time (all of them after a start
+        from the beginning: the run's own) as the store holds them now."""
+        since = None if self.since is False else self.since
+        for name, log in self.logs.items():
+            seg = self.segments.get(name)
+            for segment in () if seg is None else seg.names(since):
+                log.load(seg.read(segment), since)
 
     @classmethod
     def of(cls, rt: Any, plan: Plan, key: Instance, config: InstanceConfig, send: Callable[[Any], None],

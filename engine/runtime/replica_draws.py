@@ -15,10 +15,11 @@ replicas the log's operator gets a :class:`ReplicaDraws`:
   comes, runs on through the rest of the stage (:meth:`StageRuntime.process_outputs`) and the
   hold goes. A tombstone of an input still waiting takes it and its hold back. It writes no log
   (the primary's is the instance's).
-- *A replacement* (of a dead or outvoted replica) restores the log's entries at or after its
-  snapshot's time, and the primary sends it every draw it still holds (:meth:`InstanceDraws.sync`);
-  till those came its inputs wait (the log may hold a dead primary's entry for an input the primary
-  drew again, not durable yet).
+- *Another replica* takes nothing of its own log (the primary sends every output it gives, a
+  replayed one too) until the primary sends every draw it holds (:meth:`InstanceDraws.sync`: after
+  a promotion, and to a replacement of a dead or outvoted replica): then it reloads its log and
+  takes from it what is below the primary's watermark then (durable, and the latest entry; above
+  it the log may hold a dead primary's entry for an input its successor drew again, not durable yet).
 - *Promoted* (the primary died): the other replicas hand it the draws they hold
   (:class:`~.protocol.DrawsHeld`: one may have taken a draw of the dead primary that never reached
   it), it takes them, draws what still waits, sends the others every draw it holds, and writes
@@ -80,13 +81,13 @@ class ReplicaDraws:
 
     __slots__ = ("primary", "acks", "rng", "publish", "drawn", "waiting", "drawn_count", "taken", "replay_below")
 
-    def __init__(self, primary: bool, acks: Any, rng: random.Random, publish: Optional[Callable[[list], None]],
-                 replay_below: tuple = TOP) -> None:
+    def __init__(self, primary: bool, acks: Any, rng: random.Random, publish: Optional[Callable[[list], None]]) -> None:
         self.primary, self.acks, self.rng, self.publish = primary, acks, rng, publish
-        #: the time below which its log's entries are taken: a replacement's is the primary's
-        #: watermark when its draws came whole (BOTTOM till then): above it the log may hold a dead
-        #: primary's entry for an input its successor drew again, not durable yet
-        self.replay_below = replay_below
+        #: the time below which its log's entries are taken: the primary's, all; another's, none
+        #: (the primary sends every output it gives, replayed too) but, once the primary's draws
+        #: came whole, below its watermark then: above it the log may hold a dead primary's entry
+        #: for an input its successor drew again, not durable yet
+        self.replay_below = TOP if primary else BOTTOM
         self.drawn: dict = {}  # key -> outputs: the primary's draws (its own, or given), until the watermark passes
         self.waiting: dict = {}  # key -> (item, hold id): another replica's inputs whose draw has not come
         self.drawn_count = self.taken = 0  # inputs drawn here, inputs that took a draw given
@@ -202,15 +203,13 @@ class InstanceDraws:
     dead one's draws, come late, are not taken)."""
 
     def __init__(self, rt: Any, primary: bool, own: Any, send: Callable[[Any, Any], None], followers: Callable[[], list],
-                 primary_now: Callable[[], Any], synced: bool = True) -> None:
-        """``synced`` False: a replacement, which takes nothing of its log before its primary's
-        draws came whole (:meth:`sync`)."""
+                 primary_now: Callable[[], Any]) -> None:
         self.rt, self.own, self.send, self.followers, self.primary_now = rt, own, send, followers, primary_now
         self.steps = {sid: op for sid, op in rt.operators.items() if type(op) is LoggedStep}
         #: the new primary's: replica -> the draws it handed over (:class:`~.protocol.DrawsHeld`)
         self.handed: dict = {}
         for sid, op in self.steps.items():
-            op.replica = ReplicaDraws(primary, rt.acks, rt.rng, self._publisher(sid) if primary else None, TOP if synced else BOTTOM)
+            op.replica = ReplicaDraws(primary, rt.acks, rt.rng, self._publisher(sid) if primary else None)
             if not primary:
                 op.log.pending = None  # the primary's log is the instance's: this one writes nothing
 
@@ -231,6 +230,8 @@ class InstanceDraws:
         step = self.steps[message.step]
         if step.replica.primary or message.sender != self.primary_now():
             return
+        if message.whole is not None and host.output_logs is not None:  # its log as the store holds it now (below whole: durable)
+            host.output_logs.reload()
         out = step.replica.given(step, message.entries, message.whole)
         if out:
             host.guarded(self.rt.process_outputs, message.step, out)

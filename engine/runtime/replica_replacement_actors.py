@@ -101,6 +101,8 @@ class ReplacementStageSide:
         if not host.failed:
             host.flush()  # what it holds for the instance goes to the others (logged: in the replay below)
         self.replica_sets[victim].append(inc)
+        if where is not None and victim == self.key and host.draws is not None:  # its primary: every draw it holds (replica_draws.py)
+            host.draws.sync(to)
         if not replay:
             return 0
         part = host.recovery

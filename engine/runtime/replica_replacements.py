@@ -80,7 +80,7 @@ class ReplicaReplacements:
         replicas.sets[instance].append(inc)
         replicas.hosts[inc] = (instance, host)
         if host.output_logs is not None:  # steps declared deterministic=False: it takes the primary's draws (replica_draws.py)
-            host.draws = replicas.draws(instance, inc, host, False, synced=False)
+            host.draws = replicas.draws(instance, inc, host, False)
             replicas.hosts[replicas.sets[instance][0]][1].draws.sync(address(inc))
         if replicas.votes is not None:
             replicas.votes.started(instance, inc, host, first=len(replicas.votes.epochs.boundaries))

@@ -101,11 +101,10 @@ class SimulatedReplicas:
         self.live.register(instance, primary)
         return primary
 
-    def draws(self, instance: Instance, inc: Any, host: InstanceHost, primary: bool, synced: bool = True) -> InstanceDraws:
-        """Replica ``inc``'s side of its stage's steps declared deterministic=False (replica_draws.py;
-        ``synced`` False: a replacement, which waits for its primary's draws whole)."""
+    def draws(self, instance: Instance, inc: Any, host: InstanceHost, primary: bool) -> InstanceDraws:
+        """Replica ``inc``'s side of its stage's steps declared deterministic=False (replica_draws.py)."""
         return InstanceDraws(host.rt, primary, inc, self._sender(inc), lambda: [address(i) for i in self.sets.get(instance, ()) if i != inc],
-                             lambda: self.sets[instance][0], synced)
+                             lambda: self.sets[instance][0])
 
     def is_primary(self, incarnation: Any) -> bool:
         entry = self.hosts.get(incarnation)

@@ -29,11 +29,11 @@ def _running(total, x):
     return total, [x[0], x[1], x[2], total]
 
 
-def _flow(name: str, out, declared: bool = True) -> Flow:
+def _flow(name: str, out, declared: bool = True, rate: int = 800) -> Flow:
     """The draw after a key_by, in a replicated stage, then a running sum of the draws per key
     (in the next stage: a stateful step takes a key_by right before it)."""
     flow = Flow(name)
-    (flow.source(PacedSource([("k%d" % (i % 5), i) for i in range(N)], rate=800, partitions=2), name="src")
+    (flow.source(PacedSource([("k%d" % (i % 5), i) for i in range(N)], rate=rate, partitions=2), name="src")
          .key_by(lambda x: x[0], name="by_key").map(_draw, name="draw", deterministic=not declared)
          .key_by(lambda x: x[0], name="rekey").stateful_map(_running, name="sum").sink(FileSink(out, name="out")))
     return flow
@@ -83,5 +83,21 @@ def test_majority_agrees_after_the_primary_of_the_draws_died(ray_session, tmp_pa
     assert not killer.errors, killer.errors
     kinds = [r["kind"] for r in result.metrics.recovery_s]
     assert kinds[0] == "failover" and not any(k.startswith("global") for k in kinds), kinds
+    assert result.metrics.dissents == []
+    _consistent(out)
+
+
+def test_a_replacement_replica_takes_the_primary_s_draws(ray_session, tmp_path):
+    """r = 3 under majority: a secondary of the draws' instance killed; its replacement restores
+    a snapshot, takes the primary's draws it holds (and its log below the primary's watermark then),
+    and votes with the others: no dissent. (Input for ~7 s: the replacement's process starts meanwhile.)"""
+    out = tmp_path / "out"
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rd-repl/by_key/0/replica-1", N // 5)])
+    result = _flow("rd-repl", out, rate=400).run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2,
+                                       snapshot_dir=str(tmp_path / "snaps"), recovery="local", replicas=3, verify="majority")
+    killer.join(timeout=5)
+    assert not killer.errors, killer.errors
+    kinds = [r["kind"] for r in result.metrics.recovery_s]
+    assert kinds[0] == "replica lost" and "replica replaced" in kinds and not any(k.startswith("global") for k in kinds), kinds
     assert result.metrics.dissents == []
     _consistent(out)
