@@ -263,8 +263,10 @@ class ReplicaAckerSide:
         primary = replicas[0] == old
         replicas.remove(old)
         cut = None
+        # The supervisor's watch starts a new schedule after any recovery: this one must end (its
+        # ids would run on beside the new one's, and "the newest committed" be a stale snapshot)
+        self._end_schedule()
         if primary:
-            self._end_schedule()
             if self.collecting is not None:
                 self.collecting.set()
             cut = table.watermark
