@@ -1,8 +1,9 @@
 """A re-run of one keyed batch in another process (issue 58, ``verify="reexecute:N"`` with a
 verifier, as Orthrus validates on other cores): a bad core repeats its error when the check runs
 on it, so the batch, the touched keys' logs and the settled records the re-run reads are shipped
-(:class:`Shipment`), re-run there from a fresh state (:func:`rerun`), and the instance compares
-the digests that come back (:class:`Verdict`) with its own (:class:`Expected`, :func:`compare`).
+(:class:`Shipment`) with what the live run gave (its outputs and the keys' post-state), re-run
+there from a fresh state and compared (:func:`rerun`): the :class:`Verdict` lists the
+differences, each with the canonical digests of both sides (:func:`canonical_digest`).
 
 >>> from driftstream.ordering.keyed_state import DriftingKeyedState
 >>> from driftstream.ordering.meta import Meta
@@ -12,20 +13,19 @@ the digests that come back (:class:`Verdict`) with its own (:class:`Expected`, :
 >>> batch = [(Meta(2, 0, 0, 2), 1, "k")]
 >>> shipment = ship(live, 0, batch)
 >>> out = live.apply_items(batch)
->>> shipment.add_settled(live)
->>> expected = expected_of(live, shipment, out)
->>> verdict = rerun(shipment, lambda backend: DriftingKeyedState(add, backend=backend))
->>> compare(expected, verdict)
+>>> shipment.add_settled(live); shipment.add_live(live, out)
+>>> rerun(shipment, lambda backend: DriftingKeyedState(add, backend=backend)).found
 []
->>> live.logs["k"].after[-1] = 4               # the live state went wrong after the batch ran
->>> [m.kind for m in compare(expected_of(live, shipment, out), verdict)]
+>>> live.logs["k"].after[-1] = 4               # the live state went wrong as the batch ran
+>>> shipment.add_live(live, out)
+>>> [m.kind for m in rerun(shipment, lambda backend: DriftingKeyedState(add, backend=backend)).found]
 ['state']
 
-Determinism makes the digests exact across processes, given a canonical encoding
-(:func:`canonical_digest`: a set's or a dict's order is not its value's). Costs, per batch
-shipped: a copy of the touched keys' logs, a read of the settled records they and the batch
-read, the pickle of all that, and in each process a digest of the outputs and of the touched
-keys' post-state; nothing for the batches not shipped.
+Compared as values in the verifier (``==`` does not care for a set's or a dict's order, which
+follows the process's string hashes), digested only where they differ: a canonical digest of a
+big state costs ~12x its pickle. Costs, per batch shipped: a copy of the touched keys' logs, a
+read of the settled records they and the batch read, the pickle of all that and of the live
+outputs and post-state; nothing for the batches not shipped.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Shipment:
     outputs)``, as before the batch), their ``pending`` tombstones, the ``diverted`` metas among
     them, and the settled state the re-run reads (:meth:`add_settled`): ``settled`` (a value
     state's per key; an entry state's per ``(key, entry)``) and ``absent`` (an entry state's
-    records with no value)."""
+    records with no value); and what the live run gave (:meth:`add_live`)."""
 
     step: int
     entries: bool
@@ -103,12 +103,25 @@ class Shipment:
     diverted: list
     settled: dict = field(default_factory=dict)
     absent: list = field(default_factory=list)
+    live_out: list = field(default_factory=list)
+    live_states: dict = field(default_factory=dict)
 
     def least_t(self) -> tuple:
         """The least time of what the re-run applies (a batch item or a log entry): a snapshot
         taken at or after it may hold what the re-run checks."""
         times = [item[0][:4] for item in self.items] + [metas[0][:4] for metas, _, _ in self.logs.values() if metas]
         return min(times)
+
+    def add_live(self, state: Any, out: list) -> None:
+        """What the live ``state`` gave: the batch's outputs ``out`` and each key's post-state
+        (:func:`~.reexecution.key_parts`; referenced, not copied: pickled as it is shipped)."""
+        self.live_out = out
+        self.live_states = {key: key_parts(state, key) for key in self.keys}
+
+    def expected(self) -> "Expected":
+        """What the instance keeps while the verdict is out."""
+        ts = [item[0][:4] for item in self.items]
+        return Expected((min(ts), max(ts)), self.least_t())
 
     def add_settled(self, state: Any, read: Optional[dict] = None) -> None:
         """Take the settled records the re-run reads from ``state``'s backend (unchecked: the
@@ -146,65 +159,44 @@ def ship(state: Any, step: int, items: list, also: Iterable[Hashable] = ()) -> S
 
 @dataclass
 class Verdict:
-    """What a re-run gave: the digest of the outputs its re-applied logs changed (None: none),
-    of the batch's outputs, of each key's post-state (:func:`~.reexecution.key_parts`), and the
-    records it read that were not shipped."""
+    """What a re-run found: the :class:`~.reexecution.Mismatch` es (empty: it agrees)."""
 
-    log: Optional[int]
-    output: int
-    states: dict
-    unshipped: list = field(default_factory=list)
+    found: list = field(default_factory=list)
 
 
 @dataclass
 class Expected:
-    """The live side of a shipped batch: its outputs' and its keys' post-state digests, the
-    batch's t range, and the least time re-run (:meth:`Shipment.least_t`)."""
+    """What the instance keeps of a shipped batch: its t range, and the least time re-run
+    (:meth:`Shipment.least_t`): a snapshot at or after it may hold what the re-run checks."""
 
-    output: int
-    states: dict
     t_range: tuple
     least_t: tuple
 
 
-def expected_of(state: Any, shipment: Shipment, live_out: list) -> Expected:
-    """The live state's digests after it applied ``shipment``'s batch and gave ``live_out``."""
-    ts = [item[0][:4] for item in shipment.items]
-    return Expected(canonical_digest(live_out), {key: canonical_digest(key_parts(state, key)) for key in shipment.keys},
-                    (min(ts), max(ts)), shipment.least_t())
-
-
 def rerun(shipment: Shipment, make_state: Callable[[Any], Any]) -> Verdict:
     """Re-run ``shipment`` on a fresh state (``make_state(backend)``: the step's state class and
-    function over the shipped settled records): its logs re-applied, then its batch."""
+    function over the shipped settled records): its logs re-applied, then its batch, compared
+    with the live side. A record the re-run read unshipped is a ``"read"`` difference: the
+    live run never read it, so the two computations went different ways."""
     backend = ShippedEntries(shipment.settled, shipment.absent) if shipment.entries else DictBackend()
     if not shipment.entries:
         for key, value in shipment.settled.items():
             backend.put(key, value)
     copy = make_state(backend)
     copy_logs(copy, shipment.logs.items(), shipment.pending, set(shipment.diverted))
-    replayed = reapply_logs(copy, shipment.keys)
-    out = copy.apply_items(shipment.items)
-    return Verdict(None if not replayed else canonical_digest(replayed), canonical_digest(out),
-                   {key: canonical_digest(key_parts(copy, key)) for key in shipment.keys},
-                   list(getattr(backend, "unshipped", ())))
-
-
-def compare(expected: Expected, verdict: Verdict) -> list:
-    """The :class:`~.reexecution.Mismatch` es between the live side and a re-run (empty: they
-    agree). A record the re-run read unshipped is a ``"read"`` difference: the live run never
-    read it, so the two computations went different ways."""
     found = []
-    if verdict.log is not None:
-        found.append(Mismatch("log", None, 0, verdict.log))
-    if verdict.output != expected.output:
-        found.append(Mismatch("output", None, expected.output, verdict.output))
-    for key, live in expected.states.items():
-        if verdict.states.get(key) != live:
-            found.append(Mismatch("state", key, live, verdict.states.get(key, 0)))
-    for record in verdict.unshipped:
-        found.append(Mismatch("read", record, 0, 0))
-    return found
+    replayed = reapply_logs(copy, shipment.keys)
+    if replayed:
+        found.append(Mismatch("log", None, 0, canonical_digest(replayed)))
+    out = copy.apply_items(shipment.items)
+    if out != shipment.live_out:
+        found.append(Mismatch("output", None, canonical_digest(shipment.live_out), canonical_digest(out)))
+    for key in shipment.keys:
+        mine, live = key_parts(copy, key), shipment.live_states.get(key)
+        if mine != live:
+            found.append(Mismatch("state", key, canonical_digest(live), canonical_digest(mine)))
+    found += [Mismatch("read", record, 0, 0) for record in getattr(backend, "unshipped", ())]
+    return Verdict(found)
 
 
-__all__ = ["Expected", "Shipment", "ShippedEntries", "Verdict", "canonical_digest", "compare", "expected_of", "rerun", "ship"]
+__all__ = ["Expected", "Shipment", "ShippedEntries", "Verdict", "canonical_digest", "rerun", "ship"]

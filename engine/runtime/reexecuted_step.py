@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 from driftstream.ordering.entry_state import EntryKeyedState
 from driftstream.ordering.reexecution import Mismatch, copy_of
-from driftstream.ordering.shipped_reexecution import expected_of, ship
+from driftstream.ordering.shipped_reexecution import ship
 from driftstream.ordering.written_digests import CheckedEntries, CheckedValues
 
 from driftstream.engine.model.manifest import Manifest
@@ -131,7 +131,8 @@ class ReexecutedStep(Operator):
         shipment = ship(state, self.step_id, inputs, self._sweep(len(items)))
         out = self.inner.run(items)
         shipment.add_settled(state, None if self.arrivals is None else self._reads(shipment.keys))
-        link.submit(shipment, expected_of(state, shipment, out), self.name, self.instance, self.watermark)
+        shipment.add_live(state, out)
+        link.submit(shipment, shipment.expected(), self.name, self.instance, self.watermark)
         return out
 
     def _arrived(self, items: list) -> None:

@@ -1,21 +1,21 @@
 """The flow's verifier under ``verify="reexecute:N"`` (``reexecute_on="verifier"``, issue 58):
 a process of its own that re-runs the batches its instances ship
 (:class:`~driftstream.ordering.shipped_reexecution.Shipment`) with the plan's step functions,
-from fresh states, and answers with their digests; the instance compares them
-(:mod:`.verifier_link`). A bad core's error repeats when the check runs on it: Orthrus
+from fresh states, compares them with the live outputs and post-state shipped along, and
+answers with the differences (:mod:`.verifier_link` takes them). A bad core's error repeats when the check runs on it: Orthrus
 validates on other cores, here on another process (another node's when the cluster has one).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.testing import MemorySink, MemorySource
 >>> from driftstream.ordering.keyed_state import DriftingKeyedState
 >>> from driftstream.ordering.meta import Meta
->>> from driftstream.ordering.shipped_reexecution import compare, expected_of, ship
+>>> from driftstream.ordering.shipped_reexecution import ship
 >>> def add(s, x): return (s or 0) + x, (s or 0) + x
 >>> f = Flow("verifier"); f.source(MemorySource([1])).key_by(str).stateful_map(add).sink(MemorySink("o"))
 >>> plan = f.plan(1); sid = [s.id for s in plan.steps if s.kind.name == "stateful_map"][0]
 >>> live, batch = DriftingKeyedState(add), [(Meta(1, 0, 0, 1), 5, "k")]
->>> shipment = ship(live, sid, batch); out = live.apply_items(batch); shipment.add_settled(live)
->>> compare(expected_of(live, shipment, out), Verifier(plan).rerun(shipment))
+>>> shipment = ship(live, sid, batch); out = live.apply_items(batch); shipment.add_settled(live); shipment.add_live(live, out)
+>>> Verifier(plan).rerun(shipment).found
 []
 
 Costs: per batch shipped, its unpickling and its re-run (see shipped_reexecution.py); the

@@ -2,8 +2,9 @@
 process, :mod:`.verifier_actor`): batches shipped, the verdicts compared as they come, and the
 snapshot parts that a pending verdict may concern held back.
 
-The data path never waits: a shipped batch's outputs go on at once, and the verdict is compared
-when it arrives (on the instance's event loop). What a late verdict could not undo is a snapshot
+The data path never waits: a shipped batch's outputs go on at once, and the verdict (the
+verifier compared the re-run with the live outputs and post-state shipped with it) is taken when
+it arrives, on the instance's event loop. What a late verdict could not undo is a snapshot
 that committed the bad value and released its output: so this instance's part of a snapshot at
 ``T`` waits until every shipped batch that re-ran anything below ``T`` has its verdict (a
 verifier that is slow delays the snapshots, not the data). A verifier that falls behind or dies
@@ -16,13 +17,13 @@ shipped, counted ``dropped``); a verdict not back within ``deadline`` seconds is
 >>> calls, parts, caught = [], [], []
 >>> link = VerifierLink(lambda shipment: calls.append(Future()) or calls[-1], bound=1)
 >>> link.wire(caught.append, lambda t, part: parts.append(part))
->>> link.submit(None, Expected(1, {"k": 2}, ((3,), (4,)), (3,)), "sum", "1/0", ())
+>>> link.submit(None, Expected(((3,), (4,)), (3,)), "sum", "1/0", ())
 True
->>> link.full(), link.submit(None, Expected(1, {}, ((5,), (5,)), (5,)), "sum", "1/0", ()), link.dropped
+>>> link.full(), link.submit(None, Expected(((5,), (5,)), (5,)), "sum", "1/0", ()), link.dropped
 (True, False, 1)
 >>> link.hold_part((2,), "p2"); link.hold_part((4,), "p4"); parts       # p4 may hold the batch at 3
 ['p2']
->>> calls[0].set_result(Verdict(None, 1, {"k": 2})); parts, caught, link.verified
+>>> calls[0].set_result(Verdict([])); parts, caught, link.verified
 (['p2', 'p4'], [], 1)
 """
 
@@ -34,7 +35,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Optional
 
-from driftstream.ordering.shipped_reexecution import Expected, Shipment, compare
+from driftstream.ordering.shipped_reexecution import Expected, Shipment
 
 from driftstream.engine.runtime.reexecuted_step import CorruptionRecord, SilentCorruption
 
@@ -113,7 +114,7 @@ class VerifierLink:
             self.lost += 1
         else:
             self.verified += 1
-            found = compare(expected, verdict)
+            found = verdict.found
             if found:
                 self.corrupted(SilentCorruption(CorruptionRecord(step, instance, expected.t_range, found, watermark, expected.least_t)))
                 return

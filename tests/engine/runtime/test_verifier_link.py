@@ -21,15 +21,15 @@ def _link(bound: int = 4):
     return link, calls, timers, parts, caught
 
 
-def _expected(t: int, output: int = 1) -> Expected:
-    return Expected(output, {"k": 7}, ((t,), (t + 1,)), (t,))
+def _expected(t: int) -> Expected:
+    return Expected(((t,), (t + 1,)), (t,))
 
 
 def test_a_difference_is_the_in_process_mismatch_record_with_the_least_time_re_run():
     link, calls, _, parts, caught = _link()
     link.submit(None, _expected(5), "sum", "1/0", (4,))
     link.hold_part((9,), "p9")
-    calls[0].set_result(Verdict(None, 2, {"k": 8}))
+    calls[0].set_result(Verdict([Mismatch("output", None, 1, 2), Mismatch("state", "k", 7, 8)]))
     (exc,) = caught
     record = exc.record
     assert (record.step, record.instance, record.t_range, record.watermark, record.before) == ("sum", "1/0", ((5,), (6,)), (4,), (5,))
@@ -44,9 +44,9 @@ def test_parts_go_in_order_once_the_verdicts_below_their_time_are_in():
     for t in (1, 3, 6):
         link.hold_part((t,), f"p{t}")
     assert parts == ["p1"]
-    calls[0].set_result(Verdict(None, 1, {"k": 7}))
+    calls[0].set_result(Verdict([]))
     assert parts == ["p1"]  # the batch at 2 is still out
-    calls[1].set_result(Verdict(None, 1, {"k": 7}))
+    calls[1].set_result(Verdict([]))
     assert parts == ["p1", "p3", "p6"] and not caught and link.verified == 2
 
 
@@ -57,7 +57,7 @@ def test_past_the_bound_samples_are_dropped_and_a_dead_or_hung_verifier_is_given
     link.hold_part((5,), "p5")
     calls[0].set_exception(RuntimeError("the verifier died"))
     timers[1]()  # the second's deadline
-    calls[1].set_result(Verdict(None, 99, {}))  # too late: not compared
+    calls[1].set_result(Verdict([Mismatch("output", None, 1, 2)]))  # too late: not compared
     assert parts == ["p5"] and not caught
     stats = link.stats()
     assert (stats["sent"], stats["dropped"], stats["lost"], stats["late"], stats["verified"], stats["outstanding"]) == (2, 1, 1, 1, 0, 0)
@@ -71,7 +71,7 @@ def test_drained_returns_once_every_verdict_is_in():
         waiting = asyncio.ensure_future(link.drained())
         await asyncio.sleep(0.03)
         assert not waiting.done()
-        calls[0].set_result(Verdict(None, 1, {"k": 7}))
+        calls[0].set_result(Verdict([]))
         await asyncio.wait_for(waiting, 1)
 
     asyncio.run(main())
