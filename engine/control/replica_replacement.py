@@ -5,7 +5,8 @@ simulator's (:mod:`driftstream.engine.runtime.replica_replacements`), over actor
 (:mod:`driftstream.engine.runtime.replica_replacement_actors`):
 
 1. a new stage actor (a standby when there is one; else a new process, on a node none of the
-   live replicas is on when the cluster has one) is readied without holding the supervisor up
+   live replicas is on when the cluster has one, started ``START_DELAY_S`` after the death: the
+   failover's burst goes first) is readied without holding the supervisor up
    (:meth:`ReplicaReplacement.replace`: a process start takes seconds under load, and a death
    meanwhile must be answered at once); once it is up (:meth:`ReplicaReplacement.poll`, from the
    supervisor's watch) it restores the newest committed snapshot ``T`` (under ``"majority"`` every
@@ -59,12 +60,16 @@ log = logging.getLogger(__name__)
 SETTLE_S = 5.0
 #: what the acker says while a failover's or recovery's re-sends are not all in (worth waiting for)
 UNDER_WAY = "a failover or recovery was still under way"
+#: seconds after a death before a new process starts for its replacement: its start (about a
+#: second of CPU) must not slow the failover's re-sends and the promoted primary's first output
+START_DELAY_S = 0.5
 
 
 @dataclass
 class PendingReplica:
-    """A replacement of a replica of ``victim`` whose actor is starting: ``ready`` answers once
-    its process is up; ``name`` its replica name, ``real`` its Ray name (a standby's own)."""
+    """A replacement of a replica of ``victim`` whose actor is starting (None: not yet, at
+    ``start_at``): ``ready`` answers once its process is up; ``name`` its replica name, ``real``
+    its Ray name (a standby's own)."""
 
     victim: Instance
     actor: Any
@@ -72,6 +77,7 @@ class PendingReplica:
     real: str
     ready: Any
     detected: float
+    start_at: float = 0.0
 
 
 class ReplicaReplacement:
@@ -91,20 +97,25 @@ class ReplicaReplacement:
         name = run.replicas.fresh_name(run.plan.actor_name(victim))
         if len(self.standbys):
             actor, real = self.standbys.take()
+            self.pending.append(PendingReplica(victim, actor, name, real, actor.node.remote(), detected))
         else:
-            actor, real = self._new_actor(name, victim), name
-        self.pending.append(PendingReplica(victim, actor, name, real, actor.node.remote(), detected))
+            self.pending.append(PendingReplica(victim, None, name, name, None, detected, time.time() + START_DELAY_S))
 
     def waiting(self) -> list:
-        """The refs that answer once a pending replacement's actor is up (for the supervisor's wait)."""
-        return [p.ready for p in self.pending]
+        """The refs that answer once a pending replacement's actor is up (for the supervisor's
+        wait); first the new processes whose start is due are started."""
+        for p in self.pending:
+            if p.actor is None and time.time() >= p.start_at:
+                p.actor = self._new_actor(p.name, p.victim)
+                p.ready = p.actor.node.remote()
+        return [p.ready for p in self.pending if p.ready is not None]
 
     def poll(self, manifest: Optional[Manifest]) -> list:
         """Each pending replacement whose actor is up restores ``manifest`` (None: the beginning)
         and joins (see the module doc). Returns the actors added to the launcher's books. A
         peer's death on the way raises (the supervisor recovers; this replacement is killed)."""
         added = []
-        for p in [p for p in self.pending if ray.wait([p.ready], timeout=0)[0]]:
+        for p in [p for p in self.pending if p.ready is not None and ray.wait([p.ready], timeout=0)[0]]:
             self.pending.remove(p)
             if len(self.launcher.replicas.sets.get(p.victim, ())) >= self.launcher.replicas.count:
                 kill_actors([p.actor], [p.real])  # a global rollback since gave the instance its replicas
@@ -120,9 +131,10 @@ class ReplicaReplacement:
 
     def close(self) -> None:
         """Kill the pending replacements' actors (the run ended)."""
-        if self.pending:
-            kill_actors([p.actor for p in self.pending], [p.real for p in self.pending])
-            self.pending = []
+        started = [p for p in self.pending if p.actor is not None]
+        if started:
+            kill_actors([p.actor for p in started], [p.real for p in started])
+        self.pending = []
 
     def _join(self, p: PendingReplica, manifest: Optional[Manifest]) -> bool:
         """The replacement ``p``, up, restores ``manifest`` and joins; whether it did."""

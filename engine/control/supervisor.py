@@ -165,7 +165,7 @@ class RaySupervisor:
         committer.schedule()
         try:
             while True:
-                replacing = [] if self.replacement is None else self.replacement.waiting()
+                replacing = [] if self.replacement is None else self.replacement.waiting()  # (starts those due)
                 ready, _ = ray.wait([done_ref] + alive + replacing, num_returns=1, timeout=committer.wait())
                 try:
                     if replacing:  # replicas > 1: a replacement replica's actor is up: it restores and joins
