@@ -36,3 +36,21 @@ def test_every_dissent_is_kept_once_and_the_rollback_names_its_recovery():
     assert records.take_kind() == "global (vote: corruption of 1/0's replicas [1, 2] in t ((0,), (5,)))" and records.take_kind() is None
     records.rolled_back(_rollback("corruption", "1/1", ((5,), (9,)), earlier=tuple(first.dissents)))  # the acker's list holds the first again
     assert [d["instance"] for d in records.gather()] == ["1/0", "1/1"]
+
+
+def test_a_sampled_vote_s_rollback_sets_the_uncertified_snapshots_aside_and_the_store_keeps_the_certified(tmp_path):
+    """verify="sample:N": only the snapshots at a sampled epoch's end are certified (here every
+    third); the store keeps the newest through its pruning, and a vote's rollback quarantines the
+    committed ones after it, so the launch restores it."""
+    from driftstream.ordering.epoch_votes import sampled
+    from driftstream.snapshots.store import SnapshotStore
+
+    store = SnapshotStore(str(tmp_path / "store"), pinned=lambda sid: sampled(sid, 3))
+    for sid in range(1, 9):
+        store.write_manifest(sid, {"time": [sid]})
+    assert store.committed_ids() == [6, 7, 8]  # keep=2 and the pinned newest certified (6); 3 pruned
+    records = ReplicaDissents(SimpleNamespace(acker=None), store)
+    assert records.rolled_back(_rollback("corruption", "1/0", ((7,), (8,)))) is None
+    assert store.committed_ids() == [6] and store.read_latest_manifest()["snapshot_id"] == 6
+    majority = ReplicaDissents(SimpleNamespace(acker=None), SnapshotStore(str(tmp_path / "other")))
+    assert majority.set_aside_uncertified("why") == []  # every committed snapshot was certified
