@@ -263,10 +263,10 @@ class RunConfig:
     #: or "reexecute:N" (silent corruption without a second copy: one keyed batch in N re-run on a
     #: copy of its keys' state, settled reads checked; a difference rolls the run back)
     verify: str = "first"
-    #: where verify="reexecute:N" re-runs a batch on Ray: "verifier" (another process, the flow's
-    #: verifier actor: a bad core does not check itself) or "process" (the instance's own). The
-    #: simulator re-runs in the instance's process whatever this says.
-    reexecute_on: str = "verifier"
+    #: where verify="reexecute:N" re-runs a batch on Ray: "process" (the instance's own) or
+    #: "verifier" (another process, the flow's verifier actor: a bad core does not check itself;
+    #: it costs more CPU, see docs/operations.md). The simulator re-runs in the instance's process.
+    reexecute_on: str = "process"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "guarantee", Guarantee.parse(self.guarantee))
