@@ -66,7 +66,7 @@ class FlowStatus:
     dissents: list = field(default_factory=list)
     #: verify="reexecute:N" on the verifier: the instances' batches ``sent``, ``verified``,
     #: ``dropped`` (past their bound), ``lost`` (the verifier died: Ray restarts it), ``late`` (no
-    #: verdict within the deadline), ``outstanding``, ``parts_held``, and the ``verifier``'s own
+    #: verdict within the deadline), ``outstanding``, ``held`` (parts and sink writes), and the ``verifier``'s own
     #: ``reruns`` and ``cpu_s`` since its process started (None: it does not answer). None: not on.
     reexecution: Optional[dict] = None
     #: per keyed stage, the key groups each instance owns

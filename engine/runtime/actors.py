@@ -442,7 +442,14 @@ class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide):
 
     def _write_bundle(self, sid: int, sink: Any, bundle: Any) -> None:
         host = self.host
-        self.writers.write(sid, sink, bundle, lambda error: self._bundle_written(host, sid, bundle, error))
+        if host.verifier is not None:  # verify="reexecute:N" on the verifier: after the verdicts at or below its time
+            host.verifier.hold(None if bundle.t_last is None else tuple(bundle.t_last[:4]), lambda: self._write_now(host, sid, sink, bundle))
+            return
+        self._write_now(host, sid, sink, bundle)
+
+    def _write_now(self, host: InstanceHost, sid: int, sink: Any, bundle: Any) -> None:
+        if host is self.host:
+            self.writers.write(sid, sink, bundle, lambda error: self._bundle_written(host, sid, bundle, error))
 
     def _bundle_written(self, host: InstanceHost, sid: int, bundle: Any, error: Optional[BaseException]) -> None:
         if host is not self.host:

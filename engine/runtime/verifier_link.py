@@ -2,12 +2,13 @@
 process, :mod:`.verifier_actor`): batches shipped, the verdicts compared as they come, and the
 snapshot parts that a pending verdict may concern held back.
 
-The data path never waits: a shipped batch's outputs go on at once, and the verdict (the
-verifier compared the re-run with the live outputs and post-state shipped with it) is taken when
-it arrives, on the instance's event loop. What a late verdict could not undo is a snapshot
-that committed the bad value and released its output: so this instance's part of a snapshot at
-``T`` waits until every shipped batch that re-ran anything below ``T`` has its verdict (a
-verifier that is slow delays the snapshots, not the data). A verifier that falls behind or dies
+The data path never waits: a shipped batch's outputs go on at once to the next stage, and the
+verdict (the verifier compared the re-run with the live outputs and post-state shipped with it)
+is taken when it arrives, on the instance's event loop. What a late verdict could not undo is
+output a sink holds (an exactly-once recovery skips what its sink already has) and a snapshot
+that committed the bad value: so this instance's sink writes and its part of a snapshot wait
+until every shipped batch that re-ran anything at or below their time has its verdict (a slow
+verifier delays the sinks and the snapshots, not the stages). A verifier that falls behind or dies
 never stalls the flow: at most ``bound`` batches are outstanding (past it a sampled batch is not
 shipped, counted ``dropped``); a verdict not back within ``deadline`` seconds is given up
 (``late``), as is one whose call failed (``lost``: the actor died; Ray restarts it).
@@ -64,7 +65,7 @@ class VerifierLink:
         self.corrupted: Callable[[SilentCorruption], None] = lambda exc: None
         self.release: Callable[[tuple, Any], None] = lambda t, part: None
         self.outstanding: dict = {}  # number -> (Expected, step, instance, watermark)
-        self.parts: deque = deque()  # (T, part) held, in order
+        self.held: deque = deque()  # (t, what to do once no outstanding batch re-ran below t), in order
         self._numbers = itertools.count()
         self.sent = self.verified = self.dropped = self.lost = self.late = 0
         self.busy_s = 0.0  # wall seconds the batches waited for their verdicts, summed
@@ -132,24 +133,29 @@ class VerifierLink:
             await asyncio.sleep(POLL_S)
 
     def hold_part(self, t: tuple, part: Any) -> None:
-        """This instance's snapshot part at ``t``: released (``release(t, part)``, in order)
-        once no outstanding batch re-ran anything below ``t``."""
-        self.parts.append((t, part))
+        """This instance's snapshot part at ``t``: released (``release(t, part)``) as :meth:`hold` says."""
+        self.hold(t, lambda: self.release(t, part))
+
+    def hold(self, t: Optional[tuple], then: Callable[[], None]) -> None:
+        """Do ``then()`` once no outstanding batch re-ran anything at or below ``t`` (a snapshot
+        part's T, a sink bundle's last time: what derives from a batch has its times), after
+        what was held before it. None: at once, after those."""
+        self.held.append((t, then))
         self._release_parts()
 
     def _release_parts(self) -> None:
-        parts = self.parts
-        if not parts:
+        held = self.held
+        if not held:
             return
         least = min((entry[0].least_t for entry in self.outstanding.values()), default=None)
-        while parts and (least is None or parts[0][0] <= least):
-            self.release(*parts.popleft())
+        while held and (least is None or held[0][0] is None or held[0][0] < least):
+            held.popleft()[1]()
 
     def stats(self) -> dict:
         """Counts for ``status()``: batches shipped, verified, dropped (the bound), lost (a
-        failed call), late (the deadline), outstanding now, and parts held."""
+        failed call), late (the deadline), outstanding now, and snapshot parts and sink writes held."""
         return {"sent": self.sent, "verified": self.verified, "dropped": self.dropped, "lost": self.lost, "late": self.late,
-                "outstanding": len(self.outstanding), "parts_held": len(self.parts), "wait_s": round(self.busy_s, 3)}
+                "outstanding": len(self.outstanding), "held": len(self.held), "wait_s": round(self.busy_s, 3)}
 
 
 __all__ = ["BOUND", "DEADLINE_S", "VerifierLink"]

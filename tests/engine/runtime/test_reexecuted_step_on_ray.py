@@ -35,7 +35,8 @@ def build(name: str, sink, paced: bool) -> Flow:
                                         ("wrong", "verifier")])
 def test_a_fault_in_keyed_state_is_caught_and_the_output_is_the_fault_free_one(ray_session, tmp_path, kind, where):
     """A wrong result re-run on the verifier (``where``) is caught only there: the instance
-    re-runs nothing itself, and the settled reads it checks do not see a wrong value written."""
+    re-runs nothing itself, and the settled reads it checks do not see a wrong value written.
+    Its output reached the sink's writer before the verdict: held there until it came."""
     build("rx-ref", FileSink(tmp_path / "ref", name="out"), paced=False).run(parallelism=2)
     expected = read_file_sink(tmp_path / "ref", "out")
     name = f"rx-{kind.split()[0]}-{where}"

@@ -50,6 +50,18 @@ def test_parts_go_in_order_once_the_verdicts_below_their_time_are_in():
     assert parts == ["p1", "p3", "p6"] and not caught and link.verified == 2
 
 
+def test_a_sink_write_at_the_least_time_re_run_waits_and_one_with_no_time_keeps_its_place():
+    link, calls, _, _, _ = _link()
+    done: list = []
+    link.submit(None, _expected(5), "sum", "1/0", ())
+    link.hold((4, 9), lambda: done.append("w4"))
+    link.hold((5,), lambda: done.append("w5"))  # may hold what the batch at 5 made
+    link.hold(None, lambda: done.append("empty"))
+    assert done == ["w4"]
+    calls[0].set_result(Verdict([]))
+    assert done == ["w4", "w5", "empty"]
+
+
 def test_past_the_bound_samples_are_dropped_and_a_dead_or_hung_verifier_is_given_up():
     link, calls, timers, parts, caught = _link(bound=2)
     assert link.submit(None, _expected(1), "sum", "1/0", ()) and link.submit(None, _expected(2), "sum", "1/0", ())
