@@ -232,7 +232,7 @@ class Flow:
             from driftstream.engine.model.config import refuse_on_ray
 
             plan = self.plan(parallelism, fuse=options.get("fuse", True))
-            refuse_on_ray(options)
+            refuse_on_ray(options, plan)
 
             return run_on_ray(plan, address=address, **options)
         if runtime == "simulator":
@@ -260,7 +260,7 @@ class Flow:
         from driftstream.engine.model.config import refuse_on_ray
 
         plan = self.plan(parallelism, fuse=options.get("fuse", True))
-        refuse_on_ray(options)
+        refuse_on_ray(options, plan)
         return start_on_ray(plan, address=address, detached=detached, **options)
 
 

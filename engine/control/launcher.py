@@ -72,8 +72,8 @@ class Launcher:
         #: the data-plane addresses of the last launch ("acker" and each instance)
         self.addresses: dict = {}
         self.plane: Optional[PlaneKey] = None
-        #: replicas > 1: the replicas of every instance that reads no source (None: the default path)
-        self.replicas: Optional[ReplicaLaunch] = None if rules.config.replicas == 1 else ReplicaLaunch(rules.config.replicas)
+        #: replicas > 1: the replicas of the replicated instances (RunConfig.replicated; None: the default path)
+        self.replicas: Optional[ReplicaLaunch] = None if rules.config.replica_count == 1 else ReplicaLaunch(rules.config)
         #: verify="reexecute:N" with reexecute_on="verifier": the flow's verifier actor, kept over launches (None: none)
         self.verifier = None
 

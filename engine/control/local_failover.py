@@ -130,7 +130,7 @@ class LocalFailover:
         standby = len(self.standbys) > 0
         self.failover.kill(run.handles_of([name]), [] if standby else [name])
         killed = time.time()
-        replicas = {} if run.replicas is None else run.replicas.sets  # replicas > 1: the victim reads a source (replicas never restore)
+        replicas = {} if run.replicas is None else run.replicas.sets  # replicas > 1: the victim has none (replicas never restore)
         # Whose ReplaySent the acker holds for: a replica's names its incarnation
         tokens = [replica_address(r.incarnation) for k in survivors for r in replicas.get(k, ())]
         tokens += [tuple(k) for k in survivors if k not in replicas]

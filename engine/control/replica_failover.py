@@ -24,7 +24,7 @@ True
 >>> ReplicaFailover.refusal_of({"f/a/0", "f/a/0/replica-1"}, {"f/a/0": (a, 0), "f/a/0/replica-1": (a, 1)}, {a: 2})
 '1/0 lost its last live replica'
 >>> ReplicaFailover.refusal_of({"f/src/0"}, {"f/src/0": None}, {})
-'f/src/0 is not a replica (a source instance: local recovery replaces it)'
+'f/src/0 is not a replica (an instance without replicas: local recovery replaces it)'
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ReplicaFailover:
             return "every actor is restarted"
         others = sorted(n for n in dead if found.get(n) is None)
         if others and len(dead) == 1:
-            return f"{others[0]} is not a replica (a source instance: local recovery replaces it)"
+            return f"{others[0]} is not a replica (an instance without replicas: local recovery replaces it)"
         if others:
             return f"{len(dead)} actors died at once, not all replicas ({others[0]})"
         lost = Counter(found[n][0] for n in dead)
@@ -84,14 +84,15 @@ class ReplicaFailover:
         secondaries = all(found[n][1] > 0 for n in dead)  # (an outvoted one's exit may come as the run ends)
         return acker_refusal(run.acker.replica_refusal.remote((), secondaries))
 
-    def reads_a_source(self, dead: Optional[set]) -> bool:
-        """Whether ``dead`` is one instance that reads a source (it has no replicas: local recovery
-        replaces it, its peers' replicas take their part too)."""
+    def unreplicated(self, dead: Optional[set]) -> bool:
+        """Whether ``dead`` is one stage instance without replicas (one that reads a source, or
+        of a stage ``replicas={step: r}`` does not name): local recovery replaces it, its peers'
+        replicas take their part too."""
         run = self.launcher
         if not dead or len(dead) != 1:
             return False
         name = next(iter(dead))
-        return name in run.names[1:] and run.replicas.find(name) is None and run.plan.instances[run.names.index(name) - 1] in run.plan.source_instances
+        return name in run.names[1:] and run.replicas.find(name) is None and run.plan.instances[run.names.index(name) - 1] not in run.replicas.sets
 
     def recover(self, dead: set, detected: float) -> list:
         """Fail over from the dead replicas ``dead`` (names; see the module doc), those that were not

@@ -20,6 +20,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.actors import StageActor
 from driftstream.engine.runtime.ray_session import NAMESPACE
@@ -58,8 +59,8 @@ class ReplicaLaunch:
     the primary first), the placement groups it made, and a serial for fresh names (a name
     stays taken while its promoted actor lives)."""
 
-    def __init__(self, count: int) -> None:
-        self.count = count
+    def __init__(self, config: RunConfig) -> None:
+        self.config, self.count = config, config.replica_count
         self.sets: dict = {}
         self.groups: list = []
         #: instance -> a scheduling strategy per replica, the primary's first (None: Ray's choice)
@@ -76,9 +77,9 @@ class ReplicaLaunch:
         """Incarnations of every replicated instance's replicas: ``(replica_sets, next
         incarnation)``; ``replica_sets`` (instance -> incarnations, the primary's first) goes
         to every instance's config."""
-        sets = {}
+        sets, replicated = {}, self.config.replicated(plan)
         for key in plan.instances:
-            if key not in plan.source_instances:
+            if key in replicated:
                 sets[key] = [incarnations[key]] + list(range(next_incarnation, next_incarnation + self.count - 1))
                 next_incarnation += self.count - 1
         return sets, next_incarnation

@@ -72,7 +72,7 @@ class SnapshotCommitter:
         if config.takes_snapshots:
             self.snapshot_dir = config.snapshot_dir or default_snapshot_dir(plan.flow_name)
             # Pruning lists the store: about once a second, whatever the snapshot interval.
-            sample = vote_sample(config.verify) if config.replicas > 1 else None
+            sample = vote_sample(config.verify) if config.replica_count > 1 else None
             # verify="sample:N": the newest snapshot a vote certified is kept, a vote's rollback restores it
             pinned = None if sample is None else functools.partial(sampled, every=sample)
             self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)), pinned=pinned)

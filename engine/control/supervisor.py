@@ -80,7 +80,7 @@ class RaySupervisor:
             self.local = LocalFailover(self.launcher, self.standbys, self.failover)
             self.committer.after_commit = self._trim_sent
         #: replicas > 1: a replica's death fails over to a live one (None: the default path)
-        self.replicas: Optional[ReplicaFailover] = None if config.replicas == 1 else ReplicaFailover(self.launcher, self.failover)
+        self.replicas: Optional[ReplicaFailover] = None if config.replica_count == 1 else ReplicaFailover(self.launcher, self.failover)
         #: replicas > 1: an instance that lost a replica gets a new one, restored and caught up
         self.replacement = None if self.replicas is None else ReplicaReplacement(self.launcher, self.standbys, self.failover)
         #: verify="majority" / "sample:N": the replicas' dissents, and a vote's rollback (None: the default path)
@@ -254,7 +254,7 @@ class RaySupervisor:
             why, dead = self._fail_over(dead, detected)
             if why is None:
                 return
-        if self.local is not None and (self.replicas is None or self.replicas.reads_a_source(dead)):
+        if self.local is not None and (self.replicas is None or self.replicas.unreplicated(dead)):
             why = self.local.refusal(dead, self.rescaler.due())
             if why is None:
                 try:

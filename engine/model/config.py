@@ -147,9 +147,10 @@ def _one_in(verify: str, mode: str, meaning: str) -> Optional[int]:
     return int(text)
 
 
-def refuse_on_ray(options: Mapping[str, Any]) -> None:
+def refuse_on_ray(options: Mapping[str, Any], plan: Any = None) -> None:
     """A FlowError for the options the Ray runtime cannot honour yet: ``replicas`` > 1 with
-    ``verify="reexecute:N"`` (it takes replicas=1).
+    ``verify="reexecute:N"`` (it takes replicas=1); and, before any actor starts, for a
+    ``replicas`` mapping that does not fit ``plan`` (see :meth:`RunConfig.replicated`).
 
     >>> refuse_on_ray({"replicas": 2, "recovery": "local", "verify": "reexecute:2"})
     Traceback (most recent call last):
@@ -159,6 +160,8 @@ def refuse_on_ray(options: Mapping[str, Any]) -> None:
     """
     if options.get("replicas", 1) == 1:
         return
+    if plan is not None and isinstance(options["replicas"], Mapping):
+        RunConfig.from_options(**options).replicated(plan)
     verify = options.get("verify", "first")
     if verify not in ("first", "majority") and vote_sample(verify) is None:
         raise FlowError(f"verify={verify!r} runs with replicas=1; replicas take verify='first' (crash faults), 'majority' "
@@ -251,15 +254,18 @@ class RunConfig:
     #: inputs re-sent from its senders' logs, the others go on (issue 58; on Ray one dead stage
     #: instance, else a global rollback that says why; see docs/architecture.md, "Local recovery")
     recovery: str = "global"
-    #: copies of each keyed stage instance, all fed the same input (issue 58): the receivers
-    #: take one's output and a replica's death costs no restore; needs recovery="local" (the
-    #: simulator's only so far, see docs/architecture.md, "Local recovery and replicas")
-    replicas: int = 1
+    #: copies of a stage instance, all fed the same input (issue 58): the receivers take one's
+    #: output and a replica's death costs no restore; needs recovery="local". An int r: every
+    #: stage that reads no source runs as r replicas; a mapping {step name: r}: the stages
+    #: holding a named step do, every other stage runs as one instance (its failures recover
+    #: as without replicas). A mapping's values are one r so far (see replicas_of); see
+    #: docs/architecture.md, "Local recovery and replicas"
+    replicas: Union[int, Mapping[str, int]] = 1
     #: what the receivers check of the replicas' output: "first" (crash faults: the primary's
     #: stream, a live replica's once it dies) or "majority" (replicas >= 2: the sinks take an epoch
-    #: once most replicas' digests agree; with 2 a mismatch rolls back; the simulator's only),
-    #: "sample:N" (replicas >= 2: the sinks take the primary's output at once, one epoch in N is
-    #: voted after it left: a corrupt primary's output may have left; the simulator's only)
+    #: once most replicas' digests agree; with 2 a mismatch rolls back), "sample:N" (replicas >= 2:
+    #: the sinks take the primary's output at once, one epoch in N is voted after it left: a
+    #: corrupt primary's output may have left); all three run on Ray and in the simulator;
     #: or "reexecute:N" (silent corruption without a second copy: one keyed batch in N re-run on a
     #: copy of its keys' state, settled reads checked; a difference rolls the run back)
     verify: str = "first"
@@ -314,23 +320,31 @@ class RunConfig:
         self._check_replicas()
 
     def _check_replicas(self) -> None:
-        if type(self.replicas) is not int or self.replicas < 1:
-            raise FlowError(f"replicas is an int >= 1 (copies of each keyed stage instance), not {self.replicas!r}")
+        if isinstance(self.replicas, Mapping):
+            object.__setattr__(self, "replicas", dict(self.replicas))
+            for step, r in self.replicas.items():
+                if type(r) is not int or r < 1:
+                    raise FlowError(f"replicas[{step!r}] is an int >= 1 (copies of the stage holding step {step!r}), not {r!r}")
+            if not self.replicas:
+                raise FlowError("replicas={} names no step: give an int (every stage that reads no source) or {step name: r}")
+        elif type(self.replicas) is not int or self.replicas < 1:
+            raise FlowError(f"replicas is an int >= 1 (copies of each stage instance that reads no source) or a mapping "
+                            f"{{step name: r}} (copies of the stages holding those steps), not {self.replicas!r}")
         if self.verify not in VERIFY_MODES and reexecute_every(self.verify) is None and vote_sample(self.verify) is None:
             raise FlowError(f"verify is 'first' (take the first replica's output; crash faults), 'majority' (release what "
                             f"most replicas agree on; replicas >= 2), 'sample:N' (release the primary's output at once, vote on "
                             f"one epoch in N after; replicas >= 2) or 'reexecute:N' (one keyed batch in N re-run on a copy), "
                             f"not {self.verify!r}")
-        if self.replicas > 1 and self.recovery != "local":
+        if self.replica_count > 1 and self.recovery != "local":
             raise FlowError("replicas build on local recovery (a dead primary's receivers switch to a live replica at the "
                             "watermark): set recovery='local' with replicas > 1")
-        if self.verify == "majority" and self.replicas < 2:
+        if self.verify == "majority" and self.replica_count < 2:
             raise FlowError("verify='majority' needs replicas >= 2 (3 or more to outvote a corrupt replica; with 2 a mismatch "
                             "rolls back to a snapshot both agreed on)")
         if self.reexecute_on not in REEXECUTE_PLACES:
             raise FlowError(f"reexecute_on is 'verifier' (verify='reexecute:N' re-runs a batch in the flow's verifier "
                             f"process) or 'process' (in the instance's own), not {self.reexecute_on!r}")
-        if vote_sample(self.verify) is not None and self.replicas < 2:
+        if vote_sample(self.verify) is not None and self.replica_count < 2:
             raise FlowError(f"verify={self.verify!r} needs replicas >= 2 (it compares the replicas' digests of one epoch in N; "
                             "with replicas=1 take verify='reexecute:N')")
 
@@ -356,7 +370,51 @@ class RunConfig:
         """
         if self.standbys is not None:
             return self.standbys
-        return 1 if self.recovery == "local" and self.replicas == 1 else 0
+        return 1 if self.recovery == "local" and self.replica_count == 1 else 0
+
+    @property
+    def replica_count(self) -> int:
+        """r: how many replicas a replicated stage instance runs as (1: the run has none); a
+        mapping's largest value (:meth:`replicated` refuses a mapping of several)."""
+        return max(self.replicas.values()) if isinstance(self.replicas, dict) else self.replicas
+
+    def replicas_of(self, plan: Any, stage: int) -> int:
+        """How many replicas each instance of ``plan``'s stage ``stage`` runs as (1: none)."""
+        return self.replica_count if any(k.stage == stage for k in self.replicated(plan)) else 1
+
+    def replicated(self, plan: Any) -> frozenset:
+        """The instances of ``plan`` that run as :attr:`replica_count` replicas; a FlowError
+        that says how to fix ``replicas`` if it does not fit ``plan``. O(steps + instances).
+
+        >>> from driftstream.engine import Flow
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> f = Flow("r"); f.source(MemorySource([1]), name="src").key_by(str).count(name="c").key_by(str).count(name="d").sink(MemorySink("o"))
+        >>> c = RunConfig(recovery="local", replicas={"c": 2}); sorted(c.replicated(f.plan(2))), c.replicas_of(f.plan(2), 2)
+        ([Instance(stage=1, index=0), Instance(stage=1, index=1)], 1)
+        >>> RunConfig(recovery="local", replicas={"src": 2}).replicated(f.plan(1))
+        Traceback (most recent call last):
+        driftstream.engine.model.errors.FlowError: replicas names step 'src' of a source stage: sources have no replicas (their input is replayed); name a step after a key_by
+        """
+        if not isinstance(self.replicas, dict):
+            return frozenset() if self.replicas == 1 else frozenset(set(plan.instances) - set(plan.source_instances))
+        stage_of = {s.name: plan.stage_of[s.id] for s in plan.steps}
+        named: dict = {}
+        for step, r in self.replicas.items():
+            if step not in stage_of:
+                raise FlowError(f"replicas names step {step!r}, which flow {plan.flow_name!r} does not have; its steps: "
+                                f"{', '.join(sorted(stage_of))}")
+            stage = plan.stages[stage_of[step]]
+            if stage.source_id >= 0:
+                raise FlowError(f"replicas names step {step!r} of a source stage: sources have no replicas (their input "
+                                f"is replayed); name a step after a key_by")
+            other = named.setdefault(stage.index, (step, r))
+            if other[1] != r:
+                raise FlowError(f"replicas names steps {other[0]!r} (r={other[1]}) and {step!r} (r={r}) of one stage: a "
+                                f"stage runs as one number of replicas; give both the same r")
+        if len({r for _, r in named.values()}) > 1:
+            raise FlowError(f"replicas={self.replicas!r} gives stages different r: one r for every named stage is built so "
+                            f"far; give each named step the same r")
+        return frozenset(k for k in plan.instances if k.stage in named and self.replica_count > 1)
 
     @property
     def takes_snapshots(self) -> bool:
@@ -405,7 +463,7 @@ class RunOptions(TypedDict, total=False):
     data_plane_tls: Union[DataPlaneTLS, Mapping[str, str], None]
     data_plane_key: Optional[str]
     recovery: str
-    replicas: int
+    replicas: Union[int, Mapping[str, int]]
     verify: str
     reexecute_on: str
 

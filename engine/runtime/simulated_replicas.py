@@ -45,7 +45,7 @@ from typing import Any, Iterator, Optional
 
 from driftstream.ordering.meta import TOP
 
-from driftstream.engine.model.config import InstanceConfig
+from driftstream.engine.model.config import InstanceConfig, RunConfig
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.instance_host import ACKER, InstanceHost
 from driftstream.engine.runtime.local_recovery import LocalRecovery
@@ -56,16 +56,15 @@ from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 
 
 class SimulatedReplicas:
-    """The replicas of a run's keyed instances (``replicated``: every instance that reads no
-    source): ``sets`` (instance -> its live replicas' incarnations, the primary first) and
+    """The replicas of a run's replicated instances (``replicated``: see :meth:`RunConfig.replicated`): ``sets`` (instance -> its live replicas' incarnations, the primary first) and
     ``hosts`` (incarnation -> (instance, host)). ``failovers``: primaries that died;
     ``failures``: every replica that died, ``(instance, incarnation, was the primary)``.
     ``incarnation``: the run's :class:`~.simulated_incarnation.SimulatedIncarnation`, set by
     it."""
 
-    def __init__(self, plan: Plan, count: int, local: LocalRecovery, live: SimulatedInstances) -> None:
-        self.count, self.local, self.live = count, local, live
-        self.replicated = set(plan.instances) - set(plan.source_instances)
+    def __init__(self, plan: Plan, config: RunConfig, local: LocalRecovery, live: SimulatedInstances) -> None:
+        self.count, self.local, self.live = config.replica_count, local, live
+        self.replicated = config.replicated(plan)
         self.sets: dict = {}
         self.hosts: dict = {}
         #: incarnation (not the primary) -> [(sink partition, bundle)] its sinks released since the last commit

@@ -127,8 +127,8 @@ class Simulation:
         #: and the instances the others failed, in order
         self.fallbacks, self.failed = 0, []
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
-        #: replicas > 1: the keyed instances' replicas (see simulated_replicas.py), None by default
-        self.replicas = None if config.replicas == 1 else SimulatedReplicas(plan, config.replicas, self.local, self.live)
+        #: replicas > 1: the replicated instances' replicas (see simulated_replicas.py), None by default
+        self.replicas = None if config.replica_count == 1 else SimulatedReplicas(plan, config, self.local, self.live)
         #: verify="majority" or "sample:N": the replicas' votes (see simulated_votes.py), None by default
         self.votes = None if config.verify != "majority" and vote_sample(config.verify) is None else SimulatedVotes(plan, self.replicas, vote_sample(config.verify))
         if self.replicas is not None:  # a lost replica is replaced (replica_replacements.py)
@@ -375,9 +375,9 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
         raise FlowError("rescales need a guarantee: a rescale restores from a snapshot")
     for n in rescales:
         plan.with_parallelism(n)
-    if replica_crashes and config.replicas == 1:
+    if replica_crashes and config.replica_count == 1:
         raise FlowError("replica_crashes need replicas > 1: with one copy of each instance a crash is a recovery (crashes=)")
-    if config.replicas > 1:
+    if config.replica_count > 1:
         _refuse_replicas(plan, config, crashes, rescales)
 
 

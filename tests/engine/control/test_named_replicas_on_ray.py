@@ -1,0 +1,74 @@
+"""replicas={step name: r} on Ray (issue 58): only the stage holding the named step runs as
+replicas; the other keyed stage keeps one actor per instance. A replica of the named stage
+killed costs no restore, and the output is a failure-free run's, element for element."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from driftstream.engine.connectors.file_sink import FileSink, read_file_sink
+from driftstream.engine.control.replica_launch import replica_name
+from driftstream.engine.testing import actor_of, kill_at
+
+from tests import reference
+from tests.engine.control.test_exactly_once import N
+from tests.engine.control.test_local_recovery_on_ray import _parity_counts
+from tests.engine.control.test_replica_replacement_on_ray import failures
+
+pytestmark = pytest.mark.ray
+
+
+def _seen_then_killed(progress, names: list, kills: list) -> threading.Thread:
+    """A thread that, once there is output, records in its ``live`` which of the instance
+    actors ``names`` a live actor plays, then kills as :func:`kill_at` does (its ``killer``)."""
+    def run() -> None:
+        while progress() < 1:
+            time.sleep(0.02)
+        thread.live.update({name: actor_of(name) is not None for name in names})
+        thread.killer = kill_at(progress, kills)
+        thread.killer.join()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.live = {}  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def test_a_killed_replica_of_the_named_stage_restores_nothing_and_the_other_stage_has_none(ray_session, tmp_path, tmp_path_factory):
+    """``count`` (stage ``par``) named with r=2: a secondary of ``par/0`` dies; ``by_key``,
+    keyed too, runs one actor per instance."""
+    expected = reference.failure_free_output(
+        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
+    out = tmp_path / "out"
+    progress = lambda: len(read_file_sink(out, "out")) if out.exists() else 0  # noqa: E731
+    names = ["rn/by_key/0", "rn/by_key/1", replica_name("rn/by_key/0", 1), replica_name("rn/by_key/1", 1),
+             "rn/par/0", "rn/par/1", replica_name("rn/par/0", 1), replica_name("rn/par/1", 1)]
+    seen = _seen_then_killed(progress, names, [(replica_name("rn/par/0", 1), N // 4)])
+    result = _parity_counts("rn", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
+        replicas={"count": 2})
+    seen.join(timeout=5)
+    assert not seen.killer.errors, seen.killer.errors
+    assert seen.live == {name: "replica" not in name or "/par/" in name for name in names}, seen.live
+    assert failures(result.metrics) == ["replica lost"] and result.metrics.restores == {}, result.metrics.recovery_s
+    assert read_file_sink(out, "out") == expected
+
+
+def test_a_killed_instance_of_the_unnamed_stage_restores_alone_beside_replicas(ray_session, tmp_path, tmp_path_factory):
+    """``by_key/0`` has no replicas (``count``, in stage ``par``, is named): local recovery
+    replaces it as without replicas; its receivers' replicas take their part, the replacement
+    fans out to them."""
+    expected = reference.failure_free_output(
+        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
+    out = tmp_path / "out"
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rnu/by_key/0", N // 4)])
+    result = _parity_counts("rnu", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
+        replicas={"count": 2})
+    killer.join(timeout=5)
+    assert not killer.errors, killer.errors
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {"1/0": 1}, result.metrics.recovery_s
+    assert read_file_sink(out, "out") == expected
