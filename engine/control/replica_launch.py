@@ -60,7 +60,9 @@ class ReplicaLaunch:
     stays taken while its promoted actor lives)."""
 
     def __init__(self, config: RunConfig) -> None:
-        self.config, self.count = config, config.replica_count
+        self.config = config
+        #: instance -> how many replicas it runs as (RunConfig.replicated, set by number())
+        self.counts: dict = {}
         self.sets: dict = {}
         self.groups: list = []
         #: instance -> a scheduling strategy per replica, the primary's first (None: Ray's choice)
@@ -71,17 +73,17 @@ class ReplicaLaunch:
         """The strategies of the replicas of ``sets``' instances: a placement group each at the
         run's first launch; a relaunch's new actors go where Ray puts them (a group cannot be
         removed while survivors run in it)."""
-        self.strategies = {key: self._placement(plan.actor_name(key)) if first else [None] * self.count for key in sets}
+        self.strategies = {key: self._placement(plan.actor_name(key), len(incs)) if first else [None] * len(incs) for key, incs in sets.items()}
 
     def number(self, plan: Plan, incarnations: dict, next_incarnation: int) -> tuple:
         """Incarnations of every replicated instance's replicas: ``(replica_sets, next
         incarnation)``; ``replica_sets`` (instance -> incarnations, the primary's first) goes
         to every instance's config."""
-        sets, replicated = {}, self.config.replicated(plan)
+        sets, self.counts = {}, self.config.replicated(plan)
         for key in plan.instances:
-            if key in replicated:
-                sets[key] = [incarnations[key]] + list(range(next_incarnation, next_incarnation + self.count - 1))
-                next_incarnation += self.count - 1
+            if key in self.counts:
+                sets[key] = [incarnations[key]] + list(range(next_incarnation, next_incarnation + self.counts[key] - 1))
+                next_incarnation += self.counts[key] - 1
         return sets, next_incarnation
 
     def start(self, plan: Plan, configs: dict, sets: dict, primaries: dict, survivors: dict, plane: Any) -> list:
@@ -119,22 +121,22 @@ class ReplicaLaunch:
         n = self._serial[instance_name] = self._serial.get(instance_name, 0) + 1
         return replica_name(instance_name, n)
 
-    def _placement(self, instance_name: str) -> list:
+    def _placement(self, instance_name: str, count: int) -> list:
         """A scheduling strategy per replica of one instance (the primary's first: None, it
         is placed with the others); STRICT_SPREAD over nodes when the cluster has enough."""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        if len(nodes) < self.count:
+        if len(nodes) < count:
             log.warning("driftstream: the %d replicas of %s share a node: the cluster has %d alive node(s); "
-                        "a node's loss kills them together", self.count, instance_name, len(nodes))
-            return [None] * self.count
-        group = placement_group([{"CPU": BUNDLE_CPU}] * self.count, strategy="STRICT_SPREAD")
+                        "a node's loss kills them together", count, instance_name, len(nodes))
+            return [None] * count
+        group = placement_group([{"CPU": BUNDLE_CPU}] * count, strategy="STRICT_SPREAD")
         if not group.wait(PLACEMENT_WAIT_S):
             remove_placement_group(group)
             log.warning("driftstream: no STRICT_SPREAD placement for the replicas of %s within %.0f s: they may share a node",
                         instance_name, PLACEMENT_WAIT_S)
-            return [None] * self.count
+            return [None] * count
         self.groups.append(group)
-        return [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(self.count)]
+        return [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i) for i in range(count)]
 
     def secondaries(self) -> list:
         """Every live :class:`Replica` that is not its instance's primary."""

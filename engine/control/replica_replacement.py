@@ -117,7 +117,7 @@ class ReplicaReplacement:
         added = []
         for p in [p for p in self.pending if p.ready is not None and ray.wait([p.ready], timeout=0)[0]]:
             self.pending.remove(p)
-            if len(self.launcher.replicas.sets.get(p.victim, ())) >= self.launcher.replicas.count:
+            if len(self.launcher.replicas.sets.get(p.victim, ())) >= self.launcher.replicas.counts[p.victim]:
                 kill_actors([p.actor], [p.real])  # a global rollback since gave the instance its replicas
                 continue
             try:

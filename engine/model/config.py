@@ -24,6 +24,7 @@ from typing import Any, Mapping, Optional, TypedDict, Union
 from driftstream.engine.model.data_plane import DataPlaneTLS
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import SnapshotPart
+from driftstream.engine.model.plan import Instance
 
 #: How much lower than the stage actors and the acker the coordinator's process runs
 #: (an ``os.nice`` increment; Ray starts every worker at its ``worker_niceness``, 15 by
@@ -257,9 +258,9 @@ class RunConfig:
     #: copies of a stage instance, all fed the same input (issue 58): the receivers take one's
     #: output and a replica's death costs no restore; needs recovery="local". An int r: every
     #: stage that reads no source runs as r replicas; a mapping {step name: r}: the stages
-    #: holding a named step do, every other stage runs as one instance (its failures recover
-    #: as without replicas). A mapping's values are one r so far (see replicas_of); see
-    #: docs/architecture.md, "Local recovery and replicas"
+    #: holding a named step run as its r, every other stage as one instance (its failures
+    #: recover as without replicas); see RunConfig.replicated and docs/architecture.md,
+    #: "Local recovery and replicas"
     replicas: Union[int, Mapping[str, int]] = 1
     #: what the receivers check of the replicas' output: "first" (crash faults: the primary's
     #: stream, a live replica's once it dies) or "majority" (replicas >= 2: the sinks take an epoch
@@ -374,29 +375,29 @@ class RunConfig:
 
     @property
     def replica_count(self) -> int:
-        """r: how many replicas a replicated stage instance runs as (1: the run has none); a
-        mapping's largest value (:meth:`replicated` refuses a mapping of several)."""
+        """The most replicas a stage instance runs as (1: the run has none): the int, or the
+        mapping's largest r."""
         return max(self.replicas.values()) if isinstance(self.replicas, dict) else self.replicas
 
     def replicas_of(self, plan: Any, stage: int) -> int:
         """How many replicas each instance of ``plan``'s stage ``stage`` runs as (1: none)."""
-        return self.replica_count if any(k.stage == stage for k in self.replicated(plan)) else 1
+        return self.replicated(plan).get(Instance(stage, 0), 1)
 
-    def replicated(self, plan: Any) -> frozenset:
-        """The instances of ``plan`` that run as :attr:`replica_count` replicas; a FlowError
+    def replicated(self, plan: Any) -> dict:
+        """The instances of ``plan`` that run as replicas, each with its r (>= 2); a FlowError
         that says how to fix ``replicas`` if it does not fit ``plan``. O(steps + instances).
 
         >>> from driftstream.engine import Flow
         >>> from driftstream.engine.testing import MemorySource, MemorySink
         >>> f = Flow("r"); f.source(MemorySource([1]), name="src").key_by(str).count(name="c").key_by(str).count(name="d").sink(MemorySink("o"))
-        >>> c = RunConfig(recovery="local", replicas={"c": 2}); sorted(c.replicated(f.plan(2))), c.replicas_of(f.plan(2), 2)
-        ([Instance(stage=1, index=0), Instance(stage=1, index=1)], 1)
-        >>> RunConfig(recovery="local", replicas={"src": 2}).replicated(f.plan(1))
+        >>> c = RunConfig(recovery="local", replicas={"c": 2, "d": 3}); c.replicated(f.plan(1, fuse=False)), c.replicas_of(f.plan(1, fuse=False), 1)
+        ({Instance(stage=1, index=0): 2, Instance(stage=2, index=0): 3}, 2)
+        >>> RunConfig(recovery="local", replicas={"c": 2}).replicated(f.plan(1))
         Traceback (most recent call last):
-        driftstream.engine.model.errors.FlowError: replicas names step 'src' of a source stage: sources have no replicas (their input is replayed); name a step after a key_by
+        driftstream.engine.model.errors.FlowError: replicas names step 'c' of a source stage: sources have no replicas (their input is replayed); name a step after a key_by (at parallelism 1 a key_by runs in its input's stage: fuse=False keeps a stage per key_by)
         """
         if not isinstance(self.replicas, dict):
-            return frozenset() if self.replicas == 1 else frozenset(set(plan.instances) - set(plan.source_instances))
+            return {} if self.replicas == 1 else {k: self.replicas for k in plan.instances if k not in plan.source_instances}
         stage_of = {s.name: plan.stage_of[s.id] for s in plan.steps}
         named: dict = {}
         for step, r in self.replicas.items():
@@ -405,16 +406,14 @@ class RunConfig:
                                 f"{', '.join(sorted(stage_of))}")
             stage = plan.stages[stage_of[step]]
             if stage.source_id >= 0:
+                fused = " (at parallelism 1 a key_by runs in its input's stage: fuse=False keeps a stage per key_by)" if plan.fused else ""
                 raise FlowError(f"replicas names step {step!r} of a source stage: sources have no replicas (their input "
-                                f"is replayed); name a step after a key_by")
+                                f"is replayed); name a step after a key_by{fused}")
             other = named.setdefault(stage.index, (step, r))
             if other[1] != r:
                 raise FlowError(f"replicas names steps {other[0]!r} (r={other[1]}) and {step!r} (r={r}) of one stage: a "
                                 f"stage runs as one number of replicas; give both the same r")
-        if len({r for _, r in named.values()}) > 1:
-            raise FlowError(f"replicas={self.replicas!r} gives stages different r: one r for every named stage is built so "
-                            f"far; give each named step the same r")
-        return frozenset(k for k in plan.instances if k.stage in named and self.replica_count > 1)
+        return {k: named[k.stage][1] for k in plan.instances if k.stage in named and named[k.stage][1] > 1}
 
     @property
     def takes_snapshots(self) -> bool:

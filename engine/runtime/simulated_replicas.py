@@ -63,7 +63,8 @@ class SimulatedReplicas:
     it."""
 
     def __init__(self, plan: Plan, config: RunConfig, local: LocalRecovery, live: SimulatedInstances) -> None:
-        self.count, self.local, self.live = config.replica_count, local, live
+        self.local, self.live = local, live
+        #: instance -> how many replicas it runs as (RunConfig.replicated)
         self.replicated = config.replicated(plan)
         self.sets: dict = {}
         self.hosts: dict = {}
@@ -79,7 +80,7 @@ class SimulatedReplicas:
     def start(self, plan: Plan, instance: Instance, config: InstanceConfig, rng: random.Random, base_every_s: float) -> InstanceHost:
         """Start ``instance``'s replicas from ``config``; the first, the primary, is the live
         one (``live.hosts``). Returns it."""
-        incs = [self.local.incarnations[instance]] + [self.local.new_incarnation() for _ in range(self.count - 1)]
+        incs = [self.local.incarnations[instance]] + [self.local.new_incarnation() for _ in range(self.replicated[instance] - 1)]
         self.sets[instance] = incs
         for n, inc in enumerate(incs):
             scratch = os.path.join(self.live.scratch, f"replica-{inc}")  # a working directory per replica
@@ -204,7 +205,7 @@ class SimulatedReplicas:
         """The live replicas of the instances that have all of theirs, none catching up (what a
         seeded flip strikes: with one voter left nothing would see it)."""
         catching = {} if self.replacements is None else self.replacements.catching_up
-        return sorted(inc for incs in self.sets.values() if len(incs) == self.count and not any(i in catching for i in incs) for inc in incs)
+        return sorted(inc for key, incs in self.sets.items() if len(incs) == self.replicated[key] and not any(i in catching for i in incs) for inc in incs)
 
     def _can_lose(self) -> list:
         """The instances with two live replicas, none catching up (it could not be promoted)."""

@@ -1,6 +1,7 @@
-"""replicas={step name: r} on Ray (issue 58): only the stage holding the named step runs as
-replicas; the other keyed stage keeps one actor per instance. A replica of the named stage
-killed costs no restore, and the output is a failure-free run's, element for element."""
+"""replicas={step name: r} on Ray (issue 58): only the stages holding a named step run as
+replicas, each as its r; another keyed stage keeps one actor per instance. A replica of a named
+stage killed costs no restore, an unnamed stage's instance killed recovers locally, and the
+output is a failure-free run's, element for element."""
 
 from __future__ import annotations
 
@@ -71,4 +72,23 @@ def test_a_killed_instance_of_the_unnamed_stage_restores_alone_beside_replicas(r
     killer.join(timeout=5)
     assert not killer.errors, killer.errors
     assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {"1/0": 1}, result.metrics.recovery_s
+    assert read_file_sink(out, "out") == expected
+
+
+def test_named_stages_run_as_their_own_r(ray_session, tmp_path, tmp_path_factory):
+    """``sum`` named with r=3, ``count`` with r=2: the third replica of ``by_key/0`` exists and
+    dies (no restore); ``par/0`` has no third."""
+    expected = reference.failure_free_output(
+        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
+    out = tmp_path / "out"
+    progress = lambda: len(read_file_sink(out, "out")) if out.exists() else 0  # noqa: E731
+    names = [replica_name("rnr/by_key/0", 2), replica_name("rnr/par/0", 1), replica_name("rnr/par/0", 2)]
+    seen = _seen_then_killed(progress, names, [(replica_name("rnr/by_key/0", 2), N // 4)])
+    result = _parity_counts("rnr", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
+        replicas={"sum": 3, "count": 2})
+    seen.join(timeout=5)
+    assert not seen.killer.errors, seen.killer.errors
+    assert seen.live == dict(zip(names, [True, True, False])), seen.live
+    assert failures(result.metrics) == ["replica lost"] and result.metrics.restores == {}, result.metrics.recovery_s
     assert read_file_sink(out, "out") == expected
