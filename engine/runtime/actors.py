@@ -14,7 +14,6 @@ XOR acks to the acker; the acker pushes watermarks to every stage actor.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import resource
 import sys
@@ -39,11 +38,11 @@ from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.protocol import Push, ScheduleEnded, SnapshotTaken, Watermark
 from driftstream.engine.runtime.ray_session import node_ip
 from driftstream.engine.runtime.batch_drain import BatchDrain, hold_for_budget, writer_turn
+from driftstream.engine.runtime.corruption_actors import CorruptionStageSide
 from driftstream.engine.runtime.instance_host import ACKER, InstanceHost
 from driftstream.engine.runtime.local_recovery_actors import LocalAckerSide, LocalStageSide
 from driftstream.engine.runtime.lost_peers import RETIRED, LostPeers
 from driftstream.engine.runtime.output_logs import LogWriter
-from driftstream.engine.runtime.reexecuted_step import SilentCorruption, set_aside_since
 from driftstream.engine.runtime.replica_actors import ReplicaAckerSide, ReplicaStageSide
 from driftstream.engine.runtime.replica_draws import InstanceDraws
 from driftstream.engine.runtime.replica_replacement_actors import ReplacementAckerSide, ReplacementStageSide
@@ -51,7 +50,6 @@ from driftstream.engine.runtime.replica_voter import EpochVoter
 from driftstream.engine.runtime.replicas import DeferredPartition, KeptBundles
 from driftstream.engine.runtime.sink_writers import SinkWriters
 from driftstream.engine.runtime.source_pump import SourcePump
-from driftstream.engine.runtime.state_faults import FAULTS
 from driftstream.engine.runtime.stage_snapshots import StageSnapshots
 from driftstream.engine.runtime.transport import Endpoint, FrameTooLarge
 from driftstream.engine.runtime.verifier_link import VerifierLink
@@ -62,11 +60,6 @@ SWITCH_INTERVAL_S = 0.001
 
 #: Seconds between ``gc.freeze()`` calls in stage actors (see :func:`.gc_policy.freeze_survivors`).
 FREEZE_EVERY_S = 1.0
-
-#: A stage actor's exit status after it caught a silent corruption (verify="reexecute:N")
-CORRUPTION_EXIT = 70
-#: ... and how long it waits for a commit in flight before it sets the snapshots aside again
-CORRUPTION_SETTLE_S = 0.5
 
 #: Modules a flow's setup imports on its first use of a connector (Kafka's: ~0.06 s of CPU a
 #: process, its client library and codecs). A warm actor, which has no flow yet, loads them
@@ -358,7 +351,7 @@ class AckerActor(ReplacementAckerSide, ReplicaAckerSide, LocalAckerSide):
 
 
 @ray.remote(num_cpus=0)
-class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide):
+class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide, CorruptionStageSide):
     """One stage instance around a pure :class:`StageRuntime`.
 
     Created with ``config=None`` it is a *standby*: a started process, the flow's code
@@ -601,12 +594,6 @@ class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide):
         """The id of the Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    async def drained(self) -> None:
-        """verify="reexecute:N" on the verifier: returns once every batch this instance shipped
-        has its verdict (or was given up); a difference found exits the process first."""
-        if self.host.verifier is not None:
-            await self.host.verifier.drained()
-
     async def watermark(self, w: tuple) -> None:
         """The last watermark: returns once the sinks acknowledged everything it released."""
         self.host.apply_watermark(w)
@@ -650,28 +637,6 @@ class StageActor(ReplacementStageSide, ReplicaStageSide, LocalStageSide):
     def _fail(self, exc: BaseException) -> None:
         """The run fails with ``exc`` (see :meth:`InstanceHost.fail`): the acker tells the supervisor."""
         self.acker.fail.remote(exc)
-
-    def _corrupted(self, exc: BaseException) -> None:
-        """``verify="reexecute:N"``: a re-run or a settled read disagreed (see reexecuted_step.py),
-        before anything derived from it left this instance. Its line goes to the log, the
-        snapshots that may hold the bad value are set aside, and the process exits: the
-        supervisor recovers as from any death (a global rollback to the newest committed
-        snapshot left; under recovery="local" this instance alone)."""
-        print(f"driftstream {self.plan.actor_name(self.key)}: {exc}", file=sys.stderr, flush=True)
-        store = self.host.snapshots.store
-        if store is not None and isinstance(exc, SilentCorruption) and exc.record.before is not None:
-            set_aside_since(store, exc.record.before, str(exc))
-            # A snapshot whose parts were all in may be committing now: its commit lands within
-            # this pause (this loop sends no part meanwhile), and is set aside in turn.
-            time.sleep(CORRUPTION_SETTLE_S)
-            set_aside_since(store, exc.record.before, str(exc))
-        os._exit(CORRUPTION_EXIT)
-
-    async def inject_fault(self, kind: str, seed: int) -> Optional[str]:
-        """Tests: fault ``kind`` (``"flip"``, ``"flip at rest"``, ``"wrong"``: state_faults.py) in this instance's
-        keyed state, seeded; what was struck (None: nothing to strike yet)."""
-        fault = FAULTS[kind](self.host, random.Random(seed))
-        return None if fault is None else repr(fault)
 
     def _send(self, to: Any, message: Any) -> None:
         """The host's transport: the data plane, a batch delayed at random under ``chaos``."""
