@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from driftstream.engine import Flow
 from driftstream.engine.control.replica_launch import Replica, ReplicaLaunch, replica_name
+from driftstream.engine.model.config import RunConfig
 from driftstream.engine.testing import MemorySink, MemorySource
 
 
@@ -17,15 +18,17 @@ def _plan():
 def test_every_instance_that_reads_no_source_gets_fresh_incarnations():
     plan = _plan()
     incarnations = {k: n for n, k in enumerate(plan.instances)}
-    sets, after = ReplicaLaunch(3).number(plan, incarnations, len(incarnations))
+    sets, after = ReplicaLaunch(RunConfig(replicas=3, recovery="local")).number(plan, incarnations, len(incarnations))
     assert set(sets) == set(plan.instances) - set(plan.source_instances)
     assert all(incs[0] == incarnations[k] and len(incs) == 3 for k, incs in sets.items())
+    named, _ = ReplicaLaunch(RunConfig(replicas={"sum": 2}, recovery="local")).number(plan, incarnations, len(incarnations))
+    assert {k: len(incs) for k, incs in named.items()} == {k: 2 for k in sets}  # the stage holding "sum": its own r
     numbers = [inc for incs in sets.values() for inc in incs[1:]]
     assert sorted(numbers) == list(range(len(incarnations), after))
 
 
 def test_a_relaunch_resets_a_surviving_replica_and_names_a_new_one_afresh():
-    launch = ReplicaLaunch(2)
+    launch = ReplicaLaunch(RunConfig(replicas=2, recovery="local"))
     first = launch._fresh_name("rl/sum/0", {})
     assert first == replica_name("rl/sum/0", 1)
     launch.sets = {}
