@@ -72,7 +72,7 @@ class InstanceHost:
         self.verifier = verifier
         if verifier is not None:
             # a verdict after this incarnation closed (a recovery reset the actor) is of what was rolled back
-            verifier.wire(lambda exc: None if self.closed else corrupted(exc), self._verified_part)
+            verifier.wire(lambda exc: None if self.closed else corrupted(exc), self._part_ready)
         incarnations = runtime.get("incarnations")
         #: recovery="local": this incarnation's side of it (its log, inputs taken, cut; None: the default path)
         self.recovery: Optional[InstanceRecovery] = None if incarnations is None else InstanceRecovery(incarnations, key, runtime.get("incarnation"))
@@ -218,18 +218,17 @@ class InstanceHost:
             rt.sinks.mark(t)  # the part carries what the sinks settle below t (run counts across recoveries)
 
             def prepared(part: SnapshotPart) -> None:
-                if self.closed:
-                    return  # written for an incarnation that was reset since
-                if self.verifier is not None:  # after the verdicts of what was re-run below t
+                if self.verifier is not None and not self.closed:  # after the verdicts of what was re-run below t
                     self.verifier.hold_part(t, Prepared(snapshot_id, self.key, part))
                     return
-                rt.part_prepared(t, Prepared(snapshot_id, self.key, part))
-                self.send_parts()
+                self._part_ready(t, Prepared(snapshot_id, self.key, part))
 
             self.snapshots.take(snapshot_id, t, self.reader, prepared)
 
-    def _verified_part(self, t: tuple, message: Prepared) -> None:
-        """A part the verifier's verdicts held back goes on (see verifier_link.py)."""
+    def _part_ready(self, t: tuple, message: Prepared) -> None:
+        """This instance's part of snapshot ``t`` goes to the acker (one the verifier's verdicts
+        held back, once they came: see verifier_link.py), unless the incarnation that wrote it
+        was reset since."""
         if not self.closed:
             self.rt.part_prepared(t, message)
             self.send_parts()
