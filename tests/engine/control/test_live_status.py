@@ -42,8 +42,10 @@ def test_status_reports_steps_latency_and_watermark_lag(ray_session, tmp_path):
         lat = status["latency_ms"]
         assert set(lat) == {"p50", "p95", "p99", "count"}
         assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] < 5_000
-        # Every element is sampled (sample_every=1): the last 10 s hold at most 10 s of input.
-        assert 0 < lat["count"] <= RATE * 10 * 1.2
+        # Every element is sampled (sample_every=1), each once. No bound by the rate: a paced
+        # source that fell behind (a loaded machine: 1,616 in one CI run) releases its backlog
+        # at once. The window's cut by release time is test_live_figures' (recent_samples).
+        assert 0 < lat["count"] <= status["released"]
         # The watermark's ts is the input's own wall-clock time, in ms.
         lag, now = status["watermark_lag_s"], time.time()
         assert lag is not None and abs(lag - (now - status["watermark"][0] / 1000)) < 2.0

@@ -25,7 +25,9 @@ def run_killing(name: str, victim: str, tmp_path, tmp_path_factory) -> tuple:
     expected = failure_free_output(tmp_path_factory)
     out = tmp_path / name
     killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [(f"{name}/{victim}", N // 3)])
-    flow = build(name, FileSink(out, name="out"), paced=True)
+    # 6 s of input, not build's 2 s: on a loaded CI machine the whole output was out before
+    # the killer thread looked again (no live actor played the victim).
+    flow = build(name, FileSink(out, name="out"), paced=True, rate=1000)
     result = flow.run(parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local")
     killer.join(timeout=5)
     assert not killer.errors, killer.errors
