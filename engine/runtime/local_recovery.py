@@ -117,16 +117,19 @@ class LocalRecovery:
     # -- a failure -----------------------------------------------------------------------------
 
     def fail(self, victim: Instance, incarnation: Any, manifest: Optional[Manifest], restart: Callable[[Instance, Optional[Manifest]], Any],
-             in_place: bool = False) -> int:
+             in_place: bool = False, peers: Optional[list] = None) -> int:
         """``victim`` fails (see the module doc); ``incarnation``: the run's
         :class:`~.simulated_incarnation.SimulatedIncarnation`; ``restart(instance, manifest)``
         starts the replacement from ``manifest`` (None: the beginning) and returns its host;
-        ``in_place``: it is reset in place, its sink writes in progress land first. Returns
-        how many landed."""
+        ``in_place``: it is reset in place, its sink writes in progress land first. ``peers``:
+        who takes a part, ``(the token of its ReplaySent, host, whether it re-sends its log)``
+        (default: every other live instance, named by its key; with replicas, see
+        :meth:`~.simulated_replicas.SimulatedReplicas.peers_of`). Returns how many landed."""
         live, table = incarnation.live, incarnation.acker.table
-        survivors = [key for key in live.hosts if key != victim]
-        for key in survivors:
-            incarnation.flush(key)
+        if peers is None:
+            peers = [(key, host, True) for key, host in live.hosts.items() if key != victim]
+        for _, host, _ in peers:
+            host.flush()
         collecting = incarnation.acker.collecting
         if collecting is not None:  # its part may be lost with the victim: given up, as a failed store's
             incarnation.acker.end_snapshot(collecting.snapshot_id)
@@ -146,8 +149,8 @@ class LocalRecovery:
         # Told nothing yet, not T: a restored window's timer at T holds the frontier at T, and
         # fires only once the replacement is told T itself.
         self.catching_up[victim] = BOTTOM
-        for key in survivors:
-            self._recover(key, victim, new, cut, t, incarnation)
+        for token, host, replays in peers:
+            self._recover(token, host, replays, victim, new, cut, t, incarnation)
         self.catch_up(table, incarnation.acker.pushed, lambda to, m: incarnation.enqueue("acker", to, m))
         # The others are told their own frontiers until the replacement's downstream is back with them.
         owners = {inc: key for key, inc in self.incarnations.items()}
@@ -155,17 +158,16 @@ class LocalRecovery:
                                                     self.catching_up))
         return landed
 
-    def _recover(self, key: Instance, victim: Instance, new: int, cut: tuple, t: tuple, incarnation: Any) -> None:
-        """Survivor ``key``'s part, under a hold at ``t`` until its :class:`ReplaySent` (behind
-        the Ack of what it did) reaches the acker: the discarded tables no longer hold what it
-        still sends for the dead incarnation's items. It processes what its input merge held
-        back (of the dead sender too: their batches' holds were discarded), cancels what the
-        dead incarnation sent it at or above ``cut``, and re-sends what it logged for
-        ``victim`` since ``t``."""
-        host = incarnation.live.hosts[key]
-        incarnation.acker.table.hold((new, key), t)
+    def _recover(self, token: Any, host: Any, replays: bool, victim: Instance, new: int, cut: tuple, t: tuple, incarnation: Any) -> None:
+        """A survivor's part (``host``, its ReplaySent named ``token``), under a hold at ``t``
+        until that :class:`ReplaySent` (behind the Ack of what it did) reaches the acker: the
+        discarded tables no longer hold what it still sends for the dead incarnation's items.
+        It processes what its input merge held back (of the dead sender too: their batches'
+        holds were discarded), cancels what the dead incarnation sent it at or above ``cut``,
+        and (``replays``) re-sends what it logged for ``victim`` since ``t``."""
+        incarnation.acker.table.hold((new, token), t)
         part = host.recovery
         replayed, cancelled = part.replayed, part.cancelled
-        host.peer_failed(victim, new, cut, incarnation.batch_size)
+        host.peer_failed(victim, new, cut, incarnation.batch_size, replay=replays)
         self.replayed += part.replayed - replayed
         self.cancelled += part.cancelled - cancelled

@@ -199,7 +199,7 @@ class SimulatedReplicas:
 
     def can_fail(self) -> bool:
         """Whether an instance has a replica to lose (two live ones)."""
-        return bool(self._can_lose())
+        return bool(self.can_lose())
 
     def whole(self) -> list:
         """The live replicas of the instances that have all of theirs, none catching up (what a
@@ -207,7 +207,7 @@ class SimulatedReplicas:
         catching = {} if self.replacements is None else self.replacements.catching_up
         return sorted(inc for key, incs in self.sets.items() if len(incs) == self.replicated[key] and not any(i in catching for i in incs) for inc in incs)
 
-    def _can_lose(self) -> list:
+    def can_lose(self) -> list:
         """The instances with two live replicas, none catching up (it could not be promoted)."""
         catching = {} if self.replacements is None else self.replacements.catching_up
         return sorted(k for k, incs in self.sets.items() if len(incs) > 1 and not any(inc in catching for inc in incs))
@@ -215,7 +215,7 @@ class SimulatedReplicas:
     def fail_one(self, rng: random.Random, batch_size: int) -> tuple:
         """A seeded replica of an instance with two live ones dies (see the module doc); returns
         ``(instance, incarnation, was the primary)``."""
-        instance = rng.choice(self._can_lose())
+        instance = rng.choice(self.can_lose())
         return self.fail(instance, rng.choice(self.sets[instance]), batch_size)
 
     def fail(self, instance: Instance, inc: Any, batch_size: int) -> tuple:
@@ -223,8 +223,8 @@ class SimulatedReplicas:
         primary = self.sets[instance][0] == inc
         incarnation = self.incarnation
         if primary:
-            for host in self._peers(None):  # what each holds goes on the channels of now
-                host[1].flush()
+            for _, host, _ in self._peers(None):  # what each holds goes on the channels of now
+                host.flush()
             collecting = incarnation.acker.collecting
             if collecting is not None:  # the dead primary's part may be lost: given up, as in local recovery
                 incarnation.acker.end_snapshot(collecting.snapshot_id)
@@ -254,13 +254,21 @@ class SimulatedReplicas:
         return instance, inc, primary
 
     def _peers(self, but: Any) -> Iterator[tuple]:
-        """``(the token of its ReplaySent, host)`` of every live host but replica ``but``."""
+        """``(the token of its ReplaySent, host, whether its stream is taken)`` of every live host
+        but replica ``but``: an instance without replicas, or a primary."""
         for key, host in self.live.hosts.items():
             if key not in self.sets:
-                yield key, host
-        for inc, (_, host) in self.hosts.items():
+                yield key, host, True
+        for inc, (instance, host) in self.hosts.items():
             if inc != but:
-                yield address(inc), host
+                yield address(inc), host, self.sets[instance][0] == inc
+
+    def peers_of(self, victim: Instance) -> list:
+        """Who takes a part when ``victim``, an instance without replicas, fails (see
+        local_recovery.py): ``(the token of its ReplaySent, host, whether it re-sends its log)``
+        of every other live host. Every replica cancels what the dead one sent it; only the
+        primaries re-send (the others' output is dropped: theirs would reach the replacement twice)."""
+        return [peer for peer in self._peers(None) if peer[0] != victim]
 
     def _promote(self, instance: Instance, cut: tuple, batch_size: int) -> None:
         """The next replica of ``instance`` becomes the primary at watermark ``cut``."""
@@ -279,7 +287,7 @@ class SimulatedReplicas:
             else:
                 sink.write(bundle)
         table = self.incarnation.acker.table
-        for token, peer in self._peers(new):
+        for token, peer, _ in self._peers(new):
             table.hold((new, token), cut)
             peer.peer_failed(instance, new, cut, batch_size, replay=False)
         table.hold((new, address(new)), cut)
