@@ -21,8 +21,11 @@ replica's death costs no restore of anyone and no rollback.
   and writes a base at its next snapshot (its chains are not the dead primary's).
 
 A lost replica is replaced (:mod:`.replica_replacements`: restored from the newest committed
-snapshot, caught up, then a replica as any other). Not built yet: replicas with ``crashes`` or ``rescales`` (a
-restore). Steps declared ``deterministic=False``: the primary draws, the others take its draws
+snapshot, caught up, then a replica as any other). ``crashes`` beside replicas: a crash of an
+instance without replicas is a local recovery (:mod:`.local_recovery`) in which every replica
+of its peers takes its part (:meth:`SimulatedReplicas.peers_of`); a crash of one with replicas,
+a global rollback (:mod:`.local_refusals`). Not built yet: replicas with ``rescales``. Steps
+declared ``deterministic=False``: the primary draws, the others take its draws
 (:mod:`.replica_draws`).
 
 >>> from driftstream.engine import Flow

@@ -19,6 +19,12 @@ as a broker's topic does. The instances restart from the newest manifest one ste
 at a time (a crash can strike mid-restore) under the same rules as on Ray
 (:mod:`driftstream.engine.model.recovery`).
 
+Under ``recovery="local"`` a crash fails one seeded instance, which alone restores
+(:mod:`.local_recovery`), its peers' replicas too taking their part when the run has replicas;
+what cannot be recovered locally (a crash of an instance with replicas, which kills every
+replica of it; any failure while a local recovery is under way: :mod:`.local_refusals`) falls
+back to a global rollback of every instance and replica, and says why (``fallback_reasons``).
+
 ``rescales``: parallelisms the run moves to, one after the other, each at a seeded
 moment, as ``FlowHandle.rescale`` does on Ray: the sources stop reading, everything
 read settles and is released, a snapshot is taken (the sinks then hold exactly the
@@ -54,10 +60,11 @@ from driftstream.snapshots.store import SnapshotStore
 from driftstream.engine.model.config import RunConfig, aligned_sources, reexecute_every, vote_sample
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
-from driftstream.engine.model.plan import Plan
+from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.local_recovery import LocalRecovery
+from driftstream.engine.runtime.local_refusals import crash_refusal, victim_refusal
 from driftstream.engine.runtime.output_logs import trim_logs
 from driftstream.engine.runtime.reexecuted_step import SilentCorruption
 from driftstream.engine.runtime.simulated_corruptions import SimulatedCorruptions
@@ -95,7 +102,8 @@ class Simulation:
     many :class:`~.acker_shard.AckShardHost` fold the instances' messages to the acker (round
     robin), flush when the scheduler says, and pass the acker's watermarks and markers on.
     ``replica_crashes`` (``replicas`` > 1): how many seeded deaths of one replica strike the run
-    (see simulated_replicas.py), listed in ``replicas.failures``; none restores anything.
+    (see simulated_replicas.py), listed in ``replicas.failures``; none restores anything (one
+    during a local recovery of a crash rolls back globally: local_refusals.py).
     ``replica_flips`` (``verify="majority"``): how many seeded value flips strike a replica's
     state (see simulated_votes.py), listed in ``votes.flips``; ``votes.dissents`` says what the
     votes found and did.
@@ -123,9 +131,9 @@ class Simulation:
         self.restores: Counter = Counter()
         #: recovery="local": a crash fails one instance, which alone restores (see local_recovery.py)
         self.local = LocalRecovery(plan) if config.recovery == "local" else None
-        #: recovery="local": crashes that fell back to a global rollback (one struck while a replacement caught up),
+        #: recovery="local": failures that fell back to a global rollback and why each (see local_refusals.py),
         #: and the instances the others failed, in order
-        self.fallbacks, self.failed = 0, []
+        self.fallbacks, self.fallback_reasons, self.failed = 0, [], []
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         #: replicas > 1: the replicated instances' replicas (see simulated_replicas.py), None by default
         self.replicas = None if config.replica_count == 1 else SimulatedReplicas(plan, config, self.local, self.live)
@@ -193,46 +201,60 @@ class Simulation:
             extra = {} if self.local is None else {"incarnations": self.local.incarnations}
             host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
                                    self.incarnation.bundle_writer(instance), self.incarnation.sender(instance), **extra)
-            if recovering:
-                self.restores[instance] += 1
+        if recovering:
+            self.restores[instance] += 1
         if self.local is not None:
             self.local.started(instance, host)
         seed = host.rt.take_seed()  # restored windows' timers, in the table before any source starts
         if seed:
             self.acker.seed(seed if self.local is None else host.recovery.tag(seed))
 
-    def _crash_one(self, point: str) -> None:
-        """recovery="local": one seeded instance fails and alone restores the newest manifest;
-        the others go on (see local_recovery.py)."""
+    def _crash_one(self, point: str, victim: Instance) -> None:
+        """recovery="local": ``victim`` fails and alone restores the newest manifest; the others
+        go on (see local_recovery.py), every replica of theirs taking its part."""
         manifest = self._count_crash(point)
-        victim = self.rng.choice(sorted(self.live.hosts))
         self.failed.append(victim)
         self.landed += self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True),
-                                       self.resets_in_place)
+                                       self.resets_in_place, None if self.replicas is None else self.replicas.peers_of(victim))
 
     def _count_crash(self, point: str) -> Optional[Manifest]:
         """Record a crash at ``point`` (a pending rescale begins again later: its snapshot, if
         begun, is given up); the newest manifest, which the restart restores."""
         self.crashes_left -= 1
         self.crash_points.append(self.rescaling.crashed(point))
-        data = self.store.read_latest_manifest()
-        manifest = None if data is None else Manifest.from_json(data)
+        manifest = self.newest_manifest()
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         return manifest
 
+    def newest_manifest(self) -> Optional[Manifest]:
+        """The newest committed manifest, which a restart restores (None: none yet)."""
+        data = self.store.read_latest_manifest()
+        return None if data is None else Manifest.from_json(data)
+
     def _crash(self, point: str) -> None:
         """Every instance and message in flight is lost; restart from the newest manifest.
-        Under recovery="local" that is the fallback, for a failure while a replacement catches
-        up or the instances restore (``fallbacks``); any other fails one instance (:meth:`_crash_one`)."""
+        Under recovery="local" that is the fallback for what cannot be recovered locally (see
+        local_refusals.py); any other crash fails one instance (:meth:`_crash_one`)."""
+        why = None
         if self.local is not None:
-            if not (self.local.busy(self.acker) or self.restoring):
-                self._crash_one(point)
-                return
+            why = crash_refusal(self.local, self.acker, self.replicas, bool(self.restoring))
+            if why is None:
+                victim = self.rng.choice(sorted(self.live.hosts))
+                why = None if self.replicas is None else victim_refusal(victim, self.replicas.sets)
+                if why is None:
+                    self._crash_one(point, victim)
+                    return
+        self.restart_all(self._count_crash(point), why)
+
+    def restart_all(self, manifest: Optional[Manifest], why: Optional[str] = None) -> None:
+        """A global rollback: every instance and replica, and every message in flight, is lost;
+        the run restarts from ``manifest`` (None: the beginning). ``why``: under recovery="local",
+        why it fell back to that (in ``fallback_reasons``)."""
+        if self.local is not None:
             self.fallbacks += 1
-            self.local.restart_all()
-        manifest = self._count_crash(point)
+            self.fallback_reasons.append(why)
         hosts = self.live.hosts
-        self.live.stop()
+        self.stop_every_instance()
         if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
             self.landed += self.incarnation.land_writes(hosts)
         self._start_incarnation(manifest, recovering=True)
@@ -297,8 +319,8 @@ class Simulation:
         self._start_incarnation(manifest, recovering=True)
 
     def stop_every_instance(self) -> None:
-        """A rollback the run decides on (a vote, a corruption caught), before every instance
-        restarts: the snapshot being collected is given up, every incarnation and replica stops."""
+        """A rollback (a crash's, a vote's, a corruption caught), before every instance restarts:
+        the snapshot being collected is given up, every incarnation and replica stops."""
         collecting = self.acker.collecting
         if collecting is not None:
             self.acker.end_snapshot(collecting.snapshot_id)
@@ -349,7 +371,7 @@ class Simulation:
                 # (LiveStatus.carried): this one counts only what it settles from there.
                 result.metrics.carry(self.manifest.counts)
             result.metrics.snapshots = self.commits
-            result.metrics.recoveries = len(self.crash_points)
+            result.metrics.recoveries = len(self.crash_points) + (0 if self.replica_faults is None else self.replica_faults.fallbacks)
             result.metrics.restores = {f"{i.stage}/{i.index}": n for i, n in sorted(self.restores.items())}
             result.metrics.skipped = self.skipped
             if self.votes is not None:
@@ -383,9 +405,19 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
 
 def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
     """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong."""
-    if crashes or rescales:
-        raise FlowError("replicas with crashes= or rescales= are not built yet (a replacement replica restores a snapshot): "
-                        "kill replicas with replica_crashes=")
+    if rescales:
+        raise FlowError("replicas with rescales= are not built yet (a rescale restarts every replica at another parallelism): "
+                        "kill replicas with replica_crashes=, instances with crashes=")
+    if not crashes:
+        return
+    if config.verify != "first":
+        raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a global rollback would have to restore "
+                        "the snapshot the votes certified and reset them, as a vote's rollback does): use verify='first'")
+    replicated = {k.stage for k in config.replicated(plan)}
+    drawn = [s.name for s in plan.steps if not s.deterministic and plan.stage_of[s.id] in replicated]
+    if drawn:
+        raise FlowError(f"crashes= beside replicas of a step declared deterministic=False ({drawn[0]!r}) are not built yet: a replica "
+                        "restored by a global rollback and promoted later does not take its output log's draws")
 
 
 def _fresh_store(config: RunConfig, scratch: str) -> tuple:

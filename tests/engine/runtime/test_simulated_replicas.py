@@ -111,14 +111,11 @@ def test_ray_refuses_what_its_replicas_do_not_run_before_it_starts():
         _counter_flow().run(2, runtime="ray", guarantee="exactly-once", recovery="local", replicas=2, verify="reexecute:2")
 
 
-@pytest.mark.parametrize("replicas, verify, crashes, message", [
-    (2, "first", {"crashes": 1}, "replicas with crashes= or rescales= are not built yet"),
-    (2, "first", {"rescales": [3]}, "replicas with crashes= or rescales= are not built yet"),
-])
-def test_the_simulator_refuses_what_replicas_do_not_handle_yet(replicas, verify, crashes, message):
-    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=replicas, verify=verify)
-    with pytest.raises(FlowError, match=message):
-        Simulation(_counter_flow().plan(2), config, **crashes)
+def test_the_simulator_refuses_what_replicas_do_not_handle_yet():
+    """Rescales (crashes= run beside replicas: test_simulated_replicas_with_crashes.py)."""
+    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=2)
+    with pytest.raises(FlowError, match="replicas with rescales= are not built yet"):
+        Simulation(_counter_flow().plan(2), config, rescales=[3])
 
 
 def test_replica_crashes_need_replicas():

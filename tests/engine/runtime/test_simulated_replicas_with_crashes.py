@@ -1,0 +1,184 @@
+"""crashes= beside replicas on the simulator (issue 58, recovery="local", verify="first"): a crash
+of an instance without replicas (a source instance, or one of a stage ``replicas={...}`` does not
+name) is recovered locally, every replica of its peers taking its part; a crash of an instance
+with replicas (every replica of it dies), or any failure while a local recovery is under way,
+falls back to a global rollback that restores every instance and replica and says why
+(local_refusals.py). Replicas die beside the crashes (``replica_crashes=``: failovers, no
+restore). Over hundreds of seeds of keyed flows, every output is the failure-free one element
+for element (Metas, payloads, order), and the restores are what happened: each local recovery
+restored its victim alone, each global rollback every instance, a failover none.
+
+``DRIFTSTREAM_MORE_SEEDS`` (default 100) sets the seeds per case of the slow tier's test: by
+hand, ``DRIFTSTREAM_MORE_SEEDS=500 pytest -n 0 -m slow`` on this file runs 3,000."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from driftstream.engine import Flow
+from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.runtime.simulator import Simulation
+
+from tests.engine.runtime.test_local_recovery import DATA, step_to_end
+from tests.engine.runtime.test_replica_draws import _flow as draws_flow
+from tests.engine.runtime.test_simulated_replicas import _counter_flow
+from tests.pipelines import STATE_REKEY_ENTRIES, STATE_REKEY_STATE, build
+from tests.reference import reference_outputs
+
+#: (flow's ops, replicas) per case. The flows' keyed steps: ``stateful_map`` (first keyed stage),
+#: ``stateful_map_1`` / ``stateful_flat_map`` (second). Named: a replicated stage feeding one
+#: without replicas (only its primary re-sends to a replacement), and the other way round (every
+#: replica cancels what a dead sender without replicas sent it).
+CASES = {
+    "state-rekey-state, 2": (STATE_REKEY_STATE, 2),
+    "entries, 2": (STATE_REKEY_ENTRIES, 2),
+    "fan-state, 2": (["fan", "concat"], 2),
+    "state-rekey-state, first stage named": (STATE_REKEY_STATE, {"stateful_map": 2}),
+    "state-rekey-state, second stage named": (STATE_REKEY_STATE, {"stateful_map_1": 2}),
+    "entries, second stage named": (STATE_REKEY_ENTRIES, {"stateful_flat_map": 2}),
+}
+
+#: Seeded runs per case in the fast tier (each ~0.04-0.12 s: ~1.5 crashes and ~1 replica death a run).
+SEEDS = 50
+#: ... and per case in the slow tier (see the module doc).
+MORE_SEEDS = int(os.environ.get("DRIFTSTREAM_MORE_SEEDS", "100"))
+
+
+def _flow(ops: list) -> Flow:
+    return build("replica-crashes", DATA, ops, partitions=3)
+
+
+def _sim(flow: Flow, seed: int, replicas, crashes: int = 3, replica_crashes: int = 2) -> Simulation:
+    """One seeded run at parallelism 2 or 3, through 0-2 acker shards."""
+    config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local", replicas=replicas)
+    return Simulation(flow.plan(2 + seed % 2), config, crashes=crashes, replica_crashes=replica_crashes, acker_shards=seed % 3)
+
+
+def _failure_free(flow: Flow) -> list:
+    """The failure-free run's ``(Meta, payload)`` in order; its payloads are the reference's."""
+    out = Simulation(flow.plan(2), RunConfig(seed=0)).run().output_with_meta("out")
+    assert [p for _, p in out] == reference_outputs(flow)["out"]
+    return out
+
+
+def _wrong_restores(sim: Simulation, restores: dict) -> str:
+    """What is wrong with the run's restores (``metrics.restores``), or "": each local recovery
+    restored its victim alone, an instance without replicas; each global rollback every instance
+    (but those a crash while they restored cut off: the next rollback restores them); a failover none."""
+    replicated = set(sim.replicas.replicated)
+    local = Counter(sim.failed)
+    if sim.local.restores != local or local.keys() & replicated:
+        return f"local recoveries {dict(sim.local.restores)} of crashed {dict(local)}"
+    cut_off = sum(why == "the instances were still restoring" for why in sim.fallback_reasons)
+    for instance in sim.plan.instances:
+        rollbacks = restores.get(instance.label, 0) - local[instance]
+        if not sim.fallbacks - cut_off <= rollbacks <= sim.fallbacks:
+            return f"{instance.label} restored {restores.get(instance.label, 0)} times: {local[instance]} local, {sim.fallbacks} global"
+    crashed = sim.fallbacks - sim.replica_faults.fallbacks + len(sim.failed)
+    if crashed != len(sim.crash_points):
+        return f"{len(sim.crash_points)} crashes, {crashed} answered"
+    return ""
+
+
+def _check_seeds(name: str, seeds: range) -> Counter:
+    """Every seed of case ``name``: the failure-free output element for element, restores as
+    they happened, every replicated instance back to its replicas; returns what the seeds did."""
+    ops, replicas = CASES[name]
+    flow = _flow(ops)
+    expected = _failure_free(flow)
+    wrong, seen = [], Counter()
+    for seed in seeds:
+        sim = _sim(flow, seed, replicas)
+        step_to_end(sim, f"seed {seed}", lambda: f"crash points {sim.crash_points}, fallbacks {sim.fallback_reasons}")
+        result = sim.run()
+        why = _wrong_restores(sim, result.metrics.restores)
+        if result.output_with_meta("out") != expected:
+            why = "output differs"
+        elif not why and any(len(incs) != sim.replicas.replicated[k] for k, incs in sim.replicas.sets.items()):
+            why = f"replica sets {sim.replicas.sets}"
+        if why:
+            wrong.append((seed, why, sim.crash_points, sim.fallback_reasons, sim.replicas.failures))
+        seen["crashes"] += len(sim.crash_points)
+        seen["local"] += len(sim.failed)
+        seen["local, a source instance"] += sum(k in sim.plan.source_instances for k in sim.failed)
+        seen["global"] += sim.fallbacks
+        seen["global, a replicated instance crashed"] += sum(why.endswith("lost its last live replica") for why in sim.fallback_reasons)
+        seen["global, a replica died"] += sim.replica_faults.fallbacks
+        seen["failovers"] += sim.replicas.failovers
+        seen["replica deaths"] += len(sim.replicas.failures)
+        seen["cancelled"] += sim.local.cancelled
+    assert not wrong, f"{len(wrong)} seeds wrong (seed, why, crash points, fallbacks, replica failures): {wrong[:3]}"
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_crashes_and_replica_deaths_give_the_failure_free_output_and_restore_what_failed(name):
+    seen = _check_seeds(name, range(SEEDS))
+    # The seeds reached what they test: local recoveries beside replicas (of a source instance
+    # among them), global rollbacks for a replicated instance's crash, failovers.
+    assert seen["local"] > SEEDS // 3 and seen["local, a source instance"] > 0 and seen["cancelled"] > 0, seen
+    assert seen["global, a replicated instance crashed"] > 0 and seen["failovers"] > SEEDS // 5, seen
+
+
+@pytest.mark.slow  # DRIFTSTREAM_MORE_SEEDS more seeds a case (100: ~40 s)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_more_seeded_crashes_beside_replicas_give_the_failure_free_output(name):
+    _check_seeds(name, range(SEEDS, SEEDS + MORE_SEEDS))
+
+
+def _first(flow: Flow, replicas, wanted) -> tuple:
+    """The first seed's (simulation, result) whose run has ``wanted(sim)``."""
+    for seed in range(60):
+        sim = _sim(flow, seed, replicas, crashes=1, replica_crashes=0)
+        hosts = dict(sim.replicas.hosts)
+        result = sim.run()
+        if wanted(sim):
+            return sim, result, hosts
+    raise AssertionError("no seed of 60 has it")
+
+
+def test_a_source_instance_s_crash_restores_it_alone_and_every_replica_takes_its_part():
+    flow = _flow(STATE_REKEY_STATE)
+    sim, result, hosts = _first(flow, 2, lambda sim: sim.failed and not sim.fallbacks)
+    [victim] = sim.failed
+    assert victim in sim.plan.source_instances
+    assert result.metrics.restores == {victim.label: 1} and result.metrics.recoveries == 1
+    assert sim.replicas.hosts == hosts  # no replica restarted: each cancelled and went on
+    assert result.output_with_meta("out") == _failure_free(flow)
+
+
+def test_an_unnamed_stage_s_instance_restores_alone_beside_the_named_stage_s_replicas():
+    flow = _flow(STATE_REKEY_STATE)
+    sim, result, hosts = _first(flow, {"stateful_map": 2}, lambda sim: sim.failed and sim.failed[0].stage == 2 and not sim.fallbacks)
+    assert result.metrics.restores == {sim.failed[0].label: 1} and sim.replicas.hosts == hosts
+    assert result.output_with_meta("out") == _failure_free(flow)
+
+
+def test_a_replicated_instance_s_crash_rolls_every_instance_and_replica_back_and_says_why():
+    flow = _flow(STATE_REKEY_STATE)
+    sim, result, hosts = _first(flow, 2, lambda sim: sim.fallbacks)
+    [why] = sim.fallback_reasons
+    assert why.endswith("lost its last live replica") and not sim.failed, why
+    assert result.metrics.restores == {k.label: 1 for k in sim.plan.instances} and result.metrics.recoveries == 1
+    assert not set(sim.replicas.hosts) & set(hosts)  # every replica is new
+    assert result.output_with_meta("out") == _failure_free(flow)
+
+
+@pytest.mark.parametrize("flow, options, message", [
+    (_counter_flow, {"crashes": 1, "replicas": 3, "verify": "majority"}, "crashes= beside replicas with verify='majority' are not built yet"),
+    (lambda: draws_flow(True), {"crashes": 1}, "crashes= beside replicas of a step declared deterministic=False \\('draw'\\)"),
+], ids=["majority", "draws"])
+def test_the_simulator_refuses_what_crashes_beside_replicas_do_not_handle_yet(flow, options, message):
+    replicas, verify = options.pop("replicas", 2), options.pop("verify", "first")
+    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=replicas, verify=verify)
+    with pytest.raises(FlowError, match=message):
+        Simulation(flow().plan(2), config, **options)
+
+
+def test_a_step_declared_deterministic_false_outside_the_replicated_stages_runs_with_crashes():
+    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas={"stateful_map": 2})
+    Simulation(draws_flow(True).plan(2), config, crashes=1).close()
