@@ -124,7 +124,7 @@ def test_crashes_and_replica_deaths_give_the_failure_free_output_and_restore_wha
     assert seen["global, a replicated instance crashed"] > 0 and seen["failovers"] > SEEDS // 5, seen
 
 
-@pytest.mark.slow  # DRIFTSTREAM_MORE_SEEDS more seeds a case (100: ~40 s)
+@pytest.mark.slow  # DRIFTSTREAM_MORE_SEEDS more seeds a case (100: ~50 s)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_more_seeded_crashes_beside_replicas_give_the_failure_free_output(name):
     _check_seeds(name, range(SEEDS, SEEDS + MORE_SEEDS))
