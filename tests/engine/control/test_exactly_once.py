@@ -220,7 +220,9 @@ def killed_run(tmp_path, tmp_path_factory, name: str, victims: list, guarantee: 
     expected = failure_free_output(tmp_path_factory)
     out = tmp_path / name
     killer = kill_when(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [f"{name}/{v}" for v in victims])
-    result = build(name, FileSink(out, name="out"), paced=True).run(
+    # 4 s of input, not build's 2 s: under CI's load the killer thread, polling the output,
+    # found the run over before it looked again (local recovery's twin of this test, CI 2026-12-07).
+    result = build(name, FileSink(out, name="out"), paced=True, rate=1500).run(
         parallelism=2, guarantee=guarantee, snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps")
     )
     killer.join(timeout=5)
