@@ -71,7 +71,7 @@ def senders_to(plan: Plan, stage: int) -> set:
 
 
 def part_rounds(plan: Plan, victim: Instance, peers: list) -> list:
-    """``peers`` (``(instance, handle)`` of the survivors and their replicas) in the rounds their
+    """``peers`` (``(instance, handle, ...)`` of the survivors and their replicas) in the rounds their
     :meth:`StageActor.peer_failed` calls take, each awaited before the next.
 
     The replacement's receivers take their part before its senders: its output reaching one
@@ -80,7 +80,7 @@ def part_rounds(plan: Plan, victim: Instance, peers: list) -> list:
     receiver or without a sender, one round (a round trip to busy instances less)."""
     senders = senders_to(plan, victim.stage)
     receivers = plan.receivers_of(victim.stage)
-    if not (any(k.stage in receivers for k, _ in peers) and any(k.stage in senders for k, _ in peers)):
+    if not (any(k.stage in receivers for k, *_ in peers) and any(k.stage in senders for k, *_ in peers)):
         return [peers]
     return [[p for p in peers if p[0].stage not in senders], [p for p in peers if p[0].stage in senders]]
 
@@ -191,12 +191,14 @@ class LocalFailover:
 
     def _take_parts(self, victim: Instance, survivors: list, replicas: dict, new: int, cut: tuple, address: tuple) -> list:
         """Every survivor's (and its replicas') :meth:`StageActor.peer_failed`, in the rounds
-        of :func:`part_rounds`; their answers."""
+        of :func:`part_rounds`; their answers. Only an instance's primary re-sends its log: its
+        other replicas logged the same items, and the replacement would take each twice."""
         plan = self.launcher.plan
         senders = senders_to(plan, victim.stage)
-        peers = [(k, self.launcher.actors[k]) for k in survivors] + [(k, r.handle) for k in survivors for r in replicas.get(k, ())[1:]]
+        peers = [(k, self.launcher.actors[k], True) for k in survivors] + [(k, r.handle, False) for k in survivors for r in replicas.get(k, ())[1:]]
         return [part for peers in part_rounds(plan, victim, peers)
-                for part in ray.get([h.peer_failed.remote(tuple(victim), new, cut, address if k.stage in senders else None) for k, h in peers])]
+                for part in ray.get([h.peer_failed.remote(tuple(victim), new, cut, address if k.stage in senders else None, primary)
+                                     for k, h, primary in peers])]
 
     def _start(self, name: str, victim: Instance, opts: InstanceConfig, standby: bool, real_names: dict) -> tuple:
         """The replacement of instance ``name``, ``(actor, ref of a standby's reset() or None)``:

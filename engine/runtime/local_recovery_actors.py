@@ -113,12 +113,14 @@ class LocalStageSide:
     """A :class:`~.actors.StageActor`'s local-recovery methods (its ``host``, ``endpoint``,
     ``drain``, ``lost``, ``plan``, ``key`` and ``kept`` are the actor's)."""
 
-    async def peer_failed(self, victim: tuple, new: Any, cut: tuple, address: Optional[tuple]) -> dict:
+    async def peer_failed(self, victim: tuple, new: Any, cut: tuple, address: Optional[tuple], replay: bool = True) -> dict:
         """``recovery="local"``: instance ``victim`` failed, incarnation ``new`` replaces it
         (listening at ``address`` when this instance sends to it): see
         :meth:`InstanceHost.peer_failed`. The connection opens first; the switch to it, the
-        replay and the ReplaySent then run in one go on the event loop. Returns the items
-        replayed and cancelled."""
+        replay and the ReplaySent then run in one go on the event loop. ``replay`` False: a
+        replica that is not its instance's primary (it logged what the primary re-sends; it
+        connects, for a promotion, and re-sends nothing). Returns the items replayed and
+        cancelled."""
         victim = Instance(*victim)
         opened = ("replacement", victim)
         if address is not None:
@@ -126,7 +128,8 @@ class LocalStageSide:
         part = self.host.recovery
         replayed, cancelled = part.replayed, part.cancelled
         self.drain.drop_from(victim)
-        self.host.peer_failed(victim, new, cut, self.batch_size, reconnect=lambda: address is not None and self.endpoint.adopt(victim, opened))
+        self.host.peer_failed(victim, new, cut, self.batch_size, reconnect=lambda: address is not None and self.endpoint.adopt(victim, opened),
+                              replay=replay)
         # The dead one's connection ended: seen, answered; its end seen late (this one may have
         # taken its part first) is no new death (a healthy replacement was recovered again).
         self.lost = LostPeers(self.lost.ignore | {self.plan.actor_name(victim)})

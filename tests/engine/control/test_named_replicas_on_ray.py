@@ -92,3 +92,21 @@ def test_named_stages_run_as_their_own_r(ray_session, tmp_path, tmp_path_factory
     assert seen.live == dict(zip(names, [True, True, False])), seen.live
     assert failures(result.metrics) == ["replica lost"] and result.metrics.restores == {}, result.metrics.recovery_s
     assert read_file_sink(out, "out") == expected
+
+
+def test_a_killed_instance_downstream_of_replicas_restores_alone_and_is_sent_each_item_once(ray_session, tmp_path, tmp_path_factory):
+    """``par/0`` has no replicas (``sum``, in stage ``by_key``, is named): its senders are
+    replicated, and only their primaries re-send what they logged for it; the secondaries, which
+    log the same items, connect to the replacement (for a promotion) and re-send nothing (in the
+    simulator, secondaries that re-sent gave 7 wrong runs of 50)."""
+    expected = reference.failure_free_output(
+        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
+    out = tmp_path / "out"
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rnd/par/0", N // 4)])
+    result = _parity_counts("rnd", FileSink(out, name="out"), paced=True).run(
+        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
+        replicas={"sum": 2})
+    killer.join(timeout=5)
+    assert not killer.errors, killer.errors
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {"2/0": 1}, result.metrics.recovery_s
+    assert read_file_sink(out, "out") == expected
