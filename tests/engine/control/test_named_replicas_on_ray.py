@@ -58,23 +58,6 @@ def test_a_killed_replica_of_the_named_stage_restores_nothing_and_the_other_stag
     assert read_file_sink(out, "out") == expected
 
 
-def test_a_killed_instance_of_the_unnamed_stage_restores_alone_beside_replicas(ray_session, tmp_path, tmp_path_factory):
-    """``by_key/0`` has no replicas (``count``, in stage ``par``, is named): local recovery
-    replaces it as without replicas; its receivers' replicas take their part, the replacement
-    fans out to them."""
-    expected = reference.failure_free_output(
-        "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
-    out = tmp_path / "out"
-    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rnu/by_key/0", N // 4)])
-    result = _parity_counts("rnu", FileSink(out, name="out"), paced=True).run(
-        parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
-        replicas={"count": 2})
-    killer.join(timeout=5)
-    assert not killer.errors, killer.errors
-    assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {"1/0": 1}, result.metrics.recovery_s
-    assert read_file_sink(out, "out") == expected
-
-
 def test_named_stages_run_as_their_own_r(ray_session, tmp_path, tmp_path_factory):
     """``sum`` named with r=3, ``count`` with r=2: the third replica of ``by_key/0`` exists and
     dies (no restore); ``par/0`` has no third."""
@@ -94,19 +77,23 @@ def test_named_stages_run_as_their_own_r(ray_session, tmp_path, tmp_path_factory
     assert read_file_sink(out, "out") == expected
 
 
-def test_a_killed_instance_downstream_of_replicas_restores_alone_and_is_sent_each_item_once(ray_session, tmp_path, tmp_path_factory):
-    """``par/0`` has no replicas (``sum``, in stage ``by_key``, is named): its senders are
-    replicated, and only their primaries re-send what they logged for it; the secondaries, which
-    log the same items, connect to the replacement (for a promotion) and re-send nothing (in the
-    simulator, secondaries that re-sent gave 7 wrong runs of 50)."""
+
+@pytest.mark.parametrize("named, victim, label", [("count", "by_key/0", "1/0"), ("sum", "par/0", "2/0")], ids=["above", "below"])
+def test_a_killed_instance_of_an_unnamed_stage_restores_alone_beside_replicas(ray_session, tmp_path, tmp_path_factory, named, victim, label):
+    """The killed instance has no replicas; the named stage is below it (its receivers' replicas
+    take their part, the replacement fans out to them) or above it (its senders are replicated:
+    only their primaries re-send what they logged for it; the secondaries, which logged the same
+    items, connect to the replacement for a promotion and re-send nothing: before, it got every
+    item twice and its output differed)."""
     expected = reference.failure_free_output(
         "lr-parity", tmp_path_factory, lambda out: _parity_counts("lr-par-ref", FileSink(out, name="out"), paced=False).run(parallelism=2))
     out = tmp_path / "out"
-    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [("rnd/par/0", N // 4)])
-    result = _parity_counts("rnd", FileSink(out, name="out"), paced=True).run(
+    name = "rnu-" + named
+    killer = kill_at(lambda: len(read_file_sink(out, "out")) if out.exists() else 0, [(f"{name}/{victim}", N // 4)])
+    result = _parity_counts(name, FileSink(out, name="out"), paced=True).run(
         parallelism=2, guarantee="exactly-once", snapshot_interval=0.2, snapshot_dir=str(tmp_path / "snaps"), recovery="local",
-        replicas={"sum": 2})
+        replicas={named: 2})
     killer.join(timeout=5)
     assert not killer.errors, killer.errors
-    assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {"2/0": 1}, result.metrics.recovery_s
+    assert [r["kind"] for r in result.metrics.recovery_s] == ["local"] and result.metrics.restores == {label: 1}, result.metrics.recovery_s
     assert read_file_sink(out, "out") == expected
