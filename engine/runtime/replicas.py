@@ -100,6 +100,9 @@ class DeferredPartition:
     """The sink partition of a replica that is not the primary, opened on first use (once it is
     promoted, or a restart asks what the sink holds): opened beside the primary's, a file sink's
     open would cut off a line the primary is writing. ``sink.open(index, partitions)`` then.
+    Until it writes, a question (``t_last``, ``skip_replayed``) opens it again: what a partition
+    opened at a restart (a rescale's, a rollback's) knows is stale once the primary wrote on, and a
+    promotion that trusted it wrote again what the primary had written.
 
     >>> from driftstream.engine.testing import MemorySink
     >>> part = DeferredPartition(MemorySink("o"), 0, 1)
@@ -110,20 +113,29 @@ class DeferredPartition:
     def __init__(self, sink: Any, index: int, partitions: int) -> None:
         self.sink, self.index, self.partitions = sink, index, partitions
         self.part: Any = None
+        self.written = False
 
     def _open(self) -> Any:
         if self.part is None:
             self.part = self.sink.open(self.index, self.partitions)
         return self.part
 
+    def _asked(self) -> Any:
+        """The partition to ask what the sink holds: until this replica writes, another does."""
+        if not self.written and self.part is not None:
+            self.part.close()
+            self.part = None
+        return self._open()
+
     def write(self, bundle: Bundle) -> None:
+        self.written = True
         self._open().write(bundle)
 
     def t_last(self) -> Any:
-        return self._open().t_last()
+        return self._asked().t_last()
 
     def skip_replayed(self) -> tuple:
-        return self._open().skip_replayed()
+        return self._asked().skip_replayed()
 
     def collected(self) -> Any:
         return None if self.part is None else self.part.collected()
@@ -133,6 +145,6 @@ class DeferredPartition:
             self.part.close()
 
     def __getattr__(self, name: str) -> Any:  # what else a sink's partition offers (a writer's figures)
-        if name in ("sink", "index", "partitions", "part"):
+        if name in ("sink", "index", "partitions", "part", "written"):
             raise AttributeError(name)
         return getattr(self._open(), name)

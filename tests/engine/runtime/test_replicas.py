@@ -45,3 +45,20 @@ def test_a_deferred_partition_opens_its_file_only_when_used(tmp_path):
     part.close()
     assert part.t_last() is None and [p.name for p in tmp_path.iterdir()] == ["out-0.jsonl"]
     part.close()
+
+
+def test_a_deferred_partition_asked_at_a_restart_sees_what_the_primary_wrote_since(tmp_path):
+    """A relaunch (a rescale's, a rollback's) asks a replica's sink what it holds; the primary then
+    writes on, dies, and the replica, promoted, asks again: the answer must be the file's now, or
+    the promotion writes again what the primary wrote (seen on Ray after a rescale)."""
+    sink = FileSink(tmp_path, name="out")
+    replica = DeferredPartition(sink, 0, 1)
+    assert replica.t_last() is None and replica.skip_replayed()[0] is None  # the restart's question
+    primary = sink.open(0, 1)
+    primary.write(Bundle([((1, 0, 0, 1, (), False), "a"), ((2, 0, 0, 2, (), False), "b")]))
+    primary.close()
+    t_last, _ = replica.skip_replayed()  # the promotion's
+    assert t_last is not None and t_last.ts == 2
+    replica.write(Bundle([((3, 0, 0, 3, (), False), "c")]))
+    assert replica.t_last().ts == 3  # once it writes, its own partition knows
+    replica.close()
