@@ -226,6 +226,19 @@ class Launcher:
         """The names of the actors playing the instances ``names`` (a standby keeps its own)."""
         return [self.real_names.get(n, n) for n in names]
 
+    def kept_by(self, plan: Plan) -> dict:
+        """The actors of the last launch that a launch of ``plan`` (a rescale's) resets in place,
+        actor name -> handle: the acker, the instances both plans have and, with replicas, as many
+        of their replicas as ``plan`` gives them; the others are the caller's to kill.
+
+        >>> Launcher(RecoveryRules(RunConfig(), snapshot_dir=None), StandbyPool(0)).kept_by(flow.plan(3))  # doctest: +SKIP
+        {'wc/acker': Actor(...), 'wc/count/0': Actor(...), 'wc/count/1': Actor(...)}
+        """
+        wanted = {plan.actor_name(i) for i in plan.instances} | set(self.names[:1])  # names[0]: the acker
+        if self.replicas is not None:
+            wanted |= self.replicas.kept_by(plan)
+        return {name: h for name, h in zip(self.names, self.handles) if name in wanted}
+
     def handles_of(self, names: Iterable[str]) -> list:
         """The handles of the actors of ``names`` (instance names) that the last launch started."""
         wanted = set(names)

@@ -109,6 +109,14 @@ class ReplicaLaunch:
                 self.sets[key].append(Replica(inc, name, handle))
         return resets
 
+    def kept_by(self, plan: Plan) -> set:
+        """The names of the live replicas that are not the primary which a launch of ``plan`` (a
+        rescale's) resets in place: those of an instance ``plan`` has too (by its actor name), as
+        many as ``plan`` replicates it with; :meth:`start` takes them back by name. The others
+        (their instance gone, or a stage no longer replicated) are the caller's to kill."""
+        counts = {plan.actor_name(k): r for k, r in self.config.replicated(plan).items()}
+        return {r.name for rs in self.sets.values() for r in rs[1:counts.get(rs[0].name, 1)]}
+
     def fresh_name(self, instance_name: str) -> str:
         """A name for a new replica of instance ``instance_name`` that no live actor holds (a replacement's)."""
         return self._fresh_name(instance_name, {})

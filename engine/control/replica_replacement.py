@@ -117,8 +117,8 @@ class ReplicaReplacement:
         added = []
         for p in [p for p in self.pending if p.ready is not None and ray.wait([p.ready], timeout=0)[0]]:
             self.pending.remove(p)
-            if len(self.launcher.replicas.sets.get(p.victim, ())) >= self.launcher.replicas.counts[p.victim]:
-                kill_actors([p.actor], [p.real])  # a global rollback since gave the instance its replicas
+            if len(self.launcher.replicas.sets.get(p.victim, ())) >= self.launcher.replicas.counts.get(p.victim, 0):
+                kill_actors([p.actor], [p.real])  # a global rollback or a rescale since gave the instance its replicas (or took it)
                 continue
             try:
                 ray.get(p.ready)

@@ -12,8 +12,9 @@ A *drained* snapshot leaves the sinks holding exactly the output below its time 
 4. the snapshot is taken at that watermark and committed.
 
 A rescale then restarts every stage at the new parallelism from it: the acker and the
-instances both plans have are reset in place with the new plan, the others killed or
-started, key groups and source partitions reassigned
+instances both plans have are reset in place with the new plan (with replicas, their replicas
+too: every replica of an instance restores the instance's part, as after a global rollback), the
+others killed or started, key groups and source partitions reassigned
 (:func:`~driftstream.engine.model.reassignment.reassigned`, committed first). A stop
 takes the same drained snapshot, so that a resume may come at any parallelism.
 
@@ -226,9 +227,8 @@ class Rescaler:
         written = time.time()
         self.before_restart()
         run = self.launcher
-        wanted = {new.actor_name(i) for i in new.instances} | {run.names[0]}  # names[0]: the acker
-        survivors = {name: h for name, h in zip(run.names, run.handles) if name in wanted}
-        gone = [name for name in run.names if name not in wanted]
+        survivors = run.kept_by(new)  # with replicas, those of the instances kept too: each restores its part again
+        gone = [name for name in run.names if name not in survivors]
         kill_actors(run.handles_of(gone), [], wait_s=0)  # names the new plan does not use: nothing waits for them
         killed = time.time()
         self.relaunch(new, moved, survivors)

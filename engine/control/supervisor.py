@@ -32,7 +32,6 @@ from typing import Callable, Optional
 import ray
 
 from driftstream.engine.model.config import RunConfig, vote_sample
-from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.model.recovery import RecoveryRules
@@ -236,7 +235,10 @@ class RaySupervisor:
                 failover.count_restart(manifest)
 
     def _relaunch(self, plan: Plan, manifest: Manifest, survivors: dict) -> None:
-        """Launch ``plan`` (a rescale's) from ``manifest``, resetting ``survivors`` in place."""
+        """Launch ``plan`` (a rescale's) from ``manifest``, resetting ``survivors`` in place (with
+        replicas, every replica of an instance restores its part, as after a global rollback)."""
+        if self.dissents is not None:
+            self.dissents.gather(timeout=1.0)  # the reset acker forgets its dissents
         self._switch_plan(plan)
         self._launch_surviving(manifest, recovering=True, survivors=survivors)
 
@@ -326,10 +328,10 @@ class RaySupervisor:
             ray.kill(handle, no_restart=True)
 
     def request_rescale(self, parallelism: int):
-        """See :meth:`.rescaler.Rescaler.request`; refused with replicas > 1 (not built yet)."""
-        if self.replicas is not None:
-            raise FlowError("a rescale of a run with replicas > 1 is not built yet (each replica would restore its part of the "
-                            "rescale's snapshot): stop it and start it again at the new parallelism")
+        """See :meth:`.rescaler.Rescaler.request`. With replicas the relaunch starts every replica
+        of each instance from its part of the drained snapshot (:meth:`.launcher.Launcher.kept_by`);
+        a parallelism at which the run would have no replicas is refused (:meth:`RunConfig.refuse_rescale`)."""
+        self.config.refuse_rescale(self.plan.with_parallelism(parallelism))
         return self.rescaler.request(self.plan, parallelism)
 
     def shutdown(self) -> list:

@@ -415,6 +415,34 @@ class RunConfig:
                                 f"stage runs as one number of replicas; give both the same r")
         return {k: named[k.stage][1] for k in plan.instances if k.stage in named and named[k.stage][1] > 1}
 
+    def refuse_rescale(self, plan: Any) -> None:
+        """A FlowError, before anything stops, if a run with replicas cannot go on as one at
+        ``plan`` (the parallelism a rescale moves to): its ``replicas`` mapping does not fit
+        ``plan``, or no instance of ``plan`` would have replicas; or its ``verify`` is
+        ``"sample:N"``, which certifies one snapshot in N: a vote's rollback after the rescale could
+        restore one taken before it, at the old parallelism (not built). Nothing without replicas.
+
+        >>> from driftstream.engine import Flow
+        >>> from driftstream.engine.testing import MemorySource, MemorySink
+        >>> f = Flow("r"); f.source(MemorySource([1]), name="src").key_by(str).count(name="c").sink(MemorySink("o"))
+        >>> RunConfig(recovery="local", replicas=2).refuse_rescale(f.plan(3))
+        >>> RunConfig(recovery="local", replicas=2).refuse_rescale(f.plan(1))
+        Traceback (most recent call last):
+        driftstream.engine.model.errors.FlowError: a rescale of flow 'r' to parallelism 1 would leave it without replicas: at parallelism 1 a key_by runs in its input's stage, which reads a source (sources have no replicas); rescale to 2 or more, or start the flow with fuse=False (a stage per key_by)
+        >>> RunConfig(recovery="local", replicas=2, verify="sample:2").refuse_rescale(f.plan(3))
+        Traceback (most recent call last):
+        driftstream.engine.model.errors.FlowError: a rescale of a run with replicas and verify='sample:2' is not built: a vote certifies one snapshot in N, and a vote's rollback after the rescale could restore one taken before it, at the old parallelism; run a flow you rescale with verify='majority' (every committed snapshot certified) or 'first'
+        """
+        if self.replica_count > 1 and vote_sample(self.verify) is not None:
+            raise FlowError(f"a rescale of a run with replicas and verify={self.verify!r} is not built: a vote certifies one "
+                            "snapshot in N, and a vote's rollback after the rescale could restore one taken before it, at the old "
+                            "parallelism; run a flow you rescale with verify='majority' (every committed snapshot certified) or 'first'")
+        if self.replica_count > 1 and not self.replicated(plan):
+            fused = (" at parallelism 1 a key_by runs in its input's stage, which reads a source (sources have no replicas); "
+                     "rescale to 2 or more, or start the flow with fuse=False (a stage per key_by)") if plan.fused else \
+                    " every stage of it reads a source (sources have no replicas)"
+            raise FlowError(f"a rescale of flow {plan.flow_name!r} to parallelism {plan.parallelism} would leave it without replicas:{fused}")
+
     @property
     def takes_snapshots(self) -> bool:
         return self.guarantee is not Guarantee.NONE
