@@ -24,8 +24,9 @@ A lost replica is replaced (:mod:`.replica_replacements`: restored from the newe
 snapshot, caught up, then a replica as any other). ``crashes`` beside replicas: a crash of an
 instance without replicas is a local recovery (:mod:`.local_recovery`) in which every replica
 of its peers takes its part (:meth:`SimulatedReplicas.peers_of`); a crash of one with replicas,
-a global rollback (:mod:`.local_refusals`). Not built yet: replicas with ``rescales``. Steps
-declared ``deterministic=False``: the primary draws, the others take its draws
+a global rollback (:mod:`.local_refusals`). A rescale restarts every replica at the new
+parallelism (:meth:`SimulatedReplicas.restart`), as a global rollback does. Not built yet:
+crashes and rescales in one run with replicas. Steps declared ``deterministic=False``: the primary draws, the others take its draws
 (:mod:`.replica_draws`).
 
 >>> from driftstream.engine import Flow
@@ -66,8 +67,8 @@ class SimulatedReplicas:
     it."""
 
     def __init__(self, plan: Plan, config: RunConfig, local: LocalRecovery, live: SimulatedInstances) -> None:
-        self.local, self.live = local, live
-        #: instance -> how many replicas it runs as (RunConfig.replicated)
+        self.local, self.live, self.config = local, live, config
+        #: instance -> how many replicas it runs as (RunConfig.replicated; a rescale's plan's after it)
         self.replicated = config.replicated(plan)
         self.sets: dict = {}
         self.hosts: dict = {}
@@ -306,10 +307,13 @@ class SimulatedReplicas:
         for host in self.secondaries():
             host.close(keep_sinks=True)
 
-    def restart(self) -> None:
-        """A global rollback: every replica goes (the run stops the primaries); the next
-        incarnation starts them anew from the snapshot it restores."""
+    def restart(self, plan: Optional[Plan] = None) -> None:
+        """A global rollback, or a rescale to ``plan``: every replica goes (the run stops the
+        primaries); the next incarnation starts them anew from the snapshot it restores, each
+        replica of an instance from the instance's part (at ``plan``'s parallelism)."""
         self.close()
+        if plan is not None:
+            self.replicated = self.config.replicated(plan)
         self.sets, self.hosts, self.kept = {}, {}, {}
         if self.replacements is not None:
             self.replacements.catching_up.clear()

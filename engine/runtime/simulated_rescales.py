@@ -4,8 +4,12 @@ A rescale goes through three phases: *draining* (the sources stop reading; what 
 settles and is released), *snapshot* (the rescale's own, taken once nothing is in flight:
 the sinks then hold exactly the output below its time), and the restart at the next
 parallelism from it, its key groups and partitions reassigned
-(:mod:`driftstream.engine.model.reassignment`). A crash in any phase gives the rescale up
-until a later seeded moment; it begins again from the draining.
+(:mod:`driftstream.engine.model.reassignment`). With replicas every replica restarts, each
+from its instance's part; under ``verify="majority"`` a fourth phase, *voting*, comes before the
+restart: the gate holds output until every instance passed the snapshot's epoch, and the votes
+go on at the new parallelism from there. A crash in any phase, a rollback, or a failover that
+gives the snapshot up gives the rescale up until a later seeded moment; it begins again from
+the draining.
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.model.config import RunConfig
@@ -35,7 +39,7 @@ RESCALE_AT = 0.03
 
 class SimulatedRescales:
     """The parallelisms ``sim`` (the :class:`~.simulator.Simulation`) is still to move to (``pending``), the phase of the one under
-    way (``phase``: None, "draining" or "snapshot") and those done (``done``: per rescale, the
+    way (``phase``: None, "draining", "snapshot" or "voting") and those done (``done``: per rescale, the
     parallelism and the id of the snapshot it restored)."""
 
     def __init__(self, sim: Any, parallelisms: Sequence[int]) -> None:
@@ -43,6 +47,8 @@ class SimulatedRescales:
         self.pending = list(parallelisms)
         self.phase: Optional[str] = None
         self.done: list = []
+        #: the rescale's snapshot, ``(its time, its manifest)``, once committed
+        self._drained: tuple = ((), None)
 
     def maybe_begin(self) -> bool:
         """A seeded step: a pending rescale may begin (True: it did, the step is taken). The
@@ -59,17 +65,28 @@ class SimulatedRescales:
 
     def due(self, kinds: list) -> Optional[Callable[[], None]]:
         """While draining, once nothing is in flight (``kinds``: the incarnation's deliveries):
-        the move that takes the rescale's snapshot (the watermark stays where it is)."""
+        the move that takes the rescale's snapshot (the watermark stays where it is); while
+        voting, once every instance passed its epoch: the restart."""
         sim = self.sim
         if (self.phase == "draining" and not kinds and not sim.incarnation.writes and sim.acker.collecting is None
                 and not sim.incarnation.logs_due()):  # an ack held for its output log would settle later
             return self._snapshot
+        if self.phase == "snapshot" and sim.acker.collecting is None:
+            self.phase = None  # a primary's failover gave the snapshot up (its part may be lost)
+        if self.phase == "voting":
+            if sim.votes.passed_through(self._drained[0]):
+                return self._restart
+            if not kinds and sim.votes.due is None:
+                self.phase = None  # nothing left to move the votes on: read again, begin again later
         return None
 
     def _snapshot(self) -> None:
         sim = self.sim
-        catching_up = sim.local is not None and sim.local.busy(sim.acker)  # its marker would carry the watermark past the replacement
-        if not catching_up and sim.acker.table.settled() and drained(sim.acker.pushed, (rt.t_last() for rt in sim.stages.values())):
+        # a replacement's marker would carry the watermark past it (local recovery's, or a replica's)
+        catching_up = (sim.local is not None and sim.local.busy(sim.acker)) or (sim.replicas is not None and sim.replicas.replacements.catching_up)
+        # under votes the snapshot a rescale restarts from must be certified, by a vote of its own epoch
+        voted = sim.votes is None or sim.votes.certifies(sim.acker.table.watermark)
+        if not catching_up and voted and sim.acker.table.settled() and drained(sim.acker.pushed, (rt.t_last() for rt in sim.stages.values())):
             self.phase = "snapshot"
             sim._begin_snapshot()
         else:  # the sinks hold output a recovery has not replayed yet (or it did not settle): go on, try again later
@@ -81,22 +98,37 @@ class SimulatedRescales:
         phase, self.phase = self.phase, None
         return point if phase is None else f"{point} (rescale {phase})"
 
+    def given_up(self) -> None:
+        """The run rolls back or restarts every instance: the rescale under way (if any) begins again later."""
+        self.phase = None
+
     def committed(self, manifest: Manifest) -> None:
         """A snapshot committed: if it is the rescale's, restart at the next parallelism from
-        it. The reassigned manifest is committed first, so a crash from here on restores at
-        the new parallelism, whose routing wrote any output past the snapshot."""
+        it (under votes once every instance passed its epoch: the gate still holds output
+        below it, and a restart would lose it)."""
         if self.phase != "snapshot":
             return
+        self._drained = (tuple(manifest.t), manifest)
+        if self.sim.votes is not None and not self.sim.votes.passed_through(self._drained[0]):
+            self.phase = "voting"
+            return
+        self._restart()
+
+    def _restart(self) -> None:
+        """Every instance restarts at the next parallelism from the rescale's snapshot, reassigned.
+        The reassigned manifest is committed first, so a crash from here on restores at the new
+        parallelism, whose routing wrote any output past the snapshot."""
         sim = self.sim
+        t, manifest = self._drained
         plan = sim.plan.with_parallelism(self.pending.pop(0))
-        sim.live.stop()
-        sim.plan, self.phase = plan, None
+        sim.stop_every_instance(plan)
+        sim.plan = plan
         sim.aligned = aligned_sources(plan, sim.config.source_alignment)
         sid = sim.next_snapshot_id
         sim.next_snapshot_id += 1
         moved = reassigned(manifest, plan, sid)
         sim.store.write_manifest(sid, moved.to_json())
         self.done.append((plan.parallelism, manifest.snapshot_id))
-        if sim.local is not None:
-            sim.local.restart_all(plan)
-        sim._start_incarnation(moved, recovering=True)
+        if sim.votes is not None:
+            sim.votes.rescaled(plan, t, sid)
+        sim._start_incarnation(moved, recovering=True, rescaled=True)

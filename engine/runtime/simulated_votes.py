@@ -79,7 +79,7 @@ class Flip:
     """A value flipped in replica ``incarnation`` of ``instance``: step ``step``'s settled
     state of ``key``, ``old`` -> ``new``, at its watermark ``t``. ``found``: how it ended, a
     dissent that named the replica ("detected"), or the replica gone first ("rolled back",
-    "died") before a vote saw it; "" while it is live."""
+    "died", "rescaled": restarted at another parallelism) before a vote saw it; "" while it is live."""
 
     instance: Instance
     incarnation: Any
@@ -123,6 +123,9 @@ class SimulatedVotes:
         self._settled: dict = {}  # replica -> (the watermark of its last state digest, the digest)
         #: epochs whose snapshot was taken from a state that went corrupt after its vote: never restored
         self.tainted: set = set()
+        #: the epoch the running incarnation restarted at (a rollback's or a rescale's): the snapshot
+        #: it restored is certified and stays so; a marker at its boundary begins another snapshot
+        self.restarted_at = 0
 
     # -- what the replicas do -------------------------------------------------------------
 
@@ -182,7 +185,8 @@ class SimulatedVotes:
                               [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids], released=self.sample is not None)
             self.dissents.append(dissent)
             self._found([inc], "detected")
-            self.tainted.add(k + 1)
+            if k + 1 > self.restarted_at:  # (the snapshot restarted from was taken before: not this one)
+                self.tainted.add(k + 1)
             if self.due is None:
                 self.due = RollBack(dissent)
 
@@ -237,10 +241,19 @@ class SimulatedVotes:
         """``(epoch, snapshot id)`` of the newest committed snapshot every instance certified
         (among the snapshot ids ``kept``, if given: the store prunes old ones; ``(0, None)``: the beginning).
         Snapshot ``k`` is certified by the vote of epoch ``k - 1``, which sample:N takes one in N."""
-        sampled = self.epochs.sampled
-        certified = [k for k in self.committed if k <= self.frontier() and k not in self.tainted and sampled(k - 1)
-                     and (kept is None or self.committed[k] in kept)]
+        certified = [k for k in self._certified() if kept is None or self.committed[k] in kept]
         return (max(certified), self.committed[max(certified)]) if certified else (0, None)
+
+    def certified(self, snapshot_id: int) -> bool:
+        """Whether committed snapshot ``snapshot_id`` is one every instance certified (the run's
+        store keeps the newest such, as Ray's does under sample:N: a rollback restores it, and
+        after a rescale none before it will do)."""
+        return any(self.committed[k] == snapshot_id for k in self._certified())
+
+    def _certified(self) -> list:
+        """The epochs that begin at a committed snapshot every instance certified."""
+        sampled = self.epochs.sampled
+        return [k for k in self.committed if k <= self.frontier() and k not in self.tainted and sampled(k - 1)]
 
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
         """The run restarts every instance from the snapshot at the start of ``epoch``."""
@@ -253,6 +266,35 @@ class SimulatedVotes:
         self.passed = {k: epoch for k in self.passed}
         self.digests, self.reached, self.gate, self._settled = {}, {}, [], {}
         self.tainted = {k for k in self.tainted if k <= epoch}
+        self.restarted_at = epoch
+
+    def certifies(self, t: tuple) -> bool:
+        """Whether a snapshot begun at ``t`` would be certified by a vote of its own: an epoch ends
+        at ``t`` only past every boundary so far (one at a boundary again, after a restart, holds
+        what the replicas did since that boundary's vote, unvoted)."""
+        boundaries = self.epochs.boundaries
+        return t > BOTTOM and (not boundaries or t > boundaries[-1])
+
+    def passed_through(self, t: tuple) -> bool:
+        """Whether every instance passed the epochs before ``t`` (a boundary), voting each whose
+        replicas all ended it (a drained run's watermark waits at ``t``: no later one votes)."""
+        for instance in self.passed:
+            self._vote(instance)
+        return self.due is None and self.frontier() >= self.epochs.of(t)
+
+    def rescaled(self, plan: Plan, t: tuple, snapshot_id: int) -> None:
+        """A rescale restarts every instance of ``plan`` (another parallelism) from snapshot
+        ``snapshot_id``, the one begun at boundary ``t`` reassigned, once :meth:`passed_through` it:
+        the votes go on from there, and a rollback goes back to it at the earliest (the snapshots
+        before it hold the old parallelism's parts)."""
+        k = self.epochs.of(t)  # the epoch that begins at t (0: at the bottom, nothing before it)
+        self._found(list(self.digests), "rescaled")  # a flip since that epoch's vote goes with its replica
+        self.plan = plan
+        self.passed = {instance: k for instance in self.replicas.replicated}
+        self.committed = {k: snapshot_id}
+        self.digests, self.reached, self.gate, self._settled = {}, {}, [], {}
+        self.tainted, self.rechecking, self.unverified = set(), {}, set()
+        self.restarted_at = k
 
     def report(self) -> list:
         """The dissents as ``metrics.dissents`` shows them (a dict each; instance ``"stage/index"``)."""

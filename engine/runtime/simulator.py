@@ -145,7 +145,7 @@ class Simulation:
         self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
         #: verify="reexecute:N": the silent corruptions caught and the rollbacks they caused (None by default)
         self.corruptions = None if reexecute_every(config.verify) is None else SimulatedCorruptions(self)
-        self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch)
+        self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch, None if self.votes is None else self.votes.certified)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
         self.base_every_s = self.rng.choice([0.0, 3600.0])
@@ -169,9 +169,10 @@ class Simulation:
 
     # -- incarnations ---------------------------------------------------------------------
 
-    def _start_incarnation(self, manifest: Optional[Manifest], recovering: bool) -> None:
-        """Forget everything in flight; instances are then restored one per step."""
-        self.manifest, self.recovering = manifest, recovering
+    def _start_incarnation(self, manifest: Optional[Manifest], recovering: bool, rescaled: bool = False) -> None:
+        """Forget everything in flight; instances are then restored one per step (``rescaled``: a
+        rescale's restart, whose restores are no recovery's: ``restores`` counts none, as on Ray)."""
+        self.manifest, self.recovering, self.rescaled = manifest, recovering, rescaled
         self.restoring = list(self.plan.instances)
         # late-bound: what replaces _send_control (a test's recorder) sees the acker's messages too
         self.incarnation = SimulatedIncarnation(self.plan, self.live, self.rng, self.rules.settings["batch_size"], self.aligned, self.shard_count,
@@ -186,13 +187,14 @@ class Simulation:
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
         instance = self.restoring.pop(0)
-        self._start_instance(instance, self.manifest, self.recovering)
+        self._start_instance(instance, self.manifest, self.recovering, counted=not self.rescaled)
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
             self.skipped += sum(r.skip_after(limit) for r in self.readers.values())
 
-    def _start_instance(self, instance, manifest: Optional[Manifest], recovering: bool) -> None:
-        """Start ``instance`` from its part of ``manifest`` (None: the beginning)."""
+    def _start_instance(self, instance, manifest: Optional[Manifest], recovering: bool, counted: bool = True) -> None:
+        """Start ``instance`` from its part of ``manifest`` (None: the beginning); ``counted``: a
+        restore (``recovering``) counts in ``restores``."""
         ordinal = self.plan.instances.index(instance)
         config = self.rules.instance_config(instance, ordinal, manifest, recovering)
         if self.replicas is not None and instance in self.replicas.replicated:  # (its timers seeded below: a rollback restores its windows)
@@ -201,7 +203,7 @@ class Simulation:
             extra = {} if self.local is None else {"incarnations": self.local.incarnations}
             host = self.live.start(self.plan, instance, config, self.rng.getrandbits(32), self.base_every_s,
                                    self.incarnation.bundle_writer(instance), self.incarnation.sender(instance), **extra)
-        if recovering:
+        if recovering and counted:
             self.restores[instance] += 1
         if self.local is not None:
             self.local.started(instance, host)
@@ -318,16 +320,18 @@ class Simulation:
         self.votes.rolled_back(epoch, sid, why)
         self._start_incarnation(manifest, recovering=True)
 
-    def stop_every_instance(self) -> None:
-        """A rollback (a crash's, a vote's, a corruption caught), before every instance restarts:
-        the snapshot being collected is given up, every incarnation and replica stops."""
+    def stop_every_instance(self, plan: Optional[Plan] = None) -> None:
+        """A rollback (a crash's, a vote's, a corruption caught) or a rescale to ``plan``, before
+        every instance restarts: the snapshot being collected is given up (and a rescale under
+        way, to begin again later), every incarnation and replica stops."""
         collecting = self.acker.collecting
         if collecting is not None:
             self.acker.end_snapshot(collecting.snapshot_id)
+        self.rescaling.given_up()
         if self.local is not None:
-            self.local.restart_all()
+            self.local.restart_all(plan)
         if self.replicas is not None:
-            self.replicas.restart()
+            self.replicas.restart(plan)
         self.live.stop()
 
     def _begin_snapshot(self) -> None:
@@ -404,10 +408,14 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
 
 
 def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
-    """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong."""
-    if rescales:
-        raise FlowError("replicas with rescales= are not built yet (a rescale restarts every replica at another parallelism): "
-                        "kill replicas with replica_crashes=, instances with crashes=")
+    """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong:
+    crashes and rescales in one run, crashes beside voting replicas or beside a replicated step
+    declared deterministic=False, and the rescales Ray refuses too (:meth:`RunConfig.refuse_rescale`)."""
+    if crashes and rescales:
+        raise FlowError("crashes= and rescales= in one run with replicas are not built yet: run them apart "
+                        "(crashes= beside replicas, or rescales= with replica_crashes=)")
+    for n in rescales:
+        config.refuse_rescale(plan.with_parallelism(n))
     if not crashes:
         return
     if config.verify != "first":
@@ -420,13 +428,14 @@ def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequ
                         "restored by a global rollback and promoted later does not take its output log's draws")
 
 
-def _fresh_store(config: RunConfig, scratch: str) -> tuple:
+def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:
     """The run's snapshot directory and store (both None without a guarantee), emptied: a run
-    starts afresh, as on Ray without resume."""
+    starts afresh, as on Ray without resume. ``pinned``: the store keeps the newest snapshot it
+    holds for (with votes: the newest certified, see :meth:`.simulated_votes.SimulatedVotes.certified`)."""
     if not config.takes_snapshots:
         return None, None
     snapshot_dir = config.snapshot_dir or os.path.join(scratch, "store")
-    store = SnapshotStore(snapshot_dir)
+    store = SnapshotStore(snapshot_dir, pinned=pinned)
     for sid in store.snapshot_ids():
         store.delete_snapshot(sid)
     discard_outputs(store)

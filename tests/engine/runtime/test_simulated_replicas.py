@@ -111,11 +111,14 @@ def test_ray_refuses_what_its_replicas_do_not_run_before_it_starts():
         _counter_flow().run(2, runtime="ray", guarantee="exactly-once", recovery="local", replicas=2, verify="reexecute:2")
 
 
-def test_the_simulator_refuses_what_replicas_do_not_handle_yet():
-    """Rescales (crashes= run beside replicas: test_simulated_replicas_with_crashes.py)."""
-    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=2)
-    with pytest.raises(FlowError, match="replicas with rescales= are not built yet"):
-        Simulation(_counter_flow().plan(2), config, rescales=[3])
+@pytest.mark.parametrize("verify, faults, message", [
+    ("first", {"crashes": 1, "rescales": [3]}, "crashes= and rescales= in one run with replicas"),
+    ("majority", {"crashes": 1}, "crashes= beside replicas with verify='majority'"),
+])  # (crashes= beside replicas: test_simulated_replicas_with_crashes.py; rescales: test_simulated_replica_rescales.py)
+def test_the_simulator_refuses_what_replicas_do_not_handle_yet(verify, faults, message):
+    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=3 if verify == "majority" else 2, verify=verify)
+    with pytest.raises(FlowError, match=message):
+        Simulation(_counter_flow().plan(2), config, **faults)
 
 
 def test_replica_crashes_need_replicas():

@@ -1,0 +1,100 @@
+"""Rescaling a run with replicas in the simulator (issue 58; simulated_rescales.py with
+simulated_replicas.py): the drained snapshot as any rescale, then every replica of every instance
+restarts at the next parallelism from its instance's part. After it the run is a replicated run
+as any other: a replica's death fails over without a restore, and under verify="majority" the
+votes go on (a rescale waits for its snapshot's epoch to pass: the gate holds its output until
+then). Over tens of seeds of the keyed flows the replicas' tests use, rescaled once to three
+times with replicas killed and values flipped at any step, every output is the failure-free one."""
+
+from __future__ import annotations
+
+import pytest
+
+from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.errors import FlowError
+from driftstream.engine.runtime.simulator import Simulation
+
+from tests.engine.runtime.test_local_recovery import DATA, step_to_end
+from tests.engine.runtime.test_simulated_replicas import FLOWS, _counter_flow
+from tests.engine.runtime.test_simulated_votes import _wrong
+from tests.pipelines import build
+from tests.reference import reference_outputs
+
+#: Seeded runs per flow and check (each ~0.1-0.3 s; under votes, r = 3, ~0.4 s: fewer); the slow tier runs more.
+SEEDS, VOTED_SEEDS = 20, 12
+
+#: The parallelisms a seed's run starts at (2 + seed % 2) and moves to, by seed % 4.
+RESCALES = ([3, 2], [2, 3], [3], [2, 4, 2])
+
+
+def _run(ops: list, seed: int, verify: str, replicas: int, deaths: int, flips: int = 0) -> tuple:
+    """(simulation, result, per replica's death: the rescales done before it, whether it was a primary) of one seeded run."""
+    config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local",
+                       replicas=replicas, verify=verify)
+    flow = build("replica-rescales", DATA, ops, partitions=3)
+    sim = Simulation(flow.plan(2 + seed % 2), config, rescales=RESCALES[seed % 4], replica_crashes=deaths, replica_flips=flips,
+                     acker_shards=seed % 3)
+    died_after, fail = [], sim.replicas.fail
+
+    def recorded(instance, inc, batch_size):
+        died_after.append((len(sim.rescaling.done), sim.replicas.sets[instance][0] == inc))
+        return fail(instance, inc, batch_size)
+
+    sim.replicas.fail = recorded
+    step_to_end(sim, f"seed {seed}", lambda: f"rescales {sim.rescaling.done}, phase {sim.rescaling.phase}, failures {sim.replicas.failures}")
+    return sim, sim.run(), died_after
+
+
+def _check_seeds(ops: list, seeds: range, verify: str, replicas: int, deaths: int, flips: int = 0) -> dict:
+    expected = reference_outputs(build("replica-rescales", DATA, ops, partitions=3))["out"]
+    wrong, seen = [], {"rescales": 0, "deaths after a rescale": 0, "failovers after a rescale": 0, "detected": 0}
+    for seed in seeds:
+        sim, result, died_after = _run(ops, seed, verify, replicas, deaths, flips)
+        final = sim.plan
+        whole = set(sim.replicas.sets) == set(sim.config.replicated(final)) and all(len(i) == replicas for i in sim.replicas.sets.values())
+        problems = (_wrong(sim) if sim.votes is not None else []) + ([] if whole else [("replica sets", sim.replicas.sets)])
+        if result.output("out") != expected or (result.metrics.restores and not flips) or problems:
+            wrong.append((seed, result.output("out") == expected, result.metrics.restores, problems[:2]))
+        seen["rescales"] += len(sim.rescaling.done)
+        seen["deaths after a rescale"] += sum(n > 0 for n, _ in died_after)
+        seen["failovers after a rescale"] += sum(n > 0 and primary for n, primary in died_after)
+        seen["detected"] += 0 if sim.votes is None else sum(f.found == "detected" for f in sim.votes.flips)
+    assert not wrong, f"seeds that went wrong (seed, output right, restores, what): {wrong[:3]}"
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(FLOWS))
+def test_rescaled_replicas_under_first_give_the_failure_free_output_and_fail_over_without_a_restore(name):
+    seen = _check_seeds(FLOWS[name], range(SEEDS), "first", replicas=2, deaths=4)
+    # The seeds reached what they test: rescales, replicas killed after one, primaries among them.
+    assert seen["rescales"] >= SEEDS and seen["deaths after a rescale"] >= SEEDS // 2 and seen["failovers after a rescale"] >= SEEDS // 4, seen
+
+
+@pytest.mark.parametrize("name", sorted(FLOWS))
+def test_rescaled_replicas_under_a_majority_vote_on_and_give_the_fault_free_output(name):
+    """r = 3, two replica deaths and two value flips a run: every flip is found (a vote named its
+    replica, or a rollback or its death undid it), after a rescale too."""
+    seen = _check_seeds(FLOWS[name], range(VOTED_SEEDS), "majority", replicas=3, deaths=2, flips=2)
+    n = VOTED_SEEDS
+    assert seen["rescales"] >= n and seen["deaths after a rescale"] >= n // 2 and seen["detected"] >= n // 2, seen
+
+
+def test_rescaled_pairs_under_a_majority_fail_over_without_a_restore():
+    seen = _check_seeds(FLOWS["state-rekey-state"], range(SEEDS), "majority", replicas=2, deaths=4)
+    assert seen["rescales"] >= SEEDS and seen["failovers after a rescale"] >= SEEDS // 4, seen
+
+
+@pytest.mark.slow  # 40 more seeds of each flow, r = 3 under votes: ~40 s (more by hand: see the architecture doc)
+@pytest.mark.parametrize("name", sorted(FLOWS))
+def test_more_seeded_rescales_of_voting_replicas(name):
+    _check_seeds(FLOWS[name], range(VOTED_SEEDS, VOTED_SEEDS + 40), "majority", replicas=3, deaths=2, flips=2)
+
+
+@pytest.mark.parametrize("options, rescales, message", [
+    ({"replicas": 2, "verify": "sample:2"}, [3], "verify='sample:2' is not built"),
+    ({"replicas": 2}, [1], "would leave it without replicas"),  # fused at 1: its stage reads the source
+])
+def test_what_a_rescale_of_replicas_cannot_do_is_refused_before_the_run(options, rescales, message):
+    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", **options)
+    with pytest.raises(FlowError, match=message):
+        Simulation(_counter_flow().plan(2), config, rescales=rescales)
