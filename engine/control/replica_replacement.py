@@ -130,7 +130,7 @@ class ReplicaReplacement:
         return added
 
     def close(self) -> None:
-        """Kill the pending replacements' actors (the run ended)."""
+        """Kill the pending replacements' actors (the run ended, or a rescale relaunches every replica)."""
         started = [p for p in self.pending if p.actor is not None]
         if started:
             kill_actors([p.actor for p in started], [p.real for p in started])

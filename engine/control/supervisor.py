@@ -239,6 +239,8 @@ class RaySupervisor:
         replicas, every replica of an instance restores its part, as after a global rollback)."""
         if self.dissents is not None:
             self.dissents.gather(timeout=1.0)  # the reset acker forgets its dissents
+        if self.replacement is not None:
+            self.replacement.close()  # the launch gives every instance its replicas (and may have no instance it was for)
         self._switch_plan(plan)
         self._launch_surviving(manifest, recovering=True, survivors=survivors)
 

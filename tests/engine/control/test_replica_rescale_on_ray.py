@@ -32,8 +32,8 @@ def wait_for(count, n: int, handle, timeout: float = 60.0) -> None:
 
 @pytest.mark.parametrize("verify", ["first", "majority"])
 def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_session, tmp_path, tmp_path_factory, verify):
-    """2 -> 3 -> 2 mid-stream: at 3 the new instance has its replica too; back at 2, the primary of
-    ``by_key/0`` is killed: its replica, restored from the second rescale's snapshot as the
+    """2 -> 3 -> 2 mid-stream: at 3 the new instance has its replica too (killed before the rescale
+    back); at 2, the primary of ``by_key/0`` is killed: its replica, restored from the second rescale's snapshot as the
     primary was, takes over (kind ``"failover"``, no restore). Under ``"majority"`` the votes go
     on over the relaunched replicas (the gate releases nothing an epoch's vote has not passed, so
     the output would stop short without them): no dissent."""
@@ -54,6 +54,10 @@ def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_s
         assert handle.rescale(3)["to"] == 3
         assert actor_of(replica_name(f"{name}/by_key/2", 1)) is not None  # the new instance runs as two replicas
         wait_for(released, N // 3, handle)
+        # The new instance's replica dies: its replacement waits to start (a process) when the
+        # rescale comes, which takes the instance away (a pending replacement failed the run before).
+        ray.kill(actor_of(replica_name(f"{name}/by_key/2", 1)), no_restart=True)
+        wait_for(lambda: sum(r["kind"] == "replica lost" for r in handle.status()["recoveries"]), 1, handle)
         report = handle.rescale(2)
         assert report["to"] == 2
         assert replica_name(f"{name}/by_key/0", 1) in report["resets_s"]  # a replica kept is reset in place, not started anew
@@ -66,7 +70,7 @@ def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_s
         result = handle.wait(timeout=120)
     assert rescales == [(2, 3), (3, 2)]
     status = result.metrics
-    assert failures(status) == ["failover"], status.recovery_s  # the rescales are no recoveries
+    assert failures(status) == ["replica lost", "failover"], status.recovery_s  # the rescales are no recoveries
     assert status.restores == {} and status.failovers == 1  # the replica took over without a restore
     assert status.dissents == []
     assert read_file_sink(out, "out") == expected  # same payloads, same Metas, same order
