@@ -23,20 +23,20 @@ pytestmark = pytest.mark.ray
 
 
 def wait_for(count, n: int, handle, timeout: float = 60.0) -> None:
-    """Poll ``count()`` until it reaches ``n`` (outputs), failing with the flow's status after ``timeout`` s."""
+    """Poll ``count()`` until it reaches ``n``, failing with the flow's status after ``timeout`` s (a hang, not a timing)."""
     deadline = time.time() + timeout
     while count() < n:
-        assert time.time() < deadline, f"{count()} of {n} outputs after {timeout} s: {handle.status()}"
+        assert time.time() < deadline, f"{count()} of {n} after {timeout} s: {handle.status()}"
         time.sleep(0.05)
 
 
 @pytest.mark.parametrize("verify", ["first", "majority"])
 def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_session, tmp_path, tmp_path_factory, verify):
-    """2 -> 3 -> 2 mid-stream: at 3 the new instance has its replica too (killed before the rescale
-    back); at 2, the primary of ``by_key/0`` is killed: its replica, restored from the second rescale's snapshot as the
-    primary was, takes over (kind ``"failover"``, no restore). Under ``"majority"`` the votes go
-    on over the relaunched replicas (the gate releases nothing an epoch's vote has not passed, so
-    the output would stop short without them): no dissent."""
+    """2 -> 3 -> 2 mid-stream: at 3 the new instance has its replica too (killed before the
+    rescale back); at 2, the primary of ``by_key/0`` is killed: its replica, restored from the
+    second rescale's snapshot as the primary was, takes over (kind ``"failover"``, no restore).
+    Under ``"majority"`` the votes go on over the relaunched replicas (the gate releases nothing an
+    epoch's vote has not passed, so the output would stop short without them): no dissent."""
     expected = failure_free_output(tmp_path_factory)
     name = f"rr-{verify}"
     out = tmp_path / "out"
@@ -61,7 +61,7 @@ def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_s
         report = handle.rescale(2)
         assert report["to"] == 2
         assert replica_name(f"{name}/by_key/0", 1) in report["resets_s"]  # a replica kept is reset in place, not started anew
-        assert actor_of(replica_name(f"{name}/by_key/2", 1)) is None  # the instance gone, its replica too
+        assert actor_of(replica_name(f"{name}/by_key/2", 2)) is None  # the instance gone, its replica's replacement too
         rescales = [(r["from"], r["to"]) for r in handle.status()["rescales"]]
         primary = actor_of(f"{name}/by_key/0")
         assert released() < N  # mid-stream: output is still to come, from the replica once promoted
