@@ -55,6 +55,7 @@ from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, flipped, vote
 
 from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.runtime.certified_snapshots import CertifiedSnapshots
 from driftstream.engine.runtime.replica_votes import DigestedLog, Dissent, host_state_digest, keyed_states
 
 
@@ -112,7 +113,8 @@ class SimulatedVotes:
         self.dissents: list = []
         self.flips: list = []
         self.rollbacks: list = []
-        self.committed: dict = {}  # epoch index that starts at a committed snapshot -> its snapshot id
+        #: which committed snapshots the votes certified (a rollback's and a replacement's to restore)
+        self.certified = CertifiedSnapshots()
         self.unverified: set = set()
         #: what the sinks held at the last rollback (the restored replicas' sinks skip it)
         self.skipped: tuple = BOTTOM
@@ -121,11 +123,6 @@ class SimulatedVotes:
         self.rechecking: dict = {}
         self._flipped: set = set()
         self._settled: dict = {}  # replica -> (the watermark of its last state digest, the digest)
-        #: epochs whose snapshot was taken from a state that went corrupt after its vote: never restored
-        self.tainted: set = set()
-        #: the epoch the running incarnation restarted at (a rollback's or a rescale's): the snapshot
-        #: it restored is certified and stays so; a marker at its boundary begins another snapshot
-        self.restarted_at = 0
 
     # -- what the replicas do -------------------------------------------------------------
 
@@ -185,8 +182,7 @@ class SimulatedVotes:
                               [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids], released=self.sample is not None)
             self.dissents.append(dissent)
             self._found([inc], "detected")
-            if k + 1 > self.restarted_at:  # (the snapshot restarted from was taken before: not this one)
-                self.tainted.add(k + 1)
+            self.certified.taint(k + 1)
             if self.due is None:
                 self.due = RollBack(dissent)
 
@@ -221,7 +217,7 @@ class SimulatedVotes:
         One taken again at a boundary (after a rollback there) does not replace the first: the
         vote that certifies it saw the state of then, not of a replica restored since."""
         if t in self.epochs.boundaries:
-            self.committed.setdefault(self.epochs.boundaries.index(t) + 1, snapshot_id)
+            self.certified.commit(self.epochs.boundaries.index(t) + 1, snapshot_id)
 
     def frontier(self) -> int:
         """The epochs every instance agreed on: the gate has released what is before them."""
@@ -241,19 +237,13 @@ class SimulatedVotes:
         """``(epoch, snapshot id)`` of the newest committed snapshot every instance certified
         (among the snapshot ids ``kept``, if given: the store prunes old ones; ``(0, None)``: the beginning).
         Snapshot ``k`` is certified by the vote of epoch ``k - 1``, which sample:N takes one in N."""
-        certified = [k for k in self._certified() if kept is None or self.committed[k] in kept]
-        return (max(certified), self.committed[max(certified)]) if certified else (0, None)
+        return self.certified.target(self.frontier(), self.epochs.sampled, kept)
 
-    def certified(self, snapshot_id: int) -> bool:
+    def pinned(self, snapshot_id: int) -> bool:
         """Whether committed snapshot ``snapshot_id`` is one every instance certified (the run's
         store keeps the newest such, as Ray's does under sample:N: a rollback restores it, and
         after a rescale none before it will do)."""
-        return any(self.committed[k] == snapshot_id for k in self._certified())
-
-    def _certified(self) -> list:
-        """The epochs that begin at a committed snapshot every instance certified."""
-        sampled = self.epochs.sampled
-        return [k for k in self.committed if k <= self.frontier() and k not in self.tainted and sampled(k - 1)]
+        return self.certified.holds(snapshot_id, self.frontier(), self.epochs.sampled)
 
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
         """The run restarts every instance from the snapshot at the start of ``epoch``."""
@@ -262,11 +252,9 @@ class SimulatedVotes:
         self._found(list(self.digests), "rolled back")
         why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
         self.epochs.cut(epoch)
-        self.committed = {k: s for k, s in self.committed.items() if k <= epoch}
+        self.certified.rolled_back(epoch)
         self.passed = {k: epoch for k in self.passed}
         self.digests, self.reached, self.gate, self._settled = {}, {}, [], {}
-        self.tainted = {k for k in self.tainted if k <= epoch}
-        self.restarted_at = epoch
 
     def certifies(self, t: tuple) -> bool:
         """Whether a snapshot begun at ``t`` would be certified by a vote of its own: an epoch ends
@@ -291,10 +279,9 @@ class SimulatedVotes:
         self._found(list(self.digests), "rescaled")  # a flip since that epoch's vote goes with its replica
         self.plan = plan
         self.passed = {instance: k for instance in self.replicas.replicated}
-        self.committed = {k: snapshot_id}
+        self.certified.rescaled(k, snapshot_id)
         self.digests, self.reached, self.gate, self._settled = {}, {}, [], {}
-        self.tainted, self.rechecking, self.unverified = set(), {}, set()
-        self.restarted_at = k
+        self.rechecking, self.unverified = {}, set()
 
     def report(self) -> list:
         """The dissents as ``metrics.dissents`` shows them (a dict each; instance ``"stage/index"``)."""

@@ -145,7 +145,7 @@ class Simulation:
         self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
         #: verify="reexecute:N": the silent corruptions caught and the rollbacks they caused (None by default)
         self.corruptions = None if reexecute_every(config.verify) is None else SimulatedCorruptions(self)
-        self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch, None if self.votes is None else self.votes.certified)
+        self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch, None if self.votes is None else self.votes.pinned)
         self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
         # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
         self.base_every_s = self.rng.choice([0.0, 3600.0])
@@ -431,7 +431,7 @@ def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequ
 def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:
     """The run's snapshot directory and store (both None without a guarantee), emptied: a run
     starts afresh, as on Ray without resume. ``pinned``: the store keeps the newest snapshot it
-    holds for (with votes: the newest certified, see :meth:`.simulated_votes.SimulatedVotes.certified`)."""
+    holds for (with votes: the newest certified, see :meth:`.simulated_votes.SimulatedVotes.pinned`)."""
     if not config.takes_snapshots:
         return None, None
     snapshot_dir = config.snapshot_dir or os.path.join(scratch, "store")
