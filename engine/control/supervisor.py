@@ -235,8 +235,7 @@ class RaySupervisor:
                 failover.count_restart(manifest)
 
     def _relaunch(self, plan: Plan, manifest: Manifest, survivors: dict) -> None:
-        """Launch ``plan`` (a rescale's) from ``manifest``, resetting ``survivors`` in place (with
-        replicas, every replica of an instance restores its part, as after a global rollback)."""
+        """Launch ``plan`` (a rescale's) from ``manifest``, resetting ``survivors`` (replicas too) in place."""
         if self.dissents is not None:
             self.dissents.gather(timeout=1.0)  # the reset acker forgets its dissents
         if self.replacement is not None:
@@ -330,9 +329,7 @@ class RaySupervisor:
             ray.kill(handle, no_restart=True)
 
     def request_rescale(self, parallelism: int):
-        """See :meth:`.rescaler.Rescaler.request`. With replicas the relaunch starts every replica
-        of each instance from its part of the drained snapshot (:meth:`.launcher.Launcher.kept_by`);
-        a parallelism at which the run would have no replicas is refused (:meth:`RunConfig.refuse_rescale`)."""
+        """See :meth:`.rescaler.Rescaler.request`; what replicas cannot take is refused (:meth:`RunConfig.refuse_rescale`)."""
         self.config.refuse_rescale(self.plan.with_parallelism(parallelism))
         return self.rescaler.request(self.plan, parallelism)
 
