@@ -22,10 +22,15 @@ replicas the log's operator gets a :class:`ReplicaDraws`:
   it the log may hold a dead primary's entry for an input its successor drew again, not durable yet).
 - *Promoted* (the primary died): the other replicas hand it the draws they hold
   (:class:`~.protocol.DrawsHeld`: one may have taken a draw of the dead primary that never reached
-  it), it takes them, draws what still waits, sends the others every draw it holds, and writes
-  every entry it holds before its :class:`~.protocol.ReplaySent` (what the dead primary drew but had not made durable was
-  not released: its acks waited for the write; the promoted one's did not, so they are written
-  first); from then on it is the primary.
+  it), it takes them, takes its log's entry for what still waits or else draws it, sends the
+  others every draw it holds, and writes every entry it holds before its
+  :class:`~.protocol.ReplaySent` (what the dead primary drew but had not made durable was not
+  released: its acks waited for the write; the promoted one's did not, so they are written
+  first); from then on it is the primary, taking its whole log as an original primary does: an
+  entry its restore loaded (a global rollback's) may have been released before the rollback, and
+  a new draw would contradict it. What it takes from its log it writes again: a dead primary's
+  entry there may have been replaced in the store by a successor's draw since it loaded it, and a
+  later restore must find what it used.
 
 So the replicas' downstream state agrees and their votes too; a failover draws nothing already
 drawn and released; a restore replays the primary's log on every replica alike.
@@ -79,7 +84,7 @@ class ReplicaDraws:
     table, where a waiting input's hold goes), ``rng`` (hold ids), ``publish(entries)`` (the
     primary's: sends its draws to the other replicas)."""
 
-    __slots__ = ("primary", "acks", "rng", "publish", "drawn", "waiting", "drawn_count", "taken", "replay_below")
+    __slots__ = ("primary", "acks", "rng", "publish", "drawn", "waiting", "drawn_count", "taken", "replay_below", "promoted")
 
     def __init__(self, primary: bool, acks: Any, rng: random.Random, publish: Optional[Callable[[list], None]]) -> None:
         self.primary, self.acks, self.rng, self.publish = primary, acks, rng, publish
@@ -88,6 +93,9 @@ class ReplicaDraws:
         #: came whole, below its watermark then: above it the log may hold a dead primary's entry
         #: for an input its successor drew again, not durable yet
         self.replay_below = TOP if primary else BOTTOM
+        #: promoted from another replica: what it takes from its log it writes again (the store may
+        #: have replaced that entry since it loaded it: a successor's draw for a dead primary's input)
+        self.promoted = False
         self.drawn: dict = {}  # key -> outputs: the primary's draws (its own, or given), until the watermark passes
         self.waiting: dict = {}  # key -> (item, hold id): another replica's inputs whose draw has not come
         self.drawn_count = self.taken = 0  # inputs drawn here, inputs that took a draw given
@@ -137,7 +145,7 @@ class ReplicaDraws:
             elif primary and replayed:  # the others may not have it (a replacement takes little of its log)
                 drawn[key] = outputs
                 new.append((key, outputs))
-            log.record(meta, outputs, fresh=primary and not replayed)
+            log.record(meta, outputs, fresh=primary and (self.promoted or not replayed))
             out.extend(outputs)
         if new and self.publish is not None:
             self.publish(new)
@@ -170,23 +178,26 @@ class ReplicaDraws:
         return outputs
 
     def promote(self, step: LoggedStep, publish: Optional[Callable[[list], None]]) -> list:
-        """This replica is the primary now: it draws what waited (their outputs returned, to run
-        on through the stage; their holds released) and publishes from now on (what it drew
-        here goes with the rest of its draws: :meth:`InstanceDraws.promote`)."""
-        self.primary, self.publish = True, publish
+        """This replica is the primary now: what waited takes its log's entry, else is drawn (their
+        outputs returned, to run on through the stage; their holds released), and it publishes
+        from now on (what it took here goes with the rest of its draws: :meth:`InstanceDraws.promote`).
+        From now on it takes its whole log, as an original primary does (see the module doc)."""
+        self.primary, self.publish, self.replay_below, self.promoted = True, publish, TOP, True
         waiting, self.waiting = self.waiting, {}
         if not waiting:
             return []
-        items = [item for item, _ in waiting.values()]
-        computed = step._by_parent(items)
+        replay = step.log.replay
+        fresh = [item for item, _ in waiting.values() if item[0] not in replay]
+        computed = step._by_parent(fresh) if fresh else {}
         out = []
         for key, (item, hold) in waiting.items():
             meta = item[0]
-            outputs = self.drawn[key] = computed[meta].pop(0)
+            logged = replay.get(meta)
+            outputs = self.drawn[key] = computed[meta].pop(0) if logged is None else logged
             step.log.record(meta, outputs, fresh=True)
             out.extend(outputs)
             self.acks.xor(meta[:4], hold)
-        self.drawn_count += len(waiting)
+        self.drawn_count += len(fresh)
         return out
 
     def settle(self, watermark: tuple) -> None:

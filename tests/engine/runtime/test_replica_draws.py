@@ -10,13 +10,20 @@ is released once, and no replica that was never the primary drew anything; under
 from __future__ import annotations
 
 import itertools
+import random
+from typing import Optional
 
 import pytest
 
 from driftstream.engine import Flow
 from driftstream.engine.model.config import RunConfig
+from driftstream.engine.model.manifest import Manifest
+from driftstream.engine.runtime.logged_step import LoggedStep
+from driftstream.engine.runtime.operators import Map
+from driftstream.engine.runtime.replica_draws import ReplicaDraws, _Acks
 from driftstream.engine.runtime.simulator import Simulation
 from driftstream.engine.testing import MemorySink, MemorySource
+from driftstream.snapshots.output_log import OutputLog
 
 from tests.engine.runtime.test_simulated_nondeterminism import _inconsistency, _running
 
@@ -32,10 +39,10 @@ def _flow(declared: bool) -> Flow:
     return f
 
 
-def _sim(seed: int, declared: bool = True, replicas: int = 2, verify: str = "first", deaths: int = 2) -> Simulation:
+def _sim(seed: int, declared: bool = True, replicas: int = 2, verify: str = "first", deaths: int = 2, flips: int = 0) -> Simulation:
     config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(5, 10, 20)[seed % 3] / 1000, recovery="local",
                        replicas=replicas, verify=verify)
-    return Simulation(_flow(declared).plan(2), config, replica_crashes=deaths)
+    return Simulation(_flow(declared).plan(2), config, replica_crashes=deaths, replica_flips=flips)
 
 
 def _drew_only_as_primary(sim: Simulation) -> list:
@@ -74,3 +81,80 @@ def test_majority_agrees_on_declared_draws(seed):
 def test_majority_names_undeclared_draws():
     named = [d for seed in range(4) for d in _sim(seed, declared=False, replicas=3, verify="majority", deaths=0).run().metrics.dissents]
     assert any(d["kind"] == "likely non-determinism" and "draw" in d["steps"] for d in named), named[:2]
+
+
+# -- global rollbacks: votes on flipped replicas, then deaths --------------------------------------
+
+def _rolled_back(seed: int) -> Simulation:
+    """A flipped primary (or no majority) rolls every replica back to a certified snapshot; the
+    deaths then promote replicas the rollback restored."""
+    return _sim(seed, replicas=3, verify="majority", deaths=3, flips=2)
+
+
+def _went_wrong(sim: Simulation) -> Optional[str]:
+    """Run ``sim``; what it did wrong with the draws: its output inconsistent, a replica that never was the
+    primary drew, or the replicas disagreed where no flip was (each would draw its own)."""
+    result = sim.run()
+    flipped = {f.incarnation for f in sim.votes.flips}
+    unflipped = [d for d in sim.votes.dissents if not set(d.replicas) & flipped]
+    return _inconsistency(result.output("out")) or (_drew_only_as_primary(sim) and "a secondary drew") or (unflipped and f"dissent {unflipped[0]}") or None
+
+
+def _promoted_since_the_rollback(sim: Simulation) -> list:
+    """The live primaries that a rollback restored as another replica and a death promoted."""
+    return [inc for inc, (_, host) in sim.replicas.hosts.items()
+            if host.draws is not None and any(step.replica.promoted for step in host.draws.steps.values())]
+
+
+def test_a_replica_restored_by_a_rollback_and_promoted_takes_its_log_s_draws():
+    """Seed 47: a vote rolls back to the beginning, a primary dies; its successor found an input in
+    its log (the draw released before the rollback), which it neither drew nor took (KeyError)."""
+    sim = _rolled_back(47)
+    assert _went_wrong(sim) is None
+    assert sim.votes.rollbacks and _promoted_since_the_rollback(sim)
+
+
+def _waiting_on_its_log(sim: Simulation) -> Optional[tuple]:
+    """An instance one of whose other replicas waits for the primary's draw of an input its own log
+    holds (a global rollback restored it with the primary's log), or None."""
+    for instance, incs in sim.replicas.sets.items():
+        for inc in incs[1:]:
+            draws = sim.replicas.hosts[inc][1].draws
+            if draws is not None and any(key[0] in step.log.replay for step in draws.steps.values() for key in step.replica.waiting):
+                return instance
+    return None
+
+
+def test_a_primary_killed_while_another_waits_for_a_draw_its_log_holds_is_succeeded_without_drawing_it():
+    """A global rollback to the older of two snapshots (the draws above it released before), then
+    the primary killed while another replica waits for the draw of an input in its log: the
+    successor takes the log's entry. Drawn again, the sums released before the rollback disagree
+    (7 of 40 seeds); before the fix, the successor never took its log (KeyError)."""
+    for seed in range(40):
+        sim = _sim(seed, replicas=2 + seed % 2, deaths=0)
+        while sim.commits < 2 and sim.step():
+            pass
+        sim.restart_all(Manifest.from_json(sim.store.read_manifest(sim.store.committed_ids()[0])), "the test's rollback")
+        instance = None
+        while instance is None and sim.step():
+            instance = _waiting_on_its_log(sim)
+        assert instance is not None, seed
+        sim.replica_faults.kill(instance, sim.replicas.sets[instance][0])
+        assert _inconsistency(sim.run().output("out")) is None, seed
+
+
+def test_a_promoted_replica_writes_again_what_it_takes_from_its_log():
+    """Its log may hold a dead primary's entry that the store has since replaced with a successor's
+    draw: a later restore must find the entry it used. An original primary's log is the store's:
+    what it takes from it is not written again."""
+    m = (1, 0, 0, 1, (), False)
+    written = {}
+    for promoted in (False, True):
+        step = LoggedStep(Map("draw", lambda x: 1 / 0), OutputLog(), flat=False)  # never drawn: the log has it
+        step.log.replay[m] = [(m, 0.5, None)]
+        step.replica = ReplicaDraws(not promoted, _Acks({}), random.Random(0), lambda entries: None)
+        if promoted:
+            step.replica.promote(step, lambda entries: None)
+        assert step.run([(m, 1, None)]) == [(m, 0.5, None)]
+        written[promoted] = step.log.pending
+    assert written == {False: [], True: [(m, [(m, 0.5, None)])]}
