@@ -150,15 +150,18 @@ class OutputLogs:
         self.held.clear()
 
 
-def trim_logs(store: SnapshotStore) -> int:
+def trim_logs(store: SnapshotStore, at_most: Optional[tuple] = None) -> int:
     """After a commit: delete the output log segments no restore can need, those wholly below
     the oldest committed snapshot's T (a restore starts at a committed snapshot, the newest or,
-    when one is damaged, an older one). Returns how many went. One listing of the snapshots,
-    one manifest read and one listing per logged step."""
+    when one is damaged, an older one), and below ``at_most`` if given (the simulator's votes:
+    the snapshot a vote's rollback restores; the bottom, none yet: the beginning, every segment
+    kept). Returns how many went. One listing of the snapshots, one manifest read and one
+    listing per logged step."""
     for snapshot_id in store.committed_ids():
         manifest = store.read_manifest(snapshot_id)
         if manifest is not None:
-            return trim_outputs(store, tuple(manifest["t"]))
+            below = tuple(manifest["t"]) if at_most is None else min(tuple(manifest["t"]), at_most)
+            return trim_outputs(store, below)
     return 0
 
 

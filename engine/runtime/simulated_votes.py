@@ -228,9 +228,10 @@ class SimulatedVotes:
         k, boundaries = self.frontier(), self.epochs.boundaries
         return BOTTOM if k == 0 else TOP if k > len(boundaries) else boundaries[k - 1]
 
-    def certified_t(self) -> tuple:
-        """The time of the newest committed snapshot every instance certified (the bottom: none)."""
-        k = self.rollback_target()[0]
+    def certified_t(self, kept: Optional[set] = None) -> tuple:
+        """The time of the newest committed snapshot every instance certified (among ``kept``, as
+        :meth:`rollback_target`; the bottom: none)."""
+        k = self.rollback_target(kept)[0]
         return BOTTOM if k == 0 else self.epochs.boundaries[k - 1]
 
     def rollback_target(self, kept: Optional[set] = None) -> tuple:
@@ -244,6 +245,17 @@ class SimulatedVotes:
         store keeps the newest such, as Ray's does under sample:N: a rollback restores it, and
         after a rescale none before it will do)."""
         return self.certified.holds(snapshot_id, self.frontier(), self.epochs.sampled)
+
+    def certifies(self, snapshot_id: int) -> bool:
+        """Whether a vote certified committed snapshot ``snapshot_id`` (a vote's rollback may
+        restore it). The simulator's store keeps the newest such (``SnapshotStore.pinned``): pruned,
+        a vote's rollback went back past it, below where the output logs were trimmed, and a step
+        declared ``deterministic=False`` drew again what the sinks held."""
+        return any(sid == snapshot_id and self._certifies(k) for k, sid in self.committed.items())
+
+    def _certifies(self, k: int) -> bool:
+        """Snapshot ``k`` is certified by the vote of epoch ``k - 1``, which sample:N takes one in N."""
+        return k <= self.frontier() and k not in self.tainted and self.epochs.sampled(k - 1)
 
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
         """The run restarts every instance from the snapshot at the start of ``epoch``."""

@@ -351,8 +351,8 @@ class Simulation:
         manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing, self.manifest)
         self.store.write_manifest(c.snapshot_id, manifest.to_json())
         self.commits += 1
-        if self.plan.logged_steps:
-            trim_logs(self.store)  # what the oldest restorable snapshot no longer replays
+        if self.plan.logged_steps:  # what the oldest restorable snapshot no longer replays (with votes: nor the certified one)
+            trim_logs(self.store, None if self.votes is None else self.votes.certified_t(set(self.store.committed_ids())))
         if self.local is not None:  # a restore starts there now (a replacement replica's: at the snapshot the votes certified)
             self.local.trim(tuple(manifest.t) if self.votes is None else min(tuple(manifest.t), self.votes.certified_t()))
         if self.replicas is not None:
