@@ -243,19 +243,10 @@ class SimulatedVotes:
     def pinned(self, snapshot_id: int) -> bool:
         """Whether committed snapshot ``snapshot_id`` is one every instance certified (the run's
         store keeps the newest such, as Ray's does under sample:N: a rollback restores it, and
-        after a rescale none before it will do)."""
+        after a rescale none before it will do; pruned, a vote's rollback went back past it,
+        below where the output logs were trimmed, and a step declared ``deterministic=False``
+        drew again what the sinks held)."""
         return self.certified.holds(snapshot_id, self.frontier(), self.epochs.sampled)
-
-    def certifies(self, snapshot_id: int) -> bool:
-        """Whether a vote certified committed snapshot ``snapshot_id`` (a vote's rollback may
-        restore it). The simulator's store keeps the newest such (``SnapshotStore.pinned``): pruned,
-        a vote's rollback went back past it, below where the output logs were trimmed, and a step
-        declared ``deterministic=False`` drew again what the sinks held."""
-        return any(sid == snapshot_id and self._certifies(k) for k, sid in self.committed.items())
-
-    def _certifies(self, k: int) -> bool:
-        """Snapshot ``k`` is certified by the vote of epoch ``k - 1``, which sample:N takes one in N."""
-        return k <= self.frontier() and k not in self.tainted and self.epochs.sampled(k - 1)
 
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
         """The run restarts every instance from the snapshot at the start of ``epoch``."""

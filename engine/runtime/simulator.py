@@ -409,8 +409,8 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
 
 def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
     """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong:
-    crashes and rescales in one run, crashes beside voting replicas or beside a replicated step
-    declared deterministic=False, and the rescales Ray refuses too (:meth:`RunConfig.refuse_rescale`)."""
+    crashes and rescales in one run, crashes beside voting replicas, and the rescales Ray refuses
+    too (:meth:`RunConfig.refuse_rescale`)."""
     if crashes and rescales:
         raise FlowError("crashes= and rescales= in one run with replicas are not built yet: run them apart "
                         "(crashes= beside replicas, or rescales= with replica_crashes=)")
@@ -421,11 +421,6 @@ def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequ
     if config.verify != "first":
         raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a global rollback would have to restore "
                         "the snapshot the votes certified and reset them, as a vote's rollback does): use verify='first'")
-    replicated = {k.stage for k in config.replicated(plan)}
-    drawn = [s.name for s in plan.steps if not s.deterministic and plan.stage_of[s.id] in replicated]
-    if drawn:
-        raise FlowError(f"crashes= beside replicas of a step declared deterministic=False ({drawn[0]!r}) are not built yet: a replica "
-                        "restored by a global rollback and promoted later does not take its output log's draws")
 
 
 def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:
