@@ -102,13 +102,19 @@ class Failover:
         #: nodes that lost actors in the last recovery and kept none: new actors go elsewhere
         self.avoid_nodes: set = set()
 
-    def confirm(self, alive: list) -> tuple:
+    def confirm(self, alive: list, at_once: Callable[[set], bool] = lambda lost: False) -> tuple:
         """``(names of the lost actors, wall time the loss was seen)``, once one of the
-        ``alive()`` calls ``alive`` (one per actor, in launch order) has answered or failed."""
+        ``alive()`` calls ``alive`` (one per actor, in launch order) has answered or failed.
+        ``at_once(lost)``: whether the first loss seen is answered without waiting for more (a
+        replica's death that a live replica takes over: its output gap is the wait)."""
         seen = time.time()
         # A call that saw the death may beat the alive() ref; actors that shared the dead
         # one's node go a few milliseconds apart: take them all in one recovery.
         ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
+        if ready:
+            lost = self.lost(alive)
+            if lost and at_once(lost):
+                return lost, seen
         settle_answers(alive, len(ready), seen + CONFIRM_S)
         return self.lost(alive), seen
 
@@ -117,8 +123,9 @@ class Failover:
         actor died, and returns the peers its actor saw die (their connections ended)."""
         names = self.launcher.names
         lost = set()
+        answered = {id(r) for r in ray.wait(alive, num_returns=len(alive), timeout=0)[0]} if alive else set()  # one call, not one a ref
         for name, ref in zip(names, alive):
-            if ray.wait([ref], timeout=0)[0]:
+            if id(ref) in answered:
                 try:
                     lost.update(n for n in ray.get(ref) if n in names)
                 except ray.exceptions.RayActorError:

@@ -74,6 +74,14 @@ class ReplicaFailover:
                 return f"{instance.label} lost its last live replica"
         return None
 
+    def fails_over(self, dead: set) -> bool:
+        """Whether the replicas alone take over from ``dead`` (names): each a replica whose instance
+        keeps a live one (:meth:`refusal_of`; the acker is not asked). A failure seen whole at once
+        then: what dies after it (a node's loss seen in pieces) :meth:`recover` takes in turn."""
+        run = self.launcher
+        found = {n: run.replicas.find(n) for n in dead}
+        return self.refusal_of(dead, found, {k: len(rs) for k, rs in run.replicas.sets.items()}) is None
+
     def refusal(self, dead: Optional[set]) -> Optional[str]:
         """:meth:`refusal_of`, then the acker's (a failover or a recovery under way, the run ending)."""
         run = self.launcher

@@ -178,14 +178,14 @@ class RaySupervisor:
                         if error is None:
                             return "done", run.reports()
                         if isinstance(error, ray.exceptions.RayActorError) and committer.takes_snapshots:
-                            return "died", self.failover.confirm(alive)  # a stage died while releasing the end
+                            return "died", self.failover.confirm(alive, self._fails_over)  # a stage died while releasing the end
                         if isinstance(error, VoteRollback) and self.dissents is not None:
                             refused = self.dissents.rolled_back(error)  # every instance restarts (none dead) from a certified snapshot
                             return ("died", (set(), time.time())) if refused is None else ("error", refused)
                         return "error", error
                     committer.commit_arrived(run.acker)
                     if ready:
-                        return "died", self.failover.confirm(alive)
+                        return "died", self.failover.confirm(alive, self._fails_over)
                     if self.stop_requested.is_set():
                         self.rescaler.final_snapshot()
                         return "stopped", None
@@ -198,7 +198,7 @@ class RaySupervisor:
                     if self.standbys.due():
                         self.standbys.replenish(self.plan)
                 except ray.exceptions.RayActorError:
-                    return "died", self.failover.confirm(alive)
+                    return "died", self.failover.confirm(alive, self._fails_over)
                 except Hung as exc:
                     kill_actors(run.handles_of(exc.names), sorted(exc.names))
                     return "died", (exc.names, time.time())
@@ -277,11 +277,13 @@ class RaySupervisor:
             recovery.kind = voted
         self._inject("after_restore")
 
+    def _fails_over(self, lost: set) -> bool:  # replicas a live one takes over from: answered at once (Failover.confirm)
+        return self.replicas is not None and self.replicas.fails_over(lost)
+
     def _fail_over(self, dead: Optional[set], detected: Optional[float]) -> tuple:
-        """replicas > 1: the death of one replica fails over to a live one, no restore (see
-        replica_failover.py), then each instance that lost one gets a replacement (see
-        replica_replacement.py): ``(None, dead)``. Else ``(why not, what the global rollback
-        replaces)`` (local recovery with replicas is not built on Ray: a global rollback)."""
+        """replicas > 1: a replica's death fails over to a live one, no restore (replica_failover.py),
+        then each instance that lost one gets a replacement (replica_replacement.py): ``(None,
+        dead)``. Else ``(why not, what the global rollback or a local recovery replaces)``."""
         why = self.replicas.refusal(dead)
         if why is None:
             try:

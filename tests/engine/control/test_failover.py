@@ -136,3 +136,15 @@ def test_the_heartbeat_names_who_has_not_answered_in_time(fake_ray):
         heartbeat.pings[name] = (ref, sent - 6.0)
     assert heartbeat.hung(["a", "b"], [a, b]) == {"b"}
     assert (a.pings, b.pings) == (2, 1)  # a answered: pinged again; b's ping still out
+
+
+def test_a_loss_the_replicas_take_over_is_answered_without_waiting_for_more(fake_ray, monkeypatch):
+    """confirm's at_once: a replica's death a live replica takes over goes at once (its output gap
+    is the wait); any other waits CONFIRM_QUIET_S for the rest of the event (a node's loss)."""
+    fo = Failover(run_of(["f/acker", "f/0/0", "f/0/1"]), StandbyPool(0))
+    alive = [None, ray.exceptions.RayActorError(), None]
+    settled = []
+    fake_ray(lambda refs, num_returns=1, timeout=None: ([r for r in refs if r is not None], []))
+    monkeypatch.setattr(failover, "settle_answers", lambda *args, **kwargs: settled.append(args) or 1)
+    assert fo.confirm(alive, at_once=lambda lost: lost == {"f/0/0"})[0] == {"f/0/0"} and settled == []
+    assert fo.confirm(alive)[0] == {"f/0/0"} and len(settled) == 1
