@@ -102,16 +102,16 @@ class Failover:
         #: nodes that lost actors in the last recovery and kept none: new actors go elsewhere
         self.avoid_nodes: set = set()
 
-    def confirm(self, alive: list, at_once: Callable[[set], bool] = lambda lost: False) -> tuple:
+    def confirm(self, alive: list, at_once: Optional[Callable[[set], bool]] = None) -> tuple:
         """``(names of the lost actors, wall time the loss was seen)``, once one of the
         ``alive()`` calls ``alive`` (one per actor, in launch order) has answered or failed.
         ``at_once(lost)``: whether the first loss seen is answered without waiting for more (a
-        replica's death that a live replica takes over: its output gap is the wait)."""
+        replica's death that a live replica takes over: its output gap is the wait); None: never."""
         seen = time.time()
         # A call that saw the death may beat the alive() ref; actors that shared the dead
         # one's node go a few milliseconds apart: take them all in one recovery.
         ready, _ = ray.wait(alive, num_returns=1, timeout=2.0)
-        if ready:
+        if ready and at_once is not None:
             lost = self.lost(alive)
             if lost and at_once(lost):
                 return lost, seen

@@ -78,19 +78,21 @@ class ReplicaFailover:
         """Whether the replicas alone take over from ``dead`` (names): each a replica whose instance
         keeps a live one (:meth:`refusal_of`; the acker is not asked). A failure seen whole at once
         then: what dies after it (a node's loss seen in pieces) :meth:`recover` takes in turn."""
-        run = self.launcher
-        found = {n: run.replicas.find(n) for n in dead}
-        return self.refusal_of(dead, found, {k: len(rs) for k, rs in run.replicas.sets.items()}) is None
+        return self._refusal_of(dead)[0] is None
 
     def refusal(self, dead: Optional[set]) -> Optional[str]:
         """:meth:`refusal_of`, then the acker's (a failover or a recovery under way, the run ending)."""
-        run = self.launcher
-        found = {n: run.replicas.find(n) for n in dead or ()}
-        why = self.refusal_of(dead, found, {k: len(rs) for k, rs in run.replicas.sets.items()})
+        why, found = self._refusal_of(dead)
         if why is not None:
             return why
         secondaries = all(found[n][1] > 0 for n in dead)  # (an outvoted one's exit may come as the run ends)
-        return acker_refusal(run.acker.replica_refusal.remote((), secondaries))
+        return acker_refusal(self.launcher.acker.replica_refusal.remote((), secondaries))
+
+    def _refusal_of(self, dead: Optional[set]) -> tuple:
+        """``(`` :meth:`refusal_of` ``for the run's replicas now, each dead name's (instance, index) or None)``."""
+        replicas = self.launcher.replicas
+        found = {n: replicas.find(n) for n in dead or ()}
+        return self.refusal_of(dead, found, {k: len(rs) for k, rs in replicas.sets.items()}), found
 
     def unreplicated(self, dead: Optional[set]) -> bool:
         """Whether ``dead`` is one stage instance without replicas (one that reads a source, or

@@ -80,6 +80,8 @@ class RaySupervisor:
             self.committer.after_commit = self._trim_sent
         #: replicas > 1: a replica's death fails over to a live one (None: the default path)
         self.replicas: Optional[ReplicaFailover] = None if config.replica_count == 1 else ReplicaFailover(self.launcher, self.failover)
+        #: a death the replicas take over is answered at once (Failover.confirm; None: after its quiet wait)
+        self._at_once = None if self.replicas is None else self.replicas.fails_over
         #: replicas > 1: an instance that lost a replica gets a new one, restored and caught up
         self.replacement = None if self.replicas is None else ReplicaReplacement(self.launcher, self.standbys, self.failover)
         #: verify="majority" / "sample:N": the replicas' dissents, and a vote's rollback (None: the default path)
@@ -178,14 +180,14 @@ class RaySupervisor:
                         if error is None:
                             return "done", run.reports()
                         if isinstance(error, ray.exceptions.RayActorError) and committer.takes_snapshots:
-                            return "died", self.failover.confirm(alive, self._fails_over)  # a stage died while releasing the end
+                            return "died", self.failover.confirm(alive, self._at_once)  # a stage died while releasing the end
                         if isinstance(error, VoteRollback) and self.dissents is not None:
                             refused = self.dissents.rolled_back(error)  # every instance restarts (none dead) from a certified snapshot
                             return ("died", (set(), time.time())) if refused is None else ("error", refused)
                         return "error", error
                     committer.commit_arrived(run.acker)
                     if ready:
-                        return "died", self.failover.confirm(alive, self._fails_over)
+                        return "died", self.failover.confirm(alive, self._at_once)
                     if self.stop_requested.is_set():
                         self.rescaler.final_snapshot()
                         return "stopped", None
@@ -198,7 +200,7 @@ class RaySupervisor:
                     if self.standbys.due():
                         self.standbys.replenish(self.plan)
                 except ray.exceptions.RayActorError:
-                    return "died", self.failover.confirm(alive, self._fails_over)
+                    return "died", self.failover.confirm(alive, self._at_once)
                 except Hung as exc:
                     kill_actors(run.handles_of(exc.names), sorted(exc.names))
                     return "died", (exc.names, time.time())
@@ -276,9 +278,6 @@ class RaySupervisor:
         if voted is not None:
             recovery.kind = voted
         self._inject("after_restore")
-
-    def _fails_over(self, lost: set) -> bool:  # replicas a live one takes over from: answered at once (Failover.confirm)
-        return self.replicas is not None and self.replicas.fails_over(lost)
 
     def _fail_over(self, dead: Optional[set], detected: Optional[float]) -> tuple:
         """replicas > 1: a replica's death fails over to a live one, no restore (replica_failover.py),
