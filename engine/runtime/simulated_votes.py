@@ -249,11 +249,20 @@ class SimulatedVotes:
         return self.certified.holds(snapshot_id, self.frontier(), self.epochs.sampled)
 
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
-        """The run restarts every instance from the snapshot at the start of ``epoch``."""
+        """The run restarts every instance from the snapshot at the start of ``epoch`` for ``why``."""
         self.rollbacks.append((snapshot_id, why.kind, why.instance, why.epoch))
+        why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
+        self.restarted(epoch, snapshot_id)
+
+    def restarted(self, epoch: int, snapshot_id: Optional[int]) -> None:
+        """Every instance restarts from the snapshot at the start of ``epoch`` (:meth:`rollback_target`):
+        a vote's rollback, or a crash's global one. A vote's action still due is the restart's
+        (its dissenters are gone with every replica; a rollback it asked for is this one)."""
+        if self.due is not None:
+            self.due.why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}") + " (a crash's)"
+            self.due = None
         self.skipped = max(self.skipped, self.released_through(), self.written)
         self._found(list(self.digests), "rolled back")
-        why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
         self.epochs.cut(epoch)
         self.certified.rolled_back(epoch)
         self.passed = {k: epoch for k in self.passed}

@@ -214,17 +214,18 @@ class Simulation:
     def _crash_one(self, point: str, victim: Instance) -> None:
         """recovery="local": ``victim`` fails and alone restores the newest manifest; the others
         go on (see local_recovery.py), every replica of theirs taking its part."""
-        manifest = self._count_crash(point)
+        manifest = self._count_crash(point, local=True)
         self.failed.append(victim)
         self.landed += self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True),
                                        self.resets_in_place, None if self.replicas is None else self.replicas.peers_of(victim))
 
-    def _count_crash(self, point: str) -> Optional[Manifest]:
+    def _count_crash(self, point: str, local: bool = False) -> Optional[Manifest]:
         """Record a crash at ``point`` (a pending rescale begins again later: its snapshot, if
-        begun, is given up); the newest manifest, which the restart restores."""
+        begun, is given up); the manifest the restart restores (``local``: one instance's, the
+        newest; else :meth:`restart_manifest`)."""
         self.crashes_left -= 1
         self.crash_points.append(self.rescaling.crashed(point))
-        manifest = self.newest_manifest()
+        manifest = self.newest_manifest() if local else self.restart_manifest()
         self.recoveries.append(None if manifest is None else manifest.snapshot_id)
         return manifest
 
@@ -232,6 +233,18 @@ class Simulation:
         """The newest committed manifest, which a restart restores (None: none yet)."""
         data = self.store.read_latest_manifest()
         return None if data is None else Manifest.from_json(data)
+
+    def restart_manifest(self) -> Optional[Manifest]:
+        """What a global rollback restores: the newest committed manifest; with votes, the newest
+        one every instance's vote certified (a newer one may hold what a corrupt primary settled)."""
+        if self.votes is None:
+            return self.newest_manifest()
+        sid = self._restart_target()[1]
+        return None if sid is None else Manifest.from_json(self.store.read_manifest(sid))
+
+    def _restart_target(self) -> tuple:
+        """With votes: ``(epoch, snapshot id)`` of the newest certified snapshot the store holds."""
+        return self.votes.rollback_target(set(self.store.committed_ids()))
 
     def _crash(self, point: str) -> None:
         """Every instance and message in flight is lost; restart from the newest manifest.
@@ -256,7 +269,10 @@ class Simulation:
             self.fallbacks += 1
             self.fallback_reasons.append(why)
         hosts = self.live.hosts
+        target = None if self.votes is None else self._restart_target()
         self.stop_every_instance()
+        if target is not None:
+            self.votes.restarted(*target)
         if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
             self.landed += self.incarnation.land_writes(hosts)
         self._start_incarnation(manifest, recovering=True)
@@ -314,8 +330,8 @@ class Simulation:
     def roll_back(self, why: Any) -> None:
         """verify="majority" (see simulated_votes.py): every instance restarts from the newest snapshot every instance's vote certified
         (a mismatch, or a corrupt primary: its optimistic output may be settled downstream)."""
-        epoch, sid = self.votes.rollback_target(set(self.store.committed_ids()))
-        manifest = None if sid is None else Manifest.from_json(self.store.read_manifest(sid))
+        epoch, sid = self._restart_target()
+        manifest = self.restart_manifest()
         self.stop_every_instance()
         self.votes.rolled_back(epoch, sid, why)
         self._start_incarnation(manifest, recovering=True)
@@ -419,8 +435,9 @@ def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequ
     if not crashes:
         return
     if config.verify != "first":
-        raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a global rollback would have to restore "
-                        "the snapshot the votes certified and reset them, as a vote's rollback does): use verify='first'")
+        raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a global rollback restores the "
+                        "snapshot the votes certified, but a crash beside flipped or voting replicas still differs in a few seeds "
+                        "in a thousand): use verify='first'")
 
 
 def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:
