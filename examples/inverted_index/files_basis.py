@@ -410,9 +410,13 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
 #: py-spy's samples per second in a profiled run.
 PROFILE_RATE = 200
 
-#: Leaf frames of a thread that waits (py-spy counts a wait in C as a sample): not CPU.
+#: Leaf frames of a thread that waits (py-spy counts a wait in C as a sample): not CPU. The sink
+#: writer's write and fsync are the disk's (the kernel's CPU in them is in the row's CPU seconds,
+#: shared out over the rest): counted, they made the sink a fifth of p1's profile, of which perf saw
+#: a tenth on the CPU.
 IDLE_LEAVES = ("Worker.main_loop ", "EpollSelector.select ", "select (selectors", "Condition.wait ", "Event.wait ",
-               "_wait_for_tstate_lock ", "Queue.get ", "_worker (concurrent/futures/thread.py", "BaseEventLoop._run_once (asyncio")
+               "_wait_for_tstate_lock ", "Queue.get ", "_worker (concurrent/futures/thread.py", "BaseEventLoop._run_once (asyncio",
+               "_append_durably (")
 
 #: Kinds by the module of the frame nearest the leaf that is the engine's or the user's (first
 #: match wins; a frame in no listed module, e.g. the standard library's, counts for its caller).
@@ -471,6 +475,8 @@ def step_kind(frames: Sequence[str]) -> Optional[str]:
     >>> step_kind(["_read_frames (engine/runtime/transport.py:170)", "loads (pickle.py:1)"])
     'data plane: frames (pickle, socket)'
     >>> step_kind(["main (ray/_private/worker.py:1)", "Worker.main_loop (ray/_private/worker.py:1069)"]) is None
+    True
+    >>> step_kind(["FileSinkPartition.write (engine/connectors/file_sink.py:233)", "_append_durably (engine/connectors/file_sink.py:140)"]) is None
     True
     """
     if not frames or frames[-1].startswith(IDLE_LEAVES):
