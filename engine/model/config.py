@@ -128,6 +128,47 @@ def reexecute_every(verify: str) -> Optional[int]:
     return _one_in(verify, "reexecute", "one batch in N re-run")
 
 
+def _refuse_unvoted_sinks(plan: Any, voted: dict) -> None:
+    """A FlowError if under ``verify="majority"`` a sink is in a stage without replicas that a voted
+    stage (``voted``: stage index -> a step named in ``replicas``) feeds, directly or through
+    others: the gate holds only the replicas' sink bundles, so that sink would write what a
+    corrupt primary sent before the vote that finds it. O(stages + channels).
+
+    >>> from driftstream.engine import Flow
+    >>> from driftstream.engine.testing import MemorySource, MemorySink
+    >>> f = Flow("r"); f.source(MemorySource([1]), name="src").key_by(str).count(name="c").key_by(str).count(name="d").sink(MemorySink("o"))
+    >>> _refuse_unvoted_sinks(f.plan(2), {2: "d"})            # the sink's stage is voted
+    >>> _refuse_unvoted_sinks(f.plan(2), {1: "c"})
+    Traceback (most recent call last):
+    driftstream.engine.model.errors.FlowError: verify='majority' releases a voted stage's output once its replicas agree, but sink 'o' is in a stage without replicas that step 'c' feeds: it would write what a corrupt replica sent before the vote. Name its stage in replicas too (one of d), or use verify='sample:N' (output leaves before its vote)
+    """
+    for i, step in sorted(voted.items()):
+        for index in sorted(_reach(plan, i) - set(voted)):
+            stage = plan.stages[index]
+            sinks = [plan.steps[sid].name for sid in stage.step_ids if plan.steps[sid].kind.is_sink]
+            if sinks:
+                raise FlowError(f"verify='majority' releases a voted stage's output once its replicas agree, but sink {sinks[0]!r} is "
+                                f"in a stage without replicas that step {step!r} feeds: it would write what a corrupt replica sent before "
+                                f"the vote. Name its stage in replicas too (one of {', '.join(_nameable(plan, stage))}), or use "
+                                f"verify='sample:N' (output leaves before its vote)")
+
+
+def _nameable(plan: Any, stage: Any) -> list:
+    """The steps of ``stage`` a user would name in ``replicas`` (not its key_by, not its sinks)."""
+    return [plan.steps[sid].name for sid in stage.step_ids if not (plan.steps[sid].kind.is_sink or plan.steps[sid].kind.shuffles)]
+
+
+def _reach(plan: Any, stage: int) -> set:
+    """The stages ``stage``'s output reaches, directly or through others."""
+    reached, todo = set(), [stage]
+    while todo:
+        for nxt in plan.receivers_of(todo.pop()):
+            if nxt not in reached:
+                reached.add(nxt)
+                todo.append(nxt)
+    return reached
+
+
 def vote_sample(verify: str) -> Optional[int]:
     """N of ``verify="sample:N"`` (replicas vote on one epoch in N after its output left, see
     runtime/simulated_votes.py); None for any other value. A malformed N is a FlowError.
@@ -413,6 +454,8 @@ class RunConfig:
             if other[1] != r:
                 raise FlowError(f"replicas names steps {other[0]!r} (r={other[1]}) and {step!r} (r={r}) of one stage: a "
                                 f"stage runs as one number of replicas; give both the same r")
+        if self.verify == "majority":
+            _refuse_unvoted_sinks(plan, {i: step for i, (step, r) in named.items() if r > 1})
         return {k: named[k.stage][1] for k in plan.instances if k.stage in named and named[k.stage][1] > 1}
 
     def refuse_rescale(self, plan: Any) -> None:

@@ -165,7 +165,7 @@ class InstanceHost:
             self.output_logs.to_acker(message)
 
     def peer_failed(self, victim: Instance, new: Any, cut: tuple, batch_size: int, reconnect: Callable[[], None] = lambda: None,
-                    replay: bool = True) -> None:
+                    replay: bool = True, since: Optional[tuple] = None) -> None:
         """``recovery="local"``: peer ``victim`` failed and incarnation ``new`` replaces it; the
         acker holds at the snapshot ``new`` restores until this instance's :class:`ReplaySent`.
         What it holds for the dead one goes to it first, on the old channel (lost, but
@@ -173,11 +173,13 @@ class InstanceHost:
         ``reconnect()`` (the transport's switch to the replacement), its part
         (:meth:`.InstanceRecovery.peer_failed`: held inputs, cancels, the replay), and the
         ReplaySent behind the Ack of all that. ``replay`` False: ``new`` is a live replica of
-        ``victim`` (already caught up: nothing is re-sent to it)."""
+        ``victim`` (already caught up: nothing is re-sent to it). ``since``: the snapshot time ``new``
+        restores, where its log may hold more (the simulator under votes keeps it from the
+        snapshot they certified): only what is at or after it is re-sent."""
         self.flush()
         self.recovery.incarnations[victim] = new
         reconnect()
-        for to, batch in self.recovery.peer_failed(self, victim, new, cut, batch_size, replay):
+        for to, batch in self.recovery.peer_failed(self, victim, new, cut, batch_size, replay, since):
             self._send(to, Push(batch))
         self.flush()
         self._to_acker(ReplaySent(new, self.key))

@@ -90,20 +90,22 @@ class InstanceRecovery:
         """Snapshot ``t`` committed: a restore starts there, the log keeps what is at or after it."""
         self.log.trim(t)
 
-    def peer_failed(self, host: Any, victim: tuple, new: Any, cut: tuple, batch_size: int, replay: bool = True) -> list:
+    def peer_failed(self, host: Any, victim: tuple, new: Any, cut: tuple, batch_size: int, replay: bool = True,
+                    since: Optional[tuple] = None) -> list:
         """Peer ``victim`` failed, its replacement is incarnation ``new`` (already in
         ``incarnations``): ``host`` (its :class:`~.instance_host.InstanceHost`) processes what
         its input merge held back (of the dead sender too: their holds were discarded), cancels
         what the dead incarnation sent it at or above ``cut``, and returns the batches it
         re-sends from its log, ``(victim, ChannelBatch)``, their holds XORed into its acks. The
         caller sends them, flushes, then sends the acker :class:`~.protocol.ReplaySent`.
-        ``replay`` False: ``new`` is a replica already caught up (nothing re-sent)."""
+        ``replay`` False: ``new`` is a replica already caught up (nothing re-sent); ``since``: what
+        ``new`` restores, the least time re-sent (None: the whole log)."""
         if host.rt.holding:
             host.guarded(host.rt.release_held, True)
         for entry, items in self.inputs.cancel(victim, cut).items():
             self.cancelled += len(items)
             host.guarded(host.rt.process, entry, items)
-        return self.replay(host.rt, victim, new, batch_size) if replay else []
+        return self.replay(host.rt, victim, new, batch_size, since) if replay else []
 
     def replay(self, rt: Any, victim: tuple, new: Any, size: int, since: Optional[tuple] = None) -> list:
         """What it logged for ``victim`` (at or after ``since``, if given), as new batches of its

@@ -168,6 +168,6 @@ class LocalRecovery:
         incarnation.acker.table.hold((new, token), t)
         part = host.recovery
         replayed, cancelled = part.replayed, part.cancelled
-        host.peer_failed(victim, new, cut, incarnation.batch_size, replay=replays)
+        host.peer_failed(victim, new, cut, incarnation.batch_size, replay=replays, since=t)
         self.replayed += part.replayed - replayed
         self.cancelled += part.cancelled - cancelled

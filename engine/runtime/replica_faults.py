@@ -91,6 +91,7 @@ class ReplicaFaults:
         for inc in due.incarnations:
             self.sim.replicas.fail(due.instance, inc, self.sim.rules.settings["batch_size"])
         due.why.action = "removed; " + ", ".join(self._replace(due.instance) for _ in due.incarnations)
+        self.sim.votes.resume()  # the other instances' votes waited for this action
 
     def _replace(self, instance: Any) -> str:
         """A new replica of ``instance`` (see replica_replacements.py); what was done."""

@@ -278,9 +278,14 @@ class SimulatedVotes:
     def passed_through(self, t: tuple) -> bool:
         """Whether every instance passed the epochs before ``t`` (a boundary), voting each whose
         replicas all ended it (a drained run's watermark waits at ``t``: no later one votes)."""
-        for instance in self.passed:
-            self._vote(instance)
+        self.resume()
         return self.due is None and self.frontier() >= self.epochs.of(t)
+
+    def resume(self) -> None:
+        """Vote every instance whose replicas ended its next epochs: after a due action was taken
+        (votes wait while one is due, and at the run's end no watermark comes to ask again)."""
+        for instance in list(self.passed):
+            self._vote(instance)
 
     def rescaled(self, plan: Plan, t: tuple, snapshot_id: int) -> None:
         """A rescale restarts every instance of ``plan`` (another parallelism) from snapshot

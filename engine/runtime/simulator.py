@@ -425,7 +425,7 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
 
 def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
     """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong:
-    crashes and rescales in one run, crashes beside voting replicas, and the rescales Ray refuses
+    crashes and rescales in one run, crashes beside sampled votes, and the rescales Ray refuses
     too (:meth:`RunConfig.refuse_rescale`)."""
     if crashes and rescales:
         raise FlowError("crashes= and rescales= in one run with replicas are not built yet: run them apart "
@@ -434,10 +434,10 @@ def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequ
         config.refuse_rescale(plan.with_parallelism(n))
     if not crashes:
         return
-    if config.verify != "first":
-        raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a global rollback restores the "
-                        "snapshot the votes certified, but a crash beside flipped or voting replicas still differs in a few seeds "
-                        "in a thousand): use verify='first'")
+    if vote_sample(config.verify) is not None:
+        raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a crash's global rollback on Ray "
+                        "restores the newest committed snapshot, which a sampled vote may not have certified; the simulator's "
+                        "restores a certified one): use verify='first' or 'majority'")
 
 
 def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:

@@ -87,7 +87,20 @@ def test_a_named_stage_needs_local_recovery_and_majority_needs_two():
         _local(replicas={"sums": 1}, verify="majority")
 
 
-@pytest.mark.parametrize("verify, replicas", [("first", {"sums": 2}), ("majority", {"sums": 3}), ("sample:2", {"sums": 2}),
+def test_majority_refuses_a_sink_without_replicas_that_a_voted_stage_feeds():
+    """The gate holds the replicas' sink bundles only: the counts stage's sink would write what a
+    corrupt "sums" primary sent before the vote found it (seen in the simulator once a vote's
+    epoch ran long). Refused, in the simulator and on Ray alike (``RunConfig.replicated``)."""
+    with pytest.raises(FlowError, match="sink 'o' is in a stage without replicas that step 'sums' feeds.*one of counts"):
+        Simulation(two_keyed().plan(2), _local(replicas={"sums": 3}, verify="majority"))
+    with pytest.raises(FlowError, match="sink 'o' is in a stage without replicas"):
+        _local(replicas={"sums": 3}, verify="majority").replicated(two_keyed().plan(3))
+    # the sink's stage voted (the sums unreplicated, upstream), or sample:N's unverified output: taken
+    assert _local(replicas={"counts": 3}, verify="majority").replicated(two_keyed().plan(2))
+    assert _local(replicas={"sums": 3}, verify="sample:2").replicated(two_keyed().plan(2))
+
+
+@pytest.mark.parametrize("verify, replicas", [("first", {"sums": 2}), ("majority", {"counts": 3}), ("sample:2", {"sums": 2}),
                                               ("majority", {"sums": 3, "counts": 2}), ("first", {"sums": 2, "counts": 3})],
                          ids=["first", "majority", "sample", "majority-3-and-2", "first-2-and-3"])
 def test_deaths_and_flips_of_the_named_stages_replicas_give_the_failure_free_output(verify, replicas):
