@@ -25,8 +25,8 @@ snapshot, caught up, then a replica as any other). ``crashes`` beside replicas: 
 instance without replicas is a local recovery (:mod:`.local_recovery`) in which every replica
 of its peers takes its part (:meth:`SimulatedReplicas.peers_of`); a crash of one with replicas,
 a global rollback (:mod:`.local_refusals`). A rescale restarts every replica at the new
-parallelism (:meth:`SimulatedReplicas.restart`), as a global rollback does. Not built yet:
-crashes and rescales in one run with replicas. Steps declared ``deterministic=False``: the primary draws, the others take its draws
+parallelism (:meth:`SimulatedReplicas.restart`), as a global rollback does; crashes and
+rescales in one run under ``"first"`` (beside votes: not built yet). Steps declared ``deterministic=False``: the primary draws, the others take its draws
 (:mod:`.replica_draws`).
 
 >>> from driftstream.engine import Flow

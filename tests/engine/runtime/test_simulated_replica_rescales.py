@@ -90,6 +90,30 @@ def test_more_seeded_rescales_of_voting_replicas(name):
     _check_seeds(FLOWS[name], range(VOTED_SEEDS, VOTED_SEEDS + 16), "majority", replicas=3, deaths=2, flips=2)
 
 
+#: Seeded runs per flow of crashes and rescales in one run (each ~0.1-0.3 s).
+CRASH_SEEDS = 20
+
+
+@pytest.mark.parametrize("name", sorted(FLOWS))
+def test_crashes_and_rescales_in_one_run_under_first_give_the_failure_free_output(name):
+    """Two crashes (a local recovery, or a global rollback when a replicated instance dies whole or
+    a rescale is under way), one to three rescales and a replica's death a run, r = 2: the
+    failure-free output (refused before; by hand 990 runs, 0 wrong). Beside votes still refused."""
+    flow = build("replica-rescales", DATA, FLOWS[name], partitions=3)
+    expected = reference_outputs(flow)["out"]
+    wrong, crashed, rescaled = [], 0, 0
+    for seed in range(CRASH_SEEDS):
+        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local", replicas=2)
+        sim = Simulation(flow.plan(2 + seed % 2), config, crashes=2, rescales=RESCALES[seed % 4], replica_crashes=1, acker_shards=seed % 3)
+        step_to_end(sim, f"seed {seed}", lambda: f"rescales {sim.rescaling.done}, crash points {sim.crash_points}")
+        if sim.run().output("out") != expected:
+            wrong.append((seed, sim.crash_points, sim.fallback_reasons, sim.rescaling.done))
+        crashed += len(sim.crash_points)
+        rescaled += len(sim.rescaling.done)
+    assert not wrong, f"seeds that went wrong (seed, crash points, fallbacks, rescales): {wrong[:3]}"
+    assert crashed >= CRASH_SEEDS and rescaled >= CRASH_SEEDS // 2, (crashed, rescaled)
+
+
 @pytest.mark.parametrize("options, rescales, message", [
     ({"replicas": 2, "verify": "sample:2"}, [3], "verify='sample:2' is not built"),
     ({"replicas": 2}, [1], "would leave it without replicas"),  # fused at 1: its stage reads the source
