@@ -43,7 +43,7 @@ class ReplicaFaults:
         self.sim, self.crashes_left, self.flips_left = sim, crashes, flips
         #: deaths that fell back to a global rollback (a local recovery was under way)
         self.fallbacks = 0
-        self.chance = REPLICA_CRASH_BESIDE_CRASHES if sim.crashes_left else REPLICA_CRASH_ANY
+        self.chance = REPLICA_CRASH_BESIDE_CRASHES if sim.crashes.left else REPLICA_CRASH_ANY
 
     def step(self) -> bool:
         """One seeded fault, or a vote's action; whether the step was taken."""

@@ -60,15 +60,15 @@ from driftstream.snapshots.store import SnapshotStore
 from driftstream.engine.model.config import RunConfig, aligned_sources, reexecute_every, vote_sample
 from driftstream.engine.model.errors import FlowError
 from driftstream.engine.model.manifest import Manifest, committed_t, manifest_of
-from driftstream.engine.model.plan import Instance, Plan
+from driftstream.engine.model.plan import Plan
 from driftstream.engine.model.recovery import RecoveryRules, replay_limit
 from driftstream.engine.model.result import RunResult
 from driftstream.engine.runtime.local_recovery import LocalRecovery
-from driftstream.engine.runtime.local_refusals import crash_refusal, victim_refusal
 from driftstream.engine.runtime.output_logs import trim_logs
 from driftstream.engine.runtime.reexecuted_step import SilentCorruption
 from driftstream.engine.runtime.simulated_corruptions import SimulatedCorruptions
-from driftstream.engine.runtime.simulated_incarnation import CRASH_AT_POINT, SimulatedIncarnation
+from driftstream.engine.runtime.simulated_crashes import SimulatedCrashes
+from driftstream.engine.runtime.simulated_incarnation import SimulatedIncarnation
 from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 from driftstream.engine.runtime.simulated_replicas import SimulatedReplicas
 from driftstream.engine.runtime.simulated_rescales import SimulatedRescales
@@ -114,7 +114,7 @@ class Simulation:
         config = config or RunConfig()
         #: acker shards between the instances and the acker (0: none; see SimulatedAcker)
         self.shard_count = acker_shards
-        #: crashes are resets in place (see _crash); ``landed``: the sink writes that finished in one
+        #: crashes are resets in place (see simulated_crashes.py); ``landed``: the sink writes that finished in one
         self.resets_in_place, self.landed = resets_in_place, 0
         _refuse_impossible(plan, config, crashes, rescales, replica_crashes)
         if replica_flips and config.verify != "majority" and vote_sample(config.verify) is None:
@@ -124,16 +124,15 @@ class Simulation:
         self.plan, self.config = plan, config
         self.rng = random.Random(config.seed)
         self.clock_value, self.steps_taken = 0.0, 0
-        self.crashes_left, self.crash_points = crashes, []
+        #: the seeded crashes still to strike, where each struck and what it restored (see simulated_crashes.py)
+        self.crashes = SimulatedCrashes(self, crashes)
         self.commits = self.skipped = 0
-        self.recoveries: list = []  # per crash: the snapshot id its restart restored (None: the beginning)
         #: per instance: its restores from a snapshot after a crash
         self.restores: Counter = Counter()
         #: recovery="local": a crash fails one instance, which alone restores (see local_recovery.py)
         self.local = LocalRecovery(plan) if config.recovery == "local" else None
-        #: recovery="local": failures that fell back to a global rollback and why each (see local_refusals.py),
-        #: and the instances the others failed, in order
-        self.fallbacks, self.fallback_reasons, self.failed = 0, [], []
+        #: recovery="local": failures that fell back to a global rollback and why each (see local_refusals.py)
+        self.fallbacks, self.fallback_reasons = 0, []
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         #: replicas > 1: the replicated instances' replicas (see simulated_replicas.py), None by default
         self.replicas = None if config.replica_count == 1 else SimulatedReplicas(plan, config, self.local, self.live)
@@ -167,6 +166,21 @@ class Simulation:
     def readers(self) -> dict:
         return self.live.readers
 
+    @property
+    def crash_points(self) -> list:
+        """Where each seeded crash struck (:attr:`SimulatedCrashes.points`)."""
+        return self.crashes.points
+
+    @property
+    def failed(self) -> list:
+        """recovery="local": the instances that failed alone, in order."""
+        return self.crashes.failed
+
+    @property
+    def recoveries(self) -> list:
+        """Per crash: the snapshot id its restart restored (None: the beginning)."""
+        return self.crashes.recoveries
+
     # -- incarnations ---------------------------------------------------------------------
 
     def _start_incarnation(self, manifest: Optional[Manifest], recovering: bool, rescaled: bool = False) -> None:
@@ -176,7 +190,7 @@ class Simulation:
         self.restoring = list(self.plan.instances)
         # late-bound: what replaces _send_control (a test's recorder) sees the acker's messages too
         self.incarnation = SimulatedIncarnation(self.plan, self.live, self.rng, self.rules.settings["batch_size"], self.aligned, self.shard_count,
-                                                lambda *message: self._send_control(*message), self._maybe_crash, self.local, self.replicas)
+                                                lambda *message: self._send_control(*message), self.crashes.maybe, self.local, self.replicas)
         #: the incarnation's acker and its shards; ``acker``: the root, what the lifecycle reads
         self.ackers, self.acker = self.incarnation.ackers, self.incarnation.acker
 
@@ -187,12 +201,12 @@ class Simulation:
     def _restore_one(self) -> None:
         """Start the next instance of the incarnation from the manifest (a scheduling step)."""
         instance = self.restoring.pop(0)
-        self._start_instance(instance, self.manifest, self.recovering, counted=not self.rescaled)
+        self.start_instance(instance, self.manifest, self.recovering, counted=not self.rescaled)
         if not self.restoring and self.recovering and self.rules.skips_backlog:
             limit = replay_limit(rt.t_last() for rt in self.stages.values())
             self.skipped += sum(r.skip_after(limit) for r in self.readers.values())
 
-    def _start_instance(self, instance, manifest: Optional[Manifest], recovering: bool, counted: bool = True) -> None:
+    def start_instance(self, instance, manifest: Optional[Manifest], recovering: bool, counted: bool = True) -> None:
         """Start ``instance`` from its part of ``manifest`` (None: the beginning); ``counted``: a
         restore (``recovering``) counts in ``restores``."""
         ordinal = self.plan.instances.index(instance)
@@ -211,24 +225,6 @@ class Simulation:
         if seed:
             self.acker.seed(seed if self.local is None else host.recovery.tag(seed))
 
-    def _crash_one(self, point: str, victim: Instance) -> None:
-        """recovery="local": ``victim`` fails and alone restores the newest manifest; the others
-        go on (see local_recovery.py), every replica of theirs taking its part."""
-        manifest = self._count_crash(point, local=True)
-        self.failed.append(victim)
-        self.landed += self.local.fail(victim, self.incarnation, manifest, lambda instance, m: self._start_instance(instance, m, recovering=True),
-                                       self.resets_in_place, None if self.replicas is None else self.replicas.peers_of(victim))
-
-    def _count_crash(self, point: str, local: bool = False) -> Optional[Manifest]:
-        """Record a crash at ``point`` (a pending rescale begins again later: its snapshot, if
-        begun, is given up); the manifest the restart restores (``local``: one instance's, the
-        newest; else :meth:`restart_manifest`)."""
-        self.crashes_left -= 1
-        self.crash_points.append(self.rescaling.crashed(point))
-        manifest = self.newest_manifest() if local else self.restart_manifest()
-        self.recoveries.append(None if manifest is None else manifest.snapshot_id)
-        return manifest
-
     def newest_manifest(self) -> Optional[Manifest]:
         """The newest committed manifest, which a restart restores (None: none yet)."""
         data = self.store.read_latest_manifest()
@@ -246,21 +242,6 @@ class Simulation:
         """With votes: ``(epoch, snapshot id)`` of the newest certified snapshot the store holds."""
         return self.votes.rollback_target(set(self.store.committed_ids()))
 
-    def _crash(self, point: str) -> None:
-        """Every instance and message in flight is lost; restart from the newest manifest.
-        Under recovery="local" that is the fallback for what cannot be recovered locally (see
-        local_refusals.py); any other crash fails one instance (:meth:`_crash_one`)."""
-        why = None
-        if self.local is not None:
-            why = crash_refusal(self.local, self.acker, self.replicas, bool(self.restoring))
-            if why is None:
-                victim = self.rng.choice(sorted(self.live.hosts))
-                why = None if self.replicas is None else victim_refusal(victim, self.replicas.sets)
-                if why is None:
-                    self._crash_one(point, victim)
-                    return
-        self.restart_all(self._count_crash(point), why)
-
     def restart_all(self, manifest: Optional[Manifest], why: Optional[str] = None) -> None:
         """A global rollback: every instance and replica, and every message in flight, is lost;
         the run restarts from ``manifest`` (None: the beginning). ``why``: under recovery="local",
@@ -276,12 +257,6 @@ class Simulation:
         if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
             self.landed += self.incarnation.land_writes(hosts)
         self._start_incarnation(manifest, recovering=True)
-
-    def _maybe_crash(self, point: str, chance: float = CRASH_AT_POINT) -> bool:
-        if self.crashes_left and self.rng.random() < chance:
-            self._crash(point)
-            return True
-        return False
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -314,7 +289,7 @@ class Simulation:
             return False
         self.steps_taken += 1
         self.clock_value += 0.001
-        if self._maybe_crash("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
+        if self.crashes.maybe("during restore" if self.restoring and self.recovering else "any step", CRASH_ANY):
             return True
         if self.replica_faults is not None and self.replica_faults.step():
             return True
@@ -362,7 +337,7 @@ class Simulation:
     def _commit(self) -> None:
         """The supervisor's side: every part is in; the manifest is committed."""
         c = self.acker.end_snapshot(self.acker.collecting.snapshot_id)
-        if self._maybe_crash("between prepared and commit"):
+        if self.crashes.maybe("between prepared and commit"):
             return
         manifest = manifest_of(self.plan, c.snapshot_id, committed_t(c.t, self.manifest), c.parts, c.missing, self.manifest)
         self.store.write_manifest(c.snapshot_id, manifest.to_json())
@@ -375,7 +350,7 @@ class Simulation:
             self.replicas.trim(tuple(manifest.t))
         if self.votes is not None:
             self.votes.commit(c.t, c.snapshot_id)
-        if self._maybe_crash("after a commit"):
+        if self.crashes.maybe("after a commit"):
             return
         self.rescaling.committed(manifest)
 
