@@ -89,7 +89,7 @@ def test_majority_names_undeclared_draws():
 #: Seeded runs of r = 3 "majority" with three deaths and two flips in the fast tier (~0.08 s each),
 #: and in the slow tier (``DRIFTSTREAM_MORE_SEEDS``; by hand: see the architecture doc).
 ROLLBACK_SEEDS = 200
-MORE_ROLLBACK_SEEDS = int(os.environ.get("DRIFTSTREAM_MORE_SEEDS", "150"))  # (the suite's time: 1,500 by hand)
+MORE_ROLLBACK_SEEDS = int(os.environ.get("DRIFTSTREAM_MORE_SEEDS", "75"))  # (the suite's time: 1,500 by hand)
 
 
 def _rolled_back(seed: int) -> Simulation:

@@ -91,7 +91,7 @@ def test_more_seeded_rescales_of_voting_replicas(name):
 
 
 #: Seeded runs per flow of crashes and rescales in one run (each ~0.1-0.3 s).
-CRASH_SEEDS = 20
+CRASH_SEEDS = 12
 
 
 @pytest.mark.parametrize("name", sorted(FLOWS))
