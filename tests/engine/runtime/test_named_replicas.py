@@ -90,11 +90,14 @@ def test_a_named_stage_needs_local_recovery_and_majority_needs_two():
 def test_majority_refuses_a_sink_without_replicas_that_a_voted_stage_feeds():
     """The gate holds the replicas' sink bundles only: the counts stage's sink would write what a
     corrupt "sums" primary sent before the vote found it (seen in the simulator once a vote's
-    epoch ran long). Refused, in the simulator and on Ray alike (``RunConfig.replicated``)."""
+    epoch ran long; on Ray only replicas have a gate too). Refused, in the simulator and on Ray
+    alike (``RunConfig.replicated``), before a run starts."""
     with pytest.raises(FlowError, match="sink 'o' is in a stage without replicas that step 'sums' feeds.*one of counts"):
         Simulation(two_keyed().plan(2), _local(replicas={"sums": 3}, verify="majority"))
     with pytest.raises(FlowError, match="sink 'o' is in a stage without replicas"):
         _local(replicas={"sums": 3}, verify="majority").replicated(two_keyed().plan(3))
+    with pytest.raises(FlowError, match="sink 'o' is in a stage without replicas"):  # on Ray: before anything starts
+        two_keyed().run(2, runtime="ray", guarantee="exactly-once", recovery="local", replicas={"sums": 3}, verify="majority")
     # the sink's stage voted (the sums unreplicated, upstream), or sample:N's unverified output: taken
     assert _local(replicas={"counts": 3}, verify="majority").replicated(two_keyed().plan(2))
     assert _local(replicas={"sums": 3}, verify="sample:2").replicated(two_keyed().plan(2))
