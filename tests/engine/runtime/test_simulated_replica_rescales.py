@@ -84,10 +84,10 @@ def test_rescaled_pairs_under_a_majority_fail_over_without_a_restore():
     assert seen["rescales"] >= SEEDS and seen["failovers after a rescale"] >= SEEDS // 4, seen
 
 
-@pytest.mark.slow  # 16 more seeds of each flow, r = 3 under votes: ~20 s (more by hand: see the architecture doc)
+@pytest.mark.slow  # 8 more seeds of each flow, r = 3 under votes: ~8 s (more by hand: see the architecture doc)
 @pytest.mark.parametrize("name", sorted(FLOWS))
 def test_more_seeded_rescales_of_voting_replicas(name):
-    _check_seeds(FLOWS[name], range(VOTED_SEEDS, VOTED_SEEDS + 16), "majority", replicas=3, deaths=2, flips=2)
+    _check_seeds(FLOWS[name], range(VOTED_SEEDS, VOTED_SEEDS + 8), "majority", replicas=3, deaths=2, flips=2)
 
 
 #: Seeded runs per flow of crashes and rescales in one run (each ~0.1-0.3 s).
