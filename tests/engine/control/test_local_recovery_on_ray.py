@@ -51,11 +51,12 @@ def test_a_killed_instance_restores_alone(ray_session, tmp_path, tmp_path_factor
     assert got == expected  # same payloads, same Metas, same order
 
 
-def _parity_counts(name: str, sink, paced: bool) -> Flow:
-    """``build``'s flow whose keyed stage feeds a second one: a count per parity of the sums."""
+def _parity_counts(name: str, sink, paced: bool, rate: float = 3000) -> Flow:
+    """``build``'s flow whose keyed stage feeds a second one: a count per parity of the sums
+    (``paced``: ``rate`` elements a second)."""
     items = [("k%d" % (i % 7), i) for i in range(N)]
     flow = Flow(name)
-    (flow.source(PacedSource(items, rate=3000, partitions=3) if paced else MemorySource(items, partitions=3), name="src")
+    (flow.source(PacedSource(items, rate=rate, partitions=3) if paced else MemorySource(items, partitions=3), name="src")
          .key_by(lambda x: x[0], name="by_key").stateful_map(checksum, name="sum")
          .key_by(lambda v: v[2] % 2, name="par").stateful_map(lambda n, v: ((n or 0) + 1, [v[2] % 2, (n or 0) + 1]), name="count")
          .sink(sink))
