@@ -132,7 +132,7 @@ def _refuse_unvoted_sinks(plan: Any, voted: dict) -> None:
     """A FlowError if under ``verify="majority"`` a sink is in a stage without replicas that a voted
     stage (``voted``: stage index -> a step named in ``replicas``) feeds, directly or through
     others: the gate holds only the replicas' sink bundles, so that sink would write what a
-    corrupt primary sent before the vote that finds it. O(stages + channels).
+    corrupt primary sent before the vote that finds it. O(instances x channels): the plan's cones.
 
     >>> from driftstream.engine import Flow
     >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -142,8 +142,9 @@ def _refuse_unvoted_sinks(plan: Any, voted: dict) -> None:
     Traceback (most recent call last):
     driftstream.engine.model.errors.FlowError: verify='majority' releases a voted stage's output once its replicas agree, but sink 'o' is in a stage without replicas that step 'c' feeds: it would write what a corrupt replica sent before the vote. Name its stage in replicas too (one of d), or use verify='sample:N' (output leaves before its vote)
     """
+    downstream = plan.cones().downstream  # instance -> the instances it has a path to
     for i, step in sorted(voted.items()):
-        for index in sorted(_reach(plan, i) - set(voted)):
+        for index in sorted({k.stage for k in downstream[Instance(i, 0)]} - set(voted)):
             stage = plan.stages[index]
             sinks = [plan.steps[sid].name for sid in stage.step_ids if plan.steps[sid].kind.is_sink]
             if sinks:
@@ -156,17 +157,6 @@ def _refuse_unvoted_sinks(plan: Any, voted: dict) -> None:
 def _nameable(plan: Any, stage: Any) -> list:
     """The steps of ``stage`` a user would name in ``replicas`` (not its key_by, not its sinks)."""
     return [plan.steps[sid].name for sid in stage.step_ids if not (plan.steps[sid].kind.is_sink or plan.steps[sid].kind.shuffles)]
-
-
-def _reach(plan: Any, stage: int) -> set:
-    """The stages ``stage``'s output reaches, directly or through others."""
-    reached, todo = set(), [stage]
-    while todo:
-        for nxt in plan.receivers_of(todo.pop()):
-            if nxt not in reached:
-                reached.add(nxt)
-                todo.append(nxt)
-    return reached
 
 
 def vote_sample(verify: str) -> Optional[int]:

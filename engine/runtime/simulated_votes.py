@@ -251,7 +251,7 @@ class SimulatedVotes:
     def rolled_back(self, epoch: int, snapshot_id: Optional[int], why: Dissent) -> None:
         """The run restarts every instance from the snapshot at the start of ``epoch`` for ``why``."""
         self.rollbacks.append((snapshot_id, why.kind, why.instance, why.epoch))
-        why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
+        why.action = _rolled_back_to(snapshot_id)
         self.restarted(epoch, snapshot_id)
 
     def restarted(self, epoch: int, snapshot_id: Optional[int]) -> None:
@@ -259,7 +259,7 @@ class SimulatedVotes:
         a vote's rollback, or a crash's global one. A vote's action still due is the restart's
         (its dissenters are gone with every replica; a rollback it asked for is this one)."""
         if self.due is not None:
-            self.due.why.action = "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}") + " (a crash's)"
+            self.due.why.action = _rolled_back_to(snapshot_id) + " (a crash's)"
             self.due = None
         self.skipped = max(self.skipped, self.released_through(), self.written)
         self._found(list(self.digests), "rolled back")
@@ -406,6 +406,11 @@ class SimulatedVotes:
             else:
                 keep.append(entry)
         self.gate = keep
+
+
+def _rolled_back_to(snapshot_id: Optional[int]) -> str:
+    """A dissent's action when the run restarts from ``snapshot_id`` (None: the beginning)."""
+    return "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
 
 
 def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:

@@ -233,14 +233,15 @@ class Simulation:
     def restart_manifest(self) -> Optional[Manifest]:
         """What a global rollback restores: the newest committed manifest; with votes, the newest
         one every instance's vote certified (a newer one may hold what a corrupt primary settled)."""
-        if self.votes is None:
-            return self.newest_manifest()
-        sid = self._restart_target()[1]
-        return None if sid is None else Manifest.from_json(self.store.read_manifest(sid))
+        return self.newest_manifest() if self.votes is None else self._manifest(self._restart_target()[1])
 
     def _restart_target(self) -> tuple:
         """With votes: ``(epoch, snapshot id)`` of the newest certified snapshot the store holds."""
         return self.votes.rollback_target(set(self.store.committed_ids()))
+
+    def _manifest(self, snapshot_id: Optional[int]) -> Optional[Manifest]:
+        """Committed snapshot ``snapshot_id``'s manifest (None: the beginning)."""
+        return None if snapshot_id is None else Manifest.from_json(self.store.read_manifest(snapshot_id))
 
     def restart_all(self, manifest: Optional[Manifest], why: Optional[str] = None) -> None:
         """A global rollback: every instance and replica, and every message in flight, is lost;
@@ -250,7 +251,7 @@ class Simulation:
             self.fallbacks += 1
             self.fallback_reasons.append(why)
         hosts = self.live.hosts
-        target = None if self.votes is None else self._restart_target()
+        target = None if self.votes is None else self._restart_target()  # what restart_manifest() gave the caller
         self.stop_every_instance()
         if target is not None:
             self.votes.restarted(*target)
@@ -306,7 +307,7 @@ class Simulation:
         """verify="majority" (see simulated_votes.py): every instance restarts from the newest snapshot every instance's vote certified
         (a mismatch, or a corrupt primary: its optimistic output may be settled downstream)."""
         epoch, sid = self._restart_target()
-        manifest = self.restart_manifest()
+        manifest = self._manifest(sid)
         self.stop_every_instance()
         self.votes.rolled_back(epoch, sid, why)
         self._start_incarnation(manifest, recovering=True)
