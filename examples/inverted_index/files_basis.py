@@ -379,14 +379,18 @@ def run_driftstream(docs: Sequence[dict], inputs: Sequence[Path], workdir: Path,
     flow = build(_stamped_source(inputs, run_dir / STAMP), FileSink(str(run_dir / "out"), name="changes"), name=f"files-{tag}")
     flow.dead_letters(FileSink(str(run_dir / "dead-letters"), name="dead_letters"))
     recorders = None
-    if profile is not None:
-        from driftstream.examples.benchmarks.flames import Flames
-
-        # the Ray session this process started (not another's on the machine): its processes descend from this one
-        recorders = Flames(profile, match="ray::", rate=PROFILE_RATE, fmt="raw", within=os.getpid()).follow(label=f"{tag}-", every=0.2)
     from driftstream.engine.control.warm_actors import fresh_pool
 
     with fresh_pool(flow.plan(parallelism) if warm else None):  # new processes, or warm ones, as the row says
+        if profile is not None:
+            from driftstream.examples.benchmarks.flames import Flames
+
+            # After the warm actors' start, as the clock: their imports are not the run's (the
+            # shares are scaled to the run's CPU, and counted they made a third of p2's profile).
+            # The Ray session this process started (not another's): its processes descend from this one.
+            recorders = Flames(profile, match="ray::", rate=PROFILE_RATE, fmt="raw", within=os.getpid())
+            recorders.attach(label=f"{tag}-")  # the warm actors, from the clock's start
+            recorders.follow(label=f"{tag}-", every=0.2)  # and any process the run starts
         cpu = TreeCpu()  # after the warm actors' start: the row's clock and CPU are the flow's
         launched = time.time()
         try:
