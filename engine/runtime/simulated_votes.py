@@ -28,7 +28,7 @@ reported and acted on.
   snapshot a vote certified (one at the end of a voted epoch); what the sinks hold is not
   taken back: a corrupt primary's output written before the vote stays.
 - ``flip(incarnation, rng)``: a fault for tests: one settled value of a replica's keyed state,
-  one bit flipped (:class:`Flip`).
+  one bit flipped (:mod:`.simulated_flips`).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.model.config import RunConfig
@@ -50,13 +50,13 @@ import random
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from driftstream.ordering.keyed_state import DriftingKeyedState
 from driftstream.ordering.meta import BOTTOM, TOP
-from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, flipped, vote
+from driftstream.ordering.replica_digests import Epochs, ReplicaDigest, vote
 
 from driftstream.engine.model.plan import Instance, Plan
 from driftstream.engine.runtime.certified_snapshots import CertifiedSnapshots
-from driftstream.engine.runtime.replica_votes import DigestedLog, Dissent, host_state_digest, keyed_states
+from driftstream.engine.runtime.replica_votes import DigestedLog, Dissent, host_state_digest
+from driftstream.engine.runtime.simulated_flips import SimulatedFlips
 
 
 @dataclass
@@ -73,24 +73,6 @@ class Replace:
     instance: Instance
     incarnations: list
     why: Dissent
-
-
-@dataclass
-class Flip:
-    """A value flipped in replica ``incarnation`` of ``instance``: step ``step``'s settled
-    state of ``key``, ``old`` -> ``new``, at its watermark ``t``. ``found``: how it ended, a
-    dissent that named the replica ("detected"), or the replica gone first ("rolled back",
-    "died", "rescaled": restarted at another parallelism) before a vote saw it; "" while it is live."""
-
-    instance: Instance
-    incarnation: Any
-    step: str
-    key: Any
-    old: Any
-    new: Any
-    t: tuple
-    found: str = ""
-    primary: bool = False  # the replica was the primary then (its output went to the sinks)
 
 
 class SimulatedVotes:
@@ -111,7 +93,8 @@ class SimulatedVotes:
         self.passed: dict = {instance: 0 for instance in replicas.replicated}
         self.gate: list = []
         self.dissents: list = []
-        self.flips: list = []
+        #: the faults a test injects (flipped state values) and how each ended
+        self.faults = SimulatedFlips(plan, replicas)
         self.rollbacks: list = []
         #: which committed snapshots the votes certified (a rollback's and a replacement's to restore)
         self.certified = CertifiedSnapshots()
@@ -121,7 +104,6 @@ class SimulatedVotes:
         self.due: Any = None
         #: instance -> the end of the epoch it mismatched on and rolled back for, until the run passes it again
         self.rechecking: dict = {}
-        self._flipped: set = set()
         self._settled: dict = {}  # replica -> (the watermark of its last state digest, the digest)
 
     # -- what the replicas do -------------------------------------------------------------
@@ -181,7 +163,7 @@ class SimulatedVotes:
             dissent = Dissent(instance, [inc], k, self.epochs.range(k), {inc: now}, "corruption",
                               [self.plan.steps[sid].name for sid in self.plan.stages[instance.stage].step_ids], released=self.sample is not None)
             self.dissents.append(dissent)
-            self._found([inc], "detected")
+            self.faults.found([inc], "detected")
             self.certified.taint(k + 1)
             if self.due is None:
                 self.due = RollBack(dissent)
@@ -189,7 +171,7 @@ class SimulatedVotes:
     def lost(self, instance: Instance, inc: Any, primary: bool = False) -> None:
         """Replica ``inc`` died or was removed: it votes no more, its gated bundles are lost with it.
         ``primary``: it was the primary (the next one promoted already)."""
-        self._found([inc], "died")
+        self.faults.found([inc], "died")
         successor = self.digests.get(next(iter(self.replicas.sets.get(instance, ())), None))
         if primary and self.sample is not None and successor is not None:
             # its sinks drop what the dead one wrote ahead of it, which the others release: it votes past that alone
@@ -262,7 +244,7 @@ class SimulatedVotes:
             self.due.why.action = _rolled_back_to(snapshot_id) + " (a crash's)"
             self.due = None
         self.skipped = max(self.skipped, self.released_through(), self.written)
-        self._found(list(self.digests), "rolled back")
+        self.faults.found(list(self.digests), "rolled back")
         self.epochs.cut(epoch)
         self.certified.rolled_back(epoch)
         self.passed = {k: epoch for k in self.passed}
@@ -293,7 +275,7 @@ class SimulatedVotes:
         the votes go on from there, and a rollback goes back to it at the earliest (the snapshots
         before it hold the old parallelism's parts)."""
         k = self.epochs.of(t)  # the epoch that begins at t (0: at the bottom, nothing before it)
-        self._found(list(self.digests), "rescaled")  # a flip since that epoch's vote goes with its replica
+        self.faults.found(list(self.digests), "rescaled")  # a flip since that epoch's vote goes with its replica
         self.plan = plan
         self.passed = {instance: k for instance in self.replicas.replicated}
         self.certified.rescaled(k, snapshot_id)
@@ -309,32 +291,18 @@ class SimulatedVotes:
         return due
 
     def seeded_flip(self, rng: random.Random) -> bool:
-        """A seeded replica of an instance with all its replicas gets a flip (see :meth:`flip`);
-        none while a mismatch is re-checked (a second fault there would pass for
-        non-determinism). Whether one was flipped."""
-        whole = [] if self.rechecking else self.replicas.whole()
-        return bool(whole) and self.flip(rng.choice(whole), rng) is not None
+        """A seeded flip (:meth:`.SimulatedFlips.seeded`), none while a mismatch is re-checked (a
+        second fault there would pass for non-determinism). Whether one was flipped."""
+        return not self.rechecking and self.faults.seeded(rng)
 
-    def flip(self, inc: Any, rng: random.Random) -> Optional[Flip]:
-        """Flip one bit of a seeded key's value in replica ``inc``'s value state or a window's
-        open state (see :func:`flip_key`). None: it has none to flip."""
-        instance, host = self.replicas.hosts[inc]
-        if host.rt.watermark == TOP or any(not f.found and f.instance == instance for f in self.flips):
-            return None  # its last state digest is taken; or a second corrupt replica could outvote a good one
-        states = dict(keyed_states(host))
-        choices = [(sid, key) for sid, ks in sorted(states.items()) if isinstance(ks, DriftingKeyedState) and hasattr(ks.backend, "items")
-                   for key, _ in sorted(ks.backend.items(), key=repr) if (inc, sid, key) not in self._flipped]
-        rng.shuffle(choices)
-        for sid, key in choices:
-            changed = flip_key(states[sid], key)
-            if changed is not None:
-                break
-        else:
-            return None
-        self._flipped.add((inc, sid, key))  # once: a second flip of one value would undo the first
-        done = Flip(instance, inc, self.plan.steps[sid].name, key, *changed, host.rt.watermark, primary=self.replicas.sets[instance][0] == inc)
-        self.flips.append(done)
-        return done
+    def flip(self, inc: Any, rng: random.Random) -> Any:
+        """:meth:`.SimulatedFlips.flip`: a bit of replica ``inc``'s state flipped, or None."""
+        return self.faults.flip(inc, rng)
+
+    @property
+    def flips(self) -> list:
+        """Every :class:`~.simulated_flips.Flip`, in order."""
+        return self.faults.flips
 
     # -- votes --------------------------------------------------------------------------------
 
@@ -380,7 +348,7 @@ class SimulatedVotes:
             kind = "likely non-determinism"
         dissent = Dissent(instance, outcome.dissenters, k, self.epochs.range(k), digests, kind, steps, released=self.sample is not None)
         self.dissents.append(dissent)
-        self._found(outcome.dissenters, "detected")
+        self.faults.found(outcome.dissenters, "detected")
         if kind == "likely non-determinism":
             dissent.action = "the primary's output taken unverified from now on"
             self.unverified.add(instance)
@@ -390,11 +358,6 @@ class SimulatedVotes:
             if kind == "mismatch":
                 self.rechecking[instance] = TOP if hi is None else hi
             self.due = RollBack(dissent)
-
-    def _found(self, incs: list, how: str) -> None:
-        for flip in self.flips:
-            if not flip.found and flip.incarnation in incs:
-                flip.found = how
 
     def _open(self) -> None:
         """Write the gated bundles whose epoch every instance passed."""
@@ -411,20 +374,3 @@ class SimulatedVotes:
 def _rolled_back_to(snapshot_id: Optional[int]) -> str:
     """A dissent's action when the run restarts from ``snapshot_id`` (None: the beginning)."""
     return "rolled back to " + ("the beginning" if snapshot_id is None else f"snapshot {snapshot_id}")
-
-
-def flip_key(ks: DriftingKeyedState, key: Any) -> Optional[tuple]:
-    """Flip ``key``'s settled value in ``ks`` and every state its log holds above the watermark
-    (else a fold, or a late element's re-application, would bring the old back). ``(old, new)``
-    of its latest state; None: it has no settled value to flip (a flip of its log alone would
-    be undone by a late element's re-application from the settled value)."""
-    settled = ks.backend.get(key)
-    if flipped(settled) is None:
-        return None
-    log = ks.logs.get(key)
-    after = [] if log is None else [i for i, a in enumerate(log.after) if a is not None and flipped(a) is not None]
-    ks.backend.put(key, flipped(settled))
-    for i in after:
-        log.after[i] = flipped(log.after[i])
-    old = flipped(log.after[after[-1]]) if after else settled
-    return old, flipped(old)
