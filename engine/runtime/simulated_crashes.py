@@ -60,10 +60,13 @@ class SimulatedCrashes:
         sim.restart_all(self._count(point, sim.restart_manifest()), why)
 
     def _fail_one(self, point: str, victim: Instance) -> None:
-        """recovery="local": ``victim`` fails and alone restores the newest manifest; the others
-        go on (see local_recovery.py), every replica of theirs taking its part."""
+        """recovery="local": ``victim`` fails and alone restores what a global rollback would (the
+        newest manifest; under votes the newest certified one, as on Ray, where a snapshot commits
+        only once its vote passed: here a newer one may hold a corrupt primary's state, or, after a
+        rollback past it, a time the run has not reached again); the others go on (see
+        local_recovery.py), every replica of theirs taking its part."""
         sim = self.sim
-        manifest = self._count(point, sim.newest_manifest())
+        manifest = self._count(point, sim.restart_manifest())
         self.failed.append(victim)
         sim.landed += sim.local.fail(victim, sim.incarnation, manifest, lambda instance, m: sim.start_instance(instance, m, recovering=True),
                                      sim.resets_in_place, None if sim.replicas is None else sim.replicas.peers_of(victim))

@@ -26,7 +26,7 @@ instance without replicas is a local recovery (:mod:`.local_recovery`) in which 
 of its peers takes its part (:meth:`SimulatedReplicas.peers_of`); a crash of one with replicas,
 a global rollback (:mod:`.local_refusals`). A rescale restarts every replica at the new
 parallelism (:meth:`SimulatedReplicas.restart`), as a global rollback does; crashes and
-rescales in one run under ``"first"`` (beside votes: not built yet). Steps declared ``deterministic=False``: the primary draws, the others take its draws
+rescales in one run too. Steps declared ``deterministic=False``: the primary draws, the others take its draws
 (:mod:`.replica_draws`).
 
 >>> from driftstream.engine import Flow

@@ -401,11 +401,8 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
 
 def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
     """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong:
-    crashes and rescales in one run beside votes, crashes beside sampled votes, and the rescales Ray refuses
-    too (:meth:`RunConfig.refuse_rescale`)."""
-    if crashes and rescales and config.verify != "first":
-        raise FlowError(f"crashes= and rescales= in one run with replicas and verify={config.verify!r} are not built yet: run them "
-                        "apart (crashes= beside replicas, or rescales= with replica_crashes=), or with verify='first'")
+    crashes beside sampled votes, and the rescales Ray refuses too (:meth:`RunConfig.refuse_rescale`,
+    sampled votes among them)."""
     for n in rescales:
         config.refuse_rescale(plan.with_parallelism(n))
     if not crashes:

@@ -112,9 +112,9 @@ def test_ray_refuses_what_its_replicas_do_not_run_before_it_starts():
 
 
 @pytest.mark.parametrize("verify, faults, message", [
-    ("majority", {"crashes": 1, "rescales": [3]}, "crashes= and rescales= in one run with replicas and verify='majority'"),
     ("sample:2", {"crashes": 1}, "crashes= beside replicas with verify='sample:2'"),
-])  # (crashes= beside replicas: test_simulated_replicas_with_crashes.py; rescales: test_simulated_replica_rescales.py)
+    ("sample:2", {"rescales": [3]}, "verify='sample:2' is not built"),
+])  # (crashes= beside replicas: test_simulated_replicas_with_crashes.py; rescales, and both in one run: test_simulated_replica_rescales.py)
 def test_the_simulator_refuses_what_replicas_do_not_handle_yet(verify, faults, message):
     config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=3 if verify == "majority" else 2, verify=verify)
     with pytest.raises(FlowError, match=message):
