@@ -92,6 +92,21 @@ class SnapshotStore(SnapshotFiles):
         self._links.pop(snapshot_id, None)
         self._newest_committed = None  # list again at the next commit
 
+    def set_aside_unpinned(self, why: str) -> list:
+        """Quarantine (with ``why``) the committed snapshots after the newest one ``pinned`` holds
+        for, so that the newest committed is that one (none pinned: every committed one goes);
+        returns their ids. Without ``pinned``, nothing: every committed snapshot will do. For a
+        rollback past snapshots a vote did not certify (issue 58: they may hold a corrupt
+        replica's state, or a time the run has not reached again)."""
+        if self.pinned is None:
+            return []
+        committed = self.committed_ids()
+        newest = next((sid for sid in reversed(committed) if self.pinned(sid)), None)
+        aside = [sid for sid in committed if newest is None or sid > newest]
+        for sid in aside:
+            self.quarantine(sid, why)
+        return aside
+
     # -- manifests ----------------------------------------------------------------------
 
     def write_manifest(self, snapshot_id: int, manifest: dict) -> None:

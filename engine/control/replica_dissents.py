@@ -79,15 +79,10 @@ class ReplicaDissents:
         """``verify="sample:N"``: take the committed snapshots after the newest one a vote
         certified out of use (quarantined, with ``why``), so that the rollback restores that one
         (none: the beginning; the sinks keep what they hold). The ids set aside."""
-        store = self.store
-        if store is None or store.pinned is None:
-            return []  # majority: every committed snapshot was certified
-        committed = store.committed_ids()
-        newest = next((sid for sid in reversed(committed) if store.pinned(sid)), None)
-        aside = [sid for sid in committed if newest is None or sid > newest]
-        for sid in aside:
-            store.quarantine(sid, f"not certified by a vote (verify='sample:N'), set aside for the rollback of: {why}")
-        return aside
+        if self.store is None:
+            return []
+        # (majority: no pinned, every committed snapshot was certified)
+        return self.store.set_aside_unpinned(f"not certified by a vote (verify='sample:N'), set aside for the rollback of: {why}")
 
     def take_kind(self) -> Optional[str]:
         """The kind of the recovery that answers the rollback (None: it was not one); once."""

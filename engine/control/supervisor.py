@@ -270,6 +270,8 @@ class RaySupervisor:
                     why = exc.why
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:
                     why, dead = f"an actor died during the local recovery ({type(exc).__name__})", None
+        if self.dissents is not None:  # sample:N: restore a certified snapshot, not a newer one (a vote's rollback set them aside already)
+            self.dissents.set_aside_uncertified(f"a global rollback ({why or 'an actor died'})")
         recovery = self.failover.recover(dead, detected, lambda survivors: self._launch_surviving(
             self.committer.latest_manifest(), recovering=True, survivors=survivors))
         if why is not None:

@@ -27,7 +27,7 @@ from driftstream.ordering.meta import BOTTOM, TOP
 from driftstream.ordering.receiver_frontiers import ReceiverFrontiers
 
 from driftstream.engine.model.manifest import PartCollector
-from driftstream.engine.runtime.protocol import Align, Prepared, ShardFlush, Watermark
+from driftstream.engine.runtime.protocol import Align, Prepared, ShardFlush, Told, Watermark
 
 
 def at_once(fn: Callable[[], None]) -> None:
@@ -43,7 +43,8 @@ class AckerHost:
     of acks then pushes one watermark); ``finish(w)``: how the last watermark (TOP) goes
     out (None: like any other). ``subscribers``: every stage instance (their snapshot parts are
     collected); ``relays``: where watermarks and markers go instead, when acker shards pass them
-    on to their instances (:class:`.acker_shard.AckShardHost`); ``aligned``:
+    on to their instances (:class:`.acker_shard.AckShardHost`), ``relay_of(instance)`` the one
+    that passes on to ``instance`` (a recovery's frontier for it alone); ``aligned``:
     ``(instance, group)`` of the source instances told their group's frontier, or None;
     ``table``: the acker's tables (default: one :class:`~driftstream.ordering.acker.Acker`
     over ``sources``; ``recovery="local"``: a :class:`~driftstream.ordering.channel_tables.ChannelAcker`).
@@ -51,11 +52,14 @@ class AckerHost:
 
     def __init__(self, sources: int, send: Callable[[Any, Any], None], defer: Callable[[Callable[[], None]], None] = at_once,
                  finish: Optional[Callable[[tuple], None]] = None, subscribers: Optional[list] = None,
-                 aligned: Optional[list] = None, relays: Optional[list] = None, table: Optional[Acker] = None) -> None:
+                 aligned: Optional[list] = None, relays: Optional[list] = None, table: Optional[Acker] = None,
+                 relay_of: Optional[Callable[[Any], Any]] = None) -> None:
         self.table = Acker(sources) if table is None else table
         self._send, self._defer, self._finish = send, defer, finish
         self.subscribers: list = list(subscribers or [])
         self.relays = relays
+        #: with ``relays``: the one of them that passes messages on to a given instance
+        self.relay_of = relay_of
         self.aligned = aligned
         #: the watermark last pushed to the subscribers
         self.pushed = self.table.watermark
@@ -135,7 +139,10 @@ class AckerHost:
         over (the one watermark goes out then: it is at or past every frontier told)."""
         frontiers = self.frontiers
         for key, t in frontiers.due():
-            self._send(key, Watermark(t))
+            if self.relays is None:
+                self._send(key, Watermark(t))
+            else:  # behind what its shard still has to pass on to it
+                self._send(self.relay_of(key), Told(key, t))
         if frontiers.done:
             self.frontiers = None
             return False

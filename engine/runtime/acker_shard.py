@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 from driftstream.ordering.ack_shards import AckShard
 
 from driftstream.engine.runtime.acker_host import at_once
-from driftstream.engine.runtime.protocol import Prepared, ShardFlush, Watermark
+from driftstream.engine.runtime.protocol import Prepared, ShardFlush, Told, Watermark
 
 
 class AckShardHost:
@@ -48,11 +48,15 @@ class AckShardHost:
 
     def receive(self, message: Any) -> None:
         """A stage instance's ``Ack`` (folded) or ``Prepared`` part (sent on after the acks before
-        it), or the root's ``Watermark`` (passed on to every instance of this shard at once)."""
+        it), or the root's ``Watermark`` (passed on to every instance of this shard at once) or
+        ``Told`` (passed on to its instance)."""
         kind = type(message)
         if kind is Watermark:
             for key in self.instances:
                 self._relay(key, message)
+            return
+        if kind is Told:  # one instance's frontier, in order behind what came before it
+            self._relay(message.to, Watermark(message.t))
             return
         if kind is Prepared:
             self.parts.append(message)

@@ -11,6 +11,8 @@ message                   from -> to                 meaning
 :class:`Ack`              stage -> acker             XORs per time, and the source's new bound
 :class:`Watermark`        acker -> stage             everything below ``t`` is settled; with a
                                                      ``snapshot_id``: the marker of snapshot T
+:class:`Told`             acker -> acker shard       ``recovery="local"``, an instance's own frontier
+                                                     while one recovers: the shard passes it on
 :class:`Align`            acker -> source stage      the least bound over every source instance
                                                      (aligned sources, see connectors/alignment.py)
 :class:`Prepared`         stage -> acker             this instance's part of a snapshot is durable
@@ -57,6 +59,17 @@ class Watermark(NamedTuple):
 
     t: tuple
     snapshot_id: Optional[int] = None
+
+
+class Told(NamedTuple):
+    """``recovery="local"``, acker -> the acker shard that relays to instance ``to``: ``to``'s own
+    frontier ``t`` while an instance recovers, which the shard passes on as a :class:`Watermark`.
+    Through the shard, not straight to ``to``: it must come after the watermarks and markers the
+    shard still has to pass on (straight, it overtook them: a replica then digested an epoch's
+    end at a watermark past it, and was outvoted though nothing was corrupt)."""
+
+    to: Any
+    t: tuple
 
 
 class Align(NamedTuple):

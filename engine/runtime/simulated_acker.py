@@ -41,9 +41,10 @@ class SimulatedAcker:
         self.send_control = send_control
         if local is not None:  # a replacement catching up is told its frontier, never a watermark sent before it (see _told)
             send_control = self._told
-        self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
-                              relays=keys if shards else None, table=None if local is None else ChannelAcker(sources))
         self.shard_by_instance = {key: shard_of(i, shards) for i, key in enumerate(instances)} if shards else {}
+        self.root = AckerHost(sources, lambda to, message: send_control(ACKER, to, message), subscribers=instances, aligned=aligned,
+                              relays=keys if shards else None, table=None if local is None else ChannelAcker(sources),
+                              relay_of=lambda instance: keys[self.shard_by_instance[instance]])
         self.shard_by_key = {key: j for j, key in enumerate(keys)}
         self.shards = [AckShardHost(lambda message, key=key: send_control(key, ACKER, message), defer=lambda fn: None,
                                     relay=lambda to, message, key=key: send_control(key, to, message),

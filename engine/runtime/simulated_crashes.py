@@ -66,7 +66,7 @@ class SimulatedCrashes:
         rollback past it, a time the run has not reached again); the others go on (see
         local_recovery.py), every replica of theirs taking its part."""
         sim = self.sim
-        manifest = self._count(point, sim.restart_manifest())
+        manifest = self._count(point, sim.local_manifest())
         self.failed.append(victim)
         sim.landed += sim.local.fail(victim, sim.incarnation, manifest, lambda instance, m: sim.start_instance(instance, m, recovering=True),
                                      sim.resets_in_place, None if sim.replicas is None else sim.replicas.peers_of(victim))

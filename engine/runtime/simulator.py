@@ -235,6 +235,16 @@ class Simulation:
         one every instance's vote certified (a newer one may hold what a corrupt primary settled)."""
         return self.newest_manifest() if self.votes is None else self._manifest(self._restart_target()[1])
 
+    def local_manifest(self) -> Optional[Manifest]:
+        """What a crash's local recovery restores: what a global rollback does, except under
+        ``"sample:N"``, the newest committed manifest. As on Ray: there a snapshot commits only
+        once the vote its primaries' parts wait for passed (the newest committed is the newest
+        certified) except under sample:N, whose votes come after the output; the logs a victim
+        replays are trimmed at each commit. An instance without replicas, the victim's own part
+        holds no replica's state to vote on (a crash of a replica fails over, and one that
+        leaves an instance no replica rolls back globally)."""
+        return self.newest_manifest() if self.votes is not None and self.votes.sample is not None else self.restart_manifest()
+
     def _restart_target(self) -> tuple:
         """With votes: ``(epoch, snapshot id)`` of the newest certified snapshot the store holds."""
         return self.votes.rollback_target(set(self.store.committed_ids()))
@@ -252,6 +262,8 @@ class Simulation:
             self.fallback_reasons.append(why)
         hosts = self.live.hosts
         target = None if self.votes is None else self._restart_target()  # what restart_manifest() gave the caller
+        if target is not None:  # as Ray does before a vote's rollback or a crash's under sample:N
+            self.store.set_aside_unpinned(f"not certified by a vote, set aside for a rollback ({why or 'a vote'})")
         self.stop_every_instance()
         if target is not None:
             self.votes.restarted(*target)
@@ -396,21 +408,8 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
     if replica_crashes and config.replica_count == 1:
         raise FlowError("replica_crashes need replicas > 1: with one copy of each instance a crash is a recovery (crashes=)")
     if config.replica_count > 1:
-        _refuse_replicas(plan, config, crashes, rescales)
-
-
-def _refuse_replicas(plan: Plan, config: RunConfig, crashes: int, rescales: Sequence[int]) -> None:
-    """What replicas cannot run with yet (see simulated_replicas.py), refused rather than run wrong:
-    crashes beside sampled votes, and the rescales Ray refuses too (:meth:`RunConfig.refuse_rescale`,
-    sampled votes among them)."""
-    for n in rescales:
-        config.refuse_rescale(plan.with_parallelism(n))
-    if not crashes:
-        return
-    if vote_sample(config.verify) is not None:
-        raise FlowError(f"crashes= beside replicas with verify={config.verify!r} are not built yet (a crash's global rollback on Ray "
-                        "restores the newest committed snapshot, which a sampled vote may not have certified; the simulator's "
-                        "restores a certified one): use verify='first' or 'majority'")
+        for n in rescales:  # what Ray refuses too (sampled votes among them)
+            config.refuse_rescale(plan.with_parallelism(n))
 
 
 def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:

@@ -402,6 +402,19 @@ def test_a_quarantined_snapshot_is_no_longer_committed_and_never_pruned(tmp_path
     assert (tmp_path / "store" / "0000000002" / "CORRUPT.txt").read_text() == "p: DELTA differs"
 
 
+def test_the_snapshots_after_the_newest_pinned_one_are_set_aside(tmp_path):
+    """A rollback to the snapshot a vote certified (``pinned``) takes the newer committed ones out of
+    use, so that the newest committed is that one; without ``pinned`` nothing goes."""
+    store = SnapshotStore(str(tmp_path / "store"), keep=5, pinned=lambda sid: sid == 2)
+    for sid in (1, 2, 3, 4):
+        store.put_file(sid, "p", "DELTA", b"x")
+        store.write_manifest(sid, {"t": [sid]})
+    assert store.set_aside_unpinned("a rollback") == [3, 4]
+    assert store.committed_ids() == [1, 2] and store.read_latest_manifest()["snapshot_id"] == 2
+    assert (tmp_path / "store" / "0000000003" / "CORRUPT.txt").read_text() == "a rollback"
+    assert SnapshotStore(str(tmp_path / "other")).set_aside_unpinned("a rollback") == []
+
+
 def test_a_checkpoints_table_files_shared_with_the_last_upload_are_not_read_again_and_damage_is_still_found(tmp_path, monkeypatch):
     # each base's checkpoint hard-links the table files of the one before: summed once
     import driftstream.snapshots.checksums as checksums

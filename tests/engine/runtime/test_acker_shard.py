@@ -4,6 +4,8 @@ through shards keep exactly-once output under crashes and rescales."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from driftstream.ordering.meta import TOP
@@ -12,7 +14,7 @@ from driftstream.engine.model.config import RunConfig
 from driftstream.engine.model.plan import Instance
 from driftstream.engine.runtime.acker_host import AckerHost
 from driftstream.engine.runtime.acker_shard import AckShardHost
-from driftstream.engine.runtime.protocol import Ack, Prepared, ShardFlush, Watermark
+from driftstream.engine.runtime.protocol import Ack, Prepared, ShardFlush, Told, Watermark
 from driftstream.engine.runtime.simulator import Simulation
 
 from tests.engine.runtime.test_simulated_rescale import FLOWS, _reference
@@ -106,3 +108,20 @@ def test_a_shard_passes_the_roots_watermarks_on_to_its_instances_in_order():
     assert relayed == [(A, Watermark(T1)), (B, Watermark(T1)), (A, Watermark(T1, 4)), (B, Watermark(T1, 4)),
                        (A, Watermark(T2)), (B, Watermark(T2))]
     assert later == []  # passed on at once, never held for a flush
+
+
+def test_a_recoverys_frontier_goes_through_the_shard_behind_what_it_still_passes_on():
+    """recovery="local": each instance is told its own frontier; with shards it goes through the
+    instance's shard, behind the watermarks and markers queued there (sent straight it overtook
+    them: a replica then digested an epoch's end at a watermark past it)."""
+    shards = [("acker shard", 0), ("acker shard", 1)]
+    sent = []
+    root = AckerHost(1, lambda to, m: sent.append((to, m)), subscribers=[A, B], relays=shards,
+                     relay_of=lambda instance: shards[[A, B].index(instance)])
+    root.diverge(SimpleNamespace(due=lambda: [(B, T2)], done=False))
+    assert sent == [(shards[1], Told(B, T2))]
+    relayed = []
+    shard = AckShardHost(lambda m: None, relay=lambda to, m: relayed.append((to, m)), instances=[A, B])
+    shard.receive(Watermark(T1, 4))
+    shard.receive(Told(B, T2))
+    assert relayed == [(A, Watermark(T1, 4)), (B, Watermark(T1, 4)), (B, Watermark(T2))]

@@ -112,7 +112,6 @@ def test_ray_refuses_what_its_replicas_do_not_run_before_it_starts():
 
 
 @pytest.mark.parametrize("verify, faults, message", [
-    ("sample:2", {"crashes": 1}, "crashes= beside replicas with verify='sample:2'"),
     ("sample:2", {"rescales": [3]}, "verify='sample:2' is not built"),
 ])  # (crashes= beside replicas: test_simulated_replicas_with_crashes.py; rescales, and both in one run: test_simulated_replica_rescales.py)
 def test_the_simulator_refuses_what_replicas_do_not_handle_yet(verify, faults, message):
