@@ -60,11 +60,9 @@ class SimulatedCrashes:
         sim.restart_all(self._count(point, sim.restart_manifest()), why)
 
     def _fail_one(self, point: str, victim: Instance) -> None:
-        """recovery="local": ``victim`` fails and alone restores what a global rollback would (the
-        newest manifest; under votes the newest certified one, as on Ray, where a snapshot commits
-        only once its vote passed: here a newer one may hold a corrupt primary's state, or, after a
-        rollback past it, a time the run has not reached again); the others go on (see
-        local_recovery.py), every replica of theirs taking its part."""
+        """recovery="local": ``victim`` fails and alone restores what Ray's would
+        (:meth:`~.simulator.Simulation.local_manifest`); the others go on (see local_recovery.py),
+        every replica of theirs taking its part."""
         sim = self.sim
         manifest = self._count(point, sim.local_manifest())
         self.failed.append(victim)

@@ -239,10 +239,10 @@ class Simulation:
         """What a crash's local recovery restores: what a global rollback does, except under
         ``"sample:N"``, the newest committed manifest. As on Ray: there a snapshot commits only
         once the vote its primaries' parts wait for passed (the newest committed is the newest
-        certified) except under sample:N, whose votes come after the output; the logs a victim
-        replays are trimmed at each commit. An instance without replicas, the victim's own part
-        holds no replica's state to vote on (a crash of a replica fails over, and one that
-        leaves an instance no replica rolls back globally)."""
+        certified; here, committed before its vote, a newer one may hold a corrupt primary's
+        state), except under sample:N, whose votes come after the output. The victim has no
+        replicas (a replica's crash fails over; one that leaves an instance none rolls back
+        globally), so its own part holds no state a vote is owed."""
         return self.newest_manifest() if self.votes is not None and self.votes.sample is not None else self.restart_manifest()
 
     def _restart_target(self) -> tuple:
