@@ -71,11 +71,11 @@ class ReplicaFaults:
 
     def _fall_back(self, why: str) -> None:
         """A seeded replica dies while a local recovery is under way (``why``): every instance
-        and replica rolls back (:meth:`~.simulator.Simulation.restart_manifest`)."""
+        and replica rolls back (:meth:`.RestorePoints.restart`)."""
         sim, rng = self.sim, self.sim.rng
         self.fallbacks += 1
         instance = rng.choice(sim.replicas.can_lose())
-        sim.restart_all(sim.restart_manifest(), f"replica {rng.choice(sim.replicas.sets[instance])} of {instance.label} died; {why}")
+        sim.restart_all(sim.restore.restart(), f"replica {rng.choice(sim.replicas.sets[instance])} of {instance.label} died; {why}")
 
     def kill(self, instance: Any, incarnation: Any) -> str:
         """Kill replica ``incarnation`` of ``instance`` (a test's hook; it must have a live

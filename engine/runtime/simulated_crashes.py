@@ -3,7 +3,7 @@ what the run does about it. Without ``recovery="local"`` a crash loses every ins
 in flight, and the run restarts from the newest committed manifest; under it, a crash fails one
 seeded instance, which alone restores (local_recovery.py), unless the moment or the victim
 refuses that (local_refusals.py): then the run rolls back globally and says why. With votes a
-global rollback restores the newest snapshot they certified (:meth:`.Simulation.restart_manifest`).
+global rollback restores the newest snapshot they certified (:mod:`.restore_points`).
 
 >>> from driftstream.engine import Flow
 >>> from driftstream.engine.model.config import RunConfig
@@ -57,14 +57,14 @@ class SimulatedCrashes:
                 if why is None:
                     self._fail_one(point, victim)
                     return
-        sim.restart_all(self._count(point, sim.restart_manifest()), why)
+        sim.restart_all(self._count(point, sim.restore.restart()), why)
 
     def _fail_one(self, point: str, victim: Instance) -> None:
         """recovery="local": ``victim`` fails and alone restores what Ray's would
-        (:meth:`~.simulator.Simulation.local_manifest`); the others go on (see local_recovery.py),
+        (:meth:`.RestorePoints.local`); the others go on (see local_recovery.py),
         every replica of theirs taking its part."""
         sim = self.sim
-        manifest = self._count(point, sim.local_manifest())
+        manifest = self._count(point, sim.restore.local())
         self.failed.append(victim)
         sim.landed += sim.local.fail(victim, sim.incarnation, manifest, lambda instance, m: sim.start_instance(instance, m, recovering=True),
                                      sim.resets_in_place, None if sim.replicas is None else sim.replicas.peers_of(victim))

@@ -73,6 +73,7 @@ from driftstream.engine.runtime.simulated_instances import SimulatedInstances
 from driftstream.engine.runtime.simulated_replicas import SimulatedReplicas
 from driftstream.engine.runtime.simulated_rescales import SimulatedRescales
 from driftstream.engine.runtime.replica_replacements import ReplicaReplacements
+from driftstream.engine.runtime.restore_points import RestorePoints
 from driftstream.engine.runtime.replica_faults import ReplicaFaults
 from driftstream.engine.runtime.simulated_votes import SimulatedVotes
 
@@ -135,27 +136,31 @@ class Simulation:
         self.fallbacks, self.fallback_reasons = 0, []
         self.live = SimulatedInstances(clock=lambda: self.clock_value)
         #: replicas > 1: the replicated instances' replicas (see simulated_replicas.py), None by default
-        self.replicas = None if config.replica_count == 1 else SimulatedReplicas(plan, config, self.local, self.live)
-        #: verify="majority" or "sample:N": the replicas' votes (see simulated_votes.py), None by default
-        self.votes = None if config.verify != "majority" and vote_sample(config.verify) is None else SimulatedVotes(plan, self.replicas, vote_sample(config.verify))
-        if self.replicas is not None:  # a lost replica is replaced (replica_replacements.py)
-            self.replicas.votes, self.replicas.replacements = self.votes, ReplicaReplacements(self.replicas)
-        #: replicas > 1: their seeded deaths and flips, and what the votes found done (see replica_faults.py)
-        self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
-        #: verify="reexecute:N": the silent corruptions caught and the rollbacks they caused (None by default)
-        self.corruptions = None if reexecute_every(config.verify) is None else SimulatedCorruptions(self)
-        self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch, None if self.votes is None else self.votes.pinned)
-        self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
-        # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
-        self.base_every_s = self.rng.choice([0.0, 3600.0])
-        self.next_snapshot_id, self.next_snapshot_at = 1, config.snapshot_interval
-        self.aligned = aligned_sources(plan, config.source_alignment)  # (instance, group) told frontiers
-        try:
+        self.replicas = None
+        try:  # from here on a refusal (replicas that do not fit the flow) or a failure leaves no scratch directory
+            if config.replica_count > 1:
+                self.replicas = SimulatedReplicas(plan, config, self.local, self.live)
+            #: verify="majority" or "sample:N": the replicas' votes (see simulated_votes.py), None by default
+            self.votes = None if config.verify != "majority" and vote_sample(config.verify) is None else SimulatedVotes(plan, self.replicas, vote_sample(config.verify))
+            if self.replicas is not None:  # a lost replica is replaced (replica_replacements.py)
+                self.replicas.votes, self.replicas.replacements = self.votes, ReplicaReplacements(self.replicas)
+            #: replicas > 1: their seeded deaths and flips, and what the votes found done (see replica_faults.py)
+            self.replica_faults = None if self.replicas is None else ReplicaFaults(self, replica_crashes, replica_flips)
+            #: verify="reexecute:N": the silent corruptions caught and the rollbacks they caused (None by default)
+            self.corruptions = None if reexecute_every(config.verify) is None else SimulatedCorruptions(self)
+            self.snapshot_dir, self.store = _fresh_store(config, self.live.scratch, None if self.votes is None else self.votes.pinned)
+            #: which snapshot each recovery restores (see restore_points.py)
+            self.restore = RestorePoints(self.store, self.votes)
+            self.rules = RecoveryRules(config, self.snapshot_dir, {"batch_size": SIMULATOR_BATCH_SIZE, "max_inflight": SIMULATOR_MAX_INFLIGHT})
+            # Every snapshot a base, or bases rarely (deltas in between): both restore paths get seeds.
+            self.base_every_s = self.rng.choice([0.0, 3600.0])
+            self.next_snapshot_id, self.next_snapshot_at = 1, config.snapshot_interval
+            self.aligned = aligned_sources(plan, config.source_alignment)  # (instance, group) told frontiers
             self._start_incarnation(manifest=None, recovering=False)
             while self.restoring:
                 self._restore_one()
         except BaseException:
-            self.close()  # e.g. a source that cannot open: nothing is left in the scratch directory
+            self.close()  # e.g. a source that cannot open, or replicas refused: nothing is left in the scratch directory
             raise
 
     @property
@@ -225,34 +230,6 @@ class Simulation:
         if seed:
             self.acker.seed(seed if self.local is None else host.recovery.tag(seed))
 
-    def newest_manifest(self) -> Optional[Manifest]:
-        """The newest committed manifest, which a restart restores (None: none yet)."""
-        data = self.store.read_latest_manifest()
-        return None if data is None else Manifest.from_json(data)
-
-    def restart_manifest(self) -> Optional[Manifest]:
-        """What a global rollback restores: the newest committed manifest; with votes, the newest
-        one every instance's vote certified (a newer one may hold what a corrupt primary settled)."""
-        return self.newest_manifest() if self.votes is None else self._manifest(self._restart_target()[1])
-
-    def local_manifest(self) -> Optional[Manifest]:
-        """What a crash's local recovery restores: what a global rollback does, except under
-        ``"sample:N"``, the newest committed manifest. As on Ray: there a snapshot commits only
-        once the vote its primaries' parts wait for passed (the newest committed is the newest
-        certified; here, committed before its vote, a newer one may hold a corrupt primary's
-        state), except under sample:N, whose votes come after the output. The victim has no
-        replicas (a replica's crash fails over; one that leaves an instance none rolls back
-        globally), so its own part holds no state a vote is owed."""
-        return self.newest_manifest() if self.votes is not None and self.votes.sample is not None else self.restart_manifest()
-
-    def _restart_target(self) -> tuple:
-        """With votes: ``(epoch, snapshot id)`` of the newest certified snapshot the store holds."""
-        return self.votes.rollback_target(set(self.store.committed_ids()))
-
-    def _manifest(self, snapshot_id: Optional[int]) -> Optional[Manifest]:
-        """Committed snapshot ``snapshot_id``'s manifest (None: the beginning)."""
-        return None if snapshot_id is None else Manifest.from_json(self.store.read_manifest(snapshot_id))
-
     def restart_all(self, manifest: Optional[Manifest], why: Optional[str] = None) -> None:
         """A global rollback: every instance and replica, and every message in flight, is lost;
         the run restarts from ``manifest`` (None: the beginning). ``why``: under recovery="local",
@@ -261,11 +238,9 @@ class Simulation:
             self.fallbacks += 1
             self.fallback_reasons.append(why)
         hosts = self.live.hosts
-        target = None if self.votes is None else self._restart_target()  # what restart_manifest() gave the caller
-        if target is not None:  # as Ray does before a vote's rollback or a crash's under sample:N
-            self.store.set_aside_unpinned(f"not certified by a vote, set aside for a rollback ({why or 'a vote'})")
+        target = self.restore.rollback(why or "a crash")  # what restore.restart() gave the caller
         self.stop_every_instance()
-        if target is not None:
+        if self.votes is not None:
             self.votes.restarted(*target)
         if self.resets_in_place:  # else the crash loses the writes (the process died before they landed)
             self.landed += self.incarnation.land_writes(hosts)
@@ -318,8 +293,8 @@ class Simulation:
     def roll_back(self, why: Any) -> None:
         """verify="majority" (see simulated_votes.py): every instance restarts from the newest snapshot every instance's vote certified
         (a mismatch, or a corrupt primary: its optimistic output may be settled downstream)."""
-        epoch, sid = self._restart_target()
-        manifest = self._manifest(sid)
+        epoch, sid = self.restore.rollback(f"a vote: {getattr(why, 'kind', why)}")
+        manifest = self.restore.manifest(sid)
         self.stop_every_instance()
         self.votes.rolled_back(epoch, sid, why)
         self._start_incarnation(manifest, recovering=True)

@@ -96,7 +96,7 @@ def test_a_global_rollback_beside_votes_restores_the_certified_snapshot_and_vote
             if not sim.step():
                 break
         else:
-            certified = sim.restart_manifest()
+            certified = sim.restore.restart()
             assert certified is None or sim.votes.pinned(certified.snapshot_id)
             sim.restart_all(certified, "a seeded restart")
             restarts += 1
