@@ -378,13 +378,12 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
         raise FlowError("crashes need a guarantee: a run with guarantee='none' takes no snapshots to recover from")
     if rescales and not config.takes_snapshots:
         raise FlowError("rescales need a guarantee: a rescale restores from a snapshot")
-    for n in rescales:
-        plan.with_parallelism(n)
+    rescaled = [plan.with_parallelism(n) for n in rescales]
     if replica_crashes and config.replica_count == 1:
         raise FlowError("replica_crashes need replicas > 1: with one copy of each instance a crash is a recovery (crashes=)")
     if config.replica_count > 1:
-        for n in rescales:  # what Ray refuses too (sampled votes among them)
-            config.refuse_rescale(plan.with_parallelism(n))
+        for target in rescaled:  # what Ray refuses too (sampled votes among them)
+            config.refuse_rescale(target)
 
 
 def _fresh_store(config: RunConfig, scratch: str, pinned: Optional[Callable[[int], bool]] = None) -> tuple:

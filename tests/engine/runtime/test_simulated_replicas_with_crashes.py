@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import Callable
 
 import pytest
 
@@ -178,31 +179,39 @@ VOTED_CASES = sorted(name for name in CASES if name != "state-rekey-state, first
 VOTED_SEEDS = 12
 
 
-def _check_voted_seeds(name: str, seeds: range) -> Counter:
-    """Under verify="majority", r = 3: two crashes, a replica's death and a flip a run; every
-    output the failure-free one. Before (refused): a global rollback restored the newest committed
-    snapshot (which may hold a corrupt primary's state) and kept the old votes (28 of 120 seeds wrong
-    or a KeyError); a local recovery replayed from the certified snapshot onto the newer one it
-    restored (the logs are kept from there under votes); a vote waiting while a dissent's action was
-    due was never asked again at the run's end (its epoch's output never left)."""
+def _voted_runs(name: str, seeds: range, verify: str, r: int, wrong_of: Callable[[Simulation, list, list], bool]) -> Counter:
+    """Case ``name`` under ``verify`` with ``r`` replicas, two crashes, a replica's death and a flip
+    a run; a seed is wrong when ``wrong_of(sim, output, failure-free output)``. What the runs did,
+    counted."""
     ops, replicas = CASES[name]
-    replicas = 3 if isinstance(replicas, int) else {step: 3 for step in replicas}
+    replicas = r if isinstance(replicas, int) else {step: r for step in replicas}
     flow = _flow(ops)
     expected = _failure_free(flow)
     wrong, seen = [], Counter()
     for seed in seeds:
         config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local",
-                           replicas=replicas, verify="majority")
+                           replicas=replicas, verify=verify)
         sim = Simulation(flow.plan(2 + seed % 2), config, crashes=2, replica_crashes=1, replica_flips=1, acker_shards=seed % 3)
         step_to_end(sim, f"seed {seed}", lambda: f"crash points {sim.crash_points}, fallbacks {sim.fallback_reasons}")
-        if sim.run().output_with_meta("out") != expected:
-            wrong.append((seed, sim.crash_points, sim.fallback_reasons, [(d.kind, d.action) for d in sim.votes.dissents]))
+        if wrong_of(sim, sim.run().output_with_meta("out"), expected):
+            wrong.append((seed, sim.crash_points, sim.fallback_reasons, [(d.kind, d.replicas, d.action) for d in sim.votes.dissents]))
         seen["local"] += len(sim.failed)
         seen["global"] += sim.fallbacks
         seen["dissents"] += len(sim.votes.dissents)
         seen["vote rollbacks"] += len(sim.votes.rollbacks)
+        seen["detected"] += sum(f.found == "detected" for f in sim.votes.flips)
     assert not wrong, f"{len(wrong)} seeds wrong (seed, crash points, fallbacks, dissents): {wrong[:3]}"
     return seen
+
+
+def _check_voted_seeds(name: str, seeds: range) -> Counter:
+    """Under verify="majority", r = 3: every output the failure-free one. Before (refused): a
+    global rollback restored the newest committed snapshot (which may hold a corrupt primary's
+    state) and kept the old votes (28 of 120 seeds wrong or a KeyError); a local recovery replayed
+    from the certified snapshot onto the newer one it restored (the logs are kept from there under
+    votes); a vote waiting while a dissent's action was due was never asked again at the run's end
+    (its epoch's output never left)."""
+    return _voted_runs(name, seeds, "majority", 3, lambda sim, output, expected: output != expected)
 
 
 @pytest.mark.parametrize("name", VOTED_CASES)
@@ -218,36 +227,23 @@ def test_more_seeded_crashes_beside_voting_replicas(name):
 
 
 def _check_sampled_seeds(name: str, seeds: range, verify: str, r: int) -> Counter:
-    """Under verify="sample:N": two crashes, a replica's death and a flip a run. Output leaves
-    before its vote, so a flipped replica that was or became the primary may have put its output
-    out (Warden's trade-off); else the output is the failure-free one, and every dissent names a
-    flipped replica. Refused before; by hand 1,440 runs (sample:2 with r = 3, sample:3 with r = 2,
-    the six cases), 0 wrong, after two fixes: an acker shard's relayed watermarks were overtaken by
-    a local recovery's frontiers sent straight to the instance (a replica digested an epoch's end
-    past it and was outvoted though nothing was corrupt: now :class:`~driftstream.engine.runtime.protocol.Told`
-    goes through the shard), and a global rollback to the certified snapshot left the newer
-    committed ones in use, which a later local recovery restored (now set aside, as Ray does)."""
-    ops, replicas = CASES[name]
-    replicas = r if isinstance(replicas, int) else {step: r for step in replicas}
-    flow = _flow(ops)
-    expected = _failure_free(flow)
-    wrong, seen = [], Counter()
-    for seed in seeds:
-        config = RunConfig(seed=seed, guarantee="exactly-once", snapshot_interval=(3, 6, 12)[seed % 3] / 1000, recovery="local",
-                           replicas=replicas, verify=verify)
-        sim = Simulation(flow.plan(2 + seed % 2), config, crashes=2, replica_crashes=1, replica_flips=1, acker_shards=seed % 3)
-        step_to_end(sim, f"seed {seed}", lambda: f"crash points {sim.crash_points}, fallbacks {sim.fallback_reasons}")
-        output, votes = sim.run().output_with_meta("out"), sim.votes
+    """Under verify="sample:N": output leaves before its vote, so a flipped replica that was or
+    became the primary may have put its output out (Warden's trade-off); else the output is the
+    failure-free one, and every dissent names a flipped replica. Refused before; by hand 1,440 runs
+    (sample:2 with r = 3, sample:3 with r = 2, the six cases), 0 wrong, after two fixes: an acker
+    shard's relayed watermarks were overtaken by a local recovery's frontiers sent straight to the
+    instance (a replica digested an epoch's end past it and was outvoted though nothing was
+    corrupt: now :class:`~driftstream.engine.runtime.protocol.Told` goes through the shard), and a
+    global rollback to the certified snapshot left the newer committed ones in use, which a later
+    local recovery restored (now set aside, as Ray does)."""
+    def wrong_of(sim: Simulation, output: list, expected: list) -> bool:
+        votes = sim.votes
         flipped = {f.incarnation for f in votes.flips}
         primaries = {incs[0] for incs in sim.replicas.sets.values()}
         led = any(f.primary or f.incarnation in primaries for f in votes.flips)
-        if any(not set(d.replicas) & flipped for d in votes.dissents) or (output != expected and not led):
-            wrong.append((seed, sim.crash_points, sim.fallback_reasons, [(d.kind, d.replicas) for d in votes.dissents]))
-        seen["local"] += len(sim.failed)
-        seen["global"] += sim.fallbacks
-        seen["detected"] += sum(f.found == "detected" for f in votes.flips)
-    assert not wrong, f"{len(wrong)} seeds wrong (seed, crash points, fallbacks, dissents): {wrong[:3]}"
-    return seen
+        return any(not set(d.replicas) & flipped for d in votes.dissents) or (output != expected and not led)
+
+    return _voted_runs(name, seeds, verify, r, wrong_of)
 
 
 @pytest.mark.parametrize("verify, r", [("sample:2", 3), ("sample:3", 2)])
