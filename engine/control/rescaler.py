@@ -140,7 +140,7 @@ class Drain:
         if not drained(status["watermark"], horizons):
             self.resume()
             return None
-        if committer.snapshot(run.acker) is None:
+        if committer.snapshot(run.acker, certified=True) is None:
             return None  # the run is complete: nothing left to restore
         return committer.latest_manifest()
 
@@ -222,7 +222,7 @@ class Rescaler:
             return
         drained_at = time.time()
         new = plan.with_parallelism(request.parallelism)
-        moved = reassigned(manifest, new, self.committer.take_id(), source_partitions(new))
+        moved = reassigned(manifest, new, self.committer.take_id(certified=True), source_partitions(new))  # as certified as its source
         self.committer.store.write_manifest(moved.snapshot_id, moved.to_json())
         written = time.time()
         self.before_restart()

@@ -69,12 +69,13 @@ class SnapshotCommitter:
         self.after_commit: Optional[Callable[[Manifest], None]] = None
         self.store: Optional[SnapshotStore] = None
         self.snapshot_dir: Optional[str] = None
+        #: N of verify="sample:N" with replicas (the votes certify the snapshots whose ids it samples), else None
+        self.sample = vote_sample(config.verify) if config.replica_count > 1 else None
         if config.takes_snapshots:
             self.snapshot_dir = config.snapshot_dir or default_snapshot_dir(plan.flow_name)
             # Pruning lists the store: about once a second, whatever the snapshot interval.
-            sample = vote_sample(config.verify) if config.replica_count > 1 else None
             # verify="sample:N": the newest snapshot a vote certified is kept, a vote's rollback restores it
-            pinned = None if sample is None else functools.partial(sampled, every=sample)
+            pinned = None if self.sample is None else functools.partial(sampled, every=self.sample)
             self.store = SnapshotStore(self.snapshot_dir, prune_every=max(1, round(1.0 / config.snapshot_interval)), pinned=pinned)
         self.log = SnapshotLog()  # committed and failed snapshots
         #: the manifest the running incarnation was restored from (None: the beginning); the
@@ -102,14 +103,22 @@ class SnapshotCommitter:
         data = self.store.read_latest_manifest() if self.store is not None else None
         return None if data is None else Manifest.from_json(data)
 
-    def take_id(self) -> int:
+    def take_id(self, certified: bool = False) -> int:
         """A snapshot id past every snapshot directory, committed or not (a new snapshot never
         shares one with files an earlier run left behind), for a manifest committed without
-        the acker (a reassigned one); later snapshots come after it."""
+        the acker (a reassigned one); later snapshots come after it. ``certified``: one the
+        votes certify under sample:N (see :meth:`snapshot`)."""
         if self.store is not None:
             self.next_snapshot_id = max([self.next_snapshot_id - 1, *self.store.snapshot_ids()]) + 1
+        if certified:
+            self._skip_to_sampled()
         sid, self.next_snapshot_id = self.next_snapshot_id, self.next_snapshot_id + 1
         return sid
+
+    def _skip_to_sampled(self) -> None:
+        """Under verify="sample:N": the next id a multiple of N (the ids between go unused)."""
+        if self.sample is not None:
+            self.next_snapshot_id = -(-self.next_snapshot_id // self.sample) * self.sample
 
     def past_existing(self) -> None:
         """Go on past the snapshots in the store (a resumed run's first snapshot follows them)."""
@@ -173,8 +182,16 @@ class SnapshotCommitter:
 
     # -- snapshots and their commits -----------------------------------------------------
 
-    def snapshot(self, acker) -> Optional[SnapshotRecord]:
-        """Take one snapshot and commit its manifest; None if the run is already complete."""
+    def snapshot(self, acker, certified: bool = False) -> Optional[SnapshotRecord]:
+        """Take one snapshot and commit its manifest; None if the run is already complete.
+
+        ``certified`` (a rescale's drained snapshot, which every replica restores at the new
+        parallelism): under verify="sample:N" its id is one N samples, so the epoch that ends at
+        it is voted, its primaries' parts wait for the vote, and the store keeps it as certified.
+        An unsampled one would carry a corrupt primary's state unchecked into every replica, and
+        a later vote's rollback would go past it, to a snapshot at the old parallelism."""
+        if certified:
+            self._skip_to_sampled()
         stream = self._start(acker, count=1)
         try:
             item = self._take(stream)

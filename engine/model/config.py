@@ -451,9 +451,8 @@ class RunConfig:
     def refuse_rescale(self, plan: Any) -> None:
         """A FlowError, before anything stops, if a run with replicas cannot go on as one at
         ``plan`` (the parallelism a rescale moves to): its ``replicas`` mapping does not fit
-        ``plan``, or no instance of ``plan`` would have replicas; or its ``verify`` is
-        ``"sample:N"``, which certifies one snapshot in N: a vote's rollback after the rescale could
-        restore one taken before it, at the old parallelism (not built). Nothing without replicas.
+        ``plan``, or no instance of ``plan`` would have replicas. Nothing without replicas. (Under
+        ``"sample:N"`` the rescale's snapshot is one a vote certifies: see rescaler.py.)
 
         >>> from driftstream.engine import Flow
         >>> from driftstream.engine.testing import MemorySource, MemorySink
@@ -463,13 +462,7 @@ class RunConfig:
         Traceback (most recent call last):
         driftstream.engine.model.errors.FlowError: a rescale of flow 'r' to parallelism 1 would leave it without replicas: at parallelism 1 a key_by runs in its input's stage, which reads a source (sources have no replicas); rescale to 2 or more, or start the flow with fuse=False (a stage per key_by)
         >>> RunConfig(recovery="local", replicas=2, verify="sample:2").refuse_rescale(f.plan(3))
-        Traceback (most recent call last):
-        driftstream.engine.model.errors.FlowError: a rescale of a run with replicas and verify='sample:2' is not built: a vote certifies one snapshot in N, and a vote's rollback after the rescale could restore one taken before it, at the old parallelism; run a flow you rescale with verify='majority' (every committed snapshot certified) or 'first'
         """
-        if self.replica_count > 1 and vote_sample(self.verify) is not None:
-            raise FlowError(f"a rescale of a run with replicas and verify={self.verify!r} is not built: a vote certifies one "
-                            "snapshot in N, and a vote's rollback after the rescale could restore one taken before it, at the old "
-                            "parallelism; run a flow you rescale with verify='majority' (every committed snapshot certified) or 'first'")
         if self.replica_count > 1 and not self.replicated(plan):
             fused = (" at parallelism 1 a key_by runs in its input's stage, which reads a source (sources have no replicas); "
                      "rescale to 2 or more, or start the flow with fuse=False (a stage per key_by)") if plan.fused else \

@@ -253,9 +253,10 @@ class SimulatedVotes:
     def certifies(self, t: tuple) -> bool:
         """Whether a snapshot begun at ``t`` would be certified by a vote of its own: an epoch ends
         at ``t`` only past every boundary so far (one at a boundary again, after a restart, holds
-        what the replicas did since that boundary's vote, unvoted)."""
+        what the replicas did since that boundary's vote, unvoted), and under sample:N that epoch
+        is one of those voted (a rescale waits for one: on Ray its snapshot takes a sampled id)."""
         boundaries = self.epochs.boundaries
-        return t > BOTTOM and (not boundaries or t > boundaries[-1])
+        return t > BOTTOM and (not boundaries or t > boundaries[-1]) and self.epochs.sampled(len(boundaries))
 
     def passed_through(self, t: tuple) -> bool:
         """Whether every instance passed the epochs before ``t`` (a boundary), voting each whose

@@ -382,7 +382,7 @@ def _refuse_impossible(plan: Plan, config: RunConfig, crashes: int, rescales: Se
     if replica_crashes and config.replica_count == 1:
         raise FlowError("replica_crashes need replicas > 1: with one copy of each instance a crash is a recovery (crashes=)")
     if config.replica_count > 1:
-        for target in rescaled:  # what Ray refuses too (sampled votes among them)
+        for target in rescaled:  # what Ray refuses too
             config.refuse_rescale(target)
 
 

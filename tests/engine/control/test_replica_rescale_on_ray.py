@@ -30,15 +30,16 @@ def wait_for(count, n: int, handle, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("verify", ["first", "majority"])
+@pytest.mark.parametrize("verify", ["first", "majority", "sample:2"])
 def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_session, tmp_path, tmp_path_factory, verify):
     """2 -> 3 -> 2 mid-stream: at 3 the new instance has its replica too (killed before the
     rescale back); at 2, the primary of ``by_key/0`` is killed: its replica, restored from the
     second rescale's snapshot as the primary was, takes over (kind ``"failover"``, no restore).
     Under ``"majority"`` the votes go on over the relaunched replicas (the gate releases nothing an
-    epoch's vote has not passed, so the output would stop short without them): no dissent."""
+    epoch's vote has not passed, so the output would stop short without them): no dissent. Under
+    ``"sample:2"`` (refused before) each rescale's snapshot is one the votes certify: an even id."""
     expected = failure_free_output(tmp_path_factory)
-    name = f"rr-{verify}"
+    name = f"rr-{verify.replace(':', '')}"
     out = tmp_path / "out"
 
     def released() -> int:
@@ -62,13 +63,16 @@ def test_a_replicated_flow_rescaled_2_3_2_then_a_killed_primary_fails_over(ray_s
         assert report["to"] == 2
         assert replica_name(f"{name}/by_key/0", 1) in report["resets_s"]  # a replica kept is reset in place, not started anew
         assert actor_of(replica_name(f"{name}/by_key/2", 2)) is None  # the instance gone, its replica's replacement too
-        rescales = [(r["from"], r["to"]) for r in handle.status()["rescales"]]
+        records = handle.status()["rescales"]
+        rescales = [(r["from"], r["to"]) for r in records]
         primary = actor_of(f"{name}/by_key/0")
         assert released() < N  # mid-stream: output is still to come, from the replica once promoted
         ray.kill(primary, no_restart=True)
     finally:
         result = handle.wait(timeout=120)
     assert rescales == [(2, 3), (3, 2)]
+    if verify == "sample:2":
+        assert [r["snapshot"] % 2 for r in records] == [0, 0], records
     status = result.metrics
     assert failures(status) == ["replica lost", "failover"], status.recovery_s  # the rescales are no recoveries
     assert status.restores == {} and status.failovers == 1  # the replica took over without a restore

@@ -126,6 +126,17 @@ def test_a_resumed_run_goes_on_past_every_snapshot(tmp_path):
     assert resumed.take_id() == 6 and resumed.next_snapshot_id == 7
 
 
+def test_under_sampled_votes_a_certified_id_is_one_the_votes_take(tmp_path):
+    """A rescale's drained snapshot and its reassigned manifest (rescaler.py) take ids N samples,
+    so a vote certifies them and the store keeps them; other ids go on one by one."""
+    c = committer(tmp_path, recovery="local", replicas=2, verify="sample:3")
+    c.commit(item(4))
+    assert c.take_id() == 5  # past the store's ids, as any
+    assert c.take_id(certified=True) == 6 and c.take_id(certified=True) == 9 and c.take_id() == 10
+    first = committer(tmp_path / "first", recovery="local", replicas=2)
+    assert first.take_id(certified=True) == 1  # nothing to skip: no vote samples
+
+
 def test_without_snapshots_there_is_no_store_and_no_schedule():
     c = SnapshotCommitter(plan(), RunConfig(guarantee="none"))
     c.schedule()

@@ -111,15 +111,6 @@ def test_ray_refuses_what_its_replicas_do_not_run_before_it_starts():
         _counter_flow().run(2, runtime="ray", guarantee="exactly-once", recovery="local", replicas=2, verify="reexecute:2")
 
 
-@pytest.mark.parametrize("verify, faults, message", [
-    ("sample:2", {"rescales": [3]}, "verify='sample:2' is not built"),
-])  # (crashes= beside replicas: test_simulated_replicas_with_crashes.py; rescales, and both in one run: test_simulated_replica_rescales.py)
-def test_the_simulator_refuses_what_replicas_do_not_handle_yet(verify, faults, message):
-    config = RunConfig(seed=0, guarantee="exactly-once", recovery="local", replicas=3 if verify == "majority" else 2, verify=verify)
-    with pytest.raises(FlowError, match=message):
-        Simulation(_counter_flow().plan(2), config, **faults)
-
-
 def test_replica_crashes_need_replicas():
     config = RunConfig(seed=0, guarantee="exactly-once", recovery="local")
     with pytest.raises(FlowError, match="replica_crashes need replicas > 1"):
