@@ -7,10 +7,7 @@ the simulator and the real broker, in a few minutes; ``pytest`` runs everything.
 
 Two processes run the tests (pytest-xdist, ``-n 2`` in pyproject.toml): the tests on Ray are
 one unit of work, which one process runs in order on the one Ray session, while the other takes
-the simulator's, the broker's and the baselines' tests, and those marked ``own_ray``: a Ray of
-their own that only their subprocesses reach (``ray start`` for the command line on a cluster,
-a driver's local ``ray.init``), which runs beside the session's as it ran beside the session's
-idle one (tests/ray_head.py takes free ports). ``-n 0`` runs them in one
+the simulator's, the broker's and the baselines' tests. ``-n 0`` runs them in one
 process (and lets pytest-benchmark time its benchmarks, which it does not do under xdist)."""
 
 from __future__ import annotations
@@ -43,10 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         if item.get_closest_marker("ray") and item.nodeid.split("[", 1)[0] not in on_ray:
             raise pytest.UsageError(f"{item.nodeid} runs on Ray, which tests/conftest.py's ray_tests did not see in its "
                                     "source: take ray_session or mark it (or its class or module) pytest.mark.ray there")
-        if item.get_closest_marker("ray") and item.get_closest_marker("own_ray"):
-            raise pytest.UsageError(f"{item.nodeid} is marked both ray (the session's Ray) and own_ray (a Ray of its own, "
-                                    "reached from subprocesses only): keep the one it uses")
-        if item.get_closest_marker("ray") or item.get_closest_marker("own_ray") or path.startswith(SLOW_DIRS):
+        if item.get_closest_marker("ray") or path.startswith(SLOW_DIRS):
             item.add_marker(pytest.mark.slow)
 
 
@@ -61,32 +55,19 @@ def ray_tests(root: Path) -> frozenset:
     ``pytestmark``, the ``ray`` marker on the test or its class, or the ``ray_session`` fixture
     (taken directly or through fixtures of the same file). The collection checks the answer
     (:func:`pytest_collection_modifyitems`)."""
-    return _marked_tests(root, "ray", "ray_session")
-
-
-@functools.lru_cache(maxsize=None)
-def own_ray_tests(root: Path) -> frozenset:
-    """The tests marked ``own_ray`` (see the module doc), found as :func:`ray_tests` finds its own."""
-    return _marked_tests(root, "own_ray", None)
-
-
-def _marked_tests(root: Path, marker: str, fixture: "str | None") -> frozenset:
-    """Node ids without parameters of the tests under ``root``/tests marked ``marker`` (by
-    ``pytestmark``, on the test or on its class) or taking ``fixture`` (directly or through
-    fixtures of the same file)."""
     found: set = set()
-    mark = re.compile(rf"mark\.{marker}\b")
+    mark = re.compile(r"mark\.ray\b")
     for path in sorted((root / "tests").rglob("test_*.py")):
         source = path.read_text()
-        if not (mark.search(source) or (fixture and fixture in source)):
+        if not re.search(r"ray_session|mark\.ray\b", source):
             continue
         tree = ast.parse(source)
         file = str(path.relative_to(root))
         whole = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
                     and mark.search(ast.unparse(n.value)) for n in tree.body)
         functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        on_ray = {fixture} if fixture else set()  # and the fixtures that take it
-        while on_ray:
+        on_ray = {"ray_session"}  # and the fixtures that take it
+        while True:
             more = {f.name for f in functions if f.name not in on_ray and any(a.arg in on_ray for a in f.args.args)}
             if not more:
                 break
@@ -104,23 +85,18 @@ def _marked_tests(root: Path, marker: str, fixture: "str | None") -> frozenset:
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Under ``-n N`` (xdist's "load"): every test on Ray is in one unit of work, the largest,
-    which one process takes first and runs in order on its one Ray session; a module's tests
-    marked ``own_ray`` are one unit (they share the module's cluster); every other test is
+    which one process takes first and runs in order on its one Ray session; every other test is
     a unit of its own, for whichever process is free. (xdist's ``loadgroup`` would group by
     marker, but under pytest 9.2 the group it appends to a test's id does not reach the scheduler.)"""
     if config.getvalue("dist") != "load":
         return None  # the caller chose another distribution
     from xdist.scheduler import LoadScopeScheduling
 
-    on_ray, own_ray = ray_tests(config.rootpath), own_ray_tests(config.rootpath)
+    on_ray = ray_tests(config.rootpath)
 
     class RayTestsTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            test = nodeid.split("[", 1)[0]
-            if test in on_ray:
-                return RAY_GROUP
-            # a module's tests on a Ray of their own share its (module-scoped) cluster: one unit
-            return test.split("::", 1)[0] + "::own_ray" if test in own_ray else nodeid
+            return RAY_GROUP if nodeid.split("[", 1)[0] in on_ray else nodeid
 
     return RayTestsTogether(config, log)
 

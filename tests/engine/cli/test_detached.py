@@ -23,7 +23,7 @@ from driftstream.snapshots.store import SnapshotStore
 from tests.engine.cli import kafka_flow
 from tests.ray_head import RayHead
 
-pytestmark = pytest.mark.own_ray  # a cluster of its own (`ray start`), reached from shells
+pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[3]
 DRIFTSTREAM = str(Path(sys.executable).with_name("driftstream"))

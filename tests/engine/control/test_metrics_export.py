@@ -171,7 +171,7 @@ WANTED = [
 ]
 
 
-@pytest.mark.own_ray
+@pytest.mark.ray
 def test_a_flow_on_a_cluster_shows_its_figures_on_the_prometheus_endpoint(tmp_path):
     with RayHead(metrics=True) as head:
         driver = subprocess.Popen([sys.executable, "-m", "tests.engine.control.metrics_flow", str(tmp_path / "snaps")],

@@ -18,7 +18,7 @@ QUIET_RUN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.own_ray  # the subprocess's local Ray, not the session's
+@pytest.mark.ray
 def test_a_run_that_starts_ray_prints_its_output_and_not_rays_token_notice(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     done = subprocess.run([sys.executable, "-c", QUIET_RUN], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
