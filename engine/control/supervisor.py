@@ -60,6 +60,8 @@ class RaySupervisor:
 
     def __init__(self, plan: Plan, config: RunConfig, warm: Optional[WarmActors] = None) -> None:
         self.plan = plan
+        #: the stage participants of every plan the run has had (a rescale's kills leave theirs)
+        self.participants = {plan.stage_participant(s.index) for s in plan.stages}
         self.config = config
         # Test-only fault injection: {"before_commit" | "after_restore" | "rescale_restore": [actor name, ...]}; each
         # entry is a real ray.kill of that actor at that moment of the protocol, used once.
@@ -247,6 +249,7 @@ class RaySupervisor:
 
     def _switch_plan(self, plan: Plan) -> None:
         self.plan = self.committer.plan = plan
+        self.participants.update(plan.stage_participant(s.index) for s in plan.stages)
 
     def recover(self, dead: Optional[set] = None, detected: Optional[float] = None) -> None:
         """Restart the run from the newest manifest: replace the ``dead`` actors, reset the
@@ -348,8 +351,9 @@ class RaySupervisor:
         kill_actors([h for h, w in zip(handles, warm) if not w], [n for n, w in zip(names, warm) if not w])
         retired = retire([h for h, w in zip(handles, warm) if w], [n for n, w in zip(names, warm) if w])
         # Instances killed before they reported left their RocksDB files (on this node: a
-        # cluster's other nodes clean up when an instance of the same name starts there).
-        remove_dead_workdirs([self.plan.stage_participant(s.index) for s in self.plan.stages])
+        # cluster's other nodes clean up when an instance of the same name starts there), those
+        # a rescale killed too, whose stage the plan may no longer have (a fused one at 1).
+        remove_dead_workdirs(sorted(self.participants))
         if self.launcher.replicas is not None:
             self.replacement.close()
             self.launcher.replicas.close()

@@ -6,9 +6,11 @@ included."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -184,3 +186,6 @@ def test_a_lookup_rescaled_mid_stream_keeps_its_table(ray_session, tmp_path):
     flow = join_flow(data, "lookup", name="lookup-rescale", rate=1000, sink=FileSink(tmp_path / "out", name="out"))
     assert rescaled_run(flow, tmp_path / "out", len(expected), tmp_path) == [(2, 3), (3, 1)]
     assert [p for _, p in read_file_sink(tmp_path / "out", "out")] == _as_json(expected)
+    # The instances the rescale to 1 killed (their stage gone: fused) left no working directory
+    # (three did before: the run's end cleaned only its last plan's stages).
+    assert list(Path(tempfile.gettempdir()).glob("driftstream-lookup-rescale-*")) == []
